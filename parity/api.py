@@ -1,0 +1,102 @@
+"""One backend on one case, as a results row (:func:`evaluate`) or an assertion (:func:`assert_parity`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import backends
+from .backends.base import Backend
+from .case import Case
+from .execute import backend_info, execute
+from .maskcheck import DEFAULT_MAX_PASSES, ProbeResult, run_gqa_probe, run_mask_probe
+from .sweep import BaselineCache, judge
+from .verdict import BUDGETS, Budget
+
+_BASELINES = BaselineCache("cpu", keep=16)
+
+
+class ParityError(AssertionError):
+    """A backend disagreed with the reference; the message measures by how much and where."""
+
+
+def _resolve(backend: Backend | str) -> tuple[Backend, str, dict[str, Any]]:
+    if isinstance(backend, str):
+        inst = backends.get(backend)
+        return inst, backend, backend_info(backend)
+    info = {"name": backend.name, "device": backend.device, "unavailable": backend.unavailable_reason()}
+    return backend, backend.name, info
+
+
+def evaluate(
+    backend: Backend | str,
+    case: Case,
+    probes: bool = True,
+    budgets: dict[str, Budget] | None = None,
+    max_passes: int = DEFAULT_MAX_PASSES,
+    baselines: BaselineCache | None = None,
+) -> dict[str, Any]:
+    """Run ``case`` on ``backend`` in this process and judge it: one results row."""
+    inst, spec, info = _resolve(backend)
+    if info.get("unavailable"):
+        from .sweep import COLUMNS, case_columns
+
+        row = {c: "" for c in COLUMNS}
+        row.update(case_columns(case), backend=spec, verdict="unavailable", detail=info["unavailable"], repro=case.repro(spec))
+        return row
+    res = execute(inst, case, probes, max_passes)
+    return judge(case, spec, info, res, baselines or _BASELINES, budgets or BUDGETS)
+
+
+def failure_message(row: dict[str, Any]) -> str:
+    """A multi-line account of a failing row: what, by how much, where, and how to rerun it."""
+    case = Case.from_json(row["case_json"])
+    lines = [f"{row['backend']} {row['verdict'].upper()} on {case.summary()} [{row['reasons'] or row['detail']}]"]
+    cmp = row.get("_comparison")
+    if cmp is not None:
+        lines.append(
+            f"  error budget: max|err| {cmp.max_abs_err:.4g} vs allowed {cmp.threshold_max:.4g} "
+            f"(k x same-dtype baseline {cmp.baseline_max:.4g} + floor); err ratio {cmp.err_ratio:.3g}; "
+            f"mean|err| {cmp.mean_abs_err:.3g} vs allowed {cmp.threshold_mean:.3g}; "
+            f"{cmp.mismatch_pct:.3g}% of elements over budget"
+        )
+        lines.append(f"  {cmp.worst_text()}")
+        if cmp.nan_count or cmp.inf_count:
+            lines.append(f"  non-finite: {cmp.nan_count} NaN ({cmp.nan_masked_rows} in rows that see no key), {cmp.inf_count} Inf")
+        if cmp.unwritten:
+            lines.append(f"  {cmp.unwritten} output elements never written (poison left in the buffer)")
+    if row.get("mask_check") == "mismatch":
+        lines.append(f"  mask: {row['mask_detail']}")
+    if row.get("gqa_check") == "mismatch":
+        lines.append(f"  gqa: {row['gqa_detail']}")
+    if row["verdict"] != "fail" and row.get("detail"):
+        lines.append(f"  {row['detail']}")
+    lines.append(f"  repro: {row['repro']}")
+    return "\n".join(lines)
+
+
+def assert_parity(backend: Backend | str, case: Case, **kw: Any) -> dict[str, Any]:
+    """Raise :class:`ParityError` unless ``backend`` passes ``case``; return the row.
+
+    ``unsupported`` and ``unavailable`` raise too: call sites that expect them should
+    check :func:`evaluate`'s verdict instead (pytest tests skip on them).
+    """
+    row = evaluate(backend, case, **kw)
+    if row["verdict"] != "pass":
+        raise ParityError(failure_message(row))
+    return row
+
+
+def check_mask(backend: Backend | str, case: Case, max_passes: int = DEFAULT_MAX_PASSES) -> ProbeResult:
+    """The exact effective-mask probe alone (see :mod:`parity.maskcheck`)."""
+    inst, _, _ = _resolve(backend)
+    from .execute import _call
+
+    return run_mask_probe(case, lambda inp: _call(inst, case, inp)[0], inst.device, max_passes)
+
+
+def check_gqa(backend: Backend | str, case: Case) -> ProbeResult:
+    """The kv-head mapping probe alone."""
+    inst, _, _ = _resolve(backend)
+    from .execute import _call
+
+    return run_gqa_probe(case, lambda inp: _call(inst, case, inp)[0], inst.device)

@@ -1,0 +1,191 @@
+"""Backend registry: names to backends, resolved lazily.
+
+Three ways to name a backend:
+
+* a built-in name (``sdpa``, ``flex``, ``reference``...; ``python -m parity backends``);
+* ``package.module:Attr`` where ``Attr`` is a :class:`Backend` subclass or a zero-argument
+  callable returning an instance (your own kernel, no edit of this package needed);
+* a name published by an installed distribution under the entry-point group
+  ``attn_parity.backends`` (``[project.entry-points."attn_parity.backends"]``).
+
+Nothing is imported until a backend is asked for, so optional packages cost nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from collections.abc import Callable
+
+from .base import Backend, BackendError, Unsupported
+
+ENTRY_POINT_GROUP = "attn_parity.backends"
+
+#: Built-in backends: name -> "module:attr" (relative to this package).
+BUILTIN: dict[str, str] = {
+    "reference": ".reference:ReferenceBackend",
+    "sdpa": ".sdpa:SdpaBackend",
+    "sdpa-causal": ".sdpa:SdpaCausalBackend",
+    "flex": ".flex:FlexBackend",
+    "flex-compiled": ".flex:FlexCompiledBackend",
+    # CUDA
+    "reference-cuda": ".reference:ReferenceCudaBackend",
+    "sdpa-math-cuda": ".sdpa:SdpaCudaMath",
+    "sdpa-efficient-cuda": ".sdpa:SdpaCudaEfficient",
+    "sdpa-cudnn-cuda": ".sdpa:SdpaCudaCudnn",
+    "sdpa-flash-causal-cuda": ".sdpa:SdpaCudaFlashCausal",
+    "flex-cuda": ".flex:FlexCudaBackend",
+}
+
+#: What ``python -m parity run`` sweeps when no --backend is given: the CPU backends.
+DEFAULT_CPU = ("reference", "sdpa", "sdpa-causal", "flex")
+
+
+#: Group selectors accepted by --backend.
+SELECTORS = ("all", "all-cpu", "all-gpu")
+
+
+def expand(spec: str) -> list[str]:
+    """A selector's backend names (by device, without importing optional packages), or ``[spec]``."""
+    if spec not in SELECTORS:
+        return [spec]
+    if spec == "all":
+        return [n for n in names()]
+    want = "cuda" if spec == "all-gpu" else "cpu"
+    out = []
+    for n in names():
+        try:
+            dev = getattr(get(n), "device", "cpu")
+        except Exception:  # noqa: BLE001 - a broken plugin is reported when run, not here
+            dev = "?"
+        if dev == want:
+            out.append(n)
+    return out
+
+
+class BackendSpecError(ValueError):
+    """An unknown backend name or a malformed ``module:Class`` path."""
+
+
+def register(name: str, target: str | Callable[[], Backend]) -> None:
+    """Add a backend at run time (``target``: a ``"module:attr"`` path or a factory)."""
+    if not name or any(c.isspace() for c in name):
+        raise BackendSpecError(f"backend name must be non-empty without spaces, got {name!r}")
+    _EXTRA[name] = target
+
+
+_EXTRA: dict[str, str | Callable[[], Backend]] = {}
+
+
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    try:
+        eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    except Exception:  # noqa: BLE001 - broken metadata must not break the registry
+        return {}
+    return {ep.name: ep for ep in eps}
+
+
+def names() -> list[str]:
+    """Every known backend name: built-in, registered, and from entry points."""
+    return [*BUILTIN, *[n for n in _EXTRA if n not in BUILTIN], *[n for n in _entry_points() if n not in BUILTIN and n not in _EXTRA]]
+
+
+_MARKERS = (
+    ("reference", "reference"),
+    ("sdpa", "sdpa"),
+    ("flex", "flex"),
+    ("flash-attn", "flash_attn"),
+    ("fa2", "flash_attn"),
+    ("fa3", "flash_attn"),
+    ("fa4", "flash_attn"),
+    ("torch-fa2", "torch_fa2"),
+    ("xformers", "xformers"),
+    ("jax", "jax"),
+    ("flashinfer", "flashinfer"),
+)
+
+
+def marker_for(spec: str) -> str:
+    """The pytest marker of a backend (``pytest -m sdpa``): by name prefix, else ``plugin``."""
+    if ":" in spec:
+        return "plugin"
+    best = ""
+    for prefix, marker in _MARKERS:
+        if spec.startswith(prefix) and len(prefix) > len(best):
+            best, found = prefix, marker
+    return found if best else "plugin"
+
+
+def _load_path(path: str, package: str | None = None) -> object:
+    mod_name, sep, attr = path.partition(":")
+    if not sep or not mod_name or not attr or not all(p.isidentifier() for p in attr.split(".")):
+        raise BackendSpecError(
+            f"backend path must look like 'package.module:ClassName', got {path!r}"
+        )
+    try:
+        module = importlib.import_module(mod_name, package)
+    except ModuleNotFoundError as exc:
+        raise BackendSpecError(f"backend {path!r}: module {exc.name!r} not found") from None
+    obj: object = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise BackendSpecError(f"backend {path!r}: {mod_name} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _instantiate(obj: object, spec: str) -> Backend:
+    if isinstance(obj, Backend):
+        inst = obj
+    elif callable(obj):
+        inst = obj()
+    else:
+        raise BackendSpecError(f"backend {spec!r} is neither a Backend subclass nor a factory")
+    if not isinstance(inst, Backend):
+        missing = [m for m in ("name", "run", "unsupported_reason", "unavailable_reason") if not hasattr(inst, m)]
+        if missing:
+            raise BackendSpecError(
+                f"backend {spec!r} does not implement the Backend interface (missing {missing})"
+            )
+    return inst  # type: ignore[return-value]
+
+
+def get(spec: str) -> Backend:
+    """Resolve a name or ``module:Class`` path to a backend instance."""
+    if not isinstance(spec, str) or not spec:
+        raise BackendSpecError(f"backend must be a non-empty string, got {spec!r}")
+    if spec in BUILTIN:
+        inst = _instantiate(_load_path(BUILTIN[spec], __name__), spec)
+    elif spec in _EXTRA:
+        target = _EXTRA[spec]
+        inst = _instantiate(_load_path(target) if isinstance(target, str) else target, spec)
+    elif ":" in spec:
+        inst = _instantiate(_load_path(spec), spec)
+    else:
+        eps = _entry_points()
+        if spec not in eps:
+            close = [n for n in names() if spec.lower() in n.lower() or n.lower() in spec.lower()]
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise BackendSpecError(
+                f"unknown backend {spec!r}{hint} (python -m parity backends lists them; "
+                "your own kernel: --backend package.module:ClassName)"
+            )
+        inst = _instantiate(eps[spec].load(), spec)
+    return inst
+
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "BackendSpecError",
+    "BUILTIN",
+    "DEFAULT_CPU",
+    "ENTRY_POINT_GROUP",
+    "SELECTORS",
+    "expand",
+    "Unsupported",
+    "get",
+    "marker_for",
+    "names",
+    "register",
+]

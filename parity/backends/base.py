@@ -1,0 +1,79 @@
+"""The interface every backend implements.
+
+A backend is a small class (one file each) with
+
+* ``name``: the registry name, used in test ids and reports;
+* ``device``: ``"cpu"`` or ``"cuda"``: where the harness puts the inputs;
+* ``unavailable_reason()``: ``None`` when it can run here, else why not (missing
+  package, no GPU, ...). Optional packages are imported here or in ``run``, never
+  at module import, so ``import parity`` works with torch alone;
+* ``unsupported_reason(case)``: ``None`` when it can run ``case``, else why not
+  (head dim, dtype, alignment, ...). Unsupported is a recorded outcome, never a pass
+  and never a silent fallback to another code path;
+* ``run(case, inputs, out)``: compute attention for ``inputs`` (packed layout, see
+  :mod:`parity.case`) and return ``(total_q, hq, d)`` in the case's dtype. ``out``
+  is a buffer of that shape filled with :data:`parity.verdict.POISON`; a backend that
+  writes its result into ``out`` and returns it lets the harness detect unwritten
+  elements, one that returns a fresh tensor is compared as it is;
+* ``version()``: the version of what it wraps, for the run's environment.
+
+The canonical :class:`parity.Window` reaches ``run`` inside ``case.window``; each
+backend translates it into its own native arguments in its own file.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..case import Case, Inputs
+
+
+class BackendError(RuntimeError):
+    """Raised by the harness for a backend that breaks the interface (shape, dtype...)."""
+
+
+class Unsupported(Exception):
+    """Raised from ``run`` when the wrapped library refuses the case at call time.
+
+    Recorded as ``unsupported`` with the message as its reason.
+    """
+
+
+class Backend:
+    name: str = "unnamed"
+    device: str = "cpu"
+    description: str = ""
+    #: Per backend pytest marker (``pytest -m sdpa``); defaults to the name's first word.
+    marker: str | None = None
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        return None
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def version(self) -> str:
+        return torch.__version__
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} on {self.device}>"
+
+
+def cuda_unavailable_reason() -> str | None:
+    if not torch.cuda.is_available():
+        return "no CUDA device (torch.cuda.is_available() is False)"
+    return None
+
+
+def import_error_reason(module: str) -> str | None:
+    """``None`` when ``module`` imports, else a one-line reason."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - any import failure makes it unavailable
+        return f"cannot import {module}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None

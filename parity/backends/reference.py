@@ -1,0 +1,30 @@
+"""The float64 reference itself, rounded to the case's dtype: a sanity backend.
+
+It must always pass; if it does not, the harness (not a kernel) is broken.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..case import Case, Inputs
+from ..reference import attention_reference
+from .base import Backend, cuda_unavailable_reason
+
+
+class ReferenceBackend(Backend):
+    name = "reference"
+    description = "naive banded attention in float64, rounded to the case dtype"
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        out.copy_(attention_reference(inputs, torch.float64))
+        return out
+
+
+class ReferenceCudaBackend(ReferenceBackend):
+    name = "reference-cuda"
+    device = "cuda"
+    description = "the float64 reference computed on the GPU"
+
+    def unavailable_reason(self) -> str | None:
+        return cuda_unavailable_reason()

@@ -1,0 +1,137 @@
+"""PyTorch ``scaled_dot_product_attention``.
+
+Window translation: SDPA has no window argument. The canonical window becomes an
+explicit boolean mask ``(Sq, Sk)`` from :meth:`Window.mask` (True = attend). The
+``*-causal`` variants use ``is_causal=True`` instead, which is *top-left* aligned
+(query ``i`` sees keys ``j <= i``); they claim only the cases where that is exactly the
+spec: an unbounded-left causal window that is top-left aligned, or any causal window
+with ``Sq == Sk``. Everything else is reported unsupported, not approximated.
+
+CUDA variants pin one SDPA kernel with ``torch.nn.attention.sdpa_kernel``; when that
+kernel refuses the case, the refusal is reported as unsupported, never a fallback.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from ..case import Case, Inputs
+from .base import Backend, Unsupported, cuda_unavailable_reason
+
+
+def causal_path_fits(case: Case) -> str | None:
+    w = case.window
+    if w.left is not None or w.right != 0:
+        return f"is_causal is a plain causal mask; window {w.describe()} is not"
+    if w.align == "top_left":
+        return None
+    if any(q != k for q, k in zip(case.q_lens, case.k_lens)):
+        return "is_causal is top-left aligned; the spec is bottom-right and Sq != Sk"
+    return None
+
+
+class SdpaBackend(Backend):
+    name = "sdpa"
+    description = "torch SDPA with an explicit boolean mask, PyTorch's own kernel choice"
+    kernel: str | None = None  # None: let PyTorch choose; else an SDPBackend member name
+    causal_path = False
+    gqa_native = True  # enable_gqa=True; False: repeat kv heads before the call
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        if self.causal_path:
+            return causal_path_fits(case)
+        return None
+
+    def _call(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        # q: (1, hq, Sq, d); k, v: (1, hkv, Sk, d)
+        sq, sk = q.shape[2], k.shape[2]
+        kw: dict = {"scale": case.softmax_scale}
+        if case.hq != case.hkv:
+            if self.gqa_native:
+                kw["enable_gqa"] = True
+            else:
+                k = k.repeat_interleave(case.group, dim=1)  # (1, hq, Sk, d)
+                v = v.repeat_interleave(case.group, dim=1)  # (1, hq, Sk, d)
+        if self.causal_path:
+            kw["is_causal"] = True
+        else:
+            kw["attn_mask"] = case.window.mask(sq, sk, q.device)  # (Sq, Sk) bool, True = attend
+        return F.scaled_dot_product_attention(q, k, v, **kw)  # (1, hq, Sq, d)
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        if case.softcap is not None:
+            raise Unsupported("SDPA has no softcap")
+        ctx = _kernel_context(self.kernel)
+        with ctx:
+            for _, q, k, v, qs in inputs.sequences():
+                try:
+                    o = self._call(
+                        case,
+                        q.transpose(0, 1)[None],  # (1, hq, Sq, d)
+                        k.transpose(0, 1)[None],  # (1, hkv, Sk, d)
+                        v.transpose(0, 1)[None],  # (1, hkv, Sk, d)
+                    )
+                except RuntimeError as exc:
+                    if self.kernel is not None and "No available kernel" in str(exc):
+                        raise Unsupported(f"SDPA kernel {self.kernel} refused the case") from None
+                    raise
+                out[qs] = o[0].transpose(0, 1)  # (Sq, hq, d)
+        return out
+
+    def unavailable_reason(self) -> str | None:
+        return cuda_unavailable_reason() if self.device == "cuda" else None
+
+
+def _kernel_context(kernel: str | None):
+    import contextlib
+
+    if kernel is None:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sdpa_kernel([getattr(SDPBackend, kernel)])
+
+
+class SdpaCausalBackend(SdpaBackend):
+    name = "sdpa-causal"
+    description = "torch SDPA is_causal=True path (top-left aligned), only where it equals the spec"
+    causal_path = True
+
+
+# -- CUDA variants, one SDPA kernel each ---------------------------------------------------------
+
+
+class SdpaCudaMath(SdpaBackend):
+    name = "sdpa-math-cuda"
+    device = "cuda"
+    kernel = "MATH"
+    description = "SDPA math kernel on CUDA, boolean mask"
+
+
+class SdpaCudaEfficient(SdpaBackend):
+    name = "sdpa-efficient-cuda"
+    device = "cuda"
+    kernel = "EFFICIENT_ATTENTION"
+    gqa_native = False
+    description = "SDPA memory-efficient kernel on CUDA, boolean mask, kv heads repeated"
+
+
+class SdpaCudaCudnn(SdpaBackend):
+    name = "sdpa-cudnn-cuda"
+    device = "cuda"
+    kernel = "CUDNN_ATTENTION"
+    gqa_native = False
+    description = "SDPA cuDNN kernel on CUDA, boolean mask, kv heads repeated"
+
+
+class SdpaCudaFlashCausal(SdpaBackend):
+    name = "sdpa-flash-causal-cuda"
+    device = "cuda"
+    kernel = "FLASH_ATTENTION"
+    causal_path = True
+    description = "SDPA flash kernel on CUDA via is_causal (it takes no mask): plain causal cases only"

@@ -1,0 +1,315 @@
+"""The canonical test case, and the deterministic inputs it stands for.
+
+A :class:`Case` is everything needed to rebuild one attention call: per-sequence
+query and key lengths (so varlen batches, decode ``Sq = 1`` and ``Sq != Sk`` are
+first class), head layout (``hq`` query heads share ``hkv`` key/value heads:
+query head ``h`` uses kv head ``h // (hq // hkv)``), head dim, dtype, window,
+softmax scale, optional tanh softcap, an optional KV page size, and the seed of
+the random inputs. It round-trips through JSON and prints as a one-line
+reproduction command.
+
+Canonical tensor layout (the flash-attn "varlen" layout): sequences packed along
+the first dimension,
+
+* ``q``: ``(total_q, hq, d)``, ``k`` / ``v``: ``(total_k, hkv, d)``,
+* ``cu_seqlens_q`` / ``cu_seqlens_k``: ``(batch + 1,)`` int32 prefix sums,
+* the output has ``q``'s shape and the case's dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import shlex
+from typing import Any
+
+import torch
+
+from .window import SpecError, Window
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+_DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "half": "float16"}
+
+FAMILIES = ("dense", "varlen", "decode", "chunked", "paged", "prefill_long_q")
+
+
+def _int_field(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"Case.{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise SpecError(f"Case.{name} must be >= {minimum}, got {value}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One attention call. See the module docstring for the layout and GQA mapping."""
+
+    q_lens: tuple[int, ...]
+    k_lens: tuple[int, ...]
+    hq: int
+    hkv: int
+    head_dim: int
+    dtype: str = "bfloat16"
+    window: Window = dataclasses.field(default_factory=Window)
+    scale: float | None = None  # None: 1 / sqrt(head_dim)
+    softcap: float | None = None  # None: no tanh softcap; else scores = c * tanh(scores / c)
+    page_size: int | None = None  # None: contiguous KV; else a paged cache with this block size
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "q_lens", tuple(self.q_lens))
+        object.__setattr__(self, "k_lens", tuple(self.k_lens))
+        if not self.q_lens:
+            raise SpecError("Case.q_lens must hold at least one sequence length, got ()")
+        if len(self.q_lens) != len(self.k_lens):
+            raise SpecError(
+                f"Case.q_lens and Case.k_lens must have one entry per sequence; "
+                f"got {len(self.q_lens)} and {len(self.k_lens)}"
+            )
+        for name, lens in (("q_lens", self.q_lens), ("k_lens", self.k_lens)):
+            for n in lens:
+                if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                    raise SpecError(f"Case.{name} entries must be ints >= 1, got {n!r} in {lens}")
+        _int_field("hq", self.hq, 1)
+        _int_field("hkv", self.hkv, 1)
+        _int_field("head_dim", self.head_dim, 1)
+        _int_field("seed", self.seed, 0)
+        if self.hq % self.hkv:
+            raise SpecError(
+                f"Case.hq ({self.hq}) must be divisible by Case.hkv ({self.hkv}) "
+                "for GQA/MQA (query head h uses kv head h // (hq // hkv))"
+            )
+        dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
+        if dtype not in DTYPES:
+            raise SpecError(f"Case.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        object.__setattr__(self, "dtype", dtype)
+        if isinstance(self.window, dict):
+            object.__setattr__(self, "window", Window.from_dict(self.window))
+        if not isinstance(self.window, Window):
+            raise SpecError(f"Case.window must be a parity.Window, got {self.window!r}")
+        for name in ("scale", "softcap"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise SpecError(f"Case.{name} must be a finite number > 0 or None, got {value!r}")
+            object.__setattr__(self, name, float(value))
+        if self.page_size is not None:
+            _int_field("page_size", self.page_size, 1)
+        # No "empty band" check is needed: Window's sides are >= 0, so the aligned
+        # diagonal key j = i + d is always in the band, and the last (bottom-right) or
+        # first (top-left) query row always sees a key.
+
+    # -- derived ------------------------------------------------------------------------
+    @property
+    def batch(self) -> int:
+        return len(self.q_lens)
+
+    @property
+    def group(self) -> int:
+        """Query heads per kv head."""
+        return self.hq // self.hkv
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def softmax_scale(self) -> float:
+        return self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_dim)
+
+    @property
+    def is_uniform(self) -> bool:
+        """All sequences share one (Sq, Sk): the case fits a dense (B, S, H, D) layout."""
+        return len(set(self.q_lens)) == 1 and len(set(self.k_lens)) == 1
+
+    @property
+    def layout(self) -> str:
+        return "MHA" if self.hq == self.hkv else ("MQA" if self.hkv == 1 else "GQA")
+
+    @property
+    def family(self) -> str:
+        """The case family the reports group by."""
+        if self.page_size is not None:
+            return "paged"
+        if all(q == 1 for q in self.q_lens) or (max(self.q_lens) <= 8 and min(self.k_lens) >= 4 * max(self.q_lens)):
+            return "decode"
+        if not self.is_uniform:
+            return "varlen"
+        if any(q < k for q, k in zip(self.q_lens, self.k_lens)):
+            return "chunked"
+        if any(q > k for q, k in zip(self.q_lens, self.k_lens)):
+            return "prefill_long_q"
+        return "dense"
+
+    def band_counts(self) -> list[int]:
+        """Per sequence, how many (query, key) pairs are visible."""
+        out = []
+        for sq, sk in zip(self.q_lens, self.k_lens):
+            lo, hi = self.window.band(sq, sk)
+            out.append(int((hi - lo + 1).clamp(min=0).sum()))
+        return out
+
+    def cu_seqlens(self) -> tuple[list[int], list[int]]:
+        cq, ck = [0], [0]
+        for sq, sk in zip(self.q_lens, self.k_lens):
+            cq.append(cq[-1] + sq)
+            ck.append(ck[-1] + sk)
+        return cq, ck
+
+    # -- serialisation ------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "q_lens": list(self.q_lens),
+            "k_lens": list(self.k_lens),
+            "hq": self.hq,
+            "hkv": self.hkv,
+            "head_dim": self.head_dim,
+            "dtype": self.dtype,
+            "window": self.window.to_dict(),
+            "scale": self.scale,
+            "softcap": self.softcap,
+            "page_size": self.page_size,
+            "seed": self.seed,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Case:
+        if not isinstance(data, dict):
+            raise SpecError(f"a case must be a JSON object, got {type(data).__name__}")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - fields
+        if unknown:
+            raise SpecError(f"case has unknown field(s) {sorted(unknown)}; known: {sorted(fields)}")
+        missing = {"q_lens", "k_lens", "hq", "hkv", "head_dim"} - set(data)
+        if missing:
+            raise SpecError(f"case is missing required field(s) {sorted(missing)}")
+        kw = dict(data)
+        kw["window"] = Window.from_dict(kw.get("window") or {})
+        for name in ("q_lens", "k_lens"):
+            if not isinstance(kw[name], (list, tuple)):
+                raise SpecError(f"Case.{name} must be a list of ints, got {kw[name]!r}")
+        return cls(**kw)
+
+    @classmethod
+    def from_json(cls, text: str) -> Case:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"case is not valid JSON ({exc.msg} at char {exc.pos}): {text[:80]!r}") from None
+        return cls.from_dict(data)
+
+    @property
+    def case_id(self) -> str:
+        """Stable short id: a hash of the JSON form."""
+        return hashlib.sha1(self.to_json().encode()).hexdigest()[:12]
+
+    def summary(self) -> str:
+        """One short human line, e.g. ``bf16 GQA 8:2 d64 Sq=[1] Sk=[300] win(255,0)``."""
+        short = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[self.dtype]
+        qs = self.q_lens if len(self.q_lens) <= 4 else (*self.q_lens[:3], "...")
+        ks = self.k_lens if len(self.k_lens) <= 4 else (*self.k_lens[:3], "...")
+        parts = [
+            short,
+            f"{self.layout} {self.hq}:{self.hkv}",
+            f"d{self.head_dim}",
+            f"Sq={list(qs)}",
+            f"Sk={list(ks)}",
+            f"win{self.window.describe()}",
+        ]
+        if self.softcap is not None:
+            parts.append(f"softcap={self.softcap:g}")
+        if self.scale is not None:
+            parts.append(f"scale={self.scale:g}")
+        if self.page_size is not None:
+            parts.append(f"page={self.page_size}")
+        return " ".join(parts)
+
+    def repro(self, backend: str) -> str:
+        """A one-line shell command that re-runs exactly this case on ``backend``."""
+        return f"python -m parity run --backend {shlex.quote(backend)} --case {shlex.quote(self.to_json())}"
+
+
+# -- inputs ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Inputs:
+    """Packed tensors for one case (see the module docstring for shapes)."""
+
+    case: Case
+    q: torch.Tensor  # (total_q, hq, d)
+    k: torch.Tensor  # (total_k, hkv, d)
+    v: torch.Tensor  # (total_k, hkv, d)
+    cu_seqlens_q: torch.Tensor  # (B + 1,) int32
+    cu_seqlens_k: torch.Tensor  # (B + 1,) int32
+
+    @property
+    def device(self) -> torch.device:
+        return self.q.device
+
+    def sequences(self):
+        """Yield ``(b, q_b, k_b, v_b, q_slice)`` per sequence; ``q_b`` is ``(Sq_b, hq, d)``."""
+        cq, ck = self.case.cu_seqlens()
+        for b in range(self.case.batch):
+            qs = slice(cq[b], cq[b + 1])
+            ks = slice(ck[b], ck[b + 1])
+            yield b, self.q[qs], self.k[ks], self.v[ks], qs
+
+    def dense(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(B, S, H, D)`` views for uniform cases."""
+        if not self.case.is_uniform:
+            raise ValueError("dense() needs a case whose sequences share one (Sq, Sk)")
+        b = self.case.batch
+        return (
+            self.q.view(b, self.case.q_lens[0], self.case.hq, self.case.head_dim),
+            self.k.view(b, self.case.k_lens[0], self.case.hkv, self.case.head_dim),
+            self.v.view(b, self.case.k_lens[0], self.case.hkv, self.case.head_dim),
+        )
+
+    def with_tensors(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Inputs:
+        return dataclasses.replace(self, q=q, k=k, v=v)
+
+    def to(self, device: torch.device | str) -> Inputs:
+        return Inputs(
+            self.case,
+            self.q.to(device),
+            self.k.to(device),
+            self.v.to(device),
+            self.cu_seqlens_q.to(device),
+            self.cu_seqlens_k.to(device),
+        )
+
+
+def make_inputs(case: Case, device: torch.device | str = "cpu") -> Inputs:
+    """Deterministic random inputs: drawn on the CPU from ``case.seed``, then cast and moved.
+
+    Values are standard normal, rounded to the case's dtype, so the float64 reference
+    sees exactly what the backend sees.
+    """
+    gen = torch.Generator(device="cpu").manual_seed(case.seed)
+    tq, tk = sum(case.q_lens), sum(case.k_lens)
+    dt = case.torch_dtype
+    q = torch.randn(tq, case.hq, case.head_dim, generator=gen).to(dt)  # (total_q, hq, d)
+    k = torch.randn(tk, case.hkv, case.head_dim, generator=gen).to(dt)  # (total_k, hkv, d)
+    v = torch.randn(tk, case.hkv, case.head_dim, generator=gen).to(dt)  # (total_k, hkv, d)
+    cq, ck = case.cu_seqlens()
+    inputs = Inputs(
+        case,
+        q,
+        k,
+        v,
+        torch.tensor(cq, dtype=torch.int32),
+        torch.tensor(ck, dtype=torch.int32),
+    )
+    return inputs if str(device) == "cpu" else inputs.to(device)

@@ -1,0 +1,282 @@
+"""``python -m parity``: run a parity sweep, list backends.
+
+Exit codes: 0 every case that ran passed; 1 a case failed, errored, crashed or timed
+out, or a backend named with --backend is unavailable; 2 a usage error (bad argument,
+invalid case, unknown backend), reported in one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+#: Further subcommands, one module each, exposing ``add_parser(subparsers)`` (which sets
+#: ``command`` to its name) and ``run(args) -> int``; raise :class:`UsageError` for bad input.
+EXTRA_COMMANDS: dict[str, str] = {}
+
+
+def _extra(module: str):
+    import importlib
+
+    return importlib.import_module(module)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own errors: one line, exit 2
+        self.print_usage(sys.stderr)
+        raise UsageError(message)
+
+
+def _split(values: Sequence[str] | None) -> list[str]:
+    out: list[str] = []
+    for v in values or []:
+        out.extend(x.strip() for x in v.split(",") if x.strip())
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m parity", description="Do attention backends with sliding windows compute the same function?")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+
+    r = sub.add_parser("run", help="run the parity sweep")
+    r.add_argument("--backend", "-b", action="append", metavar="NAME|module:Class",
+                   help="backend to test (repeatable, or comma-separated); 'all', 'all-cpu', 'all-gpu' select groups; "
+                        "default: the CPU backends")
+    r.add_argument("--profile", choices=["quick", "default", "thorough"],
+                   help="how many and how large the drawn cases are (default: $PARITY_PROFILE or 'default')")
+    r.add_argument("--seed", type=int, default=0, help="seed of the hypothesis-drawn cases (default 0)")
+    r.add_argument("--out", type=Path, default=Path("reports/latest"), help="output folder (default reports/latest)")
+    r.add_argument("--case", action="append", metavar="JSON", help="run only this case (repeatable); what repro commands use")
+    r.add_argument("--case-file", type=Path, help="run the cases in this file (one JSON case per line, or a results.csv)")
+    r.add_argument("--dtype", action="append", choices=["float32", "float16", "bfloat16"], help="only these dtypes")
+    r.add_argument("--no-probes", action="store_true", help="skip the exact mask and GQA probes")
+    r.add_argument("--max-mask-passes", type=int, default=64, help="mask probe limit: ceil(Sk / d) passes at most (default 64)")
+    r.add_argument("--timeout", type=float, default=300.0, help="seconds per case before a worker is killed (default 300)")
+    r.add_argument("--no-isolate", action="store_true", help="run backends in this process (faster; a crash ends the run)")
+    r.add_argument("--budget", action="append", metavar="DTYPE.FIELD=VALUE", help="override the error budget, e.g. bfloat16.k_max=3")
+    r.add_argument("--reference-device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="where the float64 reference runs (auto: cuda when available)")
+    r.add_argument("--resume", action="store_true", help="keep rows already in OUT/results.csv and run only the rest")
+    r.add_argument("--repeats", type=int, default=1, help="time each call this many times, report the median (default 1)")
+    r.add_argument("--worker-path", action="append", metavar="BACKEND=PATH[:PATH]",
+                   help="prepend PATH to sys.path of BACKEND's worker (packages that cannot share one sys.path)")
+    r.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    r.add_argument("--list-cases", action="store_true", help="print the cases as JSON lines and exit")
+    r.add_argument("--no-report", action="store_true", help="write results.csv only, no HTML/Markdown")
+
+    for module in EXTRA_COMMANDS.values():
+        _extra(module).add_parser(sub)
+
+    b = sub.add_parser("backends", help="list every backend, its availability and reason")
+    b.add_argument("--json", action="store_true", help="machine-readable output")
+    b.add_argument("--no-isolate", action="store_true", help="probe availability in this process")
+    return p
+
+
+def _load_cases(args: argparse.Namespace):
+    from .case import Case
+    from .strategies import generate, profile
+
+    if args.case or args.case_file:
+        cases = [Case.from_json(text) for text in args.case or []]
+        if args.case_file:
+            if not args.case_file.exists():
+                raise UsageError(f"--case-file {args.case_file}: no such file")
+            text = args.case_file.read_text()
+            if args.case_file.suffix == ".csv":
+                import csv
+
+                seen = set()
+                for row in csv.DictReader(text.splitlines()):
+                    if row.get("case_json") and row["case_json"] not in seen:
+                        seen.add(row["case_json"])
+                        cases.append(Case.from_json(row["case_json"]))
+            else:
+                for n, line in enumerate(text.splitlines(), 1):
+                    if line.strip():
+                        try:
+                            cases.append(Case.from_json(line))
+                        except ValueError as exc:
+                            raise UsageError(f"{args.case_file}:{n}: {exc}") from None
+        if args.dtype:
+            cases = [c for c in cases if c.dtype in args.dtype]
+        return cases
+    try:
+        prof = profile(args.profile)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return generate(prof, args.seed, tuple(args.dtype) if args.dtype else ("float32", "float16", "bfloat16"))
+
+
+def _worker_paths(items: Sequence[str] | None) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for item in items or []:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UsageError(f"--worker-path wants BACKEND=PATH, got {item!r}")
+        out.setdefault(name, []).extend(p for p in path.split(os.pathsep) if p)
+    return out
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import torch
+
+    from . import backends, env
+    from .sweep import run_sweep, summary_table
+    from .verdict import budgets_with
+
+    requested = _split(args.backend)
+    explicit = [s for s in requested if s not in backends.SELECTORS]
+    specs: list[str] = []
+    for s in requested or list(backends.DEFAULT_CPU):
+        specs.extend(backends.expand(s))
+    for spec in specs:  # resolve now: an unknown name is a usage error, not a row
+        try:
+            backends.get(spec)
+        except backends.BackendSpecError as exc:
+            raise UsageError(str(exc)) from None
+    try:
+        budgets = budgets_with(args.budget)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.repeats < 1 or args.max_mask_passes < 1 or args.timeout <= 0:
+        raise UsageError("--repeats and --max-mask-passes must be >= 1, --timeout > 0")
+    cases = _load_cases(args)
+    if args.list_cases:
+        for c in cases:
+            print(c.to_json())
+        return EXIT_OK
+    if not cases:
+        raise UsageError("no case selected (check --case / --case-file / --dtype)")
+    ref_dev = args.reference_device
+    if ref_dev == "auto":
+        ref_dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if ref_dev == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--reference-device cuda: no CUDA device here")
+    out = args.out
+    print(f"parity: {len(cases)} cases x {len(specs)} backends -> {out}/results.csv", file=sys.stderr)
+    result = run_sweep(
+        specs,
+        cases,
+        out_dir=out,
+        isolate=not args.no_isolate,
+        probes=not args.no_probes,
+        max_passes=args.max_mask_passes,
+        timeout=args.timeout,
+        budgets=budgets,
+        reference_device=ref_dev,
+        resume=args.resume,
+        progress=not args.quiet,
+        repeats=args.repeats,
+        worker_paths=_worker_paths(args.worker_path),
+    )
+    environment = env.collect(
+        {
+            "backends": result.infos,
+            "profile": args.profile or os.environ.get("PARITY_PROFILE") or "default",
+            "seed": args.seed,
+            "cases": len(cases),
+            "reference_device": ref_dev,
+            "budgets": {k: vars(v) for k, v in budgets.items()},
+            "wall_seconds": round(result.seconds, 2),
+            "reference_seconds": round(result.reference_seconds, 2),
+        }
+    )
+    (out / "environment.json").write_text(json.dumps(environment, indent=2, default=str) + "\n")
+    if not args.no_report:
+        try:
+            from . import report  # type: ignore[attr-defined]
+
+            written = report.write_all(out)
+            print("parity: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+        except ImportError:
+            pass
+    failures = [r for r in result.rows if r["verdict"] in ("fail", "error", "crash", "timeout")]
+    shown: dict[str, int] = {}
+    for r in failures:
+        shown[r["backend"]] = shown.get(r["backend"], 0) + 1
+        if shown[r["backend"]] > 3:
+            continue
+        why = r["reasons"] or r["detail"]
+        print(f"\n{r['verdict'].upper()} {r['backend']} [{why}] {r['case_id']}")
+        if r.get("mask_check") == "mismatch":
+            print(f"  mask: {r['mask_detail']}")
+        if r.get("gqa_check") == "mismatch":
+            print(f"  gqa: {r['gqa_detail']}")
+        if r.get("worst_where"):
+            print(f"  {r['worst_where']} (budget {r['threshold_max']}, err ratio {r['err_ratio']})")
+        if r["verdict"] != "fail":
+            print(f"  {r['detail']}")
+        print(f"  repro: {r['repro']}")
+    hidden = sum(max(0, n - 3) for n in shown.values())
+    if hidden:
+        print(f"\n... and {hidden} more failing rows in {out}/results.csv")
+    print()
+    print(summary_table(result))
+    unavailable_explicit = [s for s in explicit if result.infos.get(s, {}).get("unavailable")]
+    for s in unavailable_explicit:
+        print(f"parity: requested backend {s} is unavailable: {result.infos[s]['unavailable']}", file=sys.stderr)
+    return EXIT_FAIL if (result.failed or unavailable_explicit) else EXIT_OK
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    from . import backends
+    from .execute import ProcessExecutor, backend_info
+
+    rows = []
+    for name in backends.names():
+        if args.no_isolate:
+            try:
+                info = backend_info(name)
+            except Exception as exc:  # noqa: BLE001
+                info = {"spec": name, "name": name, "device": "?", "unavailable": f"{type(exc).__name__}: {exc}", "version": ""}
+        else:
+            ex = ProcessExecutor(name, timeout=120)
+            info = ex.info
+            ex.close()
+        rows.append(info)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    print(f"{'backend':<26}{'device':<8}{'status':<12}version / reason")
+    for info in rows:
+        status = "available" if not info.get("unavailable") else "unavailable"
+        print(f"{info['spec']:<26}{info.get('device', '?'):<8}{status:<12}{info.get('unavailable') or info.get('version', '')}")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "backends":
+            return cmd_backends(args)
+        for name, module in EXTRA_COMMANDS.items():
+            if args.command == name:
+                return int(_extra(module).run(args))
+        raise UsageError(f"unknown command {args.command!r}")
+    except UsageError as exc:
+        print(f"parity: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:  # SpecError and friends from case parsing
+        print(f"parity: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("parity: interrupted; finished rows are in results.csv (use --resume)", file=sys.stderr)
+        return 130

@@ -1,0 +1,313 @@
+"""Running one backend on one case, in this process or in an isolated worker process.
+
+:func:`execute` is the unit of work: build the inputs, poison the output buffer, call
+the backend, validate what it returned, run the exact mask and GQA probes. It never
+raises for a backend's fault; it returns a dict with ``status`` in
+``ok | unsupported | error``.
+
+:class:`InlineExecutor` calls it directly. :class:`ProcessExecutor` runs it in a
+worker process per backend (``python -m parity.worker``), because CUDA faults are
+sticky and some packages cannot share one ``sys.path``. A worker that dies (abort,
+segfault, out of memory) yields a ``crash`` row, one that does not answer within the
+per-case timeout a ``timeout`` row; the worker is restarted for the next case.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import backends
+from .backends.base import Backend, Unsupported
+from .case import Case, make_inputs
+from .maskcheck import DEFAULT_MAX_PASSES, run_gqa_probe, run_mask_probe
+from .verdict import POISON
+
+
+class BackendFault(Exception):
+    """The backend broke the interface (wrong shape, dtype, device)."""
+
+
+def _sync(device: str) -> None:
+    if device == "cuda" and torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _call(backend: Backend, case: Case, inputs) -> tuple[torch.Tensor, int | None]:
+    """One checked call: returns the output and its count of unwritten (poisoned) elements."""
+    out = torch.full(inputs.q.shape, POISON, dtype=case.torch_dtype, device=inputs.q.device)  # (total_q, hq, d)
+    res = backend.run(case, inputs, out)
+    if not isinstance(res, torch.Tensor):
+        raise BackendFault(f"run() returned {type(res).__name__}, expected a torch.Tensor")
+    if tuple(res.shape) != tuple(inputs.q.shape):
+        raise BackendFault(f"run() returned shape {tuple(res.shape)}, expected {tuple(inputs.q.shape)} (total_q, hq, d)")
+    if res.dtype != case.torch_dtype:
+        raise BackendFault(f"run() returned dtype {res.dtype}, expected {case.torch_dtype}")
+    if res.device.type != inputs.q.device.type:
+        raise BackendFault(f"run() returned a tensor on {res.device}, expected {inputs.q.device}")
+    same = res.data_ptr() == out.data_ptr()
+    unwritten = int((res == POISON).sum()) if same else None
+    return res, unwritten
+
+
+def execute(
+    backend: Backend,
+    case: Case,
+    probes: bool = True,
+    max_passes: int = DEFAULT_MAX_PASSES,
+    repeats: int = 1,
+) -> dict[str, Any]:
+    """Run ``case`` on ``backend``; see the module docstring."""
+    device = backend.device
+    try:
+        reason = backend.unsupported_reason(case)
+    except Exception as exc:  # noqa: BLE001
+        return {"status": "error", "detail": f"unsupported_reason() raised {type(exc).__name__}: {exc}"}
+    if reason:
+        return {"status": "unsupported", "detail": reason}
+    try:
+        inputs = make_inputs(case, device)
+        times = []
+        res, unwritten = None, None
+        for _ in range(max(1, repeats)):
+            _sync(device)
+            t0 = time.perf_counter()
+            res, unwritten = _call(backend, case, inputs)
+            _sync(device)
+            times.append((time.perf_counter() - t0) * 1e3)
+        assert res is not None
+        output = res.detach().to("cpu", torch.float32)  # (total_q, hq, d); fp32 holds fp16/bf16 exactly
+        result: dict[str, Any] = {
+            "status": "ok",
+            "output": output,
+            "unwritten": unwritten,
+            "time_ms": sorted(times)[len(times) // 2],
+        }
+        if probes:
+            run = lambda inp: _call(backend, case, inp)[0]  # noqa: E731
+            result["mask"] = run_mask_probe(case, run, device, max_passes).to_dict()
+            result["gqa"] = run_gqa_probe(case, run, device).to_dict()
+        return result
+    except Unsupported as exc:
+        return {"status": "unsupported", "detail": str(exc) or type(exc).__name__}
+    except BackendFault as exc:
+        return {"status": "error", "detail": f"interface: {exc}"}
+    except torch.cuda.OutOfMemoryError as exc:
+        return {"status": "error", "detail": f"out of memory: {str(exc).splitlines()[0]}"}
+    except Exception as exc:  # noqa: BLE001 - a backend's fault costs its own row only
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return {"status": "error", "detail": f"{type(exc).__name__}{where}: {msg[:300]}"}
+
+
+def backend_info(spec: str) -> dict[str, Any]:
+    """Resolve ``spec`` and ask it whether it can run here."""
+    backend = backends.get(spec)
+    try:
+        reason = backend.unavailable_reason()
+    except Exception as exc:  # noqa: BLE001
+        reason = f"unavailable_reason() raised {type(exc).__name__}: {exc}"
+    version = ""
+    if reason is None:
+        try:
+            version = str(backend.version())
+        except Exception as exc:  # noqa: BLE001
+            version = f"unknown ({type(exc).__name__})"
+    return {
+        "spec": spec,
+        "name": getattr(backend, "name", spec),
+        "device": getattr(backend, "device", "cpu"),
+        "description": getattr(backend, "description", ""),
+        "unavailable": reason,
+        "version": version,
+    }
+
+
+class InlineExecutor:
+    """Runs the backend in this process (fast; a hard crash takes the run down)."""
+
+    def __init__(self, spec: str, probes: bool = True, max_passes: int = DEFAULT_MAX_PASSES, repeats: int = 1):
+        self.spec = spec
+        self.probes, self.max_passes, self.repeats = probes, max_passes, repeats
+        self.backend = backends.get(spec)
+        self.info = backend_info(spec)
+
+    def run(self, case: Case) -> dict[str, Any]:
+        return execute(self.backend, case, self.probes, self.max_passes, self.repeats)
+
+    def close(self) -> None:
+        pass
+
+
+# -- worker protocol: length-prefixed pickles over the worker's stdin / a dup of its stdout -------
+
+
+def send(fp, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    fp.write(struct.pack("<Q", len(data)))
+    fp.write(data)
+    fp.flush()
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                raise TimeoutError
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def recv(fd: int, timeout: float | None = None) -> Any:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    (n,) = struct.unpack("<Q", _read_exact(fd, 8, deadline))
+    return pickle.loads(_read_exact(fd, n, deadline))
+
+
+def _signal_name(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class ProcessExecutor:
+    """Runs the backend in a worker process; survives crashes and hangs of the backend."""
+
+    def __init__(
+        self,
+        spec: str,
+        probes: bool = True,
+        max_passes: int = DEFAULT_MAX_PASSES,
+        repeats: int = 1,
+        timeout: float = 300.0,
+        log_path: Path | None = None,
+        extra_path: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ):
+        self.spec = spec
+        self.probes, self.max_passes, self.repeats = probes, max_passes, repeats
+        self.timeout = timeout
+        self.log_path = log_path
+        self.extra_path = extra_path or []
+        self.env = env or {}
+        self.proc: subprocess.Popen | None = None
+        self.info = self._start()
+
+    def _start(self) -> dict[str, Any]:
+        env = dict(os.environ)
+        env.update(self.env)
+        # the worker must import the same parity (and any plugin module) as this process
+        path = [*self.extra_path, *[p for p in sys.path if p]]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        log: Any = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "parity.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
+        if log is not subprocess.DEVNULL:
+            log.close()
+        assert self.proc.stdin is not None
+        send(self.proc.stdin, {"op": "init", "spec": self.spec})
+        reply = self._reply(timeout=max(self.timeout, 120.0))
+        if reply.get("status") != "ok":
+            # import-time crash or a broken plugin: report it as the backend's info
+            return {
+                "spec": self.spec,
+                "name": self.spec,
+                "device": "?",
+                "description": "",
+                "unavailable": f"worker failed to start: {reply.get('detail')}",
+                "version": "",
+                "fatal": reply.get("fatal", False),
+            }
+        return reply["info"]
+
+    def _reply(self, timeout: float) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdout is not None
+        try:
+            return recv(self.proc.stdout.fileno(), timeout)
+        except TimeoutError:
+            self._kill()
+            return {"status": "timeout", "detail": f"no answer within {timeout:g} s; worker killed"}
+        except (EOFError, OSError, pickle.UnpicklingError, struct.error):
+            code = self.proc.wait(timeout=30)
+            self.proc = None
+            return {"status": "crash", "detail": f"worker {_signal_name(code)}{self._log_tail()}"}
+
+    def _log_tail(self) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        return f"; last log line: {lines[-1][:200]}" if lines else ""
+
+    def _kill(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        self.proc = None
+
+    def run(self, case: Case) -> dict[str, Any]:
+        if self.proc is None or self.proc.poll() is not None:
+            self.info = self._start()
+            if self.info.get("unavailable"):
+                return {"status": "crash", "detail": f"worker could not be restarted: {self.info['unavailable']}"}
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            send(
+                self.proc.stdin,
+                {"op": "run", "case": case.to_json(), "probes": self.probes, "max_passes": self.max_passes, "repeats": self.repeats},
+            )
+        except (BrokenPipeError, OSError):
+            code = self.proc.wait(timeout=30)
+            self.proc = None
+            return {"status": "crash", "detail": f"worker {_signal_name(code)} before the case was sent"}
+        return self._reply(self.timeout)
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            assert self.proc.stdin is not None
+            send(self.proc.stdin, {"op": "exit"})
+            self.proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001
+            self._kill()
+        self.proc = None

@@ -1,0 +1,240 @@
+"""Exact checks of which keys, and which kv head, a backend actually used.
+
+Independent of rounding, so a window one token too wide is caught even where the
+extra key carries too little weight for any error budget to notice.
+
+Mask probe
+    ``q = 0`` makes every score 0 (also after a tanh softcap), so softmax is uniform
+    over the visible keys whatever the scale. ``V`` is one-hot per key: in pass ``p``
+    key ``j`` of each sequence carries ``e_(j - p*d)`` when ``p*d <= j < (p+1)*d`` and 0
+    otherwise. Output element ``[row i, dim c]`` of pass ``p`` is ``1/n_i`` when key
+    ``p*d + c`` is visible to row ``i`` and 0 when it is not. ``ceil(max Sk / d)`` passes
+    reveal the whole effective mask, per query head.
+
+GQA probe
+    ``V`` of kv head ``g`` is the constant ``g + 1``; query head ``h`` must output
+    ``h // (hq // hkv) + 1`` in every row that sees a key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .case import Case, Inputs, make_inputs
+
+#: A key counts as visible when its weight exceeds this fraction of the row's largest.
+VISIBLE_FRACTION = 2.0**-20
+#: Weights between VISIBLE_FRACTION and this fraction of the row's largest are "partial".
+UNIFORM_FRACTION = 0.5
+DEFAULT_MAX_PASSES = 64
+
+
+@dataclasses.dataclass
+class ProbeResult:
+    status: str  # "ok" | "mismatch" | "not_run" | "n/a"
+    detail: str
+    differing_rows: int = 0
+    rows: int = 0
+    # First mismatching (sequence, head) drawn for reports: rows of "1"/"0"/"p" strings.
+    image: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+RunFn = Callable[[Inputs], torch.Tensor]
+
+
+def mask_passes(case: Case) -> int:
+    return math.ceil(max(case.k_lens) / case.head_dim)
+
+
+def mask_probe_inputs(case: Case, p: int, device: torch.device | str = "cpu") -> Inputs:
+    """Pass ``p`` of the mask probe (see the module docstring)."""
+    base = make_inputs(case, "cpu")
+    dt = case.torch_dtype
+    q = torch.zeros_like(base.q)  # (total_q, hq, d)
+    v = torch.zeros_like(base.v)  # (total_k, hkv, d)
+    _, ck = case.cu_seqlens()
+    for b, sk in enumerate(case.k_lens):
+        j0, j1 = p * case.head_dim, min(sk, (p + 1) * case.head_dim)
+        if j1 <= j0:
+            continue
+        rows = torch.arange(ck[b] + j0, ck[b] + j1)  # packed key positions
+        v[rows, :, torch.arange(j1 - j0)] = torch.ones((), dtype=dt)
+    probe = base.with_tensors(q, base.k, v)
+    return probe if str(device) == "cpu" else probe.to(device)
+
+
+def gqa_probe_inputs(case: Case, device: torch.device | str = "cpu") -> Inputs:
+    base = make_inputs(case, "cpu")
+    v = torch.empty_like(base.v)  # (total_k, hkv, d)
+    for g in range(case.hkv):
+        v[:, g, :] = g + 1
+    probe = base.with_tensors(base.q, base.k, v)
+    return probe if str(device) == "cpu" else probe.to(device)
+
+
+def _ranges(keys: list[int]) -> str:
+    if not keys:
+        return "none"
+    parts, start, prev = [], keys[0], keys[0]
+    for j in keys[1:]:
+        if j != prev + 1:
+            parts.append(f"{start}..{prev}" if prev != start else f"{start}")
+            start = j
+        prev = j
+    parts.append(f"{start}..{prev}" if prev != start else f"{start}")
+    return ", ".join(parts)
+
+
+def _tokens(n: int) -> str:
+    words = {1: "one token", 2: "two tokens", 3: "three tokens"}
+    return words.get(n, f"{n} tokens")
+
+
+def _pattern(eff: list[int], spec_lo: int, spec_hi: int, sk: int) -> str:
+    """A short phrase for how one row's effective keys differ from its spec band."""
+    spec_empty = spec_lo > spec_hi
+    if not eff:
+        return "row sees no key" if not spec_empty else "same"
+    contiguous = eff[-1] - eff[0] + 1 == len(eff)
+    if spec_empty:
+        return "row should see no key but sees " + ("every key" if len(eff) == sk else "some")
+    if not contiguous:
+        return "visible keys are not one band"
+    e_lo, e_hi = eff[0], eff[-1]
+    dl, dr = spec_lo - e_lo, e_hi - spec_hi  # > 0: sees more on that side
+    if e_lo == 0 and e_hi == sk - 1 and (spec_lo > 0 or spec_hi < sk - 1):
+        return "row sees every key: window ignored"
+    if dl != 0 and dr != 0 and dl == -dr:
+        side = "left" if dl > 0 else "right"
+        return f"band shifted {_tokens(abs(dl))} to the {side} (alignment slip?)"
+    bits = []
+    if dl:
+        bits.append(f"{_tokens(abs(dl))} {'wider' if dl > 0 else 'narrower'} on the left")
+    if dr:
+        bits.append(f"{_tokens(abs(dr))} {'wider' if dr > 0 else 'narrower'} on the right")
+    return "window is " + " and ".join(bits)
+
+
+def _image(spec: torch.Tensor, eff: torch.Tensor, partial: torch.Tensor) -> dict[str, Any]:
+    """Compact drawing of spec vs effective mask: '1' both, '+' extra, '-' missing, 'p' partial."""
+    sq, sk = spec.shape
+    rows = []
+    for i in range(min(sq, 128)):
+        line = []
+        for j in range(min(sk, 256)):
+            s, e, pp = bool(spec[i, j]), bool(eff[i, j]), bool(partial[i, j])
+            line.append("p" if pp else ("1" if s and e else "+" if e else "-" if s else "."))
+        rows.append("".join(line))
+    return {"rows": rows, "sq": sq, "sk": sk, "legend": "1 seen as spec, + extra key, - missing key, p partial weight, . masked"}
+
+
+def decode_mask(case: Case, outputs: list[torch.Tensor]) -> ProbeResult:
+    """Turn the probe outputs (one per pass, packed ``(total_q, hq, d)``) into a verdict."""
+    cq, _ = case.cu_seqlens()
+    total_rows, bad_rows = 0, 0
+    patterns: Counter[str] = Counter()
+    first: str | None = None
+    image = None
+    outs = [o.detach().to("cpu", torch.float64) for o in outputs]
+    for b, (sq, sk) in enumerate(zip(case.q_lens, case.k_lens)):
+        spec = case.window.mask(sq, sk)  # (Sq, Sk)
+        lo, hi = case.window.band(sq, sk)
+        # weights[h, i, j]: what row i of head h gave key j
+        w = torch.cat([o[cq[b] : cq[b + 1]] for o in outs], dim=-1)[..., :sk]  # (Sq, hq, Sk)
+        w = w.permute(1, 0, 2)  # (hq, Sq, Sk)
+        if not torch.isfinite(w).all():
+            bad = int((~torch.isfinite(w)).any(-1).sum())
+            return ProbeResult(
+                "mismatch",
+                f"mask probe output has NaN/Inf in {bad} (head, row) pairs of seq {b}",
+                bad,
+                sq * case.hq,
+            )
+        rowmax = w.abs().amax(dim=-1, keepdim=True)  # (hq, Sq, 1)
+        eff = w.abs() > rowmax * VISIBLE_FRACTION  # (hq, Sq, Sk)
+        eff &= rowmax > 0
+        partial = eff & (w.abs() < rowmax * UNIFORM_FRACTION)  # (hq, Sq, Sk)
+        diff = (eff != spec[None]) | partial  # (hq, Sq, Sk)
+        row_bad = diff.any(dim=-1)  # (hq, Sq)
+        total_rows += sq * case.hq
+        bad_rows += int(row_bad.sum())
+        for h, i in row_bad.nonzero().tolist()[:4096]:
+            keys = eff[h, i].nonzero().flatten().tolist()
+            pk = partial[h, i].nonzero().flatten().tolist()
+            lo_i, hi_i = int(lo[i]), int(hi[i])
+            pat = _pattern(keys, lo_i, hi_i, sk)
+            if pk:
+                pat = "keys get partial weight (non-uniform softmax over visible keys)"
+            patterns[pat] += 1
+            if first is None:
+                spec_txt = f"{lo_i}..{hi_i}" if lo_i <= hi_i else "none"
+                extra = f" (partial weight on {_ranges(pk)})" if pk else ""
+                first = (
+                    f"seq {b} head {h} row {i} sees keys {_ranges(keys)}{extra}, spec says {spec_txt}"
+                )
+                image = {"seq": b, "head": h, **_image(spec, eff[h], partial[h])}
+    if bad_rows == 0:
+        return ProbeResult("ok", f"all {total_rows} (head, row) pairs see exactly the spec's keys", 0, total_rows)
+    common = "; ".join(f"{n} x {p}" for p, n in patterns.most_common(3))
+    head = patterns.most_common(1)[0][0]
+    detail = f"{head}: {bad_rows} of {total_rows} (head, row) pairs differ [{common}]. First: {first}"
+    return ProbeResult("mismatch", detail, bad_rows, total_rows, image)
+
+
+def decode_gqa(case: Case, out: torch.Tensor) -> ProbeResult:
+    """Which kv head each query head read, from the GQA probe output."""
+    o = out.detach().to("cpu", torch.float64)  # (total_q, hq, d)
+    empty = []
+    for sq, sk in zip(case.q_lens, case.k_lens):
+        lo, hi = case.window.band(sq, sk)
+        empty.append(lo > hi)
+    seen = ~torch.cat(empty)  # (total_q,)
+    o = o[seen]  # (rows, hq, d)
+    if o.numel() == 0:
+        return ProbeResult("n/a", "no row sees a key")
+    if not torch.isfinite(o).all():
+        return ProbeResult("mismatch", "GQA probe output has NaN/Inf", 1, case.hq)
+    wrong = []
+    for h in range(case.hq):
+        vals = o[:, h, :]  # (rows, d)
+        want = h // case.group + 1
+        used = torch.round(vals)
+        mixed = (vals - used).abs().max() > 0.05
+        if mixed or (used != want).any():
+            heads = sorted({int(x) - 1 for x in used.flatten().tolist()})
+            what = f"a mix of kv heads (values {vals.min():.3g}..{vals.max():.3g})" if mixed else f"kv head(s) {heads}"
+            wrong.append(f"query head {h} used {what}, expected kv head {want - 1}")
+    if not wrong:
+        return ProbeResult("ok", f"all {case.hq} query heads read kv head h // {case.group}", 0, case.hq)
+    return ProbeResult(
+        "mismatch",
+        f"{len(wrong)} of {case.hq} query heads read the wrong kv head. " + "; ".join(wrong[:4]),
+        len(wrong),
+        case.hq,
+    )
+
+
+def run_mask_probe(case: Case, run: RunFn, device: torch.device | str, max_passes: int = DEFAULT_MAX_PASSES) -> ProbeResult:
+    passes = mask_passes(case)
+    if passes > max_passes:
+        return ProbeResult(
+            "not_run",
+            f"needs {passes} passes (max Sk {max(case.k_lens)} / d {case.head_dim}); limit is {max_passes}",
+        )
+    outs = [run(mask_probe_inputs(case, p, device)) for p in range(passes)]
+    return decode_mask(case, outs)
+
+
+def run_gqa_probe(case: Case, run: RunFn, device: torch.device | str) -> ProbeResult:
+    if case.hkv == 1:
+        return ProbeResult("n/a", "one kv head (MQA): nothing to map")
+    return decode_gqa(case, run(gqa_probe_inputs(case, device)))

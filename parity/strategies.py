@@ -1,0 +1,253 @@
+"""hypothesis strategies for attention cases, and the curated edge cases every sweep runs.
+
+Public entry points:
+
+* :func:`cases` - a strategy of :class:`parity.Case` (lengths including decode ``Sq = 1``,
+  chunked prefill ``Sq < Sk``, ``Sq > Sk``, lengths just below / at / above the window,
+  window edges ``0, 1, S-1, S, S+1``, unbounded, one- and two-sided, top-left alignment,
+  MHA / GQA / MQA with non-power-of-two ratios, odd head dims, softcap on and off);
+* :func:`edge_cases` - a fixed list, one case per known trap
+  (see ``shared/design/window-semantics.md``);
+* :data:`PROFILES` and :func:`profile` - quick (CI) / default / thorough, chosen by
+  ``--profile`` or the ``PARITY_PROFILE`` environment variable;
+* :func:`generate` - what ``python -m parity run`` sweeps: the edge cases, then
+  hypothesis-drawn cases for the profile and seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+
+from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import seed as hyp_seed
+from hypothesis import strategies as st
+
+from .case import Case
+from .window import Align, SpecError, Window
+
+ALL_DTYPES = ("float32", "float16", "bfloat16")
+HEAD_DIMS = (16, 32, 64, 128)
+ODD_HEAD_DIMS = (24, 40, 72, 80, 96, 33)
+SOFTCAPS = (1.0, 5.0, 30.0)
+CASE_FAMILIES = ("dense", "varlen", "decode", "chunked", "prefill_long_q")
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    name: str
+    examples: int  # hypothesis-drawn cases per sweep / examples per property test
+    max_len: int  # longest sequence drawn
+    max_batch: int
+    odd_head_dims: bool
+    deadline_ms: int | None = None
+
+
+PROFILES: dict[str, Profile] = {
+    "quick": Profile("quick", examples=30, max_len=160, max_batch=3, odd_head_dims=True),
+    "default": Profile("default", examples=150, max_len=600, max_batch=4, odd_head_dims=True),
+    "thorough": Profile("thorough", examples=800, max_len=2048, max_batch=6, odd_head_dims=True),
+}
+
+ENV_VAR = "PARITY_PROFILE"
+
+
+def profile(name: str | None = None) -> Profile:
+    """The named profile, else ``$PARITY_PROFILE``, else ``default``."""
+    chosen = name or os.environ.get(ENV_VAR) or "default"
+    if chosen not in PROFILES:
+        raise ValueError(f"unknown profile {chosen!r}; choose one of {sorted(PROFILES)} (--profile or ${ENV_VAR})")
+    return PROFILES[chosen]
+
+
+def _edge_values(s: int) -> st.SearchStrategy[int]:
+    """Window sides clustered on the values where off-by-one bugs live."""
+    specials = sorted({0, 1, max(s - 1, 0), s, s + 1})
+    return st.one_of(st.sampled_from(specials), st.integers(0, 2 * s + 2))
+
+
+WINDOW_KINDS = ("local", "local", "local", "two_sided", "causal", "right_only", "full", "tokens")
+
+
+@st.composite
+def windows(draw: st.DrawFn, s: int, kinds: Sequence[str] = WINDOW_KINDS) -> Window:
+    """A window whose edges sit near a length ``s`` of the case."""
+    kind = draw(st.sampled_from(list(kinds)))
+    align: Align = draw(st.sampled_from(["bottom_right"] * 5 + ["top_left"]))  # type: ignore[assignment]
+    if kind == "local":
+        return Window(draw(_edge_values(s)), 0, align)
+    if kind == "tokens":
+        return Window.tokens(draw(_edge_values(s)) + 1, align)
+    if kind == "two_sided":
+        return Window(draw(_edge_values(s)), draw(_edge_values(s)), align)
+    if kind == "causal":
+        return Window.causal(align)
+    if kind == "right_only":
+        return Window(None, draw(_edge_values(s)), align)
+    return Window.full()
+
+
+@st.composite
+def head_layouts(draw: st.DrawFn) -> tuple[int, int]:
+    """``(hq, hkv)``: MHA, GQA (including ratios 3 and 6) and MQA."""
+    hkv = draw(st.sampled_from([1, 1, 2, 2, 3, 4]))
+    group = draw(st.sampled_from([1, 2, 3, 4, 6, 8]))
+    return hkv * group, hkv
+
+
+@st.composite
+def lengths(draw: st.DrawFn, family: str, max_len: int, max_batch: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    size = st.integers(1, max_len)
+    if family == "dense":
+        b = draw(st.integers(1, max_batch))
+        s = draw(size)
+        return (s,) * b, (s,) * b
+    if family == "varlen":
+        b = draw(st.integers(2, max_batch))
+        ks = [draw(size) for _ in range(b)]
+        qs = [k if draw(st.booleans()) else draw(st.integers(1, k)) for k in ks]
+        return tuple(qs), tuple(ks)
+    if family == "decode":
+        b = draw(st.integers(1, max_batch))
+        sq = draw(st.sampled_from([1, 1, 1, 2, 4]))
+        sk = draw(st.integers(sq, max(sq, max_len)))
+        return (sq,) * b, (sk,) * b
+    if family == "chunked":
+        b = draw(st.integers(1, max_batch))
+        sk = draw(st.integers(2, max(2, max_len)))
+        sq = draw(st.integers(1, sk - 1))
+        return (sq,) * b, (sk,) * b
+    # prefill_long_q: more queries than keys (leading rows can be fully masked)
+    b = draw(st.integers(1, max_batch))
+    sq = draw(st.integers(2, max(2, max_len)))
+    sk = draw(st.integers(1, sq - 1))
+    return (sq,) * b, (sk,) * b
+
+
+@st.composite
+def cases(
+    draw: st.DrawFn,
+    dtypes: Sequence[str] = ALL_DTYPES,
+    families: Sequence[str] = CASE_FAMILIES,
+    max_len: int = 160,
+    max_batch: int = 3,
+    head_dims: Sequence[int] = HEAD_DIMS + ODD_HEAD_DIMS,
+    softcap: bool = True,
+    page_sizes: Sequence[int] = (),
+    window_kinds: Sequence[str] = WINDOW_KINDS,
+) -> Case:
+    """A random valid :class:`Case` (see the module docstring for what is covered)."""
+    family = draw(st.sampled_from(list(families)))
+    q_lens, k_lens = draw(lengths(family, max_len, max_batch))
+    hq, hkv = draw(head_layouts())
+    near = draw(st.sampled_from([max(k_lens), min(k_lens), max(q_lens), min(q_lens)]))
+    window = draw(windows(near, window_kinds))
+    cap = draw(st.sampled_from([None, None, *SOFTCAPS])) if softcap else None
+    scale = draw(st.sampled_from([None, None, None, 0.5, 0.05]))
+    page = draw(st.sampled_from([None, *page_sizes])) if page_sizes else None
+    try:
+        return Case(
+            q_lens=q_lens,
+            k_lens=k_lens,
+            hq=hq,
+            hkv=hkv,
+            head_dim=draw(st.sampled_from(list(head_dims))),
+            dtype=draw(st.sampled_from(list(dtypes))),
+            window=window,
+            scale=scale,
+            softcap=cap,
+            page_size=page,
+            seed=draw(st.integers(0, 2**31 - 1)),
+        )
+    except SpecError:
+        assume(False)
+        raise  # unreachable: assume(False) aborts the example
+
+
+def edge_cases(dtypes: Sequence[str] = ALL_DTYPES) -> list[Case]:
+    """One case per known trap, in every requested dtype."""
+    W = Window
+    templates: list[dict] = [
+        # window W tokens on a dense prefill longer than W: W vs W-1 vs W+1
+        dict(q_lens=(64,), k_lens=(64,), hq=4, hkv=4, head_dim=64, window=W.tokens(16)),
+        # self only, and one key back
+        dict(q_lens=(33,), k_lens=(33,), hq=2, hkv=2, head_dim=32, window=W(0, 0)),
+        dict(q_lens=(33,), k_lens=(33,), hq=2, hkv=1, head_dim=32, window=W(1, 0)),
+        # (W, W) bidirectional vs causal
+        dict(q_lens=(48,), k_lens=(48,), hq=4, hkv=2, head_dim=64, window=W(8, 8)),
+        # decode against a cache longer than the window: window dropped in decode
+        dict(q_lens=(1, 1), k_lens=(100, 37), hq=8, hkv=2, head_dim=64, window=W.tokens(16)),
+        # small-Sq decode (speculative / multi-token)
+        dict(q_lens=(4,), k_lens=(90,), hq=6, hkv=2, head_dim=64, window=W(20, 0)),
+        # chunked prefill, bottom-right alignment matters
+        dict(q_lens=(16,), k_lens=(80,), hq=4, hkv=1, head_dim=64, window=W.tokens(24)),
+        # top-left alignment with Sq != Sk
+        dict(q_lens=(16,), k_lens=(40,), hq=2, hkv=2, head_dim=32, window=W(None, 0, "top_left")),
+        dict(q_lens=(16,), k_lens=(40,), hq=2, hkv=2, head_dim=32, window=W(5, 0, "top_left")),
+        # Sq > Sk: leading rows see no key (must output 0, not NaN or mean(V))
+        dict(q_lens=(40,), k_lens=(24,), hq=4, hkv=4, head_dim=32, window=W.causal()),
+        dict(q_lens=(40,), k_lens=(24,), hq=4, hkv=2, head_dim=32, window=W(8, 0)),
+        # varlen packed batch
+        dict(q_lens=(30, 7, 64), k_lens=(30, 7, 64), hq=4, hkv=2, head_dim=64, window=W(12, 0)),
+        dict(q_lens=(5, 17, 1), k_lens=(50, 17, 29), hq=3, hkv=1, head_dim=32, window=W(9, 0)),
+        # window edges at S-1, S, S+1 (window wider than the sequence)
+        dict(q_lens=(40,), k_lens=(40,), hq=2, hkv=2, head_dim=32, window=W(39, 0)),
+        dict(q_lens=(40,), k_lens=(40,), hq=2, hkv=2, head_dim=32, window=W(40, 0)),
+        dict(q_lens=(40,), k_lens=(40,), hq=2, hkv=2, head_dim=32, window=W(41, 0)),
+        # unbounded sides: sentinel confusion (None vs -1 vs 0)
+        dict(q_lens=(40,), k_lens=(40,), hq=2, hkv=2, head_dim=32, window=W.causal()),
+        dict(q_lens=(40,), k_lens=(40,), hq=2, hkv=2, head_dim=32, window=W(None, 6)),
+        dict(q_lens=(40,), k_lens=(40,), hq=2, hkv=2, head_dim=32, window=W(6, None)),
+        dict(q_lens=(40,), k_lens=(40,), hq=2, hkv=2, head_dim=32, window=W.full()),
+        # GQA with a non-power-of-two ratio, MQA
+        dict(q_lens=(50,), k_lens=(50,), hq=12, hkv=4, head_dim=32, window=W(10, 0)),
+        dict(q_lens=(50,), k_lens=(50,), hq=4, hkv=1, head_dim=32, window=W(10, 0)),
+        # softcap, small (masking order visible) and Gemma-like
+        dict(q_lens=(48,), k_lens=(48,), hq=4, hkv=2, head_dim=64, window=W(10, 0), softcap=1.0),
+        dict(q_lens=(48,), k_lens=(48,), hq=4, hkv=2, head_dim=64, window=W(10, 0), softcap=30.0),
+        # explicit softmax scale
+        dict(q_lens=(48,), k_lens=(48,), hq=4, hkv=2, head_dim=64, window=W(10, 0), scale=0.5),
+        # odd head dim
+        dict(q_lens=(37,), k_lens=(37,), hq=2, hkv=1, head_dim=40, window=W(7, 0)),
+    ]
+    out = []
+    for n, t in enumerate(templates):
+        for dt in dtypes:
+            out.append(Case(dtype=dt, seed=1000 + n, **t))
+    return out
+
+
+def draw_cases(strategy: st.SearchStrategy[Case], n: int, seed: int) -> list[Case]:
+    """``n`` cases drawn by hypothesis, deterministic for a given ``seed``; duplicates dropped."""
+    drawn: list[Case] = []
+
+    @settings(
+        max_examples=n,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+    )
+    @hyp_seed(seed)
+    @given(strategy)
+    def collect(case: Case) -> None:
+        drawn.append(case)
+
+    collect()
+    seen: set[str] = set()
+    unique = []
+    for c in drawn:
+        if c.case_id not in seen:
+            seen.add(c.case_id)
+            unique.append(c)
+    return unique
+
+
+def generate(prof: Profile, seed: int = 0, dtypes: Sequence[str] = ALL_DTYPES) -> list[Case]:
+    """The sweep's cases: every edge case, then ``prof.examples`` drawn ones."""
+    dims = HEAD_DIMS + (ODD_HEAD_DIMS if prof.odd_head_dims else ())
+    strat = cases(dtypes=dtypes, max_len=prof.max_len, max_batch=prof.max_batch, head_dims=dims)
+    fixed = edge_cases(dtypes)
+    ids = {c.case_id for c in fixed}
+    return fixed + [c for c in draw_cases(strat, prof.examples, seed) if c.case_id not in ids]

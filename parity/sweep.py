@@ -1,0 +1,394 @@
+"""The parity sweep: cases x backends -> one verdict row each, written as it is produced.
+
+Verdicts:
+
+===============  =============================================================
+``pass``         ran; within the error budget; exact mask and GQA probes agree
+``fail``         ran; at least one reason in ``reasons`` (see :mod:`parity.verdict`)
+``unsupported``  the backend declined the case (``detail`` says why)
+``unavailable``  the backend cannot run here at all (``detail`` says why)
+``error``        the backend raised, or broke the interface
+``crash``        the worker process died (signal, abort, out of memory)
+``timeout``      no answer within the per-case timeout
+===============  =============================================================
+
+Only ``pass`` is a pass. Rows are appended to ``results.csv`` and flushed one by one,
+so an interrupted run keeps every finished row, and ``resume=True`` skips them.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .case import Case, make_inputs
+from .maskcheck import DEFAULT_MAX_PASSES
+from .reference import attention_reference
+from .verdict import BUDGETS, Baseline, Budget, compare, make_baseline
+
+COLUMNS = [
+    "backend",
+    "backend_name",
+    "case_id",
+    "family",
+    "dtype",
+    "layout",
+    "hq",
+    "hkv",
+    "head_dim",
+    "batch",
+    "q_lens",
+    "k_lens",
+    "window_left",
+    "window_right",
+    "align",
+    "softcap",
+    "scale",
+    "page_size",
+    "seed",
+    "verdict",
+    "reasons",
+    "max_abs_err",
+    "max_rel_err",
+    "mean_abs_err",
+    "err_ratio",
+    "budget_frac",
+    "mismatch_pct",
+    "threshold_max",
+    "baseline_max",
+    "baseline_mean",
+    "nan_count",
+    "inf_count",
+    "nan_masked_rows",
+    "unwritten",
+    "mask_check",
+    "mask_detail",
+    "gqa_check",
+    "gqa_detail",
+    "worst_seq",
+    "worst_head",
+    "worst_row",
+    "worst_left_edge",
+    "worst_where",
+    "time_ms",
+    "detail",
+    "repro",
+    "case_json",
+]
+
+RUN_VERDICTS = ("pass", "fail", "error", "crash", "timeout")
+FAIL_VERDICTS = ("fail", "error", "crash", "timeout")
+
+
+def case_columns(case: Case) -> dict[str, Any]:
+    return {
+        "case_id": case.case_id,
+        "family": case.family,
+        "dtype": case.dtype,
+        "layout": case.layout,
+        "hq": case.hq,
+        "hkv": case.hkv,
+        "head_dim": case.head_dim,
+        "batch": case.batch,
+        "q_lens": " ".join(map(str, case.q_lens)),
+        "k_lens": " ".join(map(str, case.k_lens)),
+        "window_left": "" if case.window.left is None else case.window.left,
+        "window_right": "" if case.window.right is None else case.window.right,
+        "align": case.window.align,
+        "softcap": "" if case.softcap is None else case.softcap,
+        "scale": "" if case.scale is None else case.scale,
+        "page_size": "" if case.page_size is None else case.page_size,
+        "seed": case.seed,
+        "case_json": case.to_json(),
+    }
+
+
+class BaselineCache:
+    """Reference and same-dtype baseline, computed once per case for all backends."""
+
+    def __init__(self, device: str = "cpu", keep: int = 64):
+        self.device = device
+        self.keep = keep
+        self._cache: dict[str, Baseline] = {}  # insertion-ordered: oldest evicted first
+        self.seconds = 0.0
+
+    def get(self, case: Case) -> Baseline:
+        hit = self._cache.get(case.case_id)
+        if hit is not None:
+            return hit
+        t0 = time.perf_counter()
+        inputs = make_inputs(case, self.device)
+        ref = attention_reference(inputs, torch.float64)  # (total_q, hq, d)
+        same = attention_reference(inputs, case.torch_dtype)  # (total_q, hq, d)
+        base = make_baseline(case, ref, same)
+        if len(self._cache) >= self.keep:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[case.case_id] = base
+        self.seconds += time.perf_counter() - t0
+        return base
+
+
+def judge(
+    case: Case,
+    spec: str,
+    info: dict[str, Any],
+    res: dict[str, Any],
+    baselines: BaselineCache,
+    budgets: dict[str, Budget],
+) -> dict[str, Any]:
+    """Turn one execution result into a results row."""
+    row: dict[str, Any] = {c: "" for c in COLUMNS}
+    row.update(case_columns(case))
+    row["backend"] = spec
+    row["backend_name"] = info.get("name", spec)
+    row["repro"] = case.repro(spec)
+    status = res.get("status")
+    if status != "ok":
+        row["verdict"] = status if status in ("unsupported", "error", "crash", "timeout") else "error"
+        row["detail"] = res.get("detail", "")
+        return row
+    base = baselines.get(case)
+    cmp = compare(case, res["output"], base, budgets[case.dtype], res.get("unwritten"))
+    reasons = list(cmp.reasons)
+    mask = res.get("mask") or {"status": "not_run", "detail": "probes disabled"}
+    gqa = res.get("gqa") or {"status": "not_run", "detail": "probes disabled"}
+    if mask["status"] == "mismatch":
+        reasons.append("mask")
+    if gqa["status"] == "mismatch":
+        reasons.append("gqa")
+    w = cmp.worst
+    row.update(
+        {
+            "verdict": "fail" if reasons else "pass",
+            "reasons": " ".join(reasons),
+            "max_abs_err": f"{cmp.max_abs_err:.6g}",
+            "max_rel_err": f"{cmp.max_rel_err:.6g}",
+            "mean_abs_err": f"{cmp.mean_abs_err:.6g}",
+            "err_ratio": f"{cmp.err_ratio:.4g}",
+            "budget_frac": f"{cmp.budget_frac:.4g}",
+            "mismatch_pct": f"{cmp.mismatch_pct:.4g}",
+            "threshold_max": f"{cmp.threshold_max:.6g}",
+            "baseline_max": f"{cmp.baseline_max:.6g}",
+            "baseline_mean": f"{cmp.baseline_mean:.6g}",
+            "nan_count": cmp.nan_count,
+            "inf_count": cmp.inf_count,
+            "nan_masked_rows": cmp.nan_masked_rows,
+            "unwritten": "n/a" if cmp.unwritten is None else cmp.unwritten,
+            "mask_check": mask["status"],
+            "mask_detail": mask["detail"],
+            "gqa_check": gqa["status"],
+            "gqa_detail": gqa["detail"],
+            "worst_seq": w.get("seq", ""),
+            "worst_head": w.get("head", ""),
+            "worst_row": w.get("row", ""),
+            "worst_left_edge": "" if w.get("left_edge") is None else w["left_edge"],
+            "worst_where": cmp.worst_text(),
+            "time_ms": f"{res.get('time_ms', 0.0):.4g}",
+        }
+    )
+    row["_mask_image"] = mask.get("image")
+    row["_comparison"] = cmp
+    return row
+
+
+class ResultsWriter:
+    """Appends rows to ``DIR/results.csv`` (flushed per row) and mask images to ``masks.jsonl``."""
+
+    def __init__(self, out_dir: Path, resume: bool = False):
+        self.dir = out_dir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / "results.csv"
+        self.done: set[tuple[str, str]] = set()
+        mode = "w"
+        if resume and self.path.exists():
+            with self.path.open(newline="") as fh:
+                for r in csv.DictReader(fh):
+                    self.done.add((r["backend"], r["case_id"]))
+            mode = "a"
+        self._fh = self.path.open(mode, newline="")
+        self._csv = csv.DictWriter(self._fh, fieldnames=COLUMNS, extrasaction="ignore")
+        if mode == "w":
+            self._csv.writeheader()
+            self._fh.flush()
+        self._masks = (self.dir / "masks.jsonl").open("a" if resume else "w")
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._csv.writerow(row)
+        self._fh.flush()
+        if row.get("_mask_image"):
+            self._masks.write(json.dumps({"backend": row["backend"], "case_id": row["case_id"], **row["_mask_image"]}) + "\n")
+            self._masks.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+        self._masks.close()
+
+
+class Progress:
+    """A one-line progress bar on a terminal, periodic lines otherwise."""
+
+    def __init__(self, total: int, stream=sys.stderr, enabled: bool = True):
+        self.total, self.n, self.stream = total, 0, stream
+        self.enabled = enabled
+        self.tty = enabled and hasattr(stream, "isatty") and stream.isatty()
+        self.t0 = time.monotonic()
+        self.last = 0.0
+        self.counts: dict[str, int] = {}
+
+    def update(self, verdict: str, label: str) -> None:
+        self.n += 1
+        self.counts[verdict] = self.counts.get(verdict, 0) + 1
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not self.tty and now - self.last < 10 and self.n != self.total:
+            return
+        self.last = now
+        frac = self.n / max(self.total, 1)
+        bar = "#" * int(frac * 24)
+        counts = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
+        line = f"[{bar:<24}] {self.n}/{self.total} {now - self.t0:5.0f}s {counts} {label[:40]}"
+        if self.tty:
+            self.stream.write("\r" + line[:150].ljust(150))
+            if self.n == self.total:
+                self.stream.write("\n")
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+@dataclasses.dataclass
+class SweepResult:
+    rows: list[dict[str, Any]]
+    infos: dict[str, dict[str, Any]]
+    seconds: float
+    reference_seconds: float
+    out_dir: Path | None
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        table: dict[str, dict[str, int]] = {}
+        for r in self.rows:
+            table.setdefault(r["backend"], {}).setdefault(r["verdict"], 0)
+            table[r["backend"]][r["verdict"]] += 1
+        return table
+
+    @property
+    def failed(self) -> bool:
+        return any(r["verdict"] in FAIL_VERDICTS for r in self.rows)
+
+
+def make_executor(spec: str, isolate: bool, **kw: Any):
+    from .execute import InlineExecutor, ProcessExecutor
+
+    if isolate:
+        return ProcessExecutor(spec, **kw)
+    kw.pop("timeout", None)
+    kw.pop("log_path", None)
+    kw.pop("extra_path", None)
+    kw.pop("env", None)
+    return InlineExecutor(spec, **kw)
+
+
+def run_sweep(
+    specs: Iterable[str],
+    cases: list[Case],
+    out_dir: Path | None = None,
+    isolate: bool = True,
+    probes: bool = True,
+    max_passes: int = DEFAULT_MAX_PASSES,
+    timeout: float = 300.0,
+    budgets: dict[str, Budget] | None = None,
+    reference_device: str = "cpu",
+    resume: bool = False,
+    progress: bool = True,
+    repeats: int = 1,
+    worker_paths: dict[str, list[str]] | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> SweepResult:
+    """Run every case on every backend; see the module docstring for the verdicts."""
+    budgets = budgets or BUDGETS
+    specs = list(dict.fromkeys(specs))
+    writer = ResultsWriter(out_dir, resume) if out_dir else None
+    baselines = BaselineCache(reference_device)
+    rows: list[dict[str, Any]] = []
+    infos: dict[str, dict[str, Any]] = {}
+    t0 = time.perf_counter()
+    bar = Progress(len(specs) * len(cases), enabled=progress)
+    executors: dict[str, Any] = {}
+    try:
+        for spec in specs:
+            log = out_dir / "logs" / f"{_safe(spec)}.log" if out_dir else None
+            if log:
+                log.parent.mkdir(parents=True, exist_ok=True)
+            executors[spec] = make_executor(
+                spec,
+                isolate,
+                probes=probes,
+                max_passes=max_passes,
+                repeats=repeats,
+                timeout=timeout,
+                log_path=log,
+                extra_path=(worker_paths or {}).get(spec),
+            )
+            infos[spec] = executors[spec].info
+        # cases outer, backends inner: each case's reference is computed once, for all
+        for case in cases:
+            for spec, ex in executors.items():
+                info = infos[spec]
+                if writer and (spec, case.case_id) in writer.done:
+                    bar.update("skipped", spec)
+                    continue
+                if info.get("unavailable"):
+                    row = {c: "" for c in COLUMNS}
+                    row.update(case_columns(case))
+                    row.update(
+                        backend=spec,
+                        backend_name=info.get("name", spec),
+                        verdict="unavailable",
+                        detail=info["unavailable"],
+                        repro=case.repro(spec),
+                    )
+                else:
+                    res = ex.run(case)
+                    row = judge(case, spec, info, res, baselines, budgets)
+                rows.append(row)
+                if writer:
+                    writer.write(row)
+                if on_row:
+                    on_row(row)
+                bar.update(row["verdict"], f"{spec} {case.summary()}")
+    finally:
+        for ex in executors.values():
+            ex.close()
+        if writer:
+            writer.close()
+    return SweepResult(rows, infos, time.perf_counter() - t0, baselines.seconds, out_dir)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def summary_table(result: SweepResult) -> str:
+    """A fixed-width summary: one line per backend."""
+    cols = ["pass", "fail", "error", "crash", "timeout", "unsupported", "unavailable"]
+    head = f"{'backend':<28}" + "".join(f"{c:>12}" for c in cols) + f"{'worst ratio':>13}"
+    lines = [head, "-" * len(head)]
+    counts = result.counts()
+    for spec in result.infos:
+        c = counts.get(spec, {})
+        ratios = [float(r["err_ratio"]) for r in result.rows if r["backend"] == spec and r.get("err_ratio") not in ("", None)]
+        worst = f"{max(ratios):.3g}" if ratios else "-"
+        lines.append(f"{spec:<28}" + "".join(f"{c.get(k, 0):>12}" for k in cols) + f"{worst:>13}")
+    for spec, info in result.infos.items():
+        if info.get("unavailable"):
+            lines.append(f"  {spec}: unavailable: {info['unavailable']}")
+    return "\n".join(lines)

@@ -1,0 +1,251 @@
+"""Error budget and the numeric comparison of one backend output with the reference.
+
+The budget follows flash-attn's test suite: the same naive computation run in the
+case's own dtype (the *baseline*) shows how much error that dtype costs an honest
+implementation. A backend passes the numeric part when
+
+    max_abs_err  <= k_max  * baseline_max_abs  + floor_max
+    mean_abs_err <= k_mean * baseline_mean_abs + floor_mean
+
+with ``floor_max = max(abs_floor, 2 * rounding)``, ``rounding`` being the largest
+error of the float64 reference merely rounded to the dtype (no backend can beat
+that). ``k_max``, ``k_mean`` and the floors live in :data:`BUDGETS`, one row per
+dtype, and can be overridden (``--budget bfloat16.k_max=3``).
+
+Failure reasons a comparison can give (several may hold at once):
+
+=====================  ==========================================================
+``max_err``            max-abs error over budget
+``mean_err``           mean-abs error over budget
+``nan`` / ``inf``      non-finite values where the reference is finite
+``nan_masked_rows``    NaN in rows that see no key (the contract says 0)
+``unwritten``          elements of the poisoned output buffer left untouched
+``mask``               the exact mask probe saw other keys than the spec allows
+``gqa``                a query head read another kv head than ``h // (hq // hkv)``
+=====================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+
+from .case import Case
+
+#: Poison written into output buffers before a backend runs; no attention output can
+#: equal it (outputs are convex combinations of V, and V is standard normal).
+POISON = -30000.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    k_max: float = 2.0
+    k_mean: float = 1.5
+    abs_floor: float = 1e-5
+    mean_floor: float = 1e-6
+    rel_floor: float = 1e-2  # denominator floor for the relative error
+
+    def replace(self, **kw: float) -> Budget:
+        return dataclasses.replace(self, **kw)
+
+
+BUDGETS: dict[str, Budget] = {
+    "float32": Budget(k_max=2.0, k_mean=1.5, abs_floor=1e-5, mean_floor=1e-6, rel_floor=1e-3),
+    "float16": Budget(k_max=2.0, k_mean=1.5, abs_floor=1e-4, mean_floor=1e-5, rel_floor=1e-2),
+    "bfloat16": Budget(k_max=2.0, k_mean=1.5, abs_floor=1e-3, mean_floor=1e-4, rel_floor=1e-2),
+}
+
+
+def budgets_with(overrides: list[str] | None) -> dict[str, Budget]:
+    """Apply ``dtype.field=value`` overrides to a copy of :data:`BUDGETS`."""
+    table = dict(BUDGETS)
+    fields = {f.name for f in dataclasses.fields(Budget)}
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        dtype, dot, field = key.partition(".")
+        if not sep or not dot:
+            raise ValueError(f"--budget wants DTYPE.FIELD=VALUE, got {item!r}")
+        if dtype not in table:
+            raise ValueError(f"--budget: unknown dtype {dtype!r}; known: {sorted(table)}")
+        if field not in fields:
+            raise ValueError(f"--budget: unknown field {field!r}; known: {sorted(fields)}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"--budget: {item!r}: {value!r} is not a number") from None
+        if not math.isfinite(number) or number < 0:
+            raise ValueError(f"--budget: {item!r}: value must be a finite number >= 0")
+        table[dtype] = table[dtype].replace(**{field: number})
+    return table
+
+
+@dataclasses.dataclass
+class Baseline:
+    """Per-case figures shared by every backend: computed once per case."""
+
+    ref: torch.Tensor  # (total_q, hq, d) float64
+    baseline_max: float
+    baseline_mean: float
+    rounding_max: float
+    empty_rows: torch.Tensor  # (total_q,) bool: rows that see no key
+
+
+def make_baseline(case: Case, ref: torch.Tensor, same_dtype: torch.Tensor) -> Baseline:
+    base_err = (same_dtype.to(torch.float64) - ref).abs()  # (total_q, hq, d)
+    rounding = (ref.to(case.torch_dtype).to(torch.float64) - ref).abs()  # (total_q, hq, d)
+    empty = []
+    for sq, sk in zip(case.q_lens, case.k_lens):
+        lo, hi = case.window.band(sq, sk)
+        empty.append(lo > hi)
+    return Baseline(
+        ref=ref,
+        baseline_max=float(base_err.max()) if base_err.numel() else 0.0,
+        baseline_mean=float(base_err.mean()) if base_err.numel() else 0.0,
+        rounding_max=float(rounding.max()) if rounding.numel() else 0.0,
+        empty_rows=torch.cat(empty).to(ref.device),
+    )
+
+
+def locate(case: Case, flat_row: int) -> dict[str, Any]:
+    """Where a packed query row sits: sequence, row, its band and the window edges."""
+    cq, _ = case.cu_seqlens()
+    b = max(i for i in range(case.batch) if cq[i] <= flat_row)
+    i = flat_row - cq[b]
+    sq, sk = case.q_lens[b], case.k_lens[b]
+    w = case.window
+    d = w.offset(sq, sk)
+    lo, hi = w.band(sq, sk)
+    left_edge = None if w.left is None else i + d - w.left
+    right_edge = None if w.right is None else i + d + w.right
+    return {
+        "seq": b,
+        "row": i,
+        "sq": sq,
+        "sk": sk,
+        "lo": int(lo[i]),
+        "hi": int(hi[i]),
+        "left_edge": left_edge,
+        "right_edge": right_edge,
+    }
+
+
+def describe_position(case: Case, flat_row: int) -> str:
+    p = locate(case, flat_row)
+    n = p["hi"] - p["lo"] + 1
+    band = f"keys {p['lo']}..{p['hi']} visible" if n > 0 else "no key visible"
+    if p["left_edge"] is None:
+        edge = "left side unbounded"
+    elif p["left_edge"] < 0:
+        edge = f"window still filling ({-p['left_edge']} key(s) short of full, left edge clipped at 0)"
+    else:
+        edge = f"window full, left edge at key {p['left_edge']}"
+    return f"seq {p['seq']} row {p['row']} (Sq={p['sq']}, Sk={p['sk']}): {band}; {edge}"
+
+
+@dataclasses.dataclass
+class Comparison:
+    max_abs_err: float
+    max_rel_err: float
+    mean_abs_err: float
+    err_ratio: float  # max_abs_err / max(baseline_max, abs_floor)
+    budget_frac: float  # max_abs_err / its threshold; <= 1 passes
+    mismatch_pct: float  # % of elements whose error exceeds the max-abs threshold
+    threshold_max: float
+    threshold_mean: float
+    baseline_max: float
+    baseline_mean: float
+    nan_count: int
+    inf_count: int
+    nan_masked_rows: int
+    unwritten: int | None  # None: the backend returned its own buffer
+    worst: dict[str, Any]
+    reasons: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.reasons
+
+    def worst_text(self) -> str:
+        w = self.worst
+        if not w:
+            return "no finite element to compare"
+        return (
+            f"worst |err| {w['err']:.3g} at head {w['head']} dim {w['dim']}, "
+            f"{w['where']}: got {w['got']:.6g}, want {w['want']:.6g}"
+        )
+
+
+def compare(
+    case: Case,
+    out: torch.Tensor,
+    base: Baseline,
+    budget: Budget,
+    unwritten: int | None = None,
+) -> Comparison:
+    """Measure ``out`` (any float dtype, packed layout) against the float64 reference."""
+    ref = base.ref
+    got = out.to(device=ref.device, dtype=torch.float64)  # (total_q, hq, d)
+    finite = torch.isfinite(got)
+    nan = torch.isnan(got)
+    nan_count = int(nan.sum())
+    inf_count = int((~finite & ~nan).sum())
+    empty = base.empty_rows[:, None, None].expand_as(got)  # (total_q, hq, d)
+    nan_masked = int((nan & empty).sum())
+    err = torch.where(finite, (got - ref).abs(), torch.zeros_like(ref))  # (total_q, hq, d)
+    floor_max = max(budget.abs_floor, 2.0 * base.rounding_max)
+    thr_max = budget.k_max * base.baseline_max + floor_max
+    thr_mean = budget.k_mean * base.baseline_mean + budget.mean_floor
+    n = err.numel()
+    max_abs = float(err.max()) if n else 0.0
+    mean_abs = float(err.mean()) if n else 0.0
+    rel = err / ref.abs().clamp(min=budget.rel_floor)
+    max_rel = float(rel.max()) if n else 0.0
+    mismatch = float((err > thr_max).sum()) / max(n, 1) * 100.0
+    worst: dict[str, Any] = {}
+    if n:
+        idx = int(err.argmax())
+        t, h, c = idx // (case.hq * case.head_dim), (idx // case.head_dim) % case.hq, idx % case.head_dim
+        loc = locate(case, t)
+        worst = {
+            **loc,
+            "head": h,
+            "dim": c,
+            "err": float(err[t, h, c]),
+            "got": float(got[t, h, c]),
+            "want": float(ref[t, h, c]),
+            "where": describe_position(case, t),
+        }
+    reasons = []
+    if max_abs > thr_max:
+        reasons.append("max_err")
+    if mean_abs > thr_mean:
+        reasons.append("mean_err")
+    if nan_masked:
+        reasons.append("nan_masked_rows")
+    if nan_count > nan_masked:
+        reasons.append("nan")
+    if inf_count:
+        reasons.append("inf")
+    if unwritten:
+        reasons.append("unwritten")
+    return Comparison(
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
+        mean_abs_err=mean_abs,
+        err_ratio=max_abs / max(base.baseline_max, budget.abs_floor),
+        budget_frac=max_abs / thr_max if thr_max > 0 else math.inf,
+        mismatch_pct=mismatch,
+        threshold_max=thr_max,
+        threshold_mean=thr_mean,
+        baseline_max=base.baseline_max,
+        baseline_mean=base.baseline_mean,
+        nan_count=nan_count,
+        inf_count=inf_count,
+        nan_masked_rows=nan_masked,
+        unwritten=unwritten,
+        worst=worst,
+        reasons=reasons,
+    )

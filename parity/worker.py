@@ -1,0 +1,53 @@
+"""Worker process: ``python -m parity.worker``, driven by :class:`parity.execute.ProcessExecutor`.
+
+Reads length-prefixed pickled requests on stdin and answers on the original stdout;
+the backend's own prints are sent to stderr (the run's log) so they cannot corrupt
+the channel.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> int:
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything the backend prints goes to the log
+    sys.stdout = sys.stderr
+    proto_in = sys.stdin.buffer
+
+    from .case import Case
+    from .execute import backend_info, execute, recv, send
+
+    backend = None
+    while True:
+        try:
+            req = recv(proto_in.fileno())
+        except EOFError:
+            return 0
+        op = req.get("op")
+        if op == "exit":
+            return 0
+        if op == "init":
+            try:
+                from . import backends
+
+                info = backend_info(req["spec"])
+                backend = backends.get(req["spec"])
+                send(proto_out, {"status": "ok", "info": info})
+            except Exception as exc:  # noqa: BLE001
+                send(proto_out, {"status": "error", "detail": f"{type(exc).__name__}: {exc}", "fatal": True})
+            continue
+        if op == "run":
+            if backend is None:
+                send(proto_out, {"status": "error", "detail": "worker has no backend"})
+                continue
+            case = Case.from_json(req["case"])
+            send(proto_out, execute(backend, case, req["probes"], req["max_passes"], req.get("repeats", 1)))
+            continue
+        send(proto_out, {"status": "error", "detail": f"unknown op {op!r}"})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Deliberately wrong backends used by the core tests (the full planted-bug suite is parity.selftest)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from parity import Backend, Case, Inputs, Window
+from parity.reference import attention_reference
+
+
+class _Wrapped(Backend):
+    """Runs the float64 reference on a modified case: the classic way a window bug looks."""
+
+    device = "cpu"
+
+    def seen_window(self, case: Case) -> Window:
+        return case.window
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        bad = dataclasses.replace(case, window=self.seen_window(case))
+        out.copy_(attention_reference(dataclasses.replace(inputs, case=bad)))
+        return out
+
+
+class OffByOneLeft(_Wrapped):
+    name = "bug-off-by-one"
+
+    def seen_window(self, case):
+        w = case.window
+        return w if w.left is None else Window(w.left + 1, w.right, w.align)
+
+
+class TopLeft(_Wrapped):
+    name = "bug-top-left"
+
+    def seen_window(self, case):
+        return Window(case.window.left, case.window.right, "top_left")
+
+
+class DropWindowInDecode(_Wrapped):
+    name = "bug-decode-drops-window"
+
+    def seen_window(self, case):
+        return Window(None, case.window.right, case.window.align) if max(case.q_lens) == 1 else case.window
+
+
+class WrongGqaMapping(Backend):
+    """Query head h reads kv head h % hkv instead of h // (hq // hkv)."""
+
+    name = "bug-gqa"
+
+    def run(self, case, inputs, out):
+        idx = torch.arange(case.hq) % case.hkv
+        k = inputs.k[:, idx]
+        v = inputs.v[:, idx]
+        mha = dataclasses.replace(case, hkv=case.hq)
+        out.copy_(attention_reference(dataclasses.replace(inputs, case=mha, k=k, v=v)))
+        return out
+
+
+class NanOnEmptyRows(_Wrapped):
+    name = "bug-nan-empty-rows"
+
+    def run(self, case, inputs, out):
+        super().run(case, inputs, out)
+        cq, _ = case.cu_seqlens()
+        for b, (sq, sk) in enumerate(zip(case.q_lens, case.k_lens)):
+            lo, hi = case.window.band(sq, sk)
+            rows = (lo > hi).nonzero().flatten() + cq[b]
+            out[rows] = float("nan")
+        return out
+
+
+class Noisy(_Wrapped):
+    """Honest but rounds differently: relative noise far below one ulp of the dtype."""
+
+    name = "honest-noisy"
+
+    def run(self, case, inputs, out):
+        ref = attention_reference(inputs)
+        gen = torch.Generator().manual_seed(case.seed + 1)
+        eps = torch.finfo(case.torch_dtype).eps
+        out.copy_(ref * (1 + 0.25 * eps * torch.randn(ref.shape, generator=gen, dtype=torch.float64)))
+        return out
+
+
+class SkipsLastRow(_Wrapped):
+    name = "bug-unwritten"
+
+    def run(self, case, inputs, out):
+        full = attention_reference(inputs)
+        out[:-1] = full[:-1]
+        return out

@@ -1,0 +1,48 @@
+"""A backend that kills its own process costs its own rows, never the run."""
+
+import os
+import time
+
+from parity import Case, Window
+from parity.backends.reference import ReferenceBackend
+from parity.sweep import run_sweep
+
+CASES = [Case(q_lens=(8,), k_lens=(8,), hq=1, hkv=1, head_dim=8, dtype="float32", window=Window(2, 0), seed=s) for s in range(3)]
+
+
+class AbortsOnSeed1(ReferenceBackend):
+    name = "aborts"
+
+    def run(self, case, inputs, out):
+        if case.seed == 1:
+            os.abort()
+        return super().run(case, inputs, out)
+
+
+class HangsOnSeed0(ReferenceBackend):
+    name = "hangs"
+
+    def run(self, case, inputs, out):
+        if case.seed == 0:
+            time.sleep(600)
+        return super().run(case, inputs, out)
+
+
+def test_crash_and_hang_are_rows_and_the_sweep_goes_on(tmp_path):
+    res = run_sweep(
+        ["tests.test_isolation:AbortsOnSeed1", "tests.test_isolation:HangsOnSeed0", "reference"],
+        CASES,
+        out_dir=tmp_path,
+        timeout=8,
+        progress=False,
+    )
+    got = {(r["backend"].split(":")[-1], r["seed"]): r["verdict"] for r in res.rows}
+    assert got[("AbortsOnSeed1", 0)] == "pass"
+    assert got[("AbortsOnSeed1", 1)] == "crash"
+    assert got[("AbortsOnSeed1", 2)] == "pass"  # the worker was restarted
+    assert got[("HangsOnSeed0", 0)] == "timeout"
+    assert got[("HangsOnSeed0", 1)] == "pass"
+    assert all(got[("reference", s)] == "pass" for s in range(3))
+    crash = next(r for r in res.rows if r["verdict"] == "crash")
+    assert "SIGABRT" in crash["detail"]
+    assert len((tmp_path / "results.csv").read_text().splitlines()) == 1 + 9
