@@ -244,6 +244,26 @@ class Case:
 
 
 @dataclasses.dataclass
+class PagedKV:
+    """A paged KV cache (see :meth:`Inputs.paged`)."""
+
+    k_cache: torch.Tensor  # (num_pages, page_size, hkv, d)
+    v_cache: torch.Tensor  # (num_pages, page_size, hkv, d)
+    block_table: torch.Tensor  # (B, max_pages_per_seq) int32
+    seqlens_k: torch.Tensor  # (B,) int32
+    page_size: int
+
+    def gather(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Back to packed ``(total_k, hkv, d)`` keys and values (for tests and CPU paths)."""
+        ks, vs = [], []
+        for b, sk in enumerate(self.seqlens_k.tolist()):
+            pages = self.block_table[b, : -(-sk // self.page_size)].long()
+            ks.append(self.k_cache[pages].flatten(0, 1)[:sk])
+            vs.append(self.v_cache[pages].flatten(0, 1)[:sk])
+        return torch.cat(ks), torch.cat(vs)
+
+
+@dataclasses.dataclass
 class Inputs:
     """Packed tensors for one case (see the module docstring for shapes)."""
 
@@ -276,6 +296,38 @@ class Inputs:
             self.k.view(b, self.case.k_lens[0], self.case.hkv, self.case.head_dim),
             self.v.view(b, self.case.k_lens[0], self.case.hkv, self.case.head_dim),
         )
+
+    def paged(self, page_size: int | None = None) -> PagedKV:
+        """The keys and values as a paged cache, physical pages in a seeded random order.
+
+        Layout of flash-attn's ``flash_attn_with_kvcache`` / FA4's ``page_table``:
+        ``k_cache``/``v_cache`` ``(num_pages, page_size, hkv, d)``, ``block_table``
+        ``(B, max_pages_per_seq)`` int32 (unused slots point at page 0),
+        ``seqlens_k`` ``(B,)`` int32. Placement must not change the result.
+        """
+        ps = page_size or self.case.page_size
+        if ps is None:
+            raise ValueError("paged() needs a page size (the case has none)")
+        case = self.case
+        per_seq = [-(-sk // ps) for sk in case.k_lens]  # ceil
+        total = sum(per_seq)
+        gen = torch.Generator(device="cpu").manual_seed(case.seed + 7919)
+        perm = torch.randperm(total, generator=gen)  # logical page n -> physical page perm[n]
+        dev = self.k.device
+        k_cache = torch.zeros(total, ps, case.hkv, case.head_dim, dtype=self.k.dtype, device=dev)  # (pages, ps, hkv, d)
+        v_cache = torch.zeros_like(k_cache)  # (pages, ps, hkv, d)
+        table = torch.zeros(case.batch, max(per_seq), dtype=torch.int32)  # (B, max_pages)
+        _, ck = case.cu_seqlens()
+        n = 0
+        for b, sk in enumerate(case.k_lens):
+            for p in range(per_seq[b]):
+                phys = int(perm[n])
+                n += 1
+                table[b, p] = phys
+                j0, j1 = p * ps, min(sk, (p + 1) * ps)
+                k_cache[phys, : j1 - j0] = self.k[ck[b] + j0 : ck[b] + j1]
+                v_cache[phys, : j1 - j0] = self.v[ck[b] + j0 : ck[b] + j1]
+        return PagedKV(k_cache, v_cache, table.to(dev), torch.tensor(case.k_lens, dtype=torch.int32, device=dev), ps)
 
     def with_tensors(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Inputs:
         return dataclasses.replace(self, q=q, k=k, v=v)

@@ -74,6 +74,8 @@ def execute(
         reason = backend.unsupported_reason(case)
     except Exception as exc:  # noqa: BLE001
         return {"status": "error", "detail": f"unsupported_reason() raised {type(exc).__name__}: {exc}"}
+    if not reason and case.page_size is not None and not getattr(backend, "supports_paged", False):
+        reason = f"no paged-KV path (case has page_size={case.page_size})"
     if reason:
         return {"status": "unsupported", "detail": reason}
     try:

@@ -208,6 +208,9 @@ def edge_cases(dtypes: Sequence[str] = ALL_DTYPES) -> list[Case]:
         dict(q_lens=(48,), k_lens=(48,), hq=4, hkv=2, head_dim=64, window=W(10, 0), softcap=30.0),
         # explicit softmax scale
         dict(q_lens=(48,), k_lens=(48,), hq=4, hkv=2, head_dim=64, window=W(10, 0), scale=0.5),
+        # paged KV cache (decode and chunked prefill), pages in permuted physical order
+        dict(q_lens=(1, 1), k_lens=(70, 33), hq=4, hkv=2, head_dim=32, window=W.tokens(20), page_size=16),
+        dict(q_lens=(12,), k_lens=(45,), hq=4, hkv=1, head_dim=32, window=W(10, 0), page_size=8),
         # odd head dim
         dict(q_lens=(37,), k_lens=(37,), hq=2, hkv=1, head_dim=40, window=W(7, 0)),
     ]

@@ -77,3 +77,13 @@ def test_inputs_are_deterministic_and_packed():
     assert a.cu_seqlens_q.tolist() == [0, 5, 8] and a.cu_seqlens_k.tolist() == [0, 9, 12]
     assert (a.q == b.q).all() and (a.v == b.v).all()
     assert a.q.dtype == c.torch_dtype
+
+
+def test_paged_cache_round_trips_and_permutes_pages():
+    c = base(q_lens=(1, 3), k_lens=(37, 5), page_size=16)
+    inp = make_inputs(c)
+    paged = inp.paged()
+    assert paged.k_cache.shape == (4, 16, 2, 8) and paged.block_table.shape == (2, 3)
+    k, v = paged.gather()
+    assert (k == inp.k).all() and (v == inp.v).all()
+    assert paged.block_table[0].tolist() != [0, 1, 2]  # seeded permutation, not identity

@@ -43,8 +43,9 @@ class Backend:
     name: str = "unnamed"
     device: str = "cpu"
     description: str = ""
-    #: Per backend pytest marker (``pytest -m sdpa``); defaults to the name's first word.
-    marker: str | None = None
+    #: True when ``run`` reads a paged KV cache (``inputs.paged()``) for cases with a
+    #: ``page_size``; other backends get those cases recorded as unsupported.
+    supports_paged: bool = False
 
     def unavailable_reason(self) -> str | None:
         return None

@@ -15,8 +15,12 @@ from .base import Backend, cuda_unavailable_reason
 class ReferenceBackend(Backend):
     name = "reference"
     description = "naive banded attention in float64, rounded to the case dtype"
+    supports_paged = True
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        if case.page_size is not None:  # read K/V back through the paged cache
+            k, v = inputs.paged().gather()
+            inputs = inputs.with_tensors(inputs.q, k, v)
         out.copy_(attention_reference(inputs, torch.float64))
         return out
 
