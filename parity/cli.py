@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--worker-path", action="append", metavar="BACKEND=PATH[:PATH]",
                    help="prepend PATH to sys.path of BACKEND's worker (packages that cannot share one sys.path)")
     r.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    r.add_argument("--shrink", type=int, default=40, metavar="CALLS",
+                   help="shrink each failing backend's first failure with at most CALLS backend calls (0: off; default 40)")
     r.add_argument("--list-cases", action="store_true", help="print the cases as JSON lines and exit")
     r.add_argument("--no-report", action="store_true", help="write results.csv only, no HTML/Markdown")
 
@@ -219,6 +221,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if r["verdict"] != "fail":
             print(f"  {r['detail']}")
         print(f"  repro: {r['repro']}")
+    if args.shrink > 0 and failures:
+        _shrink_failures(args, failures, budgets, ref_dev, out)
     hidden = sum(max(0, n - 3) for n in shown.values())
     if hidden:
         print(f"\n... and {hidden} more failing rows in {out}/results.csv")
@@ -228,6 +232,38 @@ def cmd_run(args: argparse.Namespace) -> int:
     for s in unavailable_explicit:
         print(f"parity: requested backend {s} is unavailable: {result.infos[s]['unavailable']}", file=sys.stderr)
     return EXIT_FAIL if (result.failed or unavailable_explicit) else EXIT_OK
+
+
+def _shrink_failures(args: argparse.Namespace, failures: list[dict], budgets: dict, ref_dev: str, out: Path) -> None:
+    """Shrink the first failure of each backend; print and record the smaller reproduction."""
+    from .case import Case
+    from .shrink import shrink
+    from .sweep import BaselineCache, judge, make_executor
+
+    firsts: dict[str, dict] = {}
+    for r in failures:
+        firsts.setdefault(r["backend"], r)
+    baselines = BaselineCache(ref_dev)
+    with (out / "shrunk.jsonl").open("w") as fh:
+        for spec, row in firsts.items():
+            ex = make_executor(spec, not args.no_isolate, probes=not args.no_probes, max_passes=args.max_mask_passes,
+                               timeout=args.timeout, log_path=None)
+            try:
+                case = Case.from_json(row["case_json"])
+                def judge_one(c: Case, spec: str = spec, ex=ex) -> dict:
+                    return judge(c, spec, ex.info, ex.run(c), baselines, budgets)
+
+                small, small_row, calls = shrink(case, row, judge_one, args.shrink)
+            finally:
+                ex.close()
+            fh.write(json.dumps({"backend": spec, "from": row["case_id"], "case": small.to_dict(), "verdict": small_row["verdict"],
+                                 "reasons": small_row.get("reasons", ""), "calls": calls, "repro": small.repro(spec)}) + "\n")
+            if small.case_id != case.case_id:
+                print(f"\nSHRUNK {spec} [{small_row.get('reasons') or small_row.get('detail')}] {case.summary()}  ->  {small.summary()}"
+                      f" ({calls} calls)")
+                if small_row.get("mask_check") == "mismatch":
+                    print(f"  mask: {small_row['mask_detail']}")
+                print(f"  repro: {small.repro(spec)}")
 
 
 def cmd_backends(args: argparse.Namespace) -> int:

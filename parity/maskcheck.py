@@ -111,7 +111,7 @@ def _pattern(eff: list[int], spec_lo: int, spec_hi: int, sk: int) -> str:
         return "visible keys are not one band"
     e_lo, e_hi = eff[0], eff[-1]
     dl, dr = spec_lo - e_lo, e_hi - spec_hi  # > 0: sees more on that side
-    if e_lo == 0 and e_hi == sk - 1 and (spec_lo > 0 or spec_hi < sk - 1):
+    if e_lo == 0 and e_hi == sk - 1 and dl + dr > 1:
         return "row sees every key: window ignored"
     if dl != 0 and dr != 0 and dl == -dr:
         side = "left" if dl > 0 else "right"

@@ -380,14 +380,15 @@ def _safe(name: str) -> str:
 def summary_table(result: SweepResult) -> str:
     """A fixed-width summary: one line per backend."""
     cols = ["pass", "fail", "error", "crash", "timeout", "unsupported", "unavailable"]
-    head = f"{'backend':<28}" + "".join(f"{c:>12}" for c in cols) + f"{'worst ratio':>13}"
+    width = max([28, *(len(s) + 2 for s in result.infos)])
+    head = f"{'backend':<{width}}" + "".join(f"{c:>12}" for c in cols) + f"{'worst ratio':>13}"
     lines = [head, "-" * len(head)]
     counts = result.counts()
     for spec in result.infos:
         c = counts.get(spec, {})
         ratios = [float(r["err_ratio"]) for r in result.rows if r["backend"] == spec and r.get("err_ratio") not in ("", None)]
         worst = f"{max(ratios):.3g}" if ratios else "-"
-        lines.append(f"{spec:<28}" + "".join(f"{c.get(k, 0):>12}" for k in cols) + f"{worst:>13}")
+        lines.append(f"{spec:<{width}}" + "".join(f"{c.get(k, 0):>12}" for k in cols) + f"{worst:>13}")
     for spec, info in result.infos.items():
         if info.get("unavailable"):
             lines.append(f"  {spec}: unavailable: {info['unavailable']}")

@@ -1,0 +1,95 @@
+"""Shrink a failing case to a small one that still fails the same way.
+
+hypothesis shrinks failures inside pytest; the sweep is not a pytest run, so its
+failures are shrunk here with a greedy, domain-aware search: drop sequences, shorten
+them, fewer heads, smaller head dim, narrower window, no softcap / scale. A candidate is
+kept when the backend still fails it with at least one of the original reasons (or the
+same error verdict). The result is printed as a reproduction command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .case import Case
+from .window import SpecError, Window
+
+Judge = Callable[[Case], dict[str, Any]]
+
+
+def _lens(case: Case, q: tuple[int, ...], k: tuple[int, ...]) -> dict[str, Any]:
+    return {"q_lens": q, "k_lens": k}
+
+
+def candidates(case: Case) -> Iterator[dict[str, Any]]:
+    """Field changes that make ``case`` simpler, most aggressive first (may be invalid)."""
+    qs, ks = case.q_lens, case.k_lens
+    if case.softcap is not None:
+        yield dict(softcap=None)
+    if case.scale is not None:
+        yield dict(scale=None)
+    if case.batch > 1:
+        for b in range(case.batch):
+            yield _lens(case, qs[:b] + qs[b + 1 :], ks[:b] + ks[b + 1 :])
+    for div in (4, 2):
+        q2 = tuple(max(1, -(-q // div)) for q in qs)
+        k2 = tuple(max(1, -(-k // div)) for k in ks)
+        if (q2, k2) != (qs, ks):
+            yield _lens(case, q2, k2)
+    q3 = tuple(max(1, q - 1) for q in qs)
+    k3 = tuple(max(1, k - 1) for k in ks)
+    if (q3, k3) != (qs, ks):
+        yield _lens(case, q3, k3)
+    if case.hkv > 1:
+        yield dict(hq=case.group, hkv=1)
+        if case.hkv % 2 == 0:
+            yield dict(hq=case.hq // 2, hkv=case.hkv // 2)
+    if case.group > 1:
+        yield dict(hq=case.hkv * max(1, case.group // 2))
+    for d in (8, 16, 32):
+        if d < case.head_dim:
+            yield dict(head_dim=d)
+    w = case.window
+    for left in ([w.left // 2, w.left - 1] if w.left else []):
+        yield dict(window=Window(left, w.right, w.align))
+    for right in ([w.right // 2, w.right - 1] if w.right else []):
+        yield dict(window=Window(w.left, right, w.align))
+    if case.page_size is not None and case.page_size > 1:
+        yield dict(page_size=max(1, case.page_size // 2))
+
+
+def _size(case: Case) -> tuple[int, ...]:
+    return (sum(case.q_lens) * sum(case.k_lens) * case.hq * case.head_dim, case.batch, case.hq, case.head_dim)
+
+
+def same_failure(original: dict[str, Any], row: dict[str, Any]) -> bool:
+    if original["verdict"] != "fail":
+        return row["verdict"] == original["verdict"]
+    if row["verdict"] != "fail":
+        return False
+    return bool(set(original["reasons"].split()) & set(row["reasons"].split()))
+
+
+def shrink(case: Case, original: dict[str, Any], judge: Judge, max_calls: int = 60) -> tuple[Case, dict[str, Any], int]:
+    """Greedy shrink; returns ``(smallest failing case, its row, backend calls used)``."""
+    best, best_row, calls = case, original, 0
+    improved = True
+    while improved and calls < max_calls:
+        improved = False
+        for change in candidates(best):
+            if calls >= max_calls:
+                break
+            try:
+                cand = dataclasses.replace(best, **change)  # validates
+            except SpecError:
+                continue
+            if _size(cand) > _size(best) or cand == best:
+                continue
+            calls += 1
+            row = judge(cand)
+            if same_failure(original, row):
+                best, best_row, improved = cand, row, True
+                break
+    return best, best_row, calls
