@@ -323,6 +323,7 @@ def run_sweep(
     t0 = time.perf_counter()
     bar = Progress(len(specs) * len(cases), enabled=progress)
     executors: dict[str, Any] = {}
+    timing = SweepTiming()
     try:
         for spec in specs:
             log = out_dir / "logs" / f"{_safe(spec)}.log" if out_dir else None
@@ -339,6 +340,7 @@ def run_sweep(
                 extra_path=(worker_paths or {}).get(spec),
             )
             infos[spec] = executors[spec].info
+        timing.startup_s = time.perf_counter() - t0
         # cases outer, backends inner: each case's reference is computed once, for all
         for case in cases:
             for spec, ex in executors.items():
@@ -357,8 +359,11 @@ def run_sweep(
                         repro=case.repro(spec),
                     )
                 else:
+                    t_ex = time.perf_counter()
                     res = ex.run(case)
+                    t_judge = time.perf_counter()
                     row = judge(case, spec, info, res, baselines, budgets)
+                    timing.add(spec, case, res, t_judge - t_ex, time.perf_counter() - t_judge)
                 rows.append(row)
                 if writer:
                     writer.write(row)
@@ -370,7 +375,54 @@ def run_sweep(
             ex.close()
         if writer:
             writer.close()
-    return SweepResult(rows, infos, time.perf_counter() - t0, baselines.seconds, out_dir)
+    wall = time.perf_counter() - t0
+    if out_dir:
+        (out_dir / "timing.json").write_text(json.dumps(timing.summary(wall, baselines.seconds), indent=2) + "\n")
+    return SweepResult(rows, infos, wall, baselines.seconds, out_dir)
+
+
+class SweepTiming:
+    """Where a sweep's wall time goes: backend calls vs the harness (written as OUT/timing.json).
+
+    ``call_s`` is the worker's time around the timed backend calls (warm-up and repeats),
+    ``probe_s`` its time in the mask/GQA probes (backend calls on probe inputs), ``gen_s``
+    its input generation; ``exec_s`` the sweep's wall time around each worker request (IPC
+    included), ``judge_s`` the comparison including the reference/baseline (cached per case).
+    Harness overhead = wall - call_s - probe_s: generation, reference, comparison, IPC, start-up.
+    """
+
+    def __init__(self) -> None:
+        self.per: dict[str, dict[str, float]] = {}
+        self.startup_s = 0.0
+
+    def add(self, spec: str, case: Case, res: dict[str, Any], exec_s: float, judge_s: float) -> None:
+        t = self.per.setdefault(spec, {k: 0.0 for k in ("cases", "exec_s", "judge_s", "call_s", "probe_s", "gen_s",
+                                                          "small_cases", "small_s")})
+        w = res.get("timing") or {}
+        t["cases"] += 1
+        t["exec_s"] += exec_s
+        t["judge_s"] += judge_s
+        for k in ("call_s", "probe_s", "gen_s"):
+            t[k] += float(w.get(k, 0.0))
+        if max(max(case.q_lens), max(case.k_lens)) <= 4096:
+            t["small_cases"] += 1
+            t["small_s"] += exec_s + judge_s
+
+    def summary(self, wall: float, reference_s: float) -> dict[str, Any]:
+        calls = sum(t["call_s"] + t["probe_s"] for t in self.per.values())
+        per = {}
+        for spec, t in self.per.items():
+            per[spec] = {**{k: round(v, 4) for k, v in t.items()},
+                         "cases_per_s_upto_4096": round(t["small_cases"] / t["small_s"], 2) if t["small_s"] else None}
+        return {
+            "wall_s": round(wall, 3),
+            "startup_s": round(self.startup_s, 3),
+            "reference_s": round(reference_s, 3),
+            "backend_calls_s": round(calls, 3),
+            "harness_overhead_s": round(wall - calls, 3),
+            "harness_overhead_share": round((wall - calls) / wall, 4) if wall else None,
+            "per_backend": per,
+        }
 
 
 def _safe(name: str) -> str:

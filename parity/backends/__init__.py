@@ -35,6 +35,18 @@ BUILTIN: dict[str, str] = {
     "sdpa-cudnn-cuda": ".sdpa:SdpaCudaCudnn",
     "sdpa-flash-causal-cuda": ".sdpa:SdpaCudaFlashCausal",
     "flex-cuda": ".flex:FlexCudaBackend",
+    "torch-fa2-cuda": ".torch_fa2:TorchFa2Backend",
+    "torch-fa2-varlen-cuda": ".torch_fa2:TorchFa2VarlenBackend",
+    "fa2-cuda": ".flash_attn:FlashAttnBackend",
+    "fa2-kvcache-cuda": ".flash_attn:FlashAttnKvcacheBackend",
+    "fa3-cuda": ".flash_attn:FlashAttn3Backend",
+    "fa4-cuda": ".flash_attn4:Fa4Backend",
+    "fa4-varlen-cuda": ".flash_attn4:Fa4VarlenBackend",
+    "xformers-cutlass-cuda": ".xformers:XformersCutlass",
+    "xformers-flash-cuda": ".xformers:XformersFlash",
+    "jax-xla-cuda": ".jax_attn:JaxXla",
+    "jax-cudnn-cuda": ".jax_attn:JaxCudnn",
+    "flashinfer-cuda": ".flashinfer:FlashInferBackend",
 }
 
 #: What ``python -m parity run`` sweeps when no --backend is given: the CPU backends.

@@ -1,0 +1,137 @@
+"""The ``flash-attn`` package: FlashAttention-2 (``flash_attn``) and FlashAttention-3
+(``flash_attn_interface``, the Hopper build), where installed.
+
+Entry points, one variant each:
+
+* ``fa2-cuda``: ``flash_attn_func`` (dense) for uniform cases, ``flash_attn_varlen_func``
+  (``cu_seqlens_q/k``) otherwise;
+* ``fa2-kvcache-cuda``: ``flash_attn_with_kvcache`` (decode / chunked prefill against a
+  cache; ``cache_seqlens``; paged through ``block_table`` over a
+  ``(num_blocks, page_size, hkv, d)`` cache, FA2 wants ``page_size % 256 == 0``);
+* ``fa3-cuda``: ``flash_attn_interface.flash_attn_func`` / ``flash_attn_varlen_func``.
+
+Window translation: ``window_size=(left, right)``, inclusive, bottom-right aligned, and
+``-1`` = unbounded (FA2 and FA3; FA4 uses None, see :mod:`.flash_attn4`). ``causal`` stays
+False: ``(-1, 0)`` is causal. No top-left alignment: ``top_left`` only where ``Sq == Sk``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..case import Case, Inputs
+from ..window import Window
+from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason
+
+UNBOUNDED = -1
+
+
+def flash_window(window: Window, q_lens, k_lens) -> tuple[int, int]:
+    """``window_size`` for FA2 / FA3 (``-1`` = unbounded); raises :class:`Unsupported`."""
+    if window.align == "top_left" and any(q != k for q, k in zip(q_lens, k_lens)):
+        raise Unsupported("flash-attn windows are bottom-right aligned; top_left with Sq != Sk has no translation")
+    return (UNBOUNDED if window.left is None else window.left, UNBOUNDED if window.right is None else window.right)
+
+
+class FlashAttnBackend(Backend):
+    name = "fa2-cuda"
+    device = "cuda"
+    module = "flash_attn"
+    description = "flash_attn.flash_attn_func / flash_attn_varlen_func (FA2 package)"
+    softcap_ok = True
+
+    def unavailable_reason(self) -> str | None:
+        if r := cuda_unavailable_reason():
+            return r
+        if r := import_error_reason(self.module):
+            return r
+        mod = __import__(self.module)
+        if not hasattr(mod, "flash_attn_func"):
+            return f"{self.module} has no flash_attn_func (is this the FA4-only flash_attn namespace package?)"
+        return None
+
+    def version(self) -> str:
+        mod = __import__(self.module)
+        return f"{self.module} {getattr(mod, '__version__', 'unknown')}"
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        if case.dtype not in ("float16", "bfloat16"):
+            return f"flash-attn takes float16/bfloat16 only, not {case.dtype}"
+        if case.head_dim % 8 or case.head_dim > 256:
+            return f"head_dim {case.head_dim}: flash-attn needs a multiple of 8 up to 256"
+        if case.softcap is not None and not self.softcap_ok:
+            return "no softcap on this entry point"
+        try:
+            flash_window(case.window, case.q_lens, case.k_lens)
+        except Unsupported as exc:
+            return str(exc)
+        return None
+
+    def _kw(self, case: Case) -> dict:
+        return dict(
+            softmax_scale=case.softmax_scale,
+            causal=False,
+            window_size=flash_window(case.window, case.q_lens, case.k_lens),
+            softcap=case.softcap or 0.0,
+        )
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        mod = __import__(self.module)
+        if case.is_uniform:
+            q, k, v = inputs.dense()  # (B, Sq, hq, d), (B, Sk, hkv, d), (B, Sk, hkv, d)
+            o = mod.flash_attn_func(q, k, v, **self._kw(case))
+        else:
+            o = mod.flash_attn_varlen_func(
+                inputs.q,  # (total_q, hq, d)
+                inputs.k,  # (total_k, hkv, d)
+                inputs.v,  # (total_k, hkv, d)
+                inputs.cu_seqlens_q,  # (B + 1,) int32
+                inputs.cu_seqlens_k,  # (B + 1,) int32
+                max(case.q_lens),
+                max(case.k_lens),
+                **self._kw(case),
+            )
+        if isinstance(o, tuple):
+            o = o[0]
+        out.copy_(o.reshape(out.shape))  # (total_q, hq, d)
+        return out
+
+
+class FlashAttnKvcacheBackend(FlashAttnBackend):
+    name = "fa2-kvcache-cuda"
+    supports_paged = True
+    description = "flash_attn.flash_attn_with_kvcache (cache_seqlens; block_table for paged KV)"
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        if len(set(case.q_lens)) != 1:
+            return "flash_attn_with_kvcache takes one Sq for the whole batch"
+        if case.page_size is not None and case.page_size % 256:
+            return f"FA2 paged KV needs page_size % 256 == 0, got {case.page_size}"
+        return super().unsupported_reason(case)
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        from flash_attn import flash_attn_with_kvcache
+
+        b, sq = case.batch, case.q_lens[0]
+        q = inputs.q.view(b, sq, case.hq, case.head_dim)  # (B, Sq, hq, d)
+        if case.page_size is not None:
+            paged = inputs.paged()
+            k_cache, v_cache, table = paged.k_cache, paged.v_cache, paged.block_table  # (pages, ps, hkv, d) x2, (B, P)
+        else:
+            smax = max(case.k_lens)
+            k_cache = inputs.k.new_zeros(b, smax, case.hkv, case.head_dim)  # (B, Sk_max, hkv, d)
+            v_cache = torch.zeros_like(k_cache)  # (B, Sk_max, hkv, d)
+            for bi, _, k, v, _ in inputs.sequences():
+                k_cache[bi, : k.shape[0]] = k
+                v_cache[bi, : v.shape[0]] = v
+            table = None
+        seqlens = torch.tensor(case.k_lens, dtype=torch.int32, device=q.device)  # (B,)
+        o = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table, **self._kw(case))
+        out.copy_(o.reshape(out.shape))  # (B, Sq, hq, d) -> (total_q, hq, d)
+        return out
+
+
+class FlashAttn3Backend(FlashAttnBackend):
+    name = "fa3-cuda"
+    module = "flash_attn_interface"
+    description = "flash_attn_interface.flash_attn_func / flash_attn_varlen_func (FA3, Hopper)"

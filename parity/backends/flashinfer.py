@@ -1,0 +1,72 @@
+"""FlashInfer ``single_prefill_with_kv_cache``, per sequence, where FlashInfer is installed.
+
+Layout NHD: ``q`` ``(Sq, hq, d)``, ``k``/``v`` ``(Sk, hkv, d)``; GQA native.
+
+Window translation: FlashInfer has a left window only, ``window_left`` (keys
+``i + Sk - Sq - window_left .. `` stay visible; ``-1`` = unbounded), bottom-right aligned,
+combined with ``causal=True`` for ``right == 0``. So ``(L, 0)`` -> ``causal=True,
+window_left=L``; ``(None, 0)`` -> ``causal=True, window_left=-1``; ``(None, None)`` ->
+``causal=False, window_left=-1``. A bounded right side other than 0, a bounded left with
+an unbounded right, and ``top_left`` with ``Sq != Sk`` are unsupported. Softcap is
+``logits_soft_cap``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..case import Case, Inputs
+from ..window import Window
+from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason
+
+
+def flashinfer_window(window: Window, sq: int, sk: int) -> tuple[bool, int]:
+    """``(causal, window_left)``; raises :class:`Unsupported`."""
+    if window.align == "top_left" and sq != sk:
+        raise Unsupported("FlashInfer aligns bottom-right; top_left with Sq != Sk has no translation")
+    if window.right == 0:
+        return True, -1 if window.left is None else window.left
+    if window.right is None and window.left is None:
+        return False, -1
+    raise Unsupported(f"FlashInfer has a left window only (with causal); window {window.describe()} has no translation")
+
+
+class FlashInferBackend(Backend):
+    name = "flashinfer-cuda"
+    device = "cuda"
+    description = "flashinfer.single_prefill_with_kv_cache with window_left"
+
+    def unavailable_reason(self) -> str | None:
+        return cuda_unavailable_reason() or import_error_reason("flashinfer")
+
+    def version(self) -> str:
+        import flashinfer
+
+        return f"flashinfer {getattr(flashinfer, '__version__', 'unknown')}"
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        if case.dtype not in ("float16", "bfloat16"):
+            return f"FlashInfer prefill takes float16/bfloat16, not {case.dtype}"
+        try:
+            for sq, sk in zip(case.q_lens, case.k_lens):
+                flashinfer_window(case.window, sq, sk)
+        except Unsupported as exc:
+            return str(exc)
+        return None
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        import flashinfer
+
+        for _, q, k, v, qs in inputs.sequences():
+            causal, left = flashinfer_window(case.window, q.shape[0], k.shape[0])
+            o = flashinfer.single_prefill_with_kv_cache(
+                q,  # (Sq, hq, d)
+                k,  # (Sk, hkv, d)
+                v,  # (Sk, hkv, d)
+                causal=causal,
+                window_left=left,
+                sm_scale=case.softmax_scale,
+                logits_soft_cap=case.softcap or 0.0,
+            )  # (Sq, hq, d)
+            out[qs] = o
+        return out

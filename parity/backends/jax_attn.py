@@ -1,0 +1,144 @@
+"""JAX ``jax.nn.dot_product_attention`` with ``local_window_size``, XLA and cuDNN implementations.
+
+Layout ``(B, T, N, H)``; GQA is native (``N`` query heads over ``K`` kv heads). Tensors
+cross between torch and JAX through DLPack on the GPU (no host copy). JAX's memory
+pre-allocation is switched off (``XLA_PYTHON_CLIENT_PREALLOCATE=false``) before import, so
+it shares the GPU with torch.
+
+Window translation: JAX's window is **top-left aligned** and inclusive: query ``i`` sees key
+``j`` iff ``i - left <= j <= i + right`` (``local_window_size=(left, right)``), and its causal
+mask is ``tril`` (also top-left). The canonical window maps as:
+
+* ``top_left``: ``local_window_size=(left, right)`` directly; an unbounded side becomes
+  ``Sq + Sk`` (covers every key); ``(None, 0)`` is ``is_causal=True``; ``(None, None)`` no mask.
+* ``bottom_right`` with ``Sq == Sk``: the same (the offset is 0).
+* ``bottom_right`` with ``Sq < Sk`` (decode, chunked prefill): ``Sk - Sq`` zero query rows
+  are prepended, so the real queries sit at rows ``Sk - Sq ..``: there the top-left rule is the
+  bottom-right one; the padded rows are dropped.
+* ``bottom_right`` with ``Sq > Sk``: no translation (would need keys before key 0): unsupported.
+
+No softcap. The cuDNN implementation takes float16/bfloat16 and, in JAX, only
+``right == 0`` windows; its refusals are recorded as unsupported.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..case import Case, Inputs
+from ..window import Window
+from .base import Backend, Unsupported, cuda_unavailable_reason
+
+
+def jax_window(window: Window, sq: int, sk: int) -> tuple[int, bool, tuple[int, int] | None]:
+    """``(pad_q, is_causal, local_window_size)`` for one sequence; raises :class:`Unsupported`.
+
+    ``pad_q`` zero query rows go in front of the real ones (see the module docstring).
+    """
+    pad = 0
+    if window.align == "bottom_right" and sq != sk:
+        if sq > sk:
+            raise Unsupported("JAX windows are top-left aligned; bottom-right with Sq > Sk has no translation")
+        pad = sk - sq
+    left, right = window.left, window.right
+    if left is None and right is None:
+        return pad, False, None
+    if left is None and right == 0:
+        return pad, True, None
+    big = sq + pad + sk
+    return pad, False, (big if left is None else left, big if right is None else right)
+
+
+def _prepare_jax() -> None:
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+class JaxBackend(Backend):
+    name = "jax-cuda"
+    device = "cuda"
+    implementation: str | None = None  # "xla" | "cudnn"
+    description = "jax.nn.dot_product_attention"
+
+    def unavailable_reason(self) -> str | None:
+        if r := cuda_unavailable_reason():
+            return r
+        _prepare_jax()
+        try:
+            import jax
+        except Exception as exc:  # noqa: BLE001
+            return f"cannot import jax: {type(exc).__name__}: {exc}"
+        try:
+            gpus = jax.devices("gpu")
+        except Exception as exc:  # noqa: BLE001
+            return f"jax sees no GPU: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if not gpus:
+            return "jax sees no GPU"
+        import inspect
+
+        if "local_window_size" not in inspect.signature(jax.nn.dot_product_attention).parameters:
+            return f"jax {jax.__version__}: dot_product_attention has no local_window_size"
+        return None
+
+    def version(self) -> str:
+        import jax
+        import jaxlib
+
+        return f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, implementation={self.implementation}"
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        if case.softcap is not None:
+            return "jax.nn.dot_product_attention has no softcap"
+        if self.implementation == "cudnn" and case.dtype not in ("float16", "bfloat16"):
+            return f"the cuDNN implementation takes float16/bfloat16, not {case.dtype}"
+        try:
+            for sq, sk in zip(case.q_lens, case.k_lens):
+                jax_window(case.window, sq, sk)
+        except Unsupported as exc:
+            return str(exc)
+        return None
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        _prepare_jax()
+        import jax
+        import jax.numpy as jnp
+
+        def to_jax(t: torch.Tensor):
+            return jax.dlpack.from_dlpack(t.contiguous())
+
+        torch.cuda.synchronize()  # torch's stream must be done before JAX reads the buffers
+        for _, q, k, v, qs in inputs.sequences():
+            sq, sk = q.shape[0], k.shape[0]
+            pad, causal, local = jax_window(case.window, sq, sk)
+            if pad:
+                q = torch.cat([q.new_zeros(pad, q.shape[1], q.shape[2]), q])  # (pad + Sq, hq, d)
+            try:
+                o = jax.nn.dot_product_attention(
+                    to_jax(q[None]),  # (1, T, N, H)
+                    to_jax(k[None]),  # (1, S, K, H)
+                    to_jax(v[None]),  # (1, S, K, H)
+                    scale=case.softmax_scale,
+                    is_causal=causal,
+                    local_window_size=local,
+                    implementation=self.implementation,
+                )  # (1, T, N, H)
+            except (ValueError, NotImplementedError, TypeError) as exc:
+                msg = " ".join(str(exc).split())
+                raise Unsupported(f"jax ({self.implementation}) refused: {msg[:300]}") from None
+            o = o.block_until_ready()
+            ot = torch.from_dlpack(jnp.asarray(o[0, pad:]))  # (Sq, hq, d)
+            out[qs] = ot.to(out.device)
+        return out
+
+
+class JaxXla(JaxBackend):
+    name = "jax-xla-cuda"
+    implementation = "xla"
+    description = "jax.nn.dot_product_attention(implementation='xla') with local_window_size"
+
+
+class JaxCudnn(JaxBackend):
+    name = "jax-cudnn-cuda"
+    implementation = "cudnn"
+    description = "jax.nn.dot_product_attention(implementation='cudnn') with local_window_size"

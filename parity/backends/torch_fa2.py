@@ -1,0 +1,112 @@
+"""PyTorch's vendored FlashAttention-2: ``torch.ops.aten._flash_attention_forward``.
+
+This is the kernel behind SDPA's FLASH_ATTENTION backend, called directly so that its
+``window_size_left`` / ``window_size_right`` arguments (which SDPA does not expose) are
+reachable, in the dense ``(B, S, H, D)`` layout and the varlen packed layout
+(``cum_seq_q`` / ``cum_seq_k``).
+
+Window translation (flash-attn convention, inclusive, bottom-right aligned): query ``i``
+sees key ``j`` iff ``i + Sk - Sq - left <= j <= i + Sk - Sq + right``; ``-1`` means
+unbounded on that side. The canonical ``None`` becomes ``-1``. FlashAttention-2 has no
+top-left alignment: a ``top_left`` window is exact only where every sequence has
+``Sq == Sk`` (then both offsets are 0); otherwise the case is unsupported.
+
+Version: ``torch.nn.attention._get_flash_version()`` (the vendored FA2 release) and torch's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..case import Case, Inputs
+from ..window import Window
+from .base import Backend, Unsupported, cuda_unavailable_reason
+
+UNBOUNDED = -1  # FA2's sentinel for "no limit on this side"
+
+
+def fa2_window(window: Window, q_lens, k_lens) -> tuple[int, int]:
+    """``(window_size_left, window_size_right)`` for FA2; raises :class:`Unsupported`."""
+    if window.align == "top_left" and any(q != k for q, k in zip(q_lens, k_lens)):
+        raise Unsupported("FlashAttention-2 windows are bottom-right aligned; top_left with Sq != Sk has no translation")
+    left = UNBOUNDED if window.left is None else window.left
+    right = UNBOUNDED if window.right is None else window.right
+    return left, right
+
+
+def fa2_case_reason(case: Case, softcap_ok: bool = False, max_head_dim: int = 256) -> str | None:
+    """Limits FlashAttention-2 (and 3) document for the forward pass."""
+    if case.dtype not in ("float16", "bfloat16"):
+        return f"FlashAttention takes float16/bfloat16 only, not {case.dtype}"
+    if case.head_dim % 8 or case.head_dim > max_head_dim:
+        return f"head_dim {case.head_dim}: FlashAttention needs a multiple of 8 up to {max_head_dim}"
+    if case.softcap is not None and not softcap_ok:
+        return "this FlashAttention entry point has no softcap"
+    try:
+        fa2_window(case.window, case.q_lens, case.k_lens)
+    except Unsupported as exc:
+        return str(exc)
+    return None
+
+
+class TorchFa2Backend(Backend):
+    name = "torch-fa2-cuda"
+    device = "cuda"
+    description = "torch.ops.aten._flash_attention_forward (PyTorch's vendored FA2), dense layout when uniform, else varlen"
+    always_varlen = False
+
+    def unavailable_reason(self) -> str | None:
+        if r := cuda_unavailable_reason():
+            return r
+        if not hasattr(torch.ops.aten, "_flash_attention_forward"):
+            return f"torch {torch.__version__} has no aten._flash_attention_forward"
+        if not torch.backends.cuda.is_flash_attention_available():
+            return "this torch build has no FlashAttention kernels (torch.backends.cuda.is_flash_attention_available() is False)"
+        schema = str(torch.ops.aten._flash_attention_forward.default._schema)
+        if "window_size_left" not in schema:
+            return f"aten._flash_attention_forward in torch {torch.__version__} takes no window_size_left"
+        major, _ = torch.cuda.get_device_capability()
+        if major < 8:
+            return f"FlashAttention-2 needs compute capability >= 8.0, this GPU has {major}.x"
+        return None
+
+    def version(self) -> str:
+        try:
+            fa = torch.nn.attention._get_flash_version()  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001
+            fa = "unknown"
+        return f"FlashAttention {fa} vendored in torch {torch.__version__}"
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        return fa2_case_reason(case)
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        left, right = fa2_window(case.window, case.q_lens, case.k_lens)
+        op = torch.ops.aten._flash_attention_forward
+        kw = dict(scale=case.softmax_scale, window_size_left=left, window_size_right=right)
+        if case.is_uniform and not self.always_varlen:
+            q, k, v = inputs.dense()  # (B, Sq, hq, d), (B, Sk, hkv, d), (B, Sk, hkv, d)
+            o = op(q, k, v, None, None, q.shape[1], k.shape[1], 0.0, False, False, **kw)[0]  # (B, Sq, hq, d)
+            out.copy_(o.reshape(out.shape))  # (total_q, hq, d)
+            return out
+        o = op(
+            inputs.q,  # (total_q, hq, d)
+            inputs.k,  # (total_k, hkv, d)
+            inputs.v,  # (total_k, hkv, d)
+            inputs.cu_seqlens_q,  # (B + 1,) int32
+            inputs.cu_seqlens_k,  # (B + 1,) int32
+            max(case.q_lens),
+            max(case.k_lens),
+            0.0,
+            False,
+            False,
+            **kw,
+        )[0]  # (total_q, hq, d)
+        out.copy_(o)
+        return out
+
+
+class TorchFa2VarlenBackend(TorchFa2Backend):
+    name = "torch-fa2-varlen-cuda"
+    description = "torch.ops.aten._flash_attention_forward, always the varlen (cum_seq_q / cum_seq_k) path"
+    always_varlen = True

@@ -1,0 +1,203 @@
+"""xformers ``memory_efficient_attention`` with its local attention masks, one operator each.
+
+Each variant pins one forward operator (``op=``), so each is reported separately:
+``xformers-cutlass-cuda`` (``fmha.cutlass.FwOp``) and ``xformers-flash-cuda``
+(``fmha.flash.FwOp``). An operator that refuses the inputs/mask is recorded unsupported
+with xformers' own reasons. GQA uses xformers' 5-D ``(B, M, G, H, K)`` layout: ``G = hkv``
+groups of ``H = hq // hkv`` query heads, keys/values expanded (stride 0) over ``H``.
+
+Window translation (the canonical window to an ``attn_bias`` object), uniform cases:
+
+==============================  ====================================================
+``(None, None)``                ``None`` (no mask)
+``(None, 0)`` top-left          ``LowerTriangularMask``
+``(None, 0)`` bottom-right      ``LowerTriangularFromBottomRightMask``
+``(L, 0)`` bottom-right         ``LowerTriangularFromBottomRightLocalAttentionMask(L+1)``
+                                (xformers counts W tokens including the current one)
+``(L, R)`` bottom-right         ``LocalAttentionFromBottomRightMask(L, R)``: query ``q``
+                                sees ``k`` iff ``q - L <= k + Sq - Sk <= q + R``; an
+                                unbounded side becomes ``Sq + Sk`` (covers every key)
+``(L, 0)`` top-left             ``BlockDiagonalCausalLocalAttentionMask`` (window L+1)
+==============================  ====================================================
+
+Varlen (packed, ``B = 1``, ``M = total``): ``BlockDiagonalMask``, ``BlockDiagonalCausalMask``
+(top-left), ``BlockDiagonalCausalFromBottomRightMask``,
+``BlockDiagonalCausalLocalAttentionMask`` / ``...FromBottomRightMask`` (window ``L+1``),
+built with ``from_seqlens``. Anything else (two-sided varlen, top-left two-sided) is
+unsupported: xformers has no mask for it.
+
+Compatibility shim (explicit opt-in): the PyPI xformers wheel's C++ extension is built for
+one torch release; on another, ``xformers._cpp_lib`` fails to load and every operator
+refuses to run ("xFormers wasn't build with CUDA support") although the ``-pt`` operators
+(``cutlassF-pt``, ``fa2F-pt``) only call PyTorch's own kernels. ``PARITY_XFORMERS_SHIM=1``
+sets ``xformers.ops.fmha.common._built_with_cuda = True`` after import so they run; the
+backend's version string then says so, and the run should list it in ``PARITY_SHIMS``
+(recorded in environment.json).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..case import Case, Inputs
+from ..window import Window
+from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason
+
+SHIM_ENV = "PARITY_XFORMERS_SHIM"
+
+
+def xformers_bias_spec(window: Window, q_lens, k_lens) -> tuple[str, dict]:
+    """``(attn_bias class name, constructor kwargs)``; ``("None", {})`` for no mask.
+
+    Varlen classes take ``q_seqlen``/``kv_seqlen`` from the caller (``from_seqlens``).
+    Raises :class:`Unsupported` where xformers has no mask for the window.
+    """
+    uniform = len(set(q_lens)) == 1 and len(set(k_lens)) == 1
+    left, right, tl = window.left, window.right, window.align == "top_left"
+    square = all(q == k for q, k in zip(q_lens, k_lens))
+    if tl and square:
+        tl = False  # both offsets are 0: the bottom-right masks are the same function
+    if left is None and right is None:
+        return ("None", {}) if uniform else ("BlockDiagonalMask", {})
+    if uniform:
+        if left is None and right == 0:
+            return ("LowerTriangularMask", {}) if tl else ("LowerTriangularFromBottomRightMask", {})
+        if tl:
+            if right == 0:
+                return "BlockDiagonalCausalLocalAttentionMask", {"window_size": left + 1}
+            raise Unsupported(f"xformers has no top-left mask for window {window.describe()} with Sq != Sk")
+        if right == 0:
+            return "LowerTriangularFromBottomRightLocalAttentionMask", {"window_size": left + 1}
+        big = max(q_lens) + max(k_lens)
+        return "LocalAttentionFromBottomRightMask", {
+            "window_left": big if left is None else left,
+            "window_right": big if right is None else right,
+        }
+    if right != 0:
+        raise Unsupported(f"xformers has no block-diagonal (varlen) mask for window {window.describe()}")
+    if left is None:
+        return ("BlockDiagonalCausalMask", {}) if tl else ("BlockDiagonalCausalFromBottomRightMask", {})
+    name = "BlockDiagonalCausalLocalAttentionMask" if tl else "BlockDiagonalCausalLocalAttentionFromBottomRightMask"
+    return name, {"window_size": left + 1}
+
+
+def _make_bias(name: str, kw: dict, q_lens, k_lens):
+    from xformers.ops.fmha import attn_bias as ab
+
+    if name == "None":
+        return None
+    if name.startswith("BlockDiagonal"):
+        base = ab.BlockDiagonalMask.from_seqlens(q_seqlen=list(q_lens), kv_seqlen=list(k_lens))
+        if name == "BlockDiagonalMask":
+            return base
+        if name == "BlockDiagonalCausalMask":
+            return base.make_causal()
+        if name == "BlockDiagonalCausalFromBottomRightMask":
+            return base.make_causal_from_bottomright()
+        if name == "BlockDiagonalCausalLocalAttentionMask":
+            return base.make_local_attention(kw["window_size"])
+        if name == "BlockDiagonalCausalLocalAttentionFromBottomRightMask":
+            return base.make_local_attention_from_bottomright(kw["window_size"])
+    if name == "LowerTriangularFromBottomRightLocalAttentionMask":
+        return ab.LowerTriangularFromBottomRightLocalAttentionMask(kw["window_size"])
+    return getattr(ab, name)(**kw)
+
+
+def apply_shim() -> bool:
+    """Apply the opt-in compatibility shim; True when it is in force."""
+    if os.environ.get(SHIM_ENV) != "1":
+        return False
+    import xformers.ops.fmha.common as common
+
+    common._built_with_cuda = True
+    return True
+
+
+class XformersBackend(Backend):
+    name = "xformers-cuda"
+    device = "cuda"
+    op_module = ""  # xformers.ops.fmha.<op_module>.FwOp
+    description = "xformers memory_efficient_attention"
+
+    def unavailable_reason(self) -> str | None:
+        if r := cuda_unavailable_reason():
+            return r
+        if r := import_error_reason("xformers.ops"):
+            return r
+        import importlib
+
+        shim = apply_shim()
+        import xformers.ops.fmha.common as common
+
+        if not common._built_with_cuda and not shim:
+            return (
+                "xformers' C++ extension does not load on this torch "
+                f"({torch.__version__}); set {SHIM_ENV}=1 to run its operators that call PyTorch's kernels"
+            )
+        try:
+            mod = importlib.import_module(f"xformers.ops.fmha.{self.op_module}")
+        except Exception as exc:  # noqa: BLE001
+            return f"cannot import xformers.ops.fmha.{self.op_module}: {type(exc).__name__}: {exc}"
+        if getattr(mod.FwOp, "OPERATOR", 1) is None:
+            return f"xformers operator {mod.FwOp.NAME} has no kernel in this build"
+        return None
+
+    def _op(self):
+        import importlib
+
+        return importlib.import_module(f"xformers.ops.fmha.{self.op_module}").FwOp
+
+    def version(self) -> str:
+        import xformers
+
+        shim = apply_shim()
+        text = f"xformers {xformers.__version__}, op {self._op().NAME}"
+        return text + (f" (shim {SHIM_ENV}=1: fmha.common._built_with_cuda forced True)" if shim else "")
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        if case.softcap is not None:
+            return "xformers memory_efficient_attention has no softcap"
+        try:
+            xformers_bias_spec(case.window, case.q_lens, case.k_lens)
+        except Unsupported as exc:
+            return str(exc)
+        return None
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        import xformers.ops as xops
+
+        apply_shim()
+        name, kw = xformers_bias_spec(case.window, case.q_lens, case.k_lens)
+        g, hkv, d = case.group, case.hkv, case.head_dim
+        if name == "None" or not name.startswith("BlockDiagonal"):
+            b, sq, sk = case.batch, case.q_lens[0], case.k_lens[0]
+        else:
+            b, sq, sk = 1, sum(case.q_lens), sum(case.k_lens)
+        try:
+            bias = _make_bias(name, kw, case.q_lens, case.k_lens)
+        except (ValueError, RuntimeError) as exc:
+            raise Unsupported(f"xformers {name} refused the case: {exc}") from None
+        q = inputs.q.view(b, sq, hkv, g, d)  # (B, Mq, G, H, K)
+        k = inputs.k.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K), stride 0 over H
+        v = inputs.v.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K)
+        try:
+            o = xops.memory_efficient_attention_forward(q, k, v, attn_bias=bias, scale=case.softmax_scale, op=self._op())
+        except (ValueError, NotImplementedError) as exc:
+            msg = " ".join(str(exc).split())
+            raise Unsupported(f"{self._op().NAME} refused {name}: {msg[:400]}") from None
+        out.copy_(o.reshape(out.shape))  # (B, Mq, G, H, K) -> (total_q, hq, d)
+        return out
+
+
+class XformersCutlass(XformersBackend):
+    name = "xformers-cutlass-cuda"
+    op_module = "cutlass"
+    description = "xformers memory_efficient_attention, op fmha.cutlass.FwOp (cutlassF-pt on PyTorch's kernel)"
+
+
+class XformersFlash(XformersBackend):
+    name = "xformers-flash-cuda"
+    op_module = "flash"
+    description = "xformers memory_efficient_attention, op fmha.flash.FwOp (fa2F, PyTorch's FA2 when -pt)"

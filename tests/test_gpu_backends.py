@@ -1,0 +1,237 @@
+"""GPU backends: the window translations on the CPU (each checked against the native
+library's documented masking rule, re-implemented here), and ``gpu``-marked runs.
+
+The CPU tests compare, for many (Sq, Sk, window) triples, the mask that the translated
+native arguments would produce under the library's own rule with ``Window.mask``; a
+translation that is off by one, drops a side or mixes up the alignment fails here.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from parity import backends
+from parity.backends.base import Unsupported
+from parity.backends.flash_attn import flash_window
+from parity.backends.flash_attn4 import fa4_window
+from parity.backends.flashinfer import flashinfer_window
+from parity.backends.jax_attn import jax_window
+from parity.backends.torch_fa2 import fa2_window
+from parity.backends.xformers import xformers_bias_spec
+from parity.case import Case
+from parity.window import Window
+
+SIZES = [(1, 1), (1, 9), (4, 9), (9, 9), (9, 4), (13, 30), (30, 13)]
+SIDES = [None, 0, 1, 3, 8, 29, 31]
+
+
+def windows():
+    for left, right in itertools.product(SIDES, SIDES):
+        for align in ("bottom_right", "top_left"):
+            yield Window(left, right, align)
+
+
+def fa2_rule(sq: int, sk: int, left: int, right: int) -> torch.Tensor:
+    """flash-attn's mask (``-1`` = unbounded), bottom-right: i + sk - sq - left <= j <= i + sk - sq + right."""
+    i = torch.arange(sq)[:, None]
+    j = torch.arange(sk)[None, :]
+    ok = torch.ones(sq, sk, dtype=torch.bool)
+    if left >= 0:
+        ok &= j >= i + sk - sq - left
+    if right >= 0:
+        ok &= j <= i + sk - sq + right
+    return ok
+
+
+def fa4_rule(sq: int, sk: int, left: int | None, right: int | None) -> torch.Tensor:
+    return fa2_rule(sq, sk, -1 if left is None else left, -1 if right is None else right)
+
+
+def jax_rule(t: int, s: int, causal: bool, local: tuple[int, int] | None) -> torch.Tensor:
+    """jax.nn.dot_product_attention: tril causal mask, window i - l <= j <= i + r (top-left)."""
+    i = torch.arange(t)[:, None]
+    j = torch.arange(s)[None, :]
+    ok = torch.ones(t, s, dtype=torch.bool)
+    if causal:
+        ok &= j <= i
+    if local is not None:
+        ok &= (i <= j + local[0]) & (i >= j - local[1])
+    return ok
+
+
+def xformers_rule(name: str, kw: dict, sq: int, sk: int) -> torch.Tensor:
+    """The documented mask of each xformers attn_bias class used, for one block."""
+    i = torch.arange(sq)[:, None]
+    j = torch.arange(sk)[None, :]
+    s = sk - sq
+    if name in ("None", "BlockDiagonalMask"):
+        return torch.ones(sq, sk, dtype=torch.bool)
+    if name in ("LowerTriangularMask", "BlockDiagonalCausalMask"):
+        return j <= i
+    if name in ("LowerTriangularFromBottomRightMask", "BlockDiagonalCausalFromBottomRightMask"):
+        return j <= i + s
+    if name == "BlockDiagonalCausalLocalAttentionMask":  # i - window_size < j <= i
+        return (j <= i) & (j > i - kw["window_size"])
+    if name in ("LowerTriangularFromBottomRightLocalAttentionMask", "BlockDiagonalCausalLocalAttentionFromBottomRightMask"):
+        return (j <= i + s) & (j > i + s - kw["window_size"])
+    if name == "LocalAttentionFromBottomRightMask":  # q - left <= k + (sq - sk) <= q + right
+        return (i - kw["window_left"] <= j - s) & (j - s <= i + kw["window_right"])
+    raise AssertionError(f"unknown bias {name}")
+
+
+def test_fa2_and_fa3_translation_matches_flash_attn_rule():
+    checked = 0
+    for w in windows():
+        for sq, sk in SIZES:
+            for fn in (fa2_window, flash_window):
+                try:
+                    left, right = fn(w, [sq], [sk])
+                except Unsupported:
+                    assert w.align == "top_left" and sq != sk
+                    continue
+                assert torch.equal(fa2_rule(sq, sk, left, right), w.mask(sq, sk)), (w, sq, sk, left, right)
+                checked += 1
+    assert checked > 500
+
+
+def test_fa4_uses_none_not_minus_one():
+    assert fa4_window(Window(None, 0), [5], [9]) == (None, 0)
+    assert fa4_window(Window(None, None), [5], [9]) == (None, None)
+    assert fa2_window(Window(None, 0), [5], [9]) == (-1, 0)
+    for w in windows():
+        for sq, sk in SIZES:
+            try:
+                left, right = fa4_window(w, [sq], [sk])
+            except Unsupported:
+                continue
+            assert -1 not in (left, right)
+            assert torch.equal(fa4_rule(sq, sk, left, right), w.mask(sq, sk)), (w, sq, sk)
+
+
+def test_jax_translation_with_query_padding():
+    checked = 0
+    for w in windows():
+        for sq, sk in SIZES:
+            try:
+                pad, causal, local = jax_window(w, sq, sk)
+            except Unsupported:
+                assert w.align == "bottom_right" and sq > sk
+                continue
+            got = jax_rule(sq + pad, sk, causal, local)[pad:]
+            assert torch.equal(got, w.mask(sq, sk)), (w, sq, sk, pad, causal, local)
+            checked += 1
+    assert checked > 300
+
+
+def test_xformers_bias_choice_matches_its_documented_masks():
+    checked = 0
+    for w in windows():
+        for sq, sk in SIZES:
+            try:
+                name, kw = xformers_bias_spec(w, [sq], [sk])
+            except Unsupported:
+                continue
+            assert torch.equal(xformers_rule(name, kw, sq, sk), w.mask(sq, sk)), (w, sq, sk, name, kw)
+            checked += 1
+    assert checked > 200
+    # varlen: block-diagonal masks, each block by the same rule
+    for w in windows():
+        ql, kl = [4, 9, 13], [9, 9, 30]
+        try:
+            name, kw = xformers_bias_spec(w, ql, kl)
+        except Unsupported:
+            assert w.right != 0 and not (w.left is None and w.right is None)
+            continue
+        assert name.startswith("BlockDiagonal")
+        for sq, sk in zip(ql, kl):
+            assert torch.equal(xformers_rule(name, kw, sq, sk), w.mask(sq, sk)), (w, sq, sk, name)
+
+
+def test_flashinfer_translation():
+    for w in windows():
+        for sq, sk in SIZES:
+            try:
+                causal, left = flashinfer_window(w, sq, sk)
+            except Unsupported:
+                continue
+            assert torch.equal(fa2_rule(sq, sk, left, 0 if causal else -1), w.mask(sq, sk)), (w, sq, sk)
+
+
+def test_gpu_backends_are_registered_and_constructible_without_imports():
+    names = backends.expand("all-gpu")
+    for n in ("torch-fa2-cuda", "fa4-cuda", "xformers-cutlass-cuda", "xformers-flash-cuda", "jax-xla-cuda",
+              "jax-cudnn-cuda", "fa2-cuda", "fa3-cuda", "fa2-kvcache-cuda", "flashinfer-cuda"):
+        assert n in names
+        assert backends.get(n).device == "cuda"
+    assert backends.marker_for("torch-fa2-cuda") == "torch_fa2"
+    assert backends.marker_for("fa4-cuda") == "flash_attn"
+
+
+def test_unsupported_reasons_name_the_limit():
+    fa2 = backends.get("torch-fa2-cuda")
+    c = Case((8,), (8,), 2, 2, 64, "float32", Window(3, 0))
+    assert "float16/bfloat16" in fa2.unsupported_reason(c)
+    c = Case((8,), (20,), 2, 2, 64, "bfloat16", Window(3, 0, "top_left"))
+    assert "top_left" in fa2.unsupported_reason(c)
+    assert fa2.unsupported_reason(Case((8,), (20,), 2, 2, 64, "bfloat16", Window(3, 0))) is None
+    jx = backends.get("jax-xla-cuda")
+    assert "Sq > Sk" in jx.unsupported_reason(Case((20,), (8,), 2, 2, 64, "bfloat16", Window(3, 0)))
+
+
+def test_consistency_check_catches_a_decode_bug():
+    from parity.consistency import check
+    from tests.helpers import DropWindowInDecode
+
+    case = Case((40,), (40,), 2, 1, 16, "float32", Window.tokens(8), seed=3)
+    good = check(backends.get("reference"), case)
+    assert good and all(r["verdict"] == "pass" for r in good)
+    bad = check(DropWindowInDecode(), case, chunk=10)  # chunks of 10: no Sq = 1 call in the chunked check
+    decode = [r for r in bad if r["check"] == "decode"]
+    assert any(r["verdict"] == "fail" for r in decode)  # positions past the window see all keys
+    assert all(r["verdict"] == "pass" for r in bad if r["check"] == "chunked")
+
+
+# -- on a GPU -----------------------------------------------------------------------------------
+
+GPU_BACKENDS = ["torch-fa2-cuda", "torch-fa2-varlen-cuda", "fa4-cuda", "fa4-varlen-cuda", "xformers-cutlass-cuda",
+                "xformers-flash-cuda", "jax-xla-cuda", "jax-cudnn-cuda", "fa2-cuda", "fa3-cuda", "flashinfer-cuda"]
+
+
+def _available(spec: str):
+    be = backends.get(spec)
+    why = be.unavailable_reason()
+    if why:
+        pytest.skip(f"{spec} unavailable: {why}")
+    return be
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", GPU_BACKENDS)
+def test_gpu_backend_windowed_cases_pass(spec):
+    from parity.api import evaluate
+
+    be = _available(spec)
+    for case in (
+        Case((64,), (64,), 4, 2, 64, "bfloat16", Window.tokens(16), seed=1),
+        Case((1, 1), (100, 37), 8, 2, 64, "bfloat16", Window.tokens(16), seed=2),
+        Case((16,), (80,), 4, 1, 64, "bfloat16", Window(23, 0), seed=3),
+        Case((30, 7, 64), (30, 7, 64), 4, 2, 64, "float16", Window(12, 0), seed=4),
+    ):
+        if be.unsupported_reason(case):
+            continue
+        row = evaluate(be, case)
+        assert row["verdict"] in ("pass", "unsupported"), f"{spec}: {row['verdict']} {row['reasons']} {row['detail']} {row['worst_where']}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", ["torch-fa2-cuda", "fa4-cuda", "xformers-flash-cuda", "jax-cudnn-cuda"])
+def test_gpu_decode_and_chunked_consistency(spec):
+    from parity.consistency import check
+
+    be = _available(spec)
+    rows = check(be, Case((512,), (512,), 8, 2, 64, "bfloat16", Window.tokens(100), seed=5))
+    bad = [r for r in rows if r["verdict"] != "pass"]
+    assert not bad, bad
