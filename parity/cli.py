@@ -23,7 +23,7 @@ class UsageError(Exception):
 
 #: Further subcommands, one module each, exposing ``add_parser(subparsers)`` (which sets
 #: ``command`` to its name) and ``run(args) -> int``; raise :class:`UsageError` for bad input.
-EXTRA_COMMANDS: dict[str, str] = {}
+EXTRA_COMMANDS: dict[str, str] = {"report": "parity.report_cli", "diff": "parity.diff"}
 
 
 def _extra(module: str):

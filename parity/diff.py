@@ -1,0 +1,302 @@
+"""``python -m parity diff BASE_DIR HEAD_DIR``: what changed between two runs of the same cases.
+
+Rows are matched on ``(backend, case_id)``. Reported: new failures, fixed cases, error-ratio
+changes beyond a threshold, coverage changes (pass <-> unsupported / unavailable), backends that
+appeared or vanished. Written as ``diff.html`` and ``diff.md`` (default: into HEAD_DIR).
+
+Exit codes: 0 no regression; 1 a regression (a new failure, an error ratio that grew beyond
+the threshold, or lost coverage unless ``--allow-coverage-loss``); 2 bad input (missing folder,
+a CSV without the columns, runs of different schemas, runs with no case in common).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from .cli import UsageError
+from .runs import FAILING, Run, case_text, load_run
+
+SKIPPED = ("unsupported", "unavailable")
+
+
+@dataclasses.dataclass
+class Change:
+    backend: str
+    case_id: str
+    base: dict[str, Any] | None
+    head: dict[str, Any] | None
+
+    @property
+    def row(self) -> dict[str, Any]:
+        return self.head or self.base or {}
+
+    @property
+    def factor(self) -> float:
+        b, h = _ratio(self.base), _ratio(self.head)
+        return h / b if b > 0 else math.inf
+
+
+@dataclasses.dataclass
+class Diff:
+    base: Run
+    head: Run
+    ratio_threshold: float
+    min_ratio_delta: float
+    allow_coverage_loss: bool = False
+    new_failures: list[Change] = dataclasses.field(default_factory=list)
+    fixed: list[Change] = dataclasses.field(default_factory=list)
+    still_failing: list[Change] = dataclasses.field(default_factory=list)
+    ratio_up: list[Change] = dataclasses.field(default_factory=list)
+    ratio_down: list[Change] = dataclasses.field(default_factory=list)
+    coverage_lost: list[Change] = dataclasses.field(default_factory=list)
+    coverage_gained: list[Change] = dataclasses.field(default_factory=list)
+    backends_appeared: list[str] = dataclasses.field(default_factory=list)
+    backends_vanished: list[str] = dataclasses.field(default_factory=list)
+    only_base: int = 0
+    only_head: int = 0
+    matched: int = 0
+
+    @property
+    def regressions(self) -> int:
+        n = len(self.new_failures) + len(self.ratio_up)
+        if not self.allow_coverage_loss:
+            n += len(self.coverage_lost) + len(self.backends_vanished)
+        return n
+
+
+def _ratio(r: dict[str, Any] | None) -> float:
+    if not r:
+        return math.nan
+    v = r.get("err_ratio_f", math.nan)
+    return float(v) if v is not None else math.nan
+
+
+def compare_runs(
+    base: Run, head: Run, ratio_threshold: float = 1.5, min_ratio_delta: float = 0.25, allow_coverage_loss: bool = False
+) -> Diff:
+    if base.columns != head.columns:
+        only_b = [c for c in base.columns if c not in head.columns]
+        only_h = [c for c in head.columns if c not in base.columns]
+        what = (
+            "; ".join(
+                x
+                for x in (f"only in BASE: {', '.join(only_b)}" if only_b else "", f"only in HEAD: {', '.join(only_h)}" if only_h else "")
+                if x
+            )
+            or "same columns, different order"
+        )
+        raise UsageError(f"BASE and HEAD results.csv have different schemas ({what}); rerun both with the same attn-parity")
+    common_cases = set(base.df["case_id"]) & set(head.df["case_id"])
+    if not common_cases:
+        raise UsageError("BASE and HEAD have no case in common: not two runs of the same cases (same --profile, --seed, --dtype?)")
+    d = Diff(base, head, ratio_threshold, min_ratio_delta, allow_coverage_loss)
+    b_rows = {(r["backend"], r["case_id"]): r for r in base.df.to_dict("records")}
+    h_rows = {(r["backend"], r["case_id"]): r for r in head.df.to_dict("records")}
+    b_backends, h_backends = base.backends(), head.backends()
+    d.backends_appeared = [b for b in h_backends if b not in b_backends]
+    d.backends_vanished = [b for b in b_backends if b not in h_backends]
+    for key, h in h_rows.items():
+        b = b_rows.get(key)
+        c = Change(key[0], key[1], b, h)
+        hv = h["verdict"]
+        if b is None:
+            if key[0] not in d.backends_appeared:
+                d.only_head += 1
+            if hv in FAILING:
+                d.new_failures.append(c)
+            continue
+        d.matched += 1
+        bv = b["verdict"]
+        if hv in FAILING and bv not in FAILING:
+            d.new_failures.append(c)
+        elif bv in FAILING and hv not in FAILING:
+            (d.fixed if hv == "pass" else d.coverage_lost).append(c)
+        elif bv in FAILING and hv in FAILING:
+            d.still_failing.append(c)
+        elif bv == "pass" and hv in SKIPPED:
+            d.coverage_lost.append(c)
+        elif bv in SKIPPED and hv == "pass":
+            d.coverage_gained.append(c)
+        if bv in ("pass", "fail") and hv in ("pass", "fail") and c not in d.new_failures:
+            rb, rh = _ratio(b), _ratio(h)
+            if not (math.isnan(rb) or math.isnan(rh)):
+                if rh > rb * ratio_threshold and rh - rb > min_ratio_delta:
+                    d.ratio_up.append(c)
+                elif rb > rh * ratio_threshold and rb - rh > min_ratio_delta:
+                    d.ratio_down.append(c)
+    d.only_base = sum(1 for k in b_rows if k not in h_rows and k[0] not in d.backends_vanished)
+    d.ratio_up.sort(key=lambda c: -c.factor)
+    d.ratio_down.sort(key=lambda c: c.factor)
+    return d
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def _fmt(v: float) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3g}"
+
+
+def headline(d: Diff) -> str:
+    if d.regressions:
+        parts = [f"{len(d.new_failures)} new failures"] if d.new_failures else []
+        if d.ratio_up:
+            parts.append(f"{len(d.ratio_up)} error ratios up more than {d.ratio_threshold:g}x")
+        if not d.allow_coverage_loss and (d.coverage_lost or d.backends_vanished):
+            parts.append(f"coverage lost on {len(d.coverage_lost)} rows, {len(d.backends_vanished)} backends vanished")
+        return "REGRESSION: " + ", ".join(parts)
+    return f"no regression ({len(d.fixed)} fixed, {d.matched} rows compared)"
+
+
+SECTIONS = (
+    ("new_failures", "New failures", "failing in HEAD, not failing in BASE (or not in BASE at all)"),
+    ("ratio_up", "Error ratio up", "error ratio grew beyond the threshold"),
+    ("coverage_lost", "Coverage lost", "passed (or failed) in BASE, unsupported / unavailable in HEAD"),
+    ("fixed", "Fixed", "failing in BASE, passing in HEAD"),
+    ("ratio_down", "Error ratio down", "error ratio shrank beyond the threshold"),
+    ("coverage_gained", "Coverage gained", "unsupported / unavailable in BASE, passing in HEAD"),
+    ("still_failing", "Still failing", "failing in both"),
+)
+
+
+def _change_cells(c: Change) -> tuple[str, str, str, str, str]:
+    bv = c.base["verdict"] if c.base else "(absent)"
+    hv = c.head["verdict"] if c.head else "(absent)"
+    why = (c.head or {}).get("reasons") or (c.head or {}).get("detail", "") or (c.base or {}).get("reasons", "")
+    ratio = f"{_fmt(_ratio(c.base))} → {_fmt(_ratio(c.head))}"
+    return f"{bv} → {hv}", why[:300], ratio, case_text(c.row), c.row.get("repro", "")
+
+
+def render_markdown(d: Diff, limit: int = 20) -> str:
+    from .report_text import md_cell
+
+    icon = "❌" if d.regressions else "✅"
+    out = [
+        f"## attn-parity diff {icon} {headline(d)}",
+        "",
+        f"BASE `{d.base.path}` → HEAD `{d.head.path}`; {d.matched} rows matched "
+        f"on (backend, case); threshold: ratio x{d.ratio_threshold:g} and +{d.min_ratio_delta:g}.",
+        "",
+    ]
+    if d.backends_appeared:
+        out.append("Backends appeared: " + ", ".join(f"`{b}`" for b in d.backends_appeared))
+    if d.backends_vanished:
+        out.append("Backends vanished: " + ", ".join(f"`{b}`" for b in d.backends_vanished))
+    if d.only_base or d.only_head:
+        out.append(f"Rows only in BASE: {d.only_base}; only in HEAD: {d.only_head}.")
+    counts = " · ".join(f"{title}: {len(getattr(d, attr))}" for attr, title, _ in SECTIONS)
+    out += ["", counts, ""]
+    for attr, title, what in SECTIONS:
+        items = getattr(d, attr)
+        if not items or attr == "still_failing":
+            continue
+        out += [
+            f"### {title} ({len(items)})",
+            "",
+            f"_{what}_",
+            "",
+            "| backend | verdict | reasons | err ratio | case |",
+            "|---|---|---|---|---|",
+        ]
+        for c in items[:limit]:
+            v, why, ratio, case, _ = _change_cells(c)
+            out.append(f"| `{md_cell(c.backend)}` | {md_cell(v)} | {md_cell(why)} | {ratio} | {md_cell(case)} |")
+        if len(items) > limit:
+            out.append(f"\n… and {len(items) - limit} more (see diff.html).")
+        if attr == "new_failures":
+            out += ["", "<details><summary>Reproduce</summary>", "", "```bash"]
+            out += [c.row.get("repro", "") for c in items[:limit]]
+            out += ["```", "", "</details>"]
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_html(d: Diff, limit: int = 200) -> str:
+    from .report import CSS
+
+    cls = "bad" if d.regressions else "good"
+    info = []
+    if d.backends_appeared:
+        info.append("Backends appeared: " + ", ".join(f"<code>{escape(b)}</code>" for b in d.backends_appeared))
+    if d.backends_vanished:
+        info.append("Backends vanished: " + ", ".join(f"<code>{escape(b)}</code>" for b in d.backends_vanished))
+    if d.only_base or d.only_head:
+        info.append(f"Rows only in BASE: {d.only_base}; only in HEAD: {d.only_head}.")
+    summary = "".join(f'<li><a href="#{a}">{escape(t)}</a>: {len(getattr(d, a))}</li>' for a, t, _ in SECTIONS)
+    body = []
+    for attr, title, what in SECTIONS:
+        items = getattr(d, attr)
+        rows = []
+        for c in items[:limit]:
+            v, why, ratio, case, repro = _change_cells(c)
+            rows.append(
+                f"<tr><td><code>{escape(c.backend)}</code></td><td>{escape(v)}</td><td>{escape(why)}</td>"
+                f'<td class="num">{escape(ratio)}</td>'
+                f'<td>{escape(case)}<br><span class="small">case {escape(c.case_id)}</span></td>'
+                f'<td><pre class="repro">{escape(repro)}</pre></td></tr>'
+            )
+        more = f'<p class="small">{len(items) - limit} more not shown.</p>' if len(items) > limit else ""
+        table = (
+            "<table><thead><tr><th>backend</th><th>verdict</th><th>reasons</th><th>err ratio</th><th>case</th><th>repro</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>{more}"
+            if rows
+            else '<p class="small">none</p>'
+        )
+        body.append(f'<section id="{attr}"><h2>{escape(title)} ({len(items)})</h2><p class="small">{escape(what)}</p>{table}</section>')
+    title = f"attn-parity diff: {d.base.path.name} → {d.head.path.name}"
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f"<style>{CSS}</style></head><body><main>"
+        f'<h1>{escape(title)}</h1><p id="status"><span class="status {cls}">{escape(headline(d))}</span></p>'
+        f'<p class="meta">BASE {escape(str(d.base.path))} → HEAD {escape(str(d.head.path))}; {d.matched} rows matched on (backend, case); '
+        f"threshold: ratio x{d.ratio_threshold:g} and +{d.min_ratio_delta:g}</p>"
+        + "".join(f"<p>{x}</p>" for x in info)
+        + f"<ul>{summary}</ul>{''.join(body)}</main></body></html>\n"
+    )
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("diff", help="what changed between two runs (exit 1 on a regression)")
+    p.add_argument("base", type=Path, metavar="BASE_DIR", help="run folder of the base (e.g. main)")
+    p.add_argument("head", type=Path, metavar="HEAD_DIR", help="run folder of the head (e.g. the pull request)")
+    p.add_argument("--out", type=Path, help="where to write diff.html and diff.md (default: HEAD_DIR)")
+    p.add_argument(
+        "--ratio-threshold",
+        type=float,
+        default=1.5,
+        help="an error ratio change counts when it grows or shrinks by more than this factor (default 1.5) ...",
+    )
+    p.add_argument("--min-ratio-delta", type=float, default=0.25, help="... and by more than this much in absolute terms (default 0.25)")
+    p.add_argument(
+        "--allow-coverage-loss",
+        action="store_true",
+        help="do not count pass -> unsupported/unavailable or a vanished backend as a regression",
+    )
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.ratio_threshold < 1 or args.min_ratio_delta < 0:
+        raise UsageError("--ratio-threshold must be >= 1 and --min-ratio-delta >= 0")
+    base, head = load_run(args.base), load_run(args.head)
+    d = compare_runs(base, head, args.ratio_threshold, args.min_ratio_delta, args.allow_coverage_loss)
+    out = args.out or args.head
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "diff.md").write_text(render_markdown(d), encoding="utf-8")
+    (out / "diff.html").write_text(render_html(d), encoding="utf-8")
+    print(f"parity diff: {headline(d)}")
+    for attr, title, _ in SECTIONS:
+        n = len(getattr(d, attr))
+        if n:
+            print(f"  {title}: {n}")
+    print(f"parity: wrote {out / 'diff.html'}, {out / 'diff.md'}", file=sys.stderr)
+    return 1 if d.regressions else 0

@@ -1,0 +1,495 @@
+"""Reports of a run folder: ``report.html`` (one self-contained file, inline SVG plots, no
+JavaScript, no network), ``summary.md`` (a pull-request comment) and ``junit.xml`` (CI).
+
+``write_all(out_dir)`` is what ``python -m parity run`` calls after a sweep, and what
+``python -m parity report DIR`` calls on an existing folder (e.g. one copied from a GPU machine).
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from . import svg
+from .runs import FAILING, Run, case_text, dtype_order, family_order, load_run
+
+#: Chips in the matrix, in order: verdicts counted together, css class, label.
+CHIPS = (
+    (("pass",), "c-pass", "pass"),
+    (("fail",), "c-fail", "fail"),
+    (("error", "crash", "timeout"), "c-err", "error / crash / timeout"),
+    (("unsupported",), "c-unsup", "unsupported"),
+    (("unavailable",), "c-unav", "unavailable"),
+)
+WORST_PER_BACKEND = 5
+MAX_MASKS = 6
+MAX_ROWS_TABLE = 400
+
+
+def write_all(out_dir: Path | str, dest: Path | str | None = None) -> list[Path]:
+    """Render the reports of the run in ``out_dir`` into ``dest`` (default: ``out_dir``)."""
+    from .report_text import junit_xml, markdown_summary
+
+    run = load_run(out_dir)
+    dest = Path(dest) if dest is not None else Path(out_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in (("report.html", render_html(run)), ("summary.md", markdown_summary(run)), ("junit.xml", junit_xml(run))):
+        path = dest / name
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+# ---------------------------------------------------------------- helpers shared with report_text
+
+
+def records(run: Run) -> list[dict[str, Any]]:
+    return run.df.to_dict("records")
+
+
+def counts_by(run: Run, *keys: str) -> dict[tuple, dict[str, int]]:
+    out: dict[tuple, dict[str, int]] = {}
+    for r in records(run):
+        k = tuple(r[x] for x in keys)
+        out.setdefault(k, {}).setdefault(r["verdict"], 0)
+        out[k][r["verdict"]] += 1
+    return out
+
+
+def worst_rows(run: Run, per_backend: int = WORST_PER_BACKEND) -> dict[str, list[dict[str, Any]]]:
+    """Failing rows per backend, worst first: largest budget fraction, then error/crash/timeout."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in records(run):
+        if r["verdict"] in FAILING:
+            out.setdefault(r["backend"], []).append(r)
+    for b, rows in out.items():
+        rows.sort(key=lambda r: (-_finite_or(r["budget_frac_f"], math.inf),))
+        out[b] = rows[:per_backend]
+    return out
+
+
+def n_failing(run: Run) -> int:
+    return int(run.df["verdict"].isin(FAILING).sum())
+
+
+def _finite_or(v: float, default: float) -> float:
+    return v if isinstance(v, float) and not math.isnan(v) else default
+
+
+def fmt(v: Any, digits: int = 3) -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v) if v not in (None, "") else "–"
+    if math.isnan(f):
+        return "–"
+    return f"{f:.{digits}g}"
+
+
+def gpu_text(env: dict[str, Any]) -> str:
+    g = env.get("gpu") or {}
+    if not g:
+        return "unknown"
+    if not g.get("available"):
+        return "none (CPU only)"
+    bits = [f"{g.get('count', 1)} x {g.get('name', '?')}"]
+    for k, label in (("memory_gib", "GiB"), ("capability", "sm"), ("cuda", "CUDA"), ("driver", "driver")):
+        if g.get(k):
+            bits.append(f"{g[k]} GiB" if k == "memory_gib" else f"{label} {g[k]}")
+    return ", ".join(bits)
+
+
+# ---------------------------------------------------------------- HTML
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;color:#24292f;margin:0;background:#fff;font-size:14px;line-height:1.45}
+main{max-width:1180px;margin:0 auto;padding:18px 24px 60px}
+h1{font-size:22px;margin:4px 0 6px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
+h3{font-size:15px;margin:16px 0 6px}
+.status{display:inline-block;padding:3px 10px;border-radius:12px;font-weight:600;color:#fff}
+.status.bad{background:#cf222e}.status.good{background:#1a7f37}
+.meta{color:#57606a}
+table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #d0d7de;padding:4px 7px;vertical-align:top;text-align:left}
+th{background:#f6f8fa;font-weight:600}td.num{text-align:right;font-variant-numeric:tabular-nums}
+#matrix td{text-align:center;white-space:nowrap}#matrix td.be{text-align:left}
+#matrix td.bad{background:#ffebe9}#matrix td.good{background:#dafbe1}#matrix td.none{background:#f6f8fa}
+.chip{display:inline-block;min-width:18px;padding:0 5px;margin:1px;border-radius:9px;font-size:12px;font-weight:600;text-align:center}
+.c-pass{background:#1a7f37;color:#fff}.c-fail{background:#cf222e;color:#fff}.c-err{background:#8250df;color:#fff}
+.c-unsup{background:#8c959f;color:#fff}.c-unav{background:#fff;color:#57606a;border:1px solid #8c959f}
+code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}
+pre.repro{background:#f6f8fa;border:1px solid #d0d7de;padding:6px 8px;white-space:pre-wrap;word-break:break-all;margin:4px 0;
+user-select:all}
+.worst{border:1px solid #d0d7de;border-left:4px solid #cf222e;padding:6px 10px;margin:8px 0;border-radius:4px}
+.worst .why{font-weight:600}.small{font-size:12px;color:#57606a}
+figure{display:inline-block;margin:6px 14px 10px 0;vertical-align:top;max-width:380px}
+figcaption{font-size:12px;color:#57606a;margin-top:4px}
+.legend span{display:inline-block;margin-right:12px}
+.sw{display:inline-block;width:11px;height:11px;border:1px solid #8c959f;margin-right:4px;vertical-align:-1px}
+nav a{margin-right:12px}
+details>summary{cursor:pointer;color:#0969da}
+.scroll{overflow-x:auto;max-width:100%}
+"""
+
+
+def render_html(run: Run) -> str:
+    env = run.env
+    total = len(run.df)
+    bad = n_failing(run)
+    title = f"attn-parity report: {run.path.name}"
+    status = (
+        f'<span class="status bad">FAIL: {bad} failing of {total} rows</span>'
+        if bad
+        else f'<span class="status good">PASS: {total} rows, none failing</span>'
+    )
+    meta = " · ".join(
+        x
+        for x in (
+            env.get("date_utc", ""),
+            f"torch {env['torch']}" if env.get("torch") else "",
+            f"GPU: {gpu_text(env)}",
+            f"profile {env['profile']}, seed {env.get('seed')}" if env.get("profile") else "",
+            f"{env['wall_seconds']} s" if env.get("wall_seconds") is not None else "",
+        )
+        if x
+    )
+    sections = [
+        ("matrix", "Matrix", _matrix(run)),
+        ("worst", "Worst cases", _worst(run)),
+        ("plots", "Error plots", _plots(run)),
+        ("masks", "Effective masks of failing cases", _masks(run)),
+    ]
+    if run.decode is not None or run.decode_path is not None:
+        sections.append(("decode", "Decode divergence", _decode(run)))
+    sections += [("environment", "Environment", _environment(run)), ("rows", "All rows that did not pass", _rows(run))]
+    nav = "".join(f'<a href="#{i}">{escape(t)}</a>' for i, t, _ in sections)
+    body = "".join(f'<section id="{i}"><h2>{escape(t)}</h2>{html}</section>' for i, t, html in sections)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{escape(title)}</title>'
+        f"<style>{CSS}</style></head><body><main>"
+        f'<h1>{escape(title)}</h1><p id="status">{status}</p><p class="meta">{escape(meta)}</p><nav>{nav}</nav>{body}'
+        "</main></body></html>\n"
+    )
+
+
+def _chips(c: dict[str, int]) -> str:
+    out = []
+    for verdicts, cls, label in CHIPS:
+        n = sum(c.get(v, 0) for v in verdicts)
+        if n:
+            out.append(f'<span class="chip {cls}" title="{n} {label}">{n}</span>')
+    return "".join(out)
+
+
+def _cell_class(c: dict[str, int]) -> str:
+    if not c:
+        return "none"
+    if any(c.get(v, 0) for v in FAILING):
+        return "bad"
+    return "good" if c.get("pass", 0) else "none"
+
+
+def _matrix(run: Run) -> str:
+    fams = family_order(run.df["family"])
+    dts = dtype_order(run.df["dtype"])
+    cells = counts_by(run, "backend", "family", "dtype")
+    totals = counts_by(run, "backend")
+    legend = "".join(f'<span><span class="chip {cls}">n</span> {escape(label)}</span>' for _, cls, label in CHIPS)
+    head1 = (
+        '<tr><th rowspan="2">backend</th>'
+        + "".join(f'<th colspan="{len(dts)}">{escape(f)}</th>' for f in fams)
+        + '<th rowspan="2">all</th></tr>'
+    )
+    head2 = "<tr>" + "".join(f"<th>{escape(d)}</th>" for _ in fams for d in dts) + "</tr>"
+    body = []
+    for b in run.backends():
+        tds = [f'<td class="be"><code>{escape(b)}</code></td>']
+        for f in fams:
+            for d in dts:
+                c = cells.get((b, f, d), {})
+                tds.append(f'<td class="{_cell_class(c)}" data-family="{escape(f)}" data-dtype="{escape(d)}">{_chips(c) or "·"}</td>')
+        t = totals.get((b,), {})
+        tds.append(f'<td class="{_cell_class(t)}">{_chips(t)}</td>')
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    unavailable = [
+        f"<li><code>{escape(k)}</code>: {escape(str(v.get('unavailable')))}</li>"
+        for k, v in (run.env.get("backends") or {}).items()
+        if isinstance(v, dict) and v.get("unavailable")
+    ]
+    extra = f"<p>Unavailable here:</p><ul>{''.join(unavailable)}</ul>" if unavailable else ""
+    return (
+        f'<p class="legend">Rows per backend, case family and dtype: {legend}</p>'
+        f'<table id="matrix-table"><thead>{head1}{head2}</thead><tbody>{"".join(body)}</tbody></table>{extra}'
+    )
+
+
+def _worst(run: Run) -> str:
+    worst = worst_rows(run)
+    if not worst:
+        closest = sorted(records(run), key=lambda r: -_finite_or(r["budget_frac_f"], -1.0))[:5]
+        items = "".join(
+            f"<li><code>{escape(r['backend'])}</code> {escape(case_text(r))}: budget used {fmt(r['budget_frac'])}, "
+            f"err ratio {fmt(r['err_ratio'])}</li>"
+            for r in closest
+            if not math.isnan(r["budget_frac_f"])
+        )
+        return f"<p>No failing rows. Closest to the budget:</p><ul>{items}</ul>"
+    out = []
+    counts = run.df[run.df["verdict"].isin(FAILING)].groupby("backend").size().to_dict()
+    for b, rows in worst.items():
+        more = counts.get(b, 0) - len(rows)
+        out.append(f"<h3><code>{escape(b)}</code>: {counts.get(b, 0)} failing rows{f' (worst {len(rows)} shown)' if more else ''}</h3>")
+        for r in rows:
+            why = r.get("reasons") or r.get("detail") or ""
+            lines = [
+                f'<div class="why">{escape(r["verdict"].upper())} [{escape(why)}] {escape(case_text(r))} '
+                f'<span class="small">case {escape(r["case_id"])}</span></div>'
+            ]
+            if r.get("verdict") == "fail":
+                lines.append(
+                    f"<div>err ratio <b>{fmt(r.get('err_ratio'))}</b>, budget used <b>{fmt(r.get('budget_frac'))}</b>x, "
+                    f"max |err| {fmt(r.get('max_abs_err'))} (budget {fmt(r.get('threshold_max'))}), "
+                    f"{fmt(r.get('mismatch_pct'))}% of elements over budget</div>"
+                )
+            for k in ("mask_detail", "gqa_detail", "worst_where"):
+                if r.get(k) and (k == "worst_where" or r.get(k.replace("detail", "check")) == "mismatch"):
+                    lines.append(f'<div class="small">{escape(k.split("_")[0])}: {escape(r[k])}</div>')
+            if r.get("verdict") != "fail" and r.get("detail"):
+                lines.append(f'<div class="small">{escape(r["detail"][:600])}</div>')
+            if r.get("repro"):
+                lines.append(f'<pre class="repro">{escape(r["repro"])}</pre>')
+            out.append(f'<div class="worst">{"".join(lines)}</div>')
+    return "".join(out)
+
+
+def _point_title(r: dict[str, Any]) -> str:
+    return (
+        f"{r['backend']} {r['verdict']} {case_text(r)}\nerr ratio {fmt(r.get('err_ratio'))}, budget used {fmt(r.get('budget_frac'))}\n"
+        f"{r.get('worst_where', '')}"
+    )
+
+
+def _plots(run: Run) -> str:
+    recs = [r for r in records(run) if r["verdict"] in ("pass", "fail")]
+    if not recs:
+        return "<p>No row ran to a comparison (nothing to plot).</p>"
+    series: list[tuple[str, list[tuple[float, float, bool, str]]]] = []
+    undrawn = 0
+    for b in run.backends():
+        pts = []
+        for r in recs:
+            if r["backend"] != b:
+                continue
+            if math.isnan(r["worst_left_edge_f"]) or math.isnan(r["budget_frac_f"]):
+                undrawn += 1
+                continue
+            pts.append((r["worst_left_edge_f"], r["budget_frac_f"], r["verdict"] == "fail", _point_title(r)))
+        if pts:
+            series.append((b, pts))
+    edge = (
+        svg.scatter(
+            series,
+            "worst element's row, relative to the window's left edge (i + d - left; < 0: window still filling)",
+            "budget used (max|err| / budget)",
+            hline=1.0,
+            hline_label="budget",
+            vline=0.0,
+            vline_label="window full →",
+        )
+        if series
+        else "<p>No row has a left window edge (all windows unbounded on the left).</p>"
+    )
+    note = f'<p class="small">{undrawn} rows not drawn: their window has no left edge.</p>' if undrawn else ""
+    groups: list[tuple[str, list[tuple[float, str, str]]]] = []
+    for b in run.backends():
+        vals = [(r["err_ratio_f"], r["verdict"], _point_title(r)) for r in recs if r["backend"] == b and not math.isnan(r["err_ratio_f"])]
+        if vals:
+            groups.append((b, vals))
+    kmax = {float(v["k_max"]) for v in (run.env.get("budgets") or {}).values() if isinstance(v, dict) and v.get("k_max") is not None}
+    vline = kmax.pop() if len(kmax) == 1 else None
+    ratio = svg.strips(
+        groups,
+        "error ratio (max|err| / same-dtype baseline error), log scale",
+        vline=vline,
+        vline_label=f"k_max = {vline:g}" if vline is not None else "",
+    )
+    return (
+        "<h3>Error against query position relative to the window edge</h3>"
+        '<p class="small">One point per row that ran: where its worst element sits and how much of the max-|err| budget it used. '
+        "Bugs at the window edge sit near x = 0; a point above the dashed line fails the budget. Hover a point for the case.</p>"
+        f'<div id="plot-edge">{edge}</div>{note}'
+        "<h3>Error-ratio distribution per backend</h3>"
+        '<p class="small">Box: quartiles, bar: median; green pass, red fail.</p>'
+        f'<div id="plot-ratio">{ratio}</div>'
+    )
+
+
+def _mask_legend() -> str:
+    items = (("1", "seen, as the spec says"), ("+", "extra key seen"), ("-", "key missing"), ("p", "partial weight"), (".", "masked"))
+    return (
+        '<p class="legend">'
+        + "".join(f'<span><span class="sw" style="background:{svg.MASK_COLOURS[ch]}"></span>{escape(t)}</span>' for ch, t in items)
+        + "</p>"
+    )
+
+
+def _masks(run: Run) -> str:
+    if not run.masks:
+        return "<p>No mask-probe mismatch in this run.</p>"
+    by_key = {(r["backend"], r["case_id"]): r for r in records(run)}
+    chosen, seen_backends = [], set()
+    for m in run.masks:  # one per backend first, then the rest
+        if m.get("backend") not in seen_backends:
+            chosen.append(m)
+            seen_backends.add(m.get("backend"))
+    chosen += [m for m in run.masks if m not in chosen]
+    figs = []
+    for m in chosen[:MAX_MASKS]:
+        rows = m.get("rows") or []
+        r = by_key.get((m.get("backend"), m.get("case_id")), {})
+        shown = f"rows 0..{len(rows) - 1} of {m.get('sq', '?')}, keys 0..{max((len(x) for x in rows), default=0) - 1} of {m.get('sk', '?')}"
+        label = f"effective mask of {m.get('backend')} case {m.get('case_id')}"
+        figs.append(
+            f'<figure class="mask">{svg.mask_image(rows, label)}<figcaption><code>{escape(str(m.get("backend")))}</code> '
+            f"{escape(case_text(r) if r else str(m.get('case_id')))}; seq {m.get('seq')} head {m.get('head')}; {escape(shown)} "
+            f"(query rows down, keys across).<br>{escape(r.get('mask_detail', ''))}</figcaption></figure>"
+        )
+    more = f'<p class="small">{len(run.masks) - MAX_MASKS} more in masks.jsonl.</p>' if len(run.masks) > MAX_MASKS else ""
+    return _mask_legend() + "".join(figs) + more
+
+
+def _decode(run: Run) -> str:
+    from .report_text import decode_series
+
+    if run.decode is None or run.decode_path is None:
+        return f"<p>{escape(str(run.decode_path))} could not be read as CSV.</p>"
+    df = run.decode
+    rel = run.decode_path.relative_to(run.path)
+    parts = [f'<p class="small">From <code>{escape(str(rel))}</code>: {len(df)} rows.</p>']
+    if "verdict" in df.columns and "backend" in df.columns:
+        counts = df.groupby("backend")["verdict"].value_counts().unstack(fill_value=0)
+        parts.append("<h3>Verdicts per backend</h3>" + _table(counts.reset_index().to_dict("records"), ["backend", *counts.columns], 50))
+    plot = None
+    if run.decode_steps is not None:
+        plot = decode_series(run.decode_steps)
+        source = "decode_steps.csv"
+    if plot is None:
+        plot = decode_series(df)
+        source = str(rel.name)
+    if plot is not None:
+        xcol, ycol, series = plot
+        parts.append(
+            f"<h3>{escape(ycol)} against {escape(xcol)}</h3>"
+            f'<p class="small">From {escape(source)}: the largest {escape(ycol)} per {escape(xcol)}, one line per backend.</p>'
+            f'<div id="plot-decode">{svg.lines(series, xcol, ycol)}</div>'
+        )
+    parts.append(f'<div class="scroll">{_table(df.to_dict("records"), list(df.columns), MAX_ROWS_TABLE)}</div>')
+    return "".join(parts)
+
+
+def _table(rows: list[dict[str, Any]], cols: list[str], limit: int) -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in cols)
+    body = []
+    for r in rows[:limit]:
+        tds = []
+        for c in cols:
+            v = str(r.get(c, ""))
+            cls = ' class="num"' if v and _is_num(v) else ""
+            tds.append(f"<td{cls}>{escape(v[:300])}</td>")
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    more = f'<p class="small">{len(rows) - limit} more rows in the CSV.</p>' if len(rows) > limit else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
+
+
+def _is_num(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
+
+
+def _environment(run: Run) -> str:
+    env = run.env
+    if not env:
+        return "<p>No environment.json in this folder.</p>"
+    keys = [
+        ("date (UTC)", env.get("date_utc")),
+        ("command", env.get("command")),
+        ("GPU", gpu_text(env)),
+        ("torch", env.get("torch")),
+        ("python", env.get("python")),
+        ("platform", env.get("platform")),
+        ("CPUs", env.get("cpu_count")),
+        ("attn-parity", env.get("attn_parity")),
+        ("profile / seed / cases", f"{env.get('profile')} / {env.get('seed')} / {env.get('cases')}"),
+        ("reference device", env.get("reference_device")),
+        ("wall / reference seconds", f"{env.get('wall_seconds')} / {env.get('reference_seconds')}"),
+        ("shims", ", ".join(env.get("shims") or []) or "none"),
+    ]
+    rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in keys if v not in (None, ""))
+    bk = []
+    for spec, info in (env.get("backends") or {}).items():
+        if not isinstance(info, dict):
+            continue
+        status = f"unavailable: {info['unavailable']}" if info.get("unavailable") else "available"
+        bk.append(
+            f"<tr><td><code>{escape(spec)}</code></td><td>{escape(str(info.get('name', '')))}</td>"
+            f"<td>{escape(str(info.get('device', '')))}</td>"
+            f"<td>{escape(str(info.get('version', '')))}</td><td>{escape(status)}</td></tr>"
+        )
+    btable = (
+        "<h3>Backends</h3><table><thead><tr><th>backend</th><th>name</th><th>device</th><th>version</th><th>status</th></tr></thead>"
+        f"<tbody>{''.join(bk)}</tbody></table>"
+        if bk
+        else ""
+    )
+    budgets = env.get("budgets") or {}
+    fields = sorted({k for v in budgets.values() if isinstance(v, dict) for k in v})
+    btab = ""
+    if budgets:
+        btab = (
+            "<h3>Error budgets</h3><table><thead><tr><th>dtype</th>"
+            + "".join(f"<th>{escape(f)}</th>" for f in fields)
+            + "</tr></thead><tbody>"
+            + "".join(
+                f"<tr><td>{escape(d)}</td>" + "".join(f'<td class="num">{escape(str(v.get(f, "")))}</td>' for f in fields) + "</tr>"
+                for d, v in budgets.items()
+                if isinstance(v, dict)
+            )
+            + "</tbody></table>"
+        )
+    return f'<table id="env-table"><tbody>{rows}</tbody></table>{btable}{btab}'
+
+
+def _rows(run: Run) -> str:
+    recs = [r for r in records(run) if r["verdict"] != "pass"]
+    if not recs:
+        return "<p>Every row passed.</p>"
+    cols: list[str] = [
+        c
+        for c in (
+            "backend",
+            "verdict",
+            "family",
+            "dtype",
+            "q_lens",
+            "k_lens",
+            "window_left",
+            "window_right",
+            "reasons",
+            "err_ratio",
+            "detail",
+            "repro",
+        )
+        if c in run.columns
+    ]
+    return (
+        f"<details><summary>{len(recs)} rows (unsupported and unavailable included)</summary>{_table(recs, cols, MAX_ROWS_TABLE)}</details>"
+    )
+
+
+__all__ = ["write_all", "render_html", "load_run"]

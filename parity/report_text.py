@@ -1,0 +1,171 @@
+"""The text reports of a run: ``summary.md`` (fit for a pull-request comment) and ``junit.xml``."""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from .runs import FAILING, VERDICTS, Run, case_text, family_order, num
+
+#: GitHub refuses comments over 65536 characters.
+MAX_MARKDOWN = 60000
+
+
+def md_cell(v: Any) -> str:
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_summary(run: Run) -> str:
+    from .report import counts_by, fmt, gpu_text, n_failing, worst_rows
+
+    env = run.env
+    total, bad = len(run.df), n_failing(run)
+    icon = "❌" if bad else "✅"
+    head = f"{bad} failing of {total} rows" if bad else f"all {total} rows pass or were skipped with a reason"
+    out = [f"## attn-parity {icon} {head}", ""]
+    env_bits = [f"torch {env.get('torch', '?')}", f"GPU: {gpu_text(env)}"]
+    if env.get("profile"):
+        env_bits.append(f"profile `{env['profile']}` seed {env.get('seed')}, {env.get('cases')} cases")
+    if env.get("wall_seconds") is not None:
+        env_bits.append(f"{env['wall_seconds']} s")
+    out += [" · ".join(env_bits), ""]
+    totals = counts_by(run, "backend")
+    out.append("| backend | " + " | ".join(VERDICTS) + " | worst err ratio |")
+    out.append("|---|" + "---:|" * (len(VERDICTS) + 1))
+    for b in run.backends():
+        c = totals.get((b,), {})
+        ratios = run.df.loc[run.df["backend"] == b, "err_ratio_f"]
+        worst = fmt(ratios.max()) if ratios.notna().any() else "–"
+        counts = [(f"**{c.get(v, 0)}**" if v in FAILING and c.get(v, 0) else str(c.get(v, 0))) for v in VERDICTS]
+        out.append(f"| `{md_cell(b)}` | " + " | ".join(counts) + f" | {worst} |")
+    fams = family_order(run.df["family"])
+    cells = counts_by(run, "backend", "family")
+    if bad:
+        out += ["", "Failing / ran, by case family:", "", "| backend | " + " | ".join(fams) + " |", "|---|" + "---:|" * len(fams)]
+        for b in run.backends():
+            row = []
+            for f in fams:
+                c = cells.get((b, f), {})
+                ran = sum(c.get(v, 0) for v in ("pass", *FAILING))
+                failing = sum(c.get(v, 0) for v in FAILING)
+                row.append("–" if not ran else (f"**{failing}** / {ran}" if failing else f"0 / {ran}"))
+            out.append(f"| `{md_cell(b)}` | " + " | ".join(row) + " |")
+        out += ["", "### Worst cases", ""]
+        for b, rows in worst_rows(run, per_backend=3).items():
+            for r in rows:
+                why = r.get("reasons") or r.get("detail", "")[:200]
+                line = f"- `{md_cell(b)}` **{r['verdict']}** [{md_cell(why)}] {md_cell(case_text(r))}"
+                if r["verdict"] == "fail":
+                    line += f": err ratio {fmt(r.get('err_ratio'))}, budget used {fmt(r.get('budget_frac'))}x"
+                out.append(line)
+                if r.get("mask_check") == "mismatch":
+                    out.append(f"  - mask: {md_cell(r['mask_detail'][:400])}")
+                if r.get("gqa_check") == "mismatch":
+                    out.append(f"  - gqa: {md_cell(r['gqa_detail'][:400])}")
+                if r.get("repro"):
+                    out += ["", "  ```bash", f"  {r['repro']}", "  ```"]
+        rest = bad - sum(len(v) for v in worst_rows(run, per_backend=3).values())
+        if rest > 0:
+            out += ["", f"… and {rest} more failing rows: see `report.html` / `results.csv`."]
+    unavailable = [(k, v["unavailable"]) for k, v in (env.get("backends") or {}).items() if isinstance(v, dict) and v.get("unavailable")]
+    if unavailable:
+        out += ["", "<details><summary>Unavailable backends</summary>", ""]
+        out += [f"- `{md_cell(k)}`: {md_cell(v)}" for k, v in unavailable]
+        out += ["", "</details>"]
+    if run.decode is not None and run.decode_path is not None:
+        out += ["", f"Decode results: {len(run.decode)} rows in `{run.decode_path.relative_to(run.path)}`."]
+    text = "\n".join(out) + "\n"
+    if len(text) > MAX_MARKDOWN:
+        text = text[: MAX_MARKDOWN - 80].rsplit("\n", 1)[0] + "\n\n… (truncated; see report.html)\n"
+    return text
+
+
+def junit_xml(run: Run) -> str:
+    """One ``<testsuite>`` per backend, one ``<testcase>`` per row.
+
+    ``fail`` -> ``<failure>``; ``error`` / ``crash`` / ``timeout`` -> ``<error>``;
+    ``unsupported`` / ``unavailable`` -> ``<skipped>`` with the reason.
+    """
+    from .report import records
+
+    root = ET.Element("testsuites", name="attn-parity")
+    suites: dict[str, ET.Element] = {}
+    stats: dict[str, dict[str, float]] = {}
+    for r in records(run):
+        b = r["backend"]
+        if b not in suites:
+            suites[b] = ET.SubElement(root, "testsuite", name=f"parity.{b}")
+            stats[b] = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
+        t = num(r.get("time_ms")) / 1000.0
+        t = 0.0 if math.isnan(t) else t
+        tc = ET.SubElement(
+            suites[b], "testcase", classname=f"parity.{b}.{r['family']}", name=f"{r['case_id']} {case_text(r)}", time=f"{t:.4f}"
+        )
+        st = stats[b]
+        st["tests"] += 1
+        st["time"] += t
+        v = r["verdict"]
+        if v == "fail":
+            st["failures"] += 1
+            msg = f"[{r.get('reasons', '')}] err ratio {r.get('err_ratio', '')}, budget used {r.get('budget_frac', '')}"
+            el = ET.SubElement(tc, "failure", message=msg, type="parity.fail")
+            el.text = "\n".join(
+                x
+                for x in (
+                    r.get("mask_detail") if r.get("mask_check") == "mismatch" else "",
+                    r.get("worst_where", ""),
+                    f"repro: {r.get('repro', '')}",
+                )
+                if x
+            )
+        elif v in FAILING:
+            st["errors"] += 1
+            el = ET.SubElement(tc, "error", message=f"{v}: {r.get('detail', '')[:300]}", type=f"parity.{v}")
+            el.text = f"{r.get('detail', '')}\nrepro: {r.get('repro', '')}"
+        elif v in ("unsupported", "unavailable"):
+            st["skipped"] += 1
+            ET.SubElement(tc, "skipped", message=f"{v}: {r.get('detail', '')}")
+        elif v != "pass":
+            st["errors"] += 1
+            ET.SubElement(tc, "error", message=f"unknown verdict {v!r}", type="parity.unknown")
+    for b, el in suites.items():
+        for k, v in stats[b].items():
+            el.set(k, f"{v:.4f}" if k == "time" else str(int(v)))
+    tot = {k: sum(s[k] for s in stats.values()) for k in ("tests", "failures", "errors", "skipped")}
+    for k, v in tot.items():
+        root.set(k, str(int(v)))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+#: Names a decode CSV may use for its step axis and its error measure (first match wins).
+DECODE_X = ("step", "decode_step", "position", "pos", "token", "t")
+DECODE_GROUP = ("backend", "name", "case_id")
+
+
+def decode_series(df) -> tuple[str, str, list[tuple[str, list[tuple[float, float]]]]] | None:
+    """Find (step column, error column, lines per backend) in a decode CSV, or None if it has no such shape."""
+    import pandas as pd
+
+    cols = list(df.columns)
+    xcol = next((c for c in DECODE_X if c in cols), None)
+    errs = [c for c in cols if c != xcol and any(w in c.lower() for w in ("diverg", "err", "diff"))]
+    errs = [c for c in errs if pd.to_numeric(df[c], errors="coerce").notna().any()]
+    if xcol is None or not errs:
+        return None
+    ycol = errs[0]
+    group = next((c for c in DECODE_GROUP if c in cols), None)
+    x = pd.to_numeric(df[xcol], errors="coerce")
+    y = pd.to_numeric(df[ycol], errors="coerce")
+    series: list[tuple[str, list[tuple[float, float]]]] = []
+    keys = list(dict.fromkeys(df[group])) if group else ["all"]
+    for k in keys[:8]:
+        sel = (df[group] == k) if group else pd.Series(True, index=df.index)
+        worst: dict[float, float] = {}  # the largest value per step (over models and prompts)
+        for a, b in zip(x[sel], y[sel]):
+            if not (math.isnan(a) or math.isnan(b)):
+                worst[float(a)] = max(worst.get(float(a), -math.inf), float(b))
+        if worst:
+            series.append((str(k), sorted(worst.items())))
+    return (xcol, ycol, series) if series else None

@@ -1,0 +1,155 @@
+"""Loading a run folder (``results.csv``, ``environment.json``, ``masks.jsonl``, decode results).
+
+Used by :mod:`parity.report` and :mod:`parity.diff`. pandas is imported lazily (it is in the
+``report`` and ``test`` extras); bad input raises :class:`parity.cli.UsageError` with one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from .cli import UsageError
+
+FAMILIES = ("dense", "varlen", "decode", "chunked", "prefill_long_q", "paged")
+DTYPES = ("float32", "float16", "bfloat16")
+FAILING = ("fail", "error", "crash", "timeout")
+VERDICTS = ("pass", "fail", "error", "crash", "timeout", "unsupported", "unavailable")
+#: A results.csv must have at least these columns to be reported on.
+REQUIRED = ("backend", "case_id", "family", "dtype", "verdict")
+NUMERIC = (
+    "max_abs_err",
+    "max_rel_err",
+    "mean_abs_err",
+    "err_ratio",
+    "budget_frac",
+    "mismatch_pct",
+    "threshold_max",
+    "baseline_max",
+    "worst_left_edge",
+    "time_ms",
+)
+
+
+@dataclasses.dataclass
+class Run:
+    path: Path
+    df: Any  # pandas.DataFrame: every column as str ("" = empty), plus NUMERIC as float columns "<name>_f"
+    env: dict[str, Any]
+    masks: list[dict[str, Any]]
+    decode: Any | None  # pandas.DataFrame of decode.csv, or None
+    decode_path: Path | None
+    decode_steps: Any | None = None  # pandas.DataFrame of decode_steps.csv beside decode.csv (per step), or None
+
+    @property
+    def columns(self) -> list[str]:
+        return [c for c in self.df.columns if not c.endswith("_f")]
+
+    def backends(self) -> list[str]:
+        return list(dict.fromkeys(self.df["backend"]))
+
+
+def _pandas():
+    try:
+        import pandas as pd
+    except ImportError:  # pragma: no cover - pandas is in the report/test extras
+        raise UsageError("reports need pandas: pip install 'attn-parity[report]'") from None
+    return pd
+
+
+def read_results(path: Path):
+    """``results.csv`` as a DataFrame of strings, checked for the required columns."""
+    pd = _pandas()
+    if not path.exists():
+        raise UsageError(f"{path}: no such file (is this a parity run folder?)")
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not a readable CSV ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise UsageError(f"{path}: not a parity results.csv (missing columns: {', '.join(missing)})")
+    for c in NUMERIC:
+        df[c + "_f"] = pd.to_numeric(df[c], errors="coerce") if c in df.columns else float("nan")
+    return df
+
+
+def load_run(folder: Path | str) -> Run:
+    folder = Path(folder)
+    if not folder.exists():
+        raise UsageError(f"{folder}: no such folder")
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: not a folder (give the run folder that holds results.csv)")
+    df = read_results(folder / "results.csv")
+    env: dict[str, Any] = {}
+    env_path = folder / "environment.json"
+    if env_path.exists():
+        try:
+            env = json.loads(env_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{env_path}: not valid JSON ({exc})") from None
+    masks = []
+    mask_path = folder / "masks.jsonl"
+    if mask_path.exists():
+        for line in mask_path.read_text().splitlines():
+            if line.strip():
+                try:
+                    masks.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # a line cut short by an interrupted run
+    decode, decode_path = None, None
+    for cand in (folder / "decode.csv", folder / "decode" / "decode.csv"):
+        if cand.exists():
+            pd = _pandas()
+            try:
+                decode = pd.read_csv(cand, dtype=str, keep_default_na=False)
+                decode_path = cand
+            except (pd.errors.ParserError, pd.errors.EmptyDataError):
+                decode, decode_path = None, cand
+            break
+    steps = None
+    if decode_path is not None and (decode_path.parent / "decode_steps.csv").exists():
+        pd = _pandas()
+        try:
+            steps = pd.read_csv(decode_path.parent / "decode_steps.csv", dtype=str, keep_default_na=False)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError):
+            steps = None
+    return Run(folder, df, env, masks, decode, decode_path, steps)
+
+
+def num(v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return f
+
+
+def family_order(values) -> list[str]:
+    vals = list(dict.fromkeys(values))
+    return [f for f in FAMILIES if f in vals] + sorted(v for v in vals if v not in FAMILIES)
+
+
+def dtype_order(values) -> list[str]:
+    vals = list(dict.fromkeys(values))
+    return [d for d in DTYPES if d in vals] + sorted(v for v in vals if v not in DTYPES)
+
+
+def case_text(row: dict[str, Any]) -> str:
+    """A short human description of a case from its results row."""
+    bits = [row.get("family", ""), row.get("dtype", "")]
+    if row.get("q_lens"):
+        bits.append(f"Sq={row['q_lens'].replace(' ', ',')} Sk={row.get('k_lens', '').replace(' ', ',')}")
+    if row.get("hq"):
+        bits.append(f"h={row['hq']}/{row.get('hkv', '')} d={row.get('head_dim', '')}")
+    left = row.get("window_left", "")
+    right = row.get("window_right", "")
+    if "window_left" in row:
+        bits.append(f"window({left or 'None'},{right or 'None'}{',' + row['align'] if row.get('align') == 'top_left' else ''})")
+    for k in ("softcap", "page_size"):
+        if row.get(k):
+            bits.append(f"{k}={row[k]}")
+    return " ".join(b for b in bits if b)

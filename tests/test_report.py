@@ -1,0 +1,296 @@
+"""Reports of a run folder: the CSV schema, report.html, summary.md, junit.xml, the report
+command, and the HTML as a person sees it in headless Chromium."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import xml.etree.ElementTree as ET
+import zlib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from parity import report, svg
+from parity.cli import main
+from parity.report_text import MAX_MARKDOWN
+from parity.sweep import COLUMNS
+from tests.report_fixtures import CASES, NEEDS_GPU, OFF_BY_ONE, RAISES, shared_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def run_dir(tmp_path_factory, tmp_path) -> Path:
+    return shared_run(tmp_path_factory, tmp_path / "run")
+
+
+@pytest.fixture
+def rendered(run_dir) -> Path:
+    report.write_all(run_dir)
+    return run_dir
+
+
+def test_readme_results_table_matches_the_csv_columns(run_dir):
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### Results", 1)[1].split("\n#", 1)[0]
+    documented = []
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            documented += re.findall(r"`([a-z_]+)`", line.split("|")[1])
+    assert sorted(documented) == sorted(COLUMNS)
+    df = pd.read_csv(run_dir / "results.csv")  # the README's promise: one pandas call
+    assert list(df.columns) == COLUMNS
+    assert len(df) == len(CASES) * 4
+
+
+def test_write_all_writes_self_contained_files(rendered):
+    names = sorted(p.name for p in report.write_all(rendered))
+    assert names == ["junit.xml", "report.html", "summary.md"]
+    page = (rendered / "report.html").read_text()
+    # nothing fetched from anywhere: no remote src/href/url(), no script
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert "url(" not in page and "<script" not in page and "@import" not in page
+    for anchor in ('id="matrix"', 'id="worst"', 'id="plot-edge"', 'id="plot-ratio"', 'id="masks"', 'id="environment"'):
+        assert anchor in page
+    assert 'id="decode"' not in page  # no decode.csv in this run
+
+
+def _chip_counts(cell_html: str) -> dict[str, int]:
+    return {label: int(n) for n, label in re.findall(r'title="(\d+) ([a-z /]+)"', cell_html)}
+
+
+def test_matrix_counts_match_the_csv(rendered):
+    page = (rendered / "report.html").read_text()
+    df = pd.read_csv(rendered / "results.csv", dtype=str, keep_default_na=False)
+    rows = re.findall(r"<tr><td class=\"be\"><code>(.*?)</code></td>(.*?)</tr>", page)
+    assert [html.unescape(b) for b, _ in rows] == list(dict.fromkeys(df["backend"]))
+    for b, cells in rows:
+        sub = df[df["backend"] == html.unescape(b)]
+        for fam, dt, cell in re.findall(r'data-family="([^"]+)" data-dtype="([^"]+)">(.*?)</td>', cells):
+            got = _chip_counts(cell)
+            part = sub[(sub["family"] == fam) & (sub["dtype"] == dt)]["verdict"].value_counts().to_dict()
+            want = {}
+            for verdicts, _, label in report.CHIPS:
+                n = sum(part.get(v, 0) for v in verdicts)
+                if n:
+                    want[label] = n
+            assert got == want, (b, fam, dt)
+    # the families and dtypes of the run all have a column
+    assert set(re.findall(r'data-family="([^"]+)"', page)) == {"dense", "decode", "varlen", "chunked", "paged"}
+    assert set(re.findall(r'data-dtype="([^"]+)"', page)) == {"bfloat16", "float16"}
+
+
+def test_worst_cases_carry_repro_and_the_mask_words(rendered):
+    page = html.unescape((rendered / "report.html").read_text())
+    worst = page.split('id="worst"', 1)[1].split("</section>", 1)[0]
+    assert f"python -m parity run --backend {OFF_BY_ONE} --case " in worst
+    assert "window is one token wider on the left" in worst
+    assert "kernel launch failed: invalid configuration argument" in worst  # the error row's detail
+    assert "sdpa</code>:" not in worst  # sdpa passes everything it ran: no heading of its own
+    assert "needs a CUDA device (none here)" in page  # the unavailable backend's reason, in the environment
+
+
+def test_edge_and_ratio_plots_draw_one_point_per_row(rendered):
+    page = (rendered / "report.html").read_text()
+    df = pd.read_csv(rendered / "results.csv")
+    ran = df[df["verdict"].isin(["pass", "fail"])]
+    edge = page.split('id="plot-edge"', 1)[1].split("</svg>", 1)[0]
+    ratio = page.split('id="plot-ratio"', 1)[1].split("</svg>", 1)[0]
+    assert edge.count('class="pt"') == int(ran["worst_left_edge"].notna().sum()) > 0
+    assert ratio.count('class="pt"') == int(ran["err_ratio"].notna().sum())
+    filled = len(re.findall(r'class="pt" [^>]*fill="#', edge))  # failing rows are drawn filled, passing hollow
+    assert filled == int(((ran["verdict"] == "fail") & ran["worst_left_edge"].notna()).sum()) > 0
+    assert "rows not drawn: their window has no left edge" in page  # the Window(None, 0) case
+
+
+def test_mask_image_draws_the_probe_characters():
+    out = svg.mask_image(["1+..", "-p11"], "t")
+    rects = re.findall(r'<rect class="m(.)" x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="[\d.]+" fill="(#\w+)"', out)
+    cells = [(cls, float(x), float(y), float(w), fill) for cls, x, y, w, fill in rects]
+    c, h = 8.0, 16.0  # 4 columns: cells of the maximum width; 2 rows: drawn taller so they stay visible
+    assert cells == [
+        ("s", 0.0, 0.0, c, svg.MASK_COLOURS["1"]),
+        ("x", c, 0.0, c, svg.MASK_COLOURS["+"]),
+        ("x", 0.0, h, c, svg.MASK_COLOURS["-"]),
+        ("x", c, h, c, svg.MASK_COLOURS["p"]),
+        ("s", 2 * c, h, 2 * c, svg.MASK_COLOURS["1"]),  # run-length encoded
+    ]
+
+
+def test_failing_case_mask_is_drawn_from_masks_jsonl(rendered):
+    page = (rendered / "report.html").read_text()
+    masks = [json.loads(x) for x in (rendered / "masks.jsonl").read_text().splitlines()]
+    assert masks and all(m["backend"] == OFF_BY_ONE for m in masks)
+    section = page.split('id="masks"', 1)[1].split("</section>", 1)[0]
+    assert section.count("<figure") == min(len(masks), report.MAX_MASKS)
+    assert 'class="mx"' in section and f'fill="{svg.MASK_COLOURS["+"]}"' in section  # the extra key, in red
+    assert "one token wider on the left" in html.unescape(section)
+
+
+def test_summary_markdown_fits_a_pull_request_comment(rendered):
+    md = (rendered / "summary.md").read_text()
+    df = pd.read_csv(rendered / "results.csv")
+    bad = int(df["verdict"].isin(["fail", "error", "crash", "timeout"]).sum())
+    assert md.startswith(f"## attn-parity ❌ {bad} failing of {len(df)} rows")
+    mine = df[df.backend == OFF_BY_ONE].verdict
+    assert f"| `{OFF_BY_ONE}` | {(mine == 'pass').sum()} | **{(mine == 'fail').sum()}** |" in md
+    assert "```bash" in md and f"--backend {OFF_BY_ONE} --case" in md
+    assert NEEDS_GPU in md and "needs a CUDA device" in md
+    assert len(md) < MAX_MARKDOWN
+
+
+def test_junit_xml_counts_match(rendered):
+    root = ET.parse(rendered / "junit.xml").getroot()
+    df = pd.read_csv(rendered / "results.csv")
+    v = df["verdict"].value_counts().to_dict()
+    assert root.get("tests") == str(len(df))
+    assert root.get("failures") == str(v.get("fail", 0))
+    assert root.get("errors") == str(v.get("error", 0) + v.get("crash", 0) + v.get("timeout", 0))
+    assert root.get("skipped") == str(v.get("unsupported", 0) + v.get("unavailable", 0))
+    suites = {s.get("name"): s for s in root.iter("testsuite")}
+    assert set(suites) == {f"parity.{b}" for b in df["backend"].unique()}
+    failure = suites[f"parity.{OFF_BY_ONE}"].find("testcase/failure")
+    assert failure is not None and "mask" in failure.get("message") and "repro: python -m parity run" in failure.text
+    assert suites[f"parity.{RAISES}"].find("testcase/error").get("type") == "parity.error"
+    assert suites["parity.sdpa"].get("failures") == "0"
+
+
+def test_decode_section_appears_with_decode_csv(rendered):
+    (rendered / "decode").mkdir()
+    rows = ["backend,case_id,step,max_abs_err,diverged"]
+    rows += [f"sdpa,c1,{s},{1e-3 * (1 + s)},0" for s in range(6)] + [f"my-kernel,c1,{s},{0.01 * 2**s},{int(s > 3)}" for s in range(6)]
+    (rendered / "decode" / "decode.csv").write_text("\n".join(rows) + "\n")
+    report.write_all(rendered)
+    page = (rendered / "report.html").read_text()
+    section = page.split('id="decode"', 1)[1].split("</section>", 1)[0]
+    assert 'id="plot-decode"' in section and section.count("<path ") == 2  # one line per backend
+    assert section.count("<tr>") == 13  # header + 12 rows
+    assert "Decode results: 12 rows" in (rendered / "summary.md").read_text()
+
+
+def test_report_command_and_its_exit_codes(run_dir, tmp_path, capsys):
+    assert main(["report", str(run_dir)]) == 0
+    assert (run_dir / "report.html").exists() and (run_dir / "junit.xml").exists()
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "o")]) == 0
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["junit.xml", "report.html", "summary.md"]
+    assert main(["report", str(run_dir), "--strict"]) == 1  # the run has failures
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"parity: error: {tmp_path / 'nope'}: no such folder"
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "results.csv").write_text("backend,verdict\nsdpa,pass\n")
+    assert main(["report", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing columns: case_id, family, dtype" in err[0]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["report", str(empty)]) == 2
+    assert "results.csv: no such file" in capsys.readouterr().err
+
+
+def test_run_command_writes_the_reports(tmp_path):
+    code = main(["run", "--backend", "sdpa", "--case", CASES[0].to_json(), "--out", str(tmp_path), "-q", "--no-isolate"])
+    assert code == 0
+    assert {"report.html", "summary.md", "junit.xml"} <= {p.name for p in tmp_path.iterdir()}
+    assert "✅" in (tmp_path / "summary.md").read_text()
+
+
+# ---------------------------------------------------------------- in a real browser
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
+PROBE = """<script>
+const sel = {status: '#status .status', matrix: '#matrix-table', edge: '#plot-edge svg', ratio: '#plot-ratio svg',
+             mask: 'figure.mask svg', env: '#env-table', repro: '.worst pre.repro'};
+const out = {};
+for (const [k, s] of Object.entries(sel)) {
+  const el = document.querySelector(s);
+  if (!el) { out[k] = 'missing'; continue; }
+  const r = el.getBoundingClientRect(), cs = getComputedStyle(el);
+  const shown = r.width > 20 && r.height > 10 && cs.visibility !== 'hidden' && cs.display !== 'none';
+  out[k] = shown ? 'visible' : `hidden ${r.width}x${r.height}`;
+}
+const box = document.querySelector('#plot-edge svg').getBoundingClientRect();
+const pts = [...document.querySelectorAll('#plot-edge .pt')].map(e => e.getBoundingClientRect());
+out.points = pts.filter(r => r.width > 0).length;
+out.outside = pts.filter(r => r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 || r.bottom > box.bottom + 1).length;
+out.scrollWidth = document.documentElement.scrollWidth;
+out.statusText = document.querySelector('#status').innerText;
+document.body.insertAdjacentHTML('beforeend', '<pre id="probe">' + JSON.stringify(out) + '</pre>');
+</script>"""
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+    if path is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("chromium is missing in CI: .ci/extra-setup should have installed it (apt-get install chromium)")
+        pytest.skip("chromium not installed (apt-get install chromium; CI installs it via .ci/extra-setup)")
+    return path
+
+
+def _browser(chromium: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
+    profile.mkdir()
+    return subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=120)
+
+
+def _png_pixels_vary(png: bytes) -> int:
+    """Distinct byte values in the decompressed image data (a blank page has very few)."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat = 8, b""
+    while pos < len(png):
+        (n,) = struct.unpack(">I", png[pos : pos + 4])
+        kind = png[pos + 4 : pos + 8]
+        if kind == b"IDAT":
+            idat += png[pos + 8 : pos + 8 + n]
+        pos += 12 + n
+    return len(set(zlib.decompress(idat)[::7]))
+
+
+def test_report_renders_in_headless_chromium(rendered, tmp_path):
+    chromium = _chromium()
+    page = (rendered / "report.html").read_text()
+    probe_page = rendered / "probe.html"
+    probe_page.write_text(page.replace("</body>", PROBE + "</body>"))
+    p = _browser(chromium, tmp_path, "--window-size=1280,1000", "--dump-dom", probe_page.as_uri())
+    m = re.search(r'<pre id="probe">(\{.*?)</pre>', p.stdout)
+    assert m, p.stderr[-2000:]
+    seen = json.loads(html.unescape(m.group(1)))
+    for key in ("status", "matrix", "edge", "ratio", "mask", "env", "repro"):
+        assert seen[key] == "visible", (key, seen)
+    df = pd.read_csv(rendered / "results.csv")
+    ran = df[df["verdict"].isin(["pass", "fail"])]
+    assert seen["points"] == int(ran["worst_left_edge"].notna().sum())
+    assert seen["outside"] == 0  # every point inside its plot
+    assert seen["scrollWidth"] <= 1280  # no sideways scrolling at a laptop's width
+    assert seen["statusText"].startswith("FAIL:")
+
+    shot = tmp_path / "report.png"
+    p = _browser(chromium, tmp_path, "--window-size=1280,2600", f"--screenshot={shot}", (rendered / "report.html").as_uri())
+    assert shot.exists(), p.stderr[-2000:]
+    data = shot.read_bytes()
+    assert len(data) > 20_000 and _png_pixels_vary(data) > 50
+    keep = os.environ.get("PARITY_SCREENSHOT_DIR")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(keep) / "report.png")
+    print(f"screenshot: {shot}")
