@@ -34,7 +34,14 @@ timeout 150 python3 $B -b torch-fa2-cuda -b sdpa-cudnn-cuda -b sdpa-efficient-cu
   --skip jax-xla-cuda@32768 --json "$work/bench.jsonl" > "$work/bench_a.log" 2>&1; tail -26 "$work/bench_a.log"
 PYTHONPATH=$FA4 timeout 60 python3 $B -b fa4-cuda --json "$work/bench.jsonl" > "$work/bench_b.log" 2>&1; tail -5 "$work/bench_b.log"
 PYTHONPATH=$XF timeout 60 python3 $B -b xformers-cutlass-cuda -b xformers-flash-cuda --json "$work/bench.jsonl" > "$work/bench_c.log" 2>&1; tail -9 "$work/bench_c.log"
-if python3 -m parity decode --help > /dev/null 2>&1; then echo "decode command present"; fi
+if [ "${PARITY_RUN_DECODE:-1}" = 1 ] && python3 -m parity decode --help > /dev/null 2>&1; then
+  echo "== decode (greedy-decode divergence, parity/decode)"
+  D=(python3 -m parity decode --time-limit "${DECODE_LIMIT:-8}" -q)
+  timeout 150 "${D[@]}" -b torch-fa2-cuda -b sdpa-cudnn-cuda -b flex-cuda -b jax-cudnn-cuda --out "$work/decode" > "$work/decode_a.log" 2>&1; echo "decode a rc=$?"
+  PYTHONPATH=$FA4 timeout 60 "${D[@]}" -b fa4-cuda --out "$work/decode_fa4" > "$work/decode_b.log" 2>&1; echo "decode b rc=$?"
+  PYTHONPATH=$XF timeout 60 "${D[@]}" -b xformers-flash-cuda -b xformers-cutlass-cuda --out "$work/decode_xformers" > "$work/decode_c.log" 2>&1; echo "decode c rc=$?"
+  tail -6 "$work/decode_a.log" "$work/decode_b.log" "$work/decode_c.log"
+fi
 cat "$work/sweep/timing.json" 2>/dev/null | head -12
 tar czf "$OUT/h200run.tgz" -C /tmp h200run
 echo "packed $(du -h "$OUT/h200run.tgz" | cut -f1) in $(( $(date +%s) - t0 )) s"

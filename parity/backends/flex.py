@@ -96,7 +96,71 @@ class FlexCompiledBackend(FlexBackend):
     description = "FlexAttention through torch.compile (CPU inductor here: slow first call)"
 
 
+def bucket_len(n: int, minimum: int = 128) -> int:
+    """The compile bucket of a length: the next power of two, at least ``minimum``."""
+    return max(minimum, 1 << (max(n, 1) - 1).bit_length())
+
+
+def bucketed_mask_mod(window: Window, sq: int, sk: int, device):
+    """The window rule with the case's numbers as tensors (no recompile when they change),
+    over a padded ``(bucket(Sq), bucket(Sk))`` grid: padded keys ``kv_idx >= Sk`` are masked."""
+    d = window.offset(sq, sk)
+    big = 4 * (sq + sk) + 8
+    t = torch.tensor(
+        [d, big if window.left is None else window.left, big if window.right is None else window.right, sk],
+        dtype=torch.int32,
+        device=device,
+    )  # (4,): offset, left, right, Sk
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (kv_idx < t[3]) & (kv_idx >= q_idx + t[0] - t[1]) & (kv_idx <= q_idx + t[0] + t[2])
+
+    return mask_mod
+
+
 class FlexCudaBackend(FlexBackend):
     name = "flex-cuda"
     device = "cuda"
-    description = "FlexAttention compiled on CUDA, BlockMask per (Sq, Sk)"
+    description = (
+        "FlexAttention compiled on CUDA, BlockMask per (Sq, Sk); lengths padded to power-of-two buckets and the "
+        "window passed as tensors, so one compiled kernel serves every case of a bucket"
+    )
+    bucketed = True
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        if not self.bucketed:
+            return super().run(case, inputs, out)
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        fn = _compiled_flex() if self._use_compiled() else None
+        if fn is None:
+            from torch.nn.attention.flex_attention import flex_attention as fn
+        score_mod = None
+        if case.softcap is not None:
+            cap = torch.tensor(case.softcap, dtype=torch.float32, device=inputs.q.device)  # ()
+
+            def score_mod(score, b, h, q_idx, kv_idx):
+                return cap * torch.tanh(score / cap)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _, q, k, v, qs in inputs.sequences():
+                sq, sk = q.shape[0], k.shape[0]
+                bq, bk = bucket_len(sq), bucket_len(sk)
+                qp = torch.nn.functional.pad(q, (0, 0, 0, 0, 0, bq - sq))  # (bq, hq, d), zero rows appended
+                kp = torch.nn.functional.pad(k, (0, 0, 0, 0, 0, bk - sk))  # (bk, hkv, d)
+                vp = torch.nn.functional.pad(v, (0, 0, 0, 0, 0, bk - sk))  # (bk, hkv, d)
+                block_mask = create_block_mask(
+                    bucketed_mask_mod(case.window, sq, sk, q.device), None, None, bq, bk, device=str(q.device)
+                )
+                o = fn(
+                    qp.transpose(0, 1)[None],  # (1, hq, bq, d)
+                    kp.transpose(0, 1)[None],  # (1, hkv, bk, d)
+                    vp.transpose(0, 1)[None],  # (1, hkv, bk, d)
+                    score_mod=score_mod,
+                    block_mask=block_mask,
+                    scale=case.softmax_scale,
+                    enable_gqa=case.hq != case.hkv,
+                )  # (1, hq, bq, d)
+                out[qs] = o[0, :, :sq].transpose(0, 1)  # (Sq, hq, d)
+        return out
