@@ -24,6 +24,7 @@ class UsageError(Exception):
 #: Further subcommands, one module each, exposing ``add_parser(subparsers)`` (which sets
 #: ``command`` to its name) and ``run(args) -> int``; raise :class:`UsageError` for bad input.
 EXTRA_COMMANDS: dict[str, str] = {"report": "parity.report_cli", "diff": "parity.diff"}
+EXTRA_COMMANDS["decode"] = "parity.decode.cli"
 
 
 def _extra(module: str):

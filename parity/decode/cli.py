@@ -1,0 +1,134 @@
+"""``python -m parity decode``: greedy-decode divergence of a small sliding-window model per backend.
+
+Writes ``OUT/decode.csv`` (one row per backend x model x prompt; columns in
+:data:`parity.decode.run.COLUMNS`), ``OUT/decode_steps.csv`` (per step) and the
+``OUT/decode.json`` sidecar (models, training, measured noise, configuration).
+Exit codes as ``run``: 0 no real divergence and no error, 1 a real divergence, an error,
+or a backend named with --backend unavailable, 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+NAME = "decode"
+DEFAULT_CPU_BACKENDS = ("reference", "sdpa", "flex")
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.replace(" ", ",").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return vals
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(NAME, help="greedy-decode divergence of a small sliding-window model, per backend")
+    p.add_argument("--backend", "-b", action="append", metavar="NAME|module:Class",
+                   help="backend to test (repeatable, or comma-separated; 'all-gpu' etc. select groups); "
+                        f"default: every CUDA backend on a GPU machine, else {', '.join(DEFAULT_CPU_BACKENDS)}")
+    p.add_argument("--model", action="append", choices=["mistral", "gemma2"],
+                   help="model architecture (repeatable; default both: mistral = every layer local, "
+                        "gemma2 = local/global alternating with softcaps)")
+    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"],
+                   help="model and attention dtype (default bfloat16 on a GPU, float32 on the CPU)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where the model runs (auto: cuda when available)")
+    p.add_argument("--prompt-lens", type=_ints, default=None, metavar="N,N,...",
+                   help="prompt lengths (default 8,15,16,17,24,40,72 around the window of 16)")
+    p.add_argument("--steps", type=int, default=None, help="greedy decode steps per prompt (default 32 on a GPU, 24 on the CPU)")
+    p.add_argument("--window", type=int, default=16, help="the model's sliding window in tokens (default 16)")
+    p.add_argument("--page-size", type=int, default=None,
+                   help="decode steps carry this KV page size (paged path; backends without one are unsupported)")
+    p.add_argument("--tie-factor", type=float, default=4.0,
+                   help="a divergence is a near-tie flip when the reference margin <= tie_factor x measured noise (default 4)")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help="seconds per backend and model before its remaining prompts are skipped (default 20 on a GPU, 60 on the CPU)")
+    p.add_argument("--seed", type=int, default=0, help="prompt seed (default 0)")
+    p.add_argument("--no-cache", action="store_true", help="retrain the model instead of using the cached weights")
+    p.add_argument("--out", type=Path, default=Path("reports/latest"), help="output folder (default reports/latest)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from .. import backends
+    from ..cli import UsageError, _split
+    from .run import DEFAULT_PROMPT_LENS, DecodeConfig, run_decode
+
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device here")
+    on_gpu = device == "cuda"
+    requested = _split(args.backend)
+    explicit = [s for s in requested if s not in backends.SELECTORS]
+    specs: list[str] = []
+    for s in requested or (["all-gpu"] if on_gpu else list(DEFAULT_CPU_BACKENDS)):
+        specs.extend(x for x in backends.expand(s) if x not in specs)
+    for spec in specs:
+        try:
+            backends.get(spec)
+        except backends.BackendSpecError as exc:
+            raise UsageError(str(exc)) from None
+    if not specs:
+        raise UsageError("no backend selected")
+    steps = args.steps if args.steps is not None else (32 if on_gpu else 24)
+    if steps < 1 or args.window < 2 or args.tie_factor <= 0 or (args.page_size is not None and args.page_size < 1):
+        raise UsageError("--steps >= 1, --window >= 2, --tie-factor > 0 and --page-size >= 1 are required")
+    cfg = DecodeConfig(
+        models=tuple(dict.fromkeys(args.model)) if args.model else ("mistral", "gemma2"),
+        dtype=args.dtype or ("bfloat16" if on_gpu else "float32"),
+        prompt_lens=tuple(args.prompt_lens or DEFAULT_PROMPT_LENS),
+        steps=steps,
+        window=args.window,
+        page_size=args.page_size,
+        device=device,
+        tie_factor=args.tie_factor,
+        time_limit=args.time_limit if args.time_limit is not None else (20.0 if on_gpu else 60.0),
+        seed=args.seed,
+        use_cache=not args.no_cache,
+    )
+    log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    print(f"parity decode: {len(specs)} backends x {len(cfg.models)} models x {len(cfg.prompt_lens)} prompts, "
+          f"{cfg.steps} steps, {cfg.dtype} on {device} -> {args.out}/decode.csv", file=sys.stderr)
+    result = run_decode(specs, cfg, args.out, log)
+    print(summary_table(result.rows))
+    print(f"parity decode: {result.seconds:.1f} s; wrote {args.out}/decode.csv, decode_steps.csv, decode.json", file=sys.stderr)
+    unavailable = sorted({r["backend"] for r in result.rows if r["verdict"] == "unavailable" and r["backend"] in explicit})
+    for s in unavailable:
+        print(f"parity decode: requested backend {s} is unavailable", file=sys.stderr)
+    return 1 if (result.failed or unavailable) else 0
+
+
+def summary_table(rows: list[dict]) -> str:
+    """Per backend and model: verdict counts, real / near-tie divergences, worst logit error."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["backend"], r["model"]), []).append(r)
+    head = f"{'backend':<38}{'model':<9}{'ok':>4}{'real':>6}{'tie':>5}{'other':>7}  {'min agree':>9}  {'max |dlogit|':>12}"
+    lines = [head + "  first real divergence"]
+    for (be, model), rs in groups.items():
+        ok = [r for r in rs if r["verdict"] in ("pass", "fail")]
+        real = [r for r in ok if r["div_class"] == "real" or int(r.get("tf_real_flips") or 0) > 0]
+        tie = [r for r in ok if r["div_class"] == "near_tie" and r not in real]
+        other = len(rs) - len(ok)
+        agree = min((float(r["token_agreement"]) for r in ok), default=float("nan"))
+        err = max((float(r["tf_max_abs_err"]) for r in ok), default=float("nan"))
+        first = next((r for r in real if r["div_class"] == "real"), real[0] if real else None)
+        where = ""
+        if first is not None:
+            where = (f"prompt {first['prompt_len']} step {first['first_div_step']} (margin {first['ref_margin']}, "
+                     f"noise {first['noise']})")
+        if other:
+            kinds = sorted({r["verdict"] for r in rs if r not in ok})
+            where = (where + "; " if where else "") + "/".join(kinds) + ": " + next(r["detail"] for r in rs if r not in ok)[:80]
+        lines.append(f"{be:<38}{model:<9}{len(ok):>4}{len(real):>6}{len(tie):>5}{other:>7}  {agree:>9.3f}  {err:>12.3g}  {where}")
+    return "\n".join(lines)
