@@ -123,7 +123,7 @@ def compare_runs(
             d.coverage_lost.append(c)
         elif bv in SKIPPED and hv == "pass":
             d.coverage_gained.append(c)
-        if bv in ("pass", "fail") and hv in ("pass", "fail") and c not in d.new_failures:
+        if bv == hv and bv in ("pass", "fail"):  # a changed verdict is listed above already
             rb, rh = _ratio(b), _ratio(h)
             if not (math.isnan(rb) or math.isnan(rh)):
                 if rh > rb * ratio_threshold and rh - rb > min_ratio_delta:
@@ -148,8 +148,10 @@ def headline(d: Diff) -> str:
         parts = [f"{len(d.new_failures)} new failures"] if d.new_failures else []
         if d.ratio_up:
             parts.append(f"{len(d.ratio_up)} error ratios up more than {d.ratio_threshold:g}x")
-        if not d.allow_coverage_loss and (d.coverage_lost or d.backends_vanished):
-            parts.append(f"coverage lost on {len(d.coverage_lost)} rows, {len(d.backends_vanished)} backends vanished")
+        if not d.allow_coverage_loss and d.coverage_lost:
+            parts.append(f"coverage lost on {len(d.coverage_lost)} rows")
+        if not d.allow_coverage_loss and d.backends_vanished:
+            parts.append(f"{len(d.backends_vanished)} backends vanished")
         return "REGRESSION: " + ", ".join(parts)
     return f"no regression ({len(d.fixed)} fixed, {d.matched} rows compared)"
 

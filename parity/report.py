@@ -26,6 +26,22 @@ CHIPS = (
 WORST_PER_BACKEND = 5
 MAX_MASKS = 6
 MAX_ROWS_TABLE = 400
+#: decode.csv columns worth a reviewer's eye (parity.decode.run.COLUMNS); other CSVs are shown whole.
+DECODE_COLUMNS = (
+    "backend",
+    "model",
+    "dtype",
+    "window",
+    "prompt_len",
+    "steps",
+    "verdict",
+    "div_class",
+    "first_div_step",
+    "token_agreement",
+    "tf_max_abs_err",
+    "margin_over_noise",
+    "detail",
+)
 
 
 def write_all(out_dir: Path | str, dest: Path | str | None = None) -> list[Path]:
@@ -60,14 +76,26 @@ def counts_by(run: Run, *keys: str) -> dict[tuple, dict[str, int]]:
 
 
 def worst_rows(run: Run, per_backend: int = WORST_PER_BACKEND) -> dict[str, list[dict[str, Any]]]:
-    """Failing rows per backend, worst first: largest budget fraction, then error/crash/timeout."""
+    """Failing rows per backend, worst first: error / crash / timeout (no numbers to rank), then
+    the largest budget fraction. Rows failing with the same error message are shown once, with
+    ``_same`` = how many more rows failed that way."""
     out: dict[str, list[dict[str, Any]]] = {}
     for r in records(run):
         if r["verdict"] in FAILING:
             out.setdefault(r["backend"], []).append(r)
     for b, rows in out.items():
         rows.sort(key=lambda r: (-_finite_or(r["budget_frac_f"], math.inf),))
-        out[b] = rows[:per_backend]
+        kept: list[dict[str, Any]] = []
+        first: dict[tuple[str, str], dict[str, Any]] = {}
+        for r in rows:
+            if r["verdict"] != "fail":
+                key = (r["verdict"], (r.get("detail") or "").strip().split("\n")[0][:300])
+                if key in first:
+                    first[key]["_same"] += 1
+                    continue
+                first[key] = r = {**r, "_same": 0}
+            kept.append(r)
+        out[b] = kept[:per_backend]
     return out
 
 
@@ -123,7 +151,7 @@ code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}
 pre.repro{background:#f6f8fa;border:1px solid #d0d7de;padding:6px 8px;white-space:pre-wrap;word-break:break-all;margin:4px 0;
 user-select:all}
 .worst{border:1px solid #d0d7de;border-left:4px solid #cf222e;padding:6px 10px;margin:8px 0;border-radius:4px}
-.worst .why{font-weight:600}.small{font-size:12px;color:#57606a}
+.worst .why{font-weight:600}.worst.shrunk{border-left-color:#0969da}.small{font-size:12px;color:#57606a}
 figure{display:inline-block;margin:6px 14px 10px 0;vertical-align:top;max-width:380px}
 figcaption{font-size:12px;color:#57606a;margin-top:4px}
 .legend span{display:inline-block;margin-right:12px}
@@ -242,8 +270,16 @@ def _worst(run: Run) -> str:
     for b, rows in worst.items():
         more = counts.get(b, 0) - len(rows)
         out.append(f"<h3><code>{escape(b)}</code>: {counts.get(b, 0)} failing rows{f' (worst {len(rows)} shown)' if more else ''}</h3>")
+        for s in (x for x in run.shrunk if x.get("backend") == b and x.get("repro")):
+            case = s.get("case")
+            shape = _case_dict_text(case if isinstance(case, dict) else {})
+            out.append(
+                f'<div class="worst shrunk"><div class="why">Smallest failing case found by shrinking case {escape(str(s.get("from")))} '
+                f"({escape(str(s.get('calls')))} calls): {escape(str(s.get('verdict')))} [{escape(str(s.get('reasons', '')))}]</div>"
+                f'<div class="small">{escape(shape)}</div><pre class="repro">{escape(str(s["repro"]))}</pre></div>'
+            )
         for r in rows:
-            why = r.get("reasons") or r.get("detail") or ""
+            why = r.get("reasons") or (r.get("detail") or "").split("\n")[0][:160]
             lines = [
                 f'<div class="why">{escape(r["verdict"].upper())} [{escape(why)}] {escape(case_text(r))} '
                 f'<span class="small">case {escape(r["case_id"])}</span></div>'
@@ -257,12 +293,37 @@ def _worst(run: Run) -> str:
             for k in ("mask_detail", "gqa_detail", "worst_where"):
                 if r.get(k) and (k == "worst_where" or r.get(k.replace("detail", "check")) == "mismatch"):
                     lines.append(f'<div class="small">{escape(k.split("_")[0])}: {escape(r[k])}</div>')
-            if r.get("verdict") != "fail" and r.get("detail"):
+            if r.get("verdict") != "fail" and r.get("detail") and r["detail"].strip() != why:
                 lines.append(f'<div class="small">{escape(r["detail"][:600])}</div>')
+            if r.get("_same"):
+                lines.append(f'<div class="small">and {r["_same"]} more rows of this backend failed with the same message</div>')
             if r.get("repro"):
                 lines.append(f'<pre class="repro">{escape(r["repro"])}</pre>')
             out.append(f'<div class="worst">{"".join(lines)}</div>')
     return "".join(out)
+
+
+def _case_dict_text(case: dict[str, Any]) -> str:
+    """A shrunk.jsonl case (Case.to_dict) in the words of case_text."""
+    if not case:
+        return ""
+    w = case.get("window") or {}
+    lens = lambda k: " ".join(str(x) for x in case.get(k) or [])  # noqa: E731
+    row = {
+        "family": "",
+        "dtype": case.get("dtype", ""),
+        "q_lens": lens("q_lens"),
+        "k_lens": lens("k_lens"),
+        "hq": str(case.get("hq", "")),
+        "hkv": str(case.get("hkv", "")),
+        "head_dim": str(case.get("head_dim", "")),
+        "window_left": "" if w.get("left") is None else str(w["left"]),
+        "window_right": "" if w.get("right") is None else str(w["right"]),
+        "align": w.get("align", ""),
+        "softcap": case.get("softcap") or "",
+        "page_size": case.get("page_size") or "",
+    }
+    return case_text(row)
 
 
 def _point_title(r: dict[str, Any]) -> str:
@@ -386,7 +447,12 @@ def _decode(run: Run) -> str:
             f'<p class="small">From {escape(source)}: the largest {escape(ycol)} per {escape(xcol)}, one line per backend.</p>'
             f'<div id="plot-decode">{svg.lines(series, xcol, ycol)}</div>'
         )
-    parts.append(f'<div class="scroll">{_table(df.to_dict("records"), list(df.columns), MAX_ROWS_TABLE)}</div>')
+    cols = [c for c in DECODE_COLUMNS if c in df.columns]
+    if len(cols) < 4:  # not parity.decode's schema: show whatever the CSV holds
+        cols = list(df.columns)
+    else:
+        parts.append(f'<p class="small">Main columns shown; all {len(df.columns)} are in {escape(str(rel.name))}.</p>')
+    parts.append(f'<div class="scroll">{_table(df.to_dict("records"), cols, MAX_ROWS_TABLE)}</div>')
     return "".join(parts)
 
 

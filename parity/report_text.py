@@ -54,10 +54,12 @@ def markdown_summary(run: Run) -> str:
         out += ["", "### Worst cases", ""]
         for b, rows in worst_rows(run, per_backend=3).items():
             for r in rows:
-                why = r.get("reasons") or r.get("detail", "")[:200]
+                why = r.get("reasons") or (r.get("detail") or "").split("\n")[0][:200]
                 line = f"- `{md_cell(b)}` **{r['verdict']}** [{md_cell(why)}] {md_cell(case_text(r))}"
                 if r["verdict"] == "fail":
                     line += f": err ratio {fmt(r.get('err_ratio'))}, budget used {fmt(r.get('budget_frac'))}x"
+                if r.get("_same"):
+                    line += f" (and {r['_same']} more rows with the same message)"
                 out.append(line)
                 if r.get("mask_check") == "mismatch":
                     out.append(f"  - mask: {md_cell(r['mask_detail'][:400])}")
@@ -65,7 +67,10 @@ def markdown_summary(run: Run) -> str:
                     out.append(f"  - gqa: {md_cell(r['gqa_detail'][:400])}")
                 if r.get("repro"):
                     out += ["", "  ```bash", f"  {r['repro']}", "  ```"]
-        rest = bad - sum(len(v) for v in worst_rows(run, per_backend=3).values())
+        for s in (x for x in run.shrunk if x.get("repro")):
+            out += ["", f"- `{md_cell(s.get('backend'))}` smallest failing case found by shrinking case {s.get('from')}:"]
+            out += ["", "  ```bash", f"  {s['repro']}", "  ```"]
+        rest = bad - sum(1 + r.get("_same", 0) for v in worst_rows(run, per_backend=3).values() for r in v)
         if rest > 0:
             out += ["", f"… and {rest} more failing rows: see `report.html` / `results.csv`."]
     unavailable = [(k, v["unavailable"]) for k, v in (env.get("backends") or {}).items() if isinstance(v, dict) and v.get("unavailable")]
@@ -74,7 +79,11 @@ def markdown_summary(run: Run) -> str:
         out += [f"- `{md_cell(k)}`: {md_cell(v)}" for k, v in unavailable]
         out += ["", "</details>"]
     if run.decode is not None and run.decode_path is not None:
-        out += ["", f"Decode results: {len(run.decode)} rows in `{run.decode_path.relative_to(run.path)}`."]
+        line = f"Decode results: {len(run.decode)} rows in `{run.decode_path.relative_to(run.path)}`"
+        if "verdict" in run.decode.columns:
+            vc = run.decode["verdict"].value_counts().to_dict()
+            line += " (" + ", ".join(f"{k}: {v}" for k, v in sorted(vc.items())) + ")"
+        out += ["", line + "."]
     text = "\n".join(out) + "\n"
     if len(text) > MAX_MARKDOWN:
         text = text[: MAX_MARKDOWN - 80].rsplit("\n", 1)[0] + "\n\n… (truncated; see report.html)\n"

@@ -43,6 +43,7 @@ class Run:
     decode: Any | None  # pandas.DataFrame of decode.csv, or None
     decode_path: Path | None
     decode_steps: Any | None = None  # pandas.DataFrame of decode_steps.csv beside decode.csv (per step), or None
+    shrunk: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # shrunk.jsonl: smaller failing cases
 
     @property
     def columns(self) -> list[str]:
@@ -91,15 +92,7 @@ def load_run(folder: Path | str) -> Run:
             env = json.loads(env_path.read_text())
         except json.JSONDecodeError as exc:
             raise UsageError(f"{env_path}: not valid JSON ({exc})") from None
-    masks = []
-    mask_path = folder / "masks.jsonl"
-    if mask_path.exists():
-        for line in mask_path.read_text().splitlines():
-            if line.strip():
-                try:
-                    masks.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue  # a line cut short by an interrupted run
+    masks = _jsonl(folder / "masks.jsonl")
     decode, decode_path = None, None
     for cand in (folder / "decode.csv", folder / "decode" / "decode.csv"):
         if cand.exists():
@@ -117,7 +110,21 @@ def load_run(folder: Path | str) -> Run:
             steps = pd.read_csv(decode_path.parent / "decode_steps.csv", dtype=str, keep_default_na=False)
         except (pd.errors.ParserError, pd.errors.EmptyDataError):
             steps = None
-    return Run(folder, df, env, masks, decode, decode_path, steps)
+    return Run(folder, df, env, masks, decode, decode_path, steps, _jsonl(folder / "shrunk.jsonl"))
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by an interrupted run
+                if isinstance(obj, dict):
+                    out.append(obj)
+    return out
 
 
 def num(v: Any) -> float:

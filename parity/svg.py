@@ -273,7 +273,7 @@ def mask_image(rows: Sequence[str], label: str, max_px: int = 360) -> str:
                     f'height="{ch_:.1f}" fill="{col}"/>'
                 )
             j = k
-    return _frame(int(math.ceil(w)) + 1, int(math.ceil(h)) + 1, label, body)
+    return _frame(int(math.ceil(w)) + 1, int(math.ceil(h)) + 1, label, body).replace("<svg ", '<svg shape-rendering="crispEdges" ', 1)
 
 
 def _quantile(sorted_vals: list[float], q: float) -> float:

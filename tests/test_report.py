@@ -97,6 +97,25 @@ def test_worst_cases_carry_repro_and_the_mask_words(rendered):
     assert "needs a CUDA device (none here)" in page  # the unavailable backend's reason, in the environment
 
 
+def test_shrunk_cases_are_shown_with_their_repro(rendered):
+    small = CASES[0].__class__.from_json(CASES[0].to_json())
+    entry = {
+        "backend": OFF_BY_ONE,
+        "from": CASES[0].case_id,
+        "case": json.loads(small.to_json()),
+        "verdict": "fail",
+        "reasons": "mask",
+        "calls": 7,
+        "repro": small.repro(OFF_BY_ONE),
+    }
+    (rendered / "shrunk.jsonl").write_text(json.dumps(entry) + "\n" + '{"cut short')
+    report.write_all(rendered)
+    worst = html.unescape((rendered / "report.html").read_text().split('id="worst"', 1)[1].split("</section>", 1)[0])
+    assert f"Smallest failing case found by shrinking case {CASES[0].case_id} (7 calls)" in worst
+    assert small.repro(OFF_BY_ONE) in worst
+    assert "smallest failing case found by shrinking" in (rendered / "summary.md").read_text()
+
+
 def test_edge_and_ratio_plots_draw_one_point_per_row(rendered):
     page = (rendered / "report.html").read_text()
     df = pd.read_csv(rendered / "results.csv")
@@ -175,6 +194,27 @@ def test_decode_section_appears_with_decode_csv(rendered):
     assert "Decode results: 12 rows" in (rendered / "summary.md").read_text()
 
 
+def test_decode_section_reads_parity_decode_output(rendered):
+    run_mod = pytest.importorskip("parity.decode.run")
+    row = {c: "" for c in run_mod.COLUMNS}
+    rows = [
+        {**row, "backend": "sdpa", "model": "mistral", "prompt_len": "17", "verdict": "pass", "detail": "all tokens agree"},
+        {**row, "backend": "bug", "model": "mistral", "prompt_len": "17", "verdict": "fail", "first_div_step": "3"},
+    ]
+    pd.DataFrame(rows, columns=run_mod.COLUMNS).to_csv(rendered / "decode.csv", index=False)
+    steps = [
+        {"backend": b, "model": "mistral", "prompt_id": "p17", "step": s, "max_abs_err": e * (s + 1), "kl": 0}
+        for b, e in (("sdpa", 1e-6), ("bug", 1e-2))
+        for s in range(5)
+    ]
+    pd.DataFrame(steps, columns=run_mod.STEP_COLUMNS).to_csv(rendered / "decode_steps.csv", index=False)
+    report.write_all(rendered)
+    section = (rendered / "report.html").read_text().split('id="decode"', 1)[1].split("</section>", 1)[0]
+    assert "Verdicts per backend" in section and "From decode_steps.csv" in section
+    assert section.count("<path ") == 2 and "all tokens agree" in section
+    assert "(fail: 1, pass: 1)" in (rendered / "summary.md").read_text()
+
+
 def test_report_command_and_its_exit_codes(run_dir, tmp_path, capsys):
     assert main(["report", str(run_dir)]) == 0
     assert (run_dir / "report.html").exists() and (run_dir / "junit.xml").exists()
@@ -245,6 +285,17 @@ def _chromium() -> str:
             pytest.fail("chromium is missing in CI: .ci/extra-setup should have installed it (apt-get install chromium)")
         pytest.skip("chromium not installed (apt-get install chromium; CI installs it via .ci/extra-setup)")
     return path
+
+
+def test_browser_test_skips_locally_but_fails_in_ci_without_chromium(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(os.path, "exists", lambda p: False)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="chromium not installed"):
+        _chromium()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="chromium is missing in CI"):
+        _chromium()
 
 
 def _browser(chromium: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
