@@ -140,8 +140,9 @@ class XformersBackend(Backend):
             mod = importlib.import_module(f"xformers.ops.fmha.{self.op_module}")
         except Exception as exc:  # noqa: BLE001
             return f"cannot import xformers.ops.fmha.{self.op_module}: {type(exc).__name__}: {exc}"
-        if getattr(mod.FwOp, "OPERATOR", 1) is None:
-            return f"xformers operator {mod.FwOp.NAME} has no kernel in this build"
+        available = getattr(mod.FwOp, "is_available", None)
+        if available is not None and not available():
+            return f"xformers operator {mod.FwOp.NAME} has no kernel in this build (FwOp.is_available() is False)"
         return None
 
     def _op(self):
