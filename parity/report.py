@@ -26,6 +26,7 @@ CHIPS = (
 WORST_PER_BACKEND = 5
 MAX_MASKS = 6
 MAX_ROWS_TABLE = 400
+MAX_POINTS = 1500  # per backend and plot: every failing row, a sample of the passing ones
 #: decode.csv columns worth a reviewer's eye (parity.decode.run.COLUMNS); other CSVs are shown whole.
 DECODE_COLUMNS = (
     "backend",
@@ -99,6 +100,17 @@ def worst_rows(run: Run, per_backend: int = WORST_PER_BACKEND) -> dict[str, list
     return out
 
 
+def status_line(run: Run) -> tuple[str, str]:
+    """("fail" | "pass" | "nothing", words) for the top of the reports."""
+    total, bad = len(run.df), n_failing(run)
+    ran = int((run.df["verdict"] == "pass").sum()) + bad
+    if bad:
+        return "fail", f"FAIL: {bad} failing of {total} rows"
+    if not ran:
+        return "nothing", f"NOTHING RAN: {total} rows, none passed or failed (all unsupported / unavailable, or an empty run)"
+    return "pass", f"PASS: {ran} rows ran and passed, {total - ran} skipped with a reason"
+
+
 def n_failing(run: Run) -> int:
     return int(run.df["verdict"].isin(FAILING).sum())
 
@@ -164,14 +176,9 @@ details>summary{cursor:pointer;color:#0969da}
 
 def render_html(run: Run) -> str:
     env = run.env
-    total = len(run.df)
-    bad = n_failing(run)
     title = f"attn-parity report: {run.path.name}"
-    status = (
-        f'<span class="status bad">FAIL: {bad} failing of {total} rows</span>'
-        if bad
-        else f'<span class="status good">PASS: {total} rows, none failing</span>'
-    )
+    kind, text = status_line(run)
+    status = f'<span class="status {"good" if kind == "pass" else "bad"}">{escape(text)}</span>'
     meta = " · ".join(
         x
         for x in (
@@ -333,8 +340,29 @@ def _point_title(r: dict[str, Any]) -> str:
     )
 
 
+def thin(recs: list[dict[str, Any]], limit: int) -> tuple[list[dict[str, Any]], int]:
+    """At most ``limit`` rows per backend for the plots: every failing row, an even sample of the
+    passing ones. Returns the rows kept and how many were left out."""
+    kept: list[dict[str, Any]] = []
+    left_out = 0
+    by_backend: dict[str, list[dict[str, Any]]] = {}
+    for r in recs:
+        by_backend.setdefault(r["backend"], []).append(r)
+    for rows in by_backend.values():
+        fails = [r for r in rows if r["verdict"] != "pass"]
+        passes = [r for r in rows if r["verdict"] == "pass"]
+        room = max(limit - len(fails), 0)
+        if len(passes) > room:
+            step = len(passes) / max(room, 1)
+            sample = [passes[int(k * step)] for k in range(room)]
+            left_out += len(passes) - len(sample)
+            passes = sample
+        kept += fails + passes
+    return kept, left_out
+
+
 def _plots(run: Run) -> str:
-    recs = [r for r in records(run) if r["verdict"] in ("pass", "fail")]
+    recs, thinned = thin([r for r in records(run) if r["verdict"] in ("pass", "fail")], MAX_POINTS)
     if not recs:
         return "<p>No row ran to a comparison (nothing to plot).</p>"
     series: list[tuple[str, list[tuple[float, float, bool, str]]]] = []
@@ -364,6 +392,11 @@ def _plots(run: Run) -> str:
         else "<p>No row has a left window edge (all windows unbounded on the left).</p>"
     )
     note = f'<p class="small">{undrawn} rows not drawn: their window has no left edge.</p>' if undrawn else ""
+    if thinned:
+        note += (
+            f'<p class="small">{thinned} passing rows left out of both plots (at most {MAX_POINTS} points per backend; '
+            "every failing row is drawn).</p>"
+        )
     groups: list[tuple[str, list[tuple[float, str, str]]]] = []
     for b in run.backends():
         vals = [(r["err_ratio_f"], r["verdict"], _point_title(r)) for r in recs if r["backend"] == b and not math.isnan(r["err_ratio_f"])]

@@ -17,12 +17,13 @@ def md_cell(v: Any) -> str:
 
 
 def markdown_summary(run: Run) -> str:
-    from .report import counts_by, fmt, gpu_text, n_failing, worst_rows
+    from .report import counts_by, fmt, gpu_text, n_failing, status_line, worst_rows
 
     env = run.env
     total, bad = len(run.df), n_failing(run)
-    icon = "❌" if bad else "✅"
-    head = f"{bad} failing of {total} rows" if bad else f"all {total} rows pass or were skipped with a reason"
+    kind, text = status_line(run)
+    icon = {"fail": "❌", "pass": "✅"}.get(kind, "⚠️")
+    head = f"{bad} failing of {total} rows" if bad else text
     out = [f"## attn-parity {icon} {head}", ""]
     env_bits = [f"torch {env.get('torch', '?')}", f"GPU: {gpu_text(env)}"]
     if env.get("profile"):

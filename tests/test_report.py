@@ -129,6 +129,34 @@ def test_edge_and_ratio_plots_draw_one_point_per_row(rendered):
     assert "rows not drawn: their window has no left edge" in page  # the Window(None, 0) case
 
 
+def test_environment_of_a_gpu_run_is_shown(rendered):
+    env = json.loads((rendered / "environment.json").read_text())
+    env["gpu"] = {
+        "available": True,
+        "name": "NVIDIA H200",
+        "count": 8,
+        "memory_gib": 139.8,
+        "capability": "9.0",
+        "cuda": "12.8",
+        "driver": "570.86",
+    }
+    (rendered / "environment.json").write_text(json.dumps(env))
+    report.write_all(rendered)
+    want = "8 x NVIDIA H200, 139.8 GiB, sm 9.0, CUDA 12.8, driver 570.86"
+    assert want in (rendered / "report.html").read_text().split('id="environment"', 1)[1]
+    assert f"GPU: {want}" in (rendered / "summary.md").read_text()
+
+
+def test_plots_keep_every_failing_row_when_thinned():
+    rows = [{"backend": "a", "verdict": "pass", "i": i} for i in range(100)] + [{"backend": "a", "verdict": "fail", "i": -1}] * 7
+    rows += [{"backend": "b", "verdict": "pass", "i": i} for i in range(5)]
+    kept, left_out = report.thin(rows, 20)
+    a = [r for r in kept if r["backend"] == "a"]
+    assert len(a) == 20 and sum(r["verdict"] == "fail" for r in a) == 7
+    assert sorted(r["i"] for r in a if r["verdict"] == "pass")[:3] == [0, 7, 15]  # an even sample
+    assert len([r for r in kept if r["backend"] == "b"]) == 5 and left_out == 100 - 13
+
+
 def test_mask_image_draws_the_probe_characters():
     out = svg.mask_image(["1+..", "-p11"], "t")
     rects = re.findall(r'<rect class="m(.)" x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="[\d.]+" fill="(#\w+)"', out)
@@ -241,7 +269,18 @@ def test_run_command_writes_the_reports(tmp_path):
     code = main(["run", "--backend", "sdpa", "--case", CASES[0].to_json(), "--out", str(tmp_path), "-q", "--no-isolate"])
     assert code == 0
     assert {"report.html", "summary.md", "junit.xml"} <= {p.name for p in tmp_path.iterdir()}
-    assert "✅" in (tmp_path / "summary.md").read_text()
+    assert (tmp_path / "summary.md").read_text().startswith("## attn-parity ✅ PASS: 1 rows ran and passed, 0 skipped")
+
+
+def test_a_run_where_nothing_ran_is_not_called_a_pass(run_dir):
+    df = pd.read_csv(run_dir / "results.csv", dtype=str, keep_default_na=False)
+    df[df["verdict"].isin(["unsupported", "unavailable"])].to_csv(run_dir / "results.csv", index=False)
+    report.write_all(run_dir)
+    assert (run_dir / "summary.md").read_text().startswith("## attn-parity ⚠️ NOTHING RAN")
+    assert 'class="status bad">NOTHING RAN' in (run_dir / "report.html").read_text()
+    df.head(0).to_csv(run_dir / "results.csv", index=False)  # header only: an empty run
+    report.write_all(run_dir)
+    assert "NOTHING RAN: 0 rows" in (run_dir / "summary.md").read_text()
 
 
 # ---------------------------------------------------------------- in a real browser
