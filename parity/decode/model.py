@@ -150,6 +150,9 @@ class TinyDecoder(nn.Module):
                 if p.dim() >= 2:
                     p.copy_(torch.randn(p.shape, generator=gen) * (0.02 if "embed" in name else 1.0 / math.sqrt(p.shape[1])))
 
+    def blocks(self) -> list[Layer]:
+        return [layer for layer in self.layers if isinstance(layer, Layer)]
+
     @property
     def windows(self) -> list[Window]:
         return [self.cfg.layer_window(i) for i in range(self.cfg.n_layers)]
@@ -171,7 +174,7 @@ class TinyDecoder(nn.Module):
         b, t = tokens.shape
         pos = torch.arange(t, device=tokens.device)
         x = self._embed(tokens)  # (B, T, d)
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.blocks()):
             h = layer.norm1(x)
             q = layer.wq(h).view(b * t, cfg.hq, cfg.head_dim)
             k = layer.wk(h).view(b * t, cfg.hkv, cfg.head_dim)
@@ -202,7 +205,7 @@ class TinyDecoder(nn.Module):
         end = start + s
         pos = torch.arange(start, end, device=tokens.device)
         x = self._embed(tokens)  # (S, d)
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.blocks()):
             h = layer.norm1(x)
             q = rope(layer.wq(h).view(s, cfg.hq, cfg.head_dim), pos, cfg.rope_theta)
             k = rope(layer.wk(h).view(s, cfg.hkv, cfg.head_dim), pos, cfg.rope_theta)
