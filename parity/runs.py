@@ -73,6 +73,8 @@ def read_results(path: Path):
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise UsageError(f"{path}: not a parity results.csv (missing columns: {', '.join(missing)})")
+    # a run killed mid-write can leave a torn last row (no verdict yet): not a result
+    df = df[df["verdict"] != ""].reset_index(drop=True)
     for c in NUMERIC:
         df[c + "_f"] = pd.to_numeric(df[c], errors="coerce") if c in df.columns else float("nan")
     return df

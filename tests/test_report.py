@@ -243,6 +243,15 @@ def test_decode_section_reads_parity_decode_output(rendered):
     assert "(fail: 1, pass: 1)" in (rendered / "summary.md").read_text()
 
 
+def test_a_torn_last_row_is_not_reported(run_dir):
+    text = (run_dir / "results.csv").read_text()
+    last = text.rstrip("\n").rsplit("\n", 1)[1]
+    (run_dir / "results.csv").write_text(text + last[:40])  # killed while writing a row
+    report.write_all(run_dir)
+    root = ET.parse(run_dir / "junit.xml").getroot()
+    assert root.get("tests") == str(len(CASES) * 4) and root.get("errors") == str(len(CASES) - 1)
+
+
 def test_report_command_and_its_exit_codes(run_dir, tmp_path, capsys):
     assert main(["report", str(run_dir)]) == 0
     assert (run_dir / "report.html").exists() and (run_dir / "junit.xml").exists()
