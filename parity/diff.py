@@ -292,9 +292,12 @@ def run(args: argparse.Namespace) -> int:
     base, head = load_run(args.base), load_run(args.head)
     d = compare_runs(base, head, args.ratio_threshold, args.min_ratio_delta, args.allow_coverage_loss)
     out = args.out or args.head
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "diff.md").write_text(render_markdown(d), encoding="utf-8")
-    (out / "diff.html").write_text(render_html(d), encoding="utf-8")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "diff.md").write_text(render_markdown(d), encoding="utf-8")
+        (out / "diff.html").write_text(render_html(d), encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write diff.html / diff.md: {exc}") from None
     print(f"parity diff: {headline(d)}")
     for attr, title, _ in SECTIONS:
         n = len(getattr(d, attr))

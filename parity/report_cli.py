@@ -21,10 +21,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .cli import UsageError
     from .report import n_failing, write_all
     from .runs import load_run
 
-    written = write_all(args.dir, args.out)
+    try:
+        written = write_all(args.dir, args.out)
+    except OSError as exc:
+        raise UsageError(f"cannot write the reports: {exc}") from None
     print("parity: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     if args.strict and n_failing(load_run(args.dir)):
         return 1

@@ -155,5 +155,8 @@ def test_missing_folder_and_bad_csv(base, tmp_path, capsys):
     (tmp_path / "bad" / "results.csv").write_text("x,y\n1,2\n")
     code, _, err = _diff(capsys, tmp_path / "bad", base)
     assert code == 2 and "missing columns: backend, case_id, family, dtype, verdict" in err
+    (tmp_path / "file").write_text("")
+    code, _, err = _diff(capsys, base, base, "--out", tmp_path / "file" / "sub")
+    assert code == 2 and "cannot write diff.html / diff.md" in err
     code, _, err = _diff(capsys, base, base, "--ratio-threshold", "0.5")
     assert code == 2 and "--ratio-threshold must be >= 1" in err

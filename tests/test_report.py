@@ -268,6 +268,9 @@ def test_report_command_and_its_exit_codes(run_dir, tmp_path, capsys):
     assert main(["report", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "missing columns: case_id, family, dtype" in err[0]
+    (tmp_path / "file").write_text("")
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "file" / "sub")]) == 2
+    assert "cannot write the reports" in capsys.readouterr().err
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["report", str(empty)]) == 2
