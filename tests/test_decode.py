@@ -204,3 +204,31 @@ def test_cli(tmp_path, capsys):
     rc = main(["decode", "-b", "examples.my_kernel:MyKernelOffByOne", "--model", "mistral", "--prompt-lens", "40",
                "--steps", "4", "--out", str(tmp_path), "-q"])
     assert rc == 1
+
+
+def _transformers_reason() -> str | None:
+    from parity.decode.hf import unavailable_reason
+
+    return unavailable_reason()
+
+
+@pytest.mark.skipif(_transformers_reason() is not None, reason=f"transformers not usable here: {_transformers_reason()}")
+def test_hf_architectures(tmp_path):
+    """HF Mistral / Qwen2 / Gemma2 (random init + short training), attention routed through the backends."""
+    cfg = DecodeConfig(models=("hf-mistral", "hf-qwen2", "hf-gemma2"), prompt_lens=(8, 40), steps=12, window=WINDOW)
+    res = run_decode(["examples.my_kernel:MyKernel", "examples.my_kernel:MyKernelOffByOne"], cfg, tmp_path)
+    kinds = {m: res.meta["models"][m]["layer_kinds"] for m in cfg.models}
+    assert kinds == {"hf-mistral": ["local", "local"], "hf-qwen2": ["global", "local"], "hf-gemma2": ["local", "global"]}
+    for r in res.rows:
+        if r["backend"] == "examples.my_kernel:MyKernel":
+            assert r["verdict"] == "pass" and r["div_class"] in ("none", "near_tie"), r
+    bad = [r for r in res.rows if r["backend"].endswith("OffByOne") and r["model"] == "hf-mistral"]
+    assert bad and all(r["div_class"] == "real" for r in bad), bad
+
+
+def test_hf_models_refused_without_transformers(tmp_path, monkeypatch):
+    import parity.decode.hf as hf
+
+    monkeypatch.setattr(hf, "unavailable_reason", lambda: "transformers missing (test)")
+    assert main(["decode", "--model", "hf-mistral", "--out", str(tmp_path)]) == 2
+    assert main(["decode", "--model", "hf-checkpoint", "--out", str(tmp_path)]) == 2

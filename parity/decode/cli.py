@@ -32,9 +32,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--backend", "-b", action="append", metavar="NAME|module:Class",
                    help="backend to test (repeatable, or comma-separated; 'all-gpu' etc. select groups); "
                         f"default: every CUDA backend on a GPU machine, else {', '.join(DEFAULT_CPU_BACKENDS)}")
-    p.add_argument("--model", action="append", choices=["mistral", "gemma2"],
-                   help="model architecture (repeatable; default both: mistral = every layer local, "
-                        "gemma2 = local/global alternating with softcaps)")
+    p.add_argument("--model", action="append", choices=["mistral", "gemma2", "hf-mistral", "hf-qwen2", "hf-gemma2", "hf-checkpoint"],
+                   help="model architecture (repeatable; default mistral and gemma2: mistral = every layer local, "
+                        "gemma2 = local/global alternating with softcaps; hf-*: Hugging Face transformers architectures, "
+                        "random init + the same short training, needs transformers)")
+    p.add_argument("--hf-checkpoint", metavar="DIR", help="a local Hugging Face checkpoint directory (implies --model hf-checkpoint)")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"],
                    help="model and attention dtype (default bfloat16 on a GPU, float32 on the CPU)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where the model runs (auto: cuda when available)")
@@ -83,8 +85,22 @@ def run(args: argparse.Namespace) -> int:
     steps = args.steps if args.steps is not None else (32 if on_gpu else 24)
     if steps < 1 or args.window < 2 or args.tie_factor <= 0 or (args.page_size is not None and args.page_size < 1):
         raise UsageError("--steps >= 1, --window >= 2, --tie-factor > 0 and --page-size >= 1 are required")
+    models = list(dict.fromkeys(args.model or ([] if args.hf_checkpoint else ["mistral", "gemma2"])))
+    if args.hf_checkpoint and "hf-checkpoint" not in models:
+        models.append("hf-checkpoint")
+    if "hf-checkpoint" in models and not args.hf_checkpoint:
+        raise UsageError("--model hf-checkpoint needs --hf-checkpoint DIR")
+    if args.hf_checkpoint and not Path(args.hf_checkpoint).is_dir():
+        raise UsageError(f"--hf-checkpoint {args.hf_checkpoint}: no such directory")
+    if any(m.startswith("hf") for m in models):
+        from .hf import unavailable_reason
+
+        why = unavailable_reason()
+        if why:
+            raise UsageError(why)
     cfg = DecodeConfig(
-        models=tuple(dict.fromkeys(args.model)) if args.model else ("mistral", "gemma2"),
+        models=tuple(models),
+        hf_checkpoint=args.hf_checkpoint,
         dtype=args.dtype or ("bfloat16" if on_gpu else "float32"),
         prompt_lens=tuple(args.prompt_lens or DEFAULT_PROMPT_LENS),
         steps=steps,

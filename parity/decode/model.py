@@ -26,9 +26,10 @@ from torch import nn
 
 from ..window import Window
 
-#: ``attn(layer, q, k, v, window, softcap) -> out``; q ``(Sq, hq, hd)``, k/v ``(Sk, hkv, hd)``,
-#: out ``(Sq, hq, hd)``. The window is bottom-right aligned (query ``Sq-1`` is key ``Sk-1``).
-AttnFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, Window, "float | None"], torch.Tensor]
+#: ``attn(layer, q, k, v, window, softcap, scale=None) -> out``; q ``(Sq, hq, hd)``, k/v ``(Sk, hkv, hd)``,
+#: out ``(Sq, hq, hd)``. The window is bottom-right aligned (query ``Sq-1`` is key ``Sk-1``);
+#: ``scale`` ``None`` means ``1/sqrt(hd)``.
+AttnFn = Callable[..., torch.Tensor]
 
 ARCHS = ("mistral", "gemma2")
 
@@ -191,6 +192,9 @@ class TinyDecoder(nn.Module):
         cfg = self.cfg
         shape = (max_len, cfg.hkv, cfg.head_dim)
         return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)) for _ in self.layers]
+
+    def fork_cache(self, cache):
+        return [(k.clone(), v.clone()) for k, v in cache]
 
     @torch.no_grad()
     def extend(self, tokens: torch.Tensor, start: int, cache, attn: AttnFn) -> torch.Tensor:

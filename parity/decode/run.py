@@ -75,6 +75,7 @@ class DecodeConfig:
     time_limit: float = 60.0  # seconds per backend (all models); later prompts are 'skipped'
     seed: int = 0
     use_cache: bool = True
+    hf_checkpoint: str | None = None  # a local Hugging Face checkpoint directory, for the model 'hf-checkpoint'
 
 
 # -- attention routing ----------------------------------------------------------------------
@@ -83,9 +84,9 @@ class DecodeConfig:
 def reference_attn(compute_dtype: torch.dtype, hq: int, hkv: int, head_dim: int) -> AttnFn:
     """The naive banded attention, computed in ``compute_dtype`` (float64: the reference)."""
 
-    def attn(layer, q, k, v, window: Window, softcap):
+    def attn(layer, q, k, v, window: Window, softcap, scale=None):
         sq, sk = q.shape[0], k.shape[0]
-        case = Case((sq,), (sk,), hq, hkv, head_dim, "float32", window, None, softcap)
+        case = Case((sq,), (sk,), hq, hkv, head_dim, "float32", window, scale, softcap)
         cu_q = torch.tensor([0, sq], dtype=torch.int32)
         cu_k = torch.tensor([0, sk], dtype=torch.int32)
         out = attention_reference(Inputs(case, q, k, v, cu_q, cu_k), compute_dtype=compute_dtype)
@@ -109,12 +110,12 @@ def backend_attn(
     dev = torch.device(getattr(backend, "device", "cpu"))
     tdt = DTYPES[dtype]
 
-    def attn(layer, q, k, v, window: Window, softcap):
+    def attn(layer, q, k, v, window: Window, softcap, scale=None):
         if deadline is not None and time.perf_counter() > deadline[0]:
             raise TimeLimit()
         sq, sk = q.shape[0], k.shape[0]
         ps = page_size if sq == 1 else None
-        case = Case((sq,), (sk,), hq, hkv, head_dim, dtype, window, None, softcap, ps)
+        case = Case((sq,), (sk,), hq, hkv, head_dim, dtype, window, scale, softcap, ps)
         if ps is not None and not getattr(backend, "supports_paged", False):
             raise Unsupported("backend has no paged path (supports_paged is False)")
         reason = backend.unsupported_reason(case)
@@ -176,7 +177,7 @@ def forced_and_free(model, prompt_tokens, ref_tokens: list[int], attn: AttnFn, d
         if s > 0:
             logits.append(model.extend(torch.tensor([ref_tokens[s - 1]], device=device), p + s - 1, cache, attn))
         if fork is None and int(logits[s].argmax()) != ref_tokens[s]:
-            fork = (s, [(k.clone(), v.clone()) for k, v in cache])
+            fork = (s, model.fork_cache(cache))
     tf = torch.stack(logits).double().cpu()
     if fork is None:
         return tf, list(ref_tokens)
@@ -304,7 +305,7 @@ class _ModelRun:
 
     arch: str
     cfg: DecodeConfig
-    mcfg: ModelConfig
+    mcfg: ModelConfig  # or parity.decode.hf.HFModelConfig (same fields)
     test_model: TinyDecoder
     prompts: dict
     refs: dict
@@ -333,8 +334,13 @@ class _ModelRun:
 
 
 def _prepare_model(arch: str, cfg: DecodeConfig, device, tdt, log, meta: dict) -> _ModelRun:
-    mcfg = config_for(arch, window=cfg.window)
-    base, info = load_or_train(mcfg, log=log, use_cache=cfg.use_cache)
+    if arch.startswith("hf"):
+        from . import hf
+
+        mcfg, base, info = hf.load(arch, window=cfg.window, checkpoint=cfg.hf_checkpoint, log=log, use_cache=cfg.use_cache)
+    else:
+        mcfg = config_for(arch, window=cfg.window)
+        base, info = load_or_train(mcfg, log=log, use_cache=cfg.use_cache)
     log(f"decode: model {arch} ({' '.join(mcfg.layer_kinds())}), held-out accuracy {info['heldout_accuracy']}, "
         f"median margin {info['heldout_median_margin']}")
     ref_model = copy.deepcopy(base).to(device=device, dtype=torch.float64)

@@ -55,18 +55,23 @@ def cache_dir() -> Path:
     return Path(os.environ.get("PARITY_CACHE_DIR") or Path.home() / ".cache" / "attn-parity") / "decode"
 
 
-def _key(cfg: ModelConfig, tc: TrainConfig) -> str:
+def _key(cfg: ModelConfig, tc: TrainConfig, extra: str = "") -> str:
     blob = json.dumps(
-        {"model": cfg.to_dict(), "train": dataclasses.asdict(tc), "task": TASK_NAME, "torch": torch.__version__}, sort_keys=True
+        {"model": cfg.to_dict(), "train": dataclasses.asdict(tc), "task": TASK_NAME, "torch": torch.__version__, "extra": extra},
+        sort_keys=True,
     )
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
-def train(cfg: ModelConfig, tc: TrainConfig = TrainConfig(), log=None) -> tuple[TinyDecoder, dict]:
-    """Train from scratch (CPU, float32). Returns the model and a summary dict."""
+def train(cfg: ModelConfig, tc: TrainConfig = TrainConfig(), log=None, build=None) -> tuple[TinyDecoder, dict]:
+    """Train from scratch (CPU, float32). Returns the model and a summary dict.
+
+    ``build``: a zero-argument factory of the model (default ``TinyDecoder(cfg)``); the
+    model maps ``(B, T)`` tokens to ``(B, T, vocab)`` logits.
+    """
     t0 = time.perf_counter()
     torch.manual_seed(tc.seed)
-    model = TinyDecoder(cfg)
+    model = build() if build is not None else TinyDecoder(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(tc.seed)
     w = cfg.window
@@ -114,13 +119,15 @@ def evaluate(model: TinyDecoder, gen: torch.Generator, batch: int = 64) -> tuple
     return acc, float((top2[..., 0] - top2[..., 1]).median())
 
 
-def load_or_train(cfg: ModelConfig, tc: TrainConfig = TrainConfig(), log=None, use_cache: bool = True) -> tuple[TinyDecoder, dict]:
-    """The trained model for ``cfg``, from the cache when present."""
-    path = cache_dir() / f"{cfg.arch}-{_key(cfg, tc)}.pt"
+def load_or_train(
+    cfg: ModelConfig, tc: TrainConfig = TrainConfig(), log=None, use_cache: bool = True, build=None, key_extra: str = ""
+) -> tuple[TinyDecoder, dict]:
+    """The trained model for ``cfg``, from the cache when present (``build``: see :func:`train`)."""
+    path = cache_dir() / f"{cfg.arch}-{_key(cfg, tc, key_extra)}.pt"
     if use_cache and path.exists():
         try:
             blob = torch.load(path, map_location="cpu", weights_only=False)
-            model = TinyDecoder(cfg)
+            model = build() if build is not None else TinyDecoder(cfg)
             model.load_state_dict(blob["state"])
             model.eval()
             return model, {**blob["info"], "cached": str(path)}
@@ -129,7 +136,7 @@ def load_or_train(cfg: ModelConfig, tc: TrainConfig = TrainConfig(), log=None, u
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: one intra-op thread is faster, and the result does not depend on the core count
     try:
-        model, info = train(cfg, tc, log)
+        model, info = train(cfg, tc, log, build)
     finally:
         torch.set_num_threads(threads)
     if use_cache:
