@@ -25,6 +25,7 @@ class UsageError(Exception):
 #: ``command`` to its name) and ``run(args) -> int``; raise :class:`UsageError` for bad input.
 EXTRA_COMMANDS: dict[str, str] = {"report": "parity.report_cli", "diff": "parity.diff"}
 EXTRA_COMMANDS["decode"] = "parity.decode.cli"
+EXTRA_COMMANDS["selftest"] = "parity.selftest.run"  # planted bugs and honest variants (parity/selftest/)
 
 
 def _extra(module: str):
@@ -140,6 +141,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .verdict import budgets_with
 
     requested = _split(args.backend)
+    if args.backend and not requested:
+        raise UsageError(f"--backend {' '.join(map(repr, args.backend))} names no backend")
     explicit = [s for s in requested if s not in backends.SELECTORS]
     specs: list[str] = []
     for s in requested or list(backends.DEFAULT_CPU):
@@ -168,6 +171,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if ref_dev == "cuda" and not torch.cuda.is_available():
         raise UsageError("--reference-device cuda: no CUDA device here")
     out = args.out
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot use it as the output folder ({exc.strerror or exc})") from None
     print(f"parity: {len(cases)} cases x {len(specs)} backends -> {out}/results.csv", file=sys.stderr)
     result = run_sweep(
         specs,

@@ -1,0 +1,421 @@
+"""Planted bugs: one backend per class of sliding-window bug seen in public attention code.
+
+Every bug is a small change to :class:`EagerAttention`, a plain eager kernel of the kind
+model code and engine fallbacks contain: it translates the canonical window into
+flash-attn 2's native ``window_size=(left, right)`` (``-1`` = unbounded), builds a
+boolean mask from it, and has three code paths like a real engine - prefill (one
+sequence at a time), decode (``Sq == 1`` for the whole batch: one query per sequence
+against a padded cache) and paged (``case.page_size`` set: K/V read through
+``inputs.paged()``'s block table). :class:`EagerAttention` itself is honest and is
+checked as such by the self-test.
+
+Each subclass overrides the one method where its bug lives, and its docstring says
+where that bug has been seen. :data:`BUGS` lists them with their bug class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from ..backends.base import Backend
+from ..case import Case, Inputs
+
+NEG_INF = float("-inf")
+
+
+class EagerAttention(Backend):
+    """Honest eager attention in float32 with prefill, decode and paged paths."""
+
+    name = "selftest-eager"
+    device = "cpu"
+    description = "self-test: eager float32 attention with prefill/decode/paged paths (honest base of the planted bugs)"
+    supports_paged = True
+
+    # -- the window, as the kernel sees it ----------------------------------------------------
+    def window_size(self, case: Case) -> tuple[int, int]:
+        """flash-attn 2's ``window_size``: ``-1`` means unbounded."""
+        w = case.window
+        return (-1 if w.left is None else w.left, -1 if w.right is None else w.right)
+
+    def bounded(self, side: int) -> bool:
+        """Does a native window side bound the band? (``-1`` does not.)"""
+        return side >= 0
+
+    def offset(self, case: Case, sq: int, sk: int) -> int:
+        return sk - sq if case.window.align == "bottom_right" else 0
+
+    def use_sliding_window(self, case: Case, sq: int, sk: int) -> bool:
+        return True
+
+    def visible(self, case: Case, i: torch.Tensor, j: torch.Tensor, d: int, sliding: bool = True) -> torch.Tensor:
+        """``i``: ``(Sq, 1)`` query rows, ``j``: ``(1, Sk)`` keys -> ``(Sq, Sk)`` bool."""
+        wl, wr = self.window_size(case)
+        ok = torch.ones(i.shape[0], j.shape[1], dtype=torch.bool)
+        if sliding and self.bounded(wl):
+            ok &= j >= i + d - wl
+        if self.bounded(wr):
+            ok &= j <= i + d + wr
+        return ok
+
+    # -- numerics ---------------------------------------------------------------------------------
+    def scale(self, case: Case) -> float:
+        return case.softmax_scale
+
+    def expand_kv(self, case: Case, k: torch.Tensor) -> torch.Tensor:
+        """``(Sk, hkv, D)`` -> ``(Sk, hq, D)``: query head ``h`` reads kv head ``h // group``."""
+        return k.repeat_interleave(case.group, dim=1)
+
+    def mask_and_cap(self, case: Case, s: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+        """Softcap the raw scores, then mask: ``s`` ``(hq, Sq, Sk)``, ``ok`` ``(Sq, Sk)``."""
+        if case.softcap is not None:
+            s = case.softcap * torch.tanh(s / case.softcap)
+        return s.masked_fill(~ok, NEG_INF)
+
+    def softmax(self, s: torch.Tensor) -> torch.Tensor:
+        """Row softmax; a row with no finite score gets all-zero weights (output 0)."""
+        m = s.amax(dim=-1, keepdim=True)  # (hq, Sq, 1)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        e = torch.exp(s - m)  # (hq, Sq, Sk)
+        den = e.sum(dim=-1, keepdim=True)  # (hq, Sq, 1)
+        return e / torch.where(den > 0, den, torch.ones_like(den))
+
+    def attend(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+        """``q`` ``(Sq, hq, D)``, ``k``/``v`` ``(Sk, hkv, D)``, ``ok`` ``(Sq, Sk)`` -> ``(Sq, hq, D)`` float32."""
+        kx = self.expand_kv(case, k).float()  # (Sk, hq, D)
+        vx = self.expand_kv(case, v).float()  # (Sk, hq, D)
+        s = torch.einsum("qhd,khd->hqk", q.float(), kx) * self.scale(case)  # (hq, Sq, Sk)
+        p = self.softmax(self.mask_and_cap(case, s, ok))  # (hq, Sq, Sk)
+        return torch.einsum("hqk,khd->qhd", p, vx)  # (Sq, hq, D)
+
+    # -- the three paths ----------------------------------------------------------------------------
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        if case.page_size is not None:
+            return self.run_paged(case, inputs, out)
+        if max(case.q_lens) == 1:
+            return self.run_decode(case, inputs, out)
+        return self.run_prefill(case, inputs, out)
+
+    def prefill_mask(self, case: Case, sq: int, sk: int) -> torch.Tensor:
+        i = torch.arange(sq)[:, None]  # (Sq, 1)
+        j = torch.arange(sk)[None, :]  # (1, Sk)
+        return self.visible(case, i, j, self.offset(case, sq, sk), self.use_sliding_window(case, sq, sk))
+
+    def run_prefill(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        for _, q, k, v, qs in inputs.sequences():
+            ok = self.prefill_mask(case, q.shape[0], k.shape[0])  # (Sq, Sk)
+            out[qs] = self.attend(case, q, k, v, ok).to(out.dtype)
+        return out
+
+    def decode_mask(self, case: Case, seqlens: torch.Tensor, sk_max: int) -> torch.Tensor:
+        """One query per sequence against a cache padded to ``sk_max``: ``(B, sk_max)`` bool."""
+        wl, wr = self.window_size(case)
+        j = torch.arange(sk_max)[None, :]  # (1, Sk)
+        n = seqlens[:, None]  # (B, 1)
+        pos = n - 1 if case.window.align == "bottom_right" else torch.zeros_like(n)  # the query's aligned key
+        ok = j < n  # (B, Sk): inside the cache
+        sliding = [self.use_sliding_window(case, 1, int(s)) for s in seqlens.tolist()]
+        if self.bounded(wl):
+            ok &= (j >= pos - wl) | ~torch.tensor(sliding)[:, None]
+        if self.bounded(wr):
+            ok &= j <= pos + wr
+        return ok
+
+    def run_decode(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        b = case.batch
+        sk_max = max(case.k_lens)
+        kc = torch.zeros(b, sk_max, case.hkv, case.head_dim, dtype=inputs.k.dtype)  # (B, Sk, hkv, D)
+        vc = torch.zeros_like(kc)  # (B, Sk, hkv, D)
+        for n, (_, _, k, v, _) in enumerate(inputs.sequences()):
+            kc[n, : k.shape[0]] = k
+            vc[n, : v.shape[0]] = v
+        ok = self.decode_mask(case, torch.tensor(case.k_lens), sk_max)  # (B, Sk)
+        for n in range(b):
+            out[n : n + 1] = self.attend(case, inputs.q[n : n + 1], kc[n], vc[n], ok[n : n + 1]).to(out.dtype)
+        return out
+
+    def paged_mask(self, case: Case, sq: int, sk: int) -> torch.Tensor:
+        return self.prefill_mask(case, sq, sk)
+
+    def run_paged(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        cache = inputs.paged()
+        ps = cache.page_size
+        for b, q, _, _, qs in inputs.sequences():
+            sk = int(cache.seqlens_k[b])
+            pages = cache.block_table[b, : -(-sk // ps)].long()  # logical -> physical page
+            k = cache.k_cache[pages].flatten(0, 1)[:sk]  # (Sk, hkv, D)
+            v = cache.v_cache[pages].flatten(0, 1)[:sk]  # (Sk, hkv, D)
+            out[qs] = self.attend(case, q, k, v, self.paged_mask(case, q.shape[0], sk)).to(out.dtype)
+        return out
+
+
+# -- window width ---------------------------------------------------------------------------------
+
+
+class WindowOneWider(EagerAttention):
+    """``W = left + 1`` tokens, then ``i - j <= W`` where it must be ``i - j < W``.
+
+    The off-by-one of converting vLLM/HF's "W tokens" to flash-attn's ``left``: the
+    band gets ``W + 1`` keys.
+    """
+
+    name = "bug-window-one-wider"
+
+    def visible(self, case, i, j, d, sliding=True):
+        wl, wr = self.window_size(case)
+        ok = torch.ones(i.shape[0], j.shape[1], dtype=torch.bool)
+        if sliding and self.bounded(wl):
+            w_tokens = wl + 1
+            ok &= (i + d) - j <= w_tokens
+        if self.bounded(wr):
+            ok &= j <= i + d + wr
+        return ok
+
+
+class WindowOneNarrower(EagerAttention):
+    """``left`` used as a token count: ``i - j < left`` keeps ``left`` keys, not ``left + 1``."""
+
+    name = "bug-window-one-narrower"
+
+    def visible(self, case, i, j, d, sliding=True):
+        wl, wr = self.window_size(case)
+        ok = torch.ones(i.shape[0], j.shape[1], dtype=torch.bool)
+        if sliding and self.bounded(wl):
+            ok &= (i + d) - j < wl
+        if self.bounded(wr):
+            ok &= j <= i + d + wr
+        return ok
+
+
+class SymmetricWindowUnderCausal(EagerAttention):
+    """``window_size=(W, W)`` passed for a causal sliding window.
+
+    As in model code that passes ``(sliding_window, sliding_window)`` and counts on the
+    causal flag: a kernel whose window replaces the causal mask then looks ``W`` keys
+    into the future.
+    """
+
+    name = "bug-symmetric-window-causal"
+
+    def window_size(self, case):
+        wl, wr = super().window_size(case)
+        return (wl, wl) if wl >= 0 else (wl, wr)
+
+
+# -- alignment ---------------------------------------------------------------------------------------
+
+
+class TopLeftAlignment(EagerAttention):
+    """The band is aligned top-left (``d = 0``) whatever ``Sq`` and ``Sk``.
+
+    SDPA's ``is_causal`` and xformers' non-``FromBottomRight`` masks; flash-attn < 2.1.
+    Wrong for decode and chunked prefill.
+    """
+
+    name = "bug-top-left-alignment"
+
+    def offset(self, case, sq, sk):
+        return 0
+
+    def decode_mask(self, case, seqlens, sk_max):
+        wl, wr = self.window_size(case)
+        j = torch.arange(sk_max)[None, :]
+        n = seqlens[:, None]
+        pos = torch.zeros_like(n)  # query 0 lines up with key 0
+        ok = j < n
+        if self.bounded(wl):
+            ok &= j >= pos - wl
+        if self.bounded(wr):
+            ok &= j <= pos + wr
+        return ok
+
+
+# -- window dropped on a code path ---------------------------------------------------------------------
+
+
+class DecodeDropsWindow(EagerAttention):
+    """The decode path (``Sq == 1``) masks only the cache length: the window never reaches it."""
+
+    name = "bug-decode-drops-window"
+
+    def decode_mask(self, case, seqlens, sk_max):
+        _, wr = self.window_size(case)
+        j = torch.arange(sk_max)[None, :]
+        n = seqlens[:, None]
+        pos = n - 1 if case.window.align == "bottom_right" else torch.zeros_like(n)
+        ok = j < n
+        if self.bounded(wr):
+            ok &= j <= pos + wr
+        return ok
+
+
+class PagedDropsWindow(EagerAttention):
+    """The paged-KV path gets only the causal side from the sequence lengths; ``left`` is not plumbed."""
+
+    name = "bug-paged-drops-window"
+
+    def paged_mask(self, case, sq, sk):
+        i = torch.arange(sq)[:, None]
+        j = torch.arange(sk)[None, :]
+        return self.visible(case, i, j, self.offset(case, sq, sk), sliding=False)
+
+
+class WindowOnlyWhenLonger(EagerAttention):
+    """``use_sliding_windows = query_length > sliding_window``.
+
+    The check meant to skip the window when it cannot matter looks at the new tokens'
+    length, so decode and chunked prefill against a long cache attend to everything.
+    """
+
+    name = "bug-window-only-when-longer"
+
+    def use_sliding_window(self, case, sq, sk):
+        wl, _ = self.window_size(case)
+        return sq > wl + 1
+
+
+# -- sentinels -------------------------------------------------------------------------------------------
+
+
+class SentinelZeroIsUnbounded(EagerAttention):
+    """``left = window if window else -1``: a truthiness test turns ``left = 0`` (self only) into unbounded."""
+
+    name = "bug-sentinel-zero-unbounded"
+
+    def window_size(self, case):
+        w = case.window
+        return (w.left if w.left else -1, -1 if w.right is None else w.right)
+
+
+class SentinelNoneIsZero(EagerAttention):
+    """``left = window or 0``: unbounded (``None``) becomes ``0``, a self-only window."""
+
+    name = "bug-sentinel-none-zero"
+
+    def window_size(self, case):
+        w = case.window
+        return (w.left or 0, -1 if w.right is None else w.right)
+
+
+class SentinelMinusOneLiteral(EagerAttention):
+    """flash-attn 2's ``-1`` handed to a kernel that reads negative sides literally (as FA4 does)."""
+
+    name = "bug-sentinel-minus-one-literal"
+
+    def bounded(self, side):
+        return True
+
+
+# -- rows that see no key -------------------------------------------------------------------------------
+
+
+class NanOnEmptyRows(EagerAttention):
+    """Plain ``softmax`` over a row of ``-inf``: ``0 / 0`` = NaN in rows that see no key."""
+
+    name = "bug-empty-rows-nan"
+
+    def softmax(self, s):
+        return torch.softmax(s, dim=-1)
+
+
+class MeanOfVOnEmptyRows(EagerAttention):
+    """Masked scores filled with ``finfo.min`` instead of ``-inf`` (HF-style).
+
+    A row that sees no key gets a uniform softmax over *all* keys: the mean of V,
+    where the contract says 0.
+    """
+
+    name = "bug-empty-rows-mean-v"
+
+    def mask_and_cap(self, case, s, ok):
+        if case.softcap is not None:
+            s = case.softcap * torch.tanh(s / case.softcap)
+        return s.masked_fill(~ok, torch.finfo(s.dtype).min)
+
+
+# -- heads, softcap, scale --------------------------------------------------------------------------------
+
+
+class GqaRepeatNotInterleave(EagerAttention):
+    """``k.repeat(1, group, 1)`` where ``repeat_interleave`` is meant: query head h reads kv head ``h % hkv``."""
+
+    name = "bug-gqa-head-mapping"
+
+    def expand_kv(self, case, k):
+        return k.repeat(1, case.group, 1)
+
+
+class SoftcapDropped(EagerAttention):
+    """The ``softcap`` argument is accepted and never applied."""
+
+    name = "bug-softcap-dropped"
+
+    def mask_and_cap(self, case, s, ok):
+        return s.masked_fill(~ok, NEG_INF)
+
+
+class SoftcapAfterMask(EagerAttention):
+    """Mask first, then ``tanh`` softcap: ``c * tanh(-inf) = -c``, so masked keys get weight."""
+
+    name = "bug-softcap-after-mask"
+
+    def mask_and_cap(self, case, s, ok):
+        s = s.masked_fill(~ok, NEG_INF)
+        if case.softcap is not None:
+            s = case.softcap * torch.tanh(s / case.softcap)
+        return s
+
+
+class ScaleIgnored(EagerAttention):
+    """The explicit ``softmax_scale`` is dropped; ``1 / sqrt(head_dim)`` always."""
+
+    name = "bug-scale-ignored"
+
+    def scale(self, case):
+        return 1.0 / math.sqrt(case.head_dim)
+
+
+class ScaleFromPaddedHeadDim(EagerAttention):
+    """Default scale computed after padding the head dim to the kernel's size (multiple of 32)."""
+
+    name = "bug-scale-padded-head-dim"
+
+    def scale(self, case):
+        if case.scale is not None:
+            return case.scale
+        padded = -(-case.head_dim // 32) * 32
+        return 1.0 / math.sqrt(padded)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlantedBug:
+    name: str  # the backend's registry-style name
+    klass: str  # the bug class of window-semantics.md
+    backend: type[EagerAttention]
+
+    @property
+    def spec(self) -> str:
+        return f"{__name__}:{self.backend.__name__}"
+
+
+BUGS: tuple[PlantedBug, ...] = (
+    PlantedBug("bug-window-one-wider", "window one token wider", WindowOneWider),
+    PlantedBug("bug-window-one-narrower", "window one token narrower", WindowOneNarrower),
+    PlantedBug("bug-symmetric-window-causal", "(W, W) under causal", SymmetricWindowUnderCausal),
+    PlantedBug("bug-top-left-alignment", "top-left alignment when Sq != Sk", TopLeftAlignment),
+    PlantedBug("bug-decode-drops-window", "window dropped in decode path", DecodeDropsWindow),
+    PlantedBug("bug-paged-drops-window", "window dropped in paged path", PagedDropsWindow),
+    PlantedBug("bug-window-only-when-longer", "window only when sequence exceeds W", WindowOnlyWhenLonger),
+    PlantedBug("bug-sentinel-zero-unbounded", "sentinel: 0 read as unbounded", SentinelZeroIsUnbounded),
+    PlantedBug("bug-sentinel-none-zero", "sentinel: None read as 0", SentinelNoneIsZero),
+    PlantedBug("bug-sentinel-minus-one-literal", "sentinel: -1 read literally", SentinelMinusOneLiteral),
+    PlantedBug("bug-empty-rows-nan", "fully masked rows give NaN", NanOnEmptyRows),
+    PlantedBug("bug-empty-rows-mean-v", "fully masked rows give mean of V", MeanOfVOnEmptyRows),
+    PlantedBug("bug-gqa-head-mapping", "wrong GQA head mapping", GqaRepeatNotInterleave),
+    PlantedBug("bug-softcap-dropped", "softcap dropped", SoftcapDropped),
+    PlantedBug("bug-softcap-after-mask", "softcap applied after masking", SoftcapAfterMask),
+    PlantedBug("bug-scale-ignored", "wrong softmax scale: explicit scale ignored", ScaleIgnored),
+    PlantedBug("bug-scale-padded-head-dim", "wrong softmax scale: padded head dim", ScaleFromPaddedHeadDim),
+)

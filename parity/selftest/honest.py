@@ -1,0 +1,210 @@
+"""Honest variants: the same function by other algorithms. They differ only numerically and must pass.
+
+* :class:`SplitKV` - flash-decoding: keys in splits (fixed-size chunks, or the pages of
+  a paged cache read through the block table), each split normalised on its own, the
+  partial outputs merged by their log-sum-exp;
+* :class:`OnlineSoftmaxTiled` - flash-attn 2's forward loop: key tiles, running max and
+  sum, rescaled float32 accumulator, ``exp2`` with ``log2(e)`` folded into the scale;
+* :class:`LowPrecisionP` - flash-attn's dtype flow: unnormalised probabilities rounded to
+  the input dtype (bf16 / fp16) before the PV product, float32 row sum, divide at the end;
+* :class:`ReversedKeyOrder` - keys and values processed last to first, so every sum over
+  keys runs in the opposite order;
+* :class:`parity.selftest.bugs.EagerAttention` - the eager float32 base of every planted
+  bug (listed in :data:`HONEST` too: a bug only counts as caught if its base passes).
+
+All of them build the visible band from the canonical window themselves
+(``i + d - left <= j <= i + d + right``), never through the reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from ..backends.base import Backend
+from ..case import Case, Inputs
+from .bugs import EagerAttention
+
+LOG2E = 1.0 / math.log(2.0)
+
+
+def band_mask(case: Case, sq: int, sk: int) -> torch.Tensor:
+    """``(Sq, Sk)`` bool, True = visible, from the canonical window."""
+    w = case.window
+    d = sk - sq if w.align == "bottom_right" else 0
+    i = torch.arange(sq)[:, None]  # (Sq, 1)
+    j = torch.arange(sk)[None, :]  # (1, Sk)
+    ok = torch.ones(sq, sk, dtype=torch.bool)
+    if w.left is not None:
+        ok &= j >= i + d - w.left
+    if w.right is not None:
+        ok &= j <= i + d + w.right
+    return ok
+
+
+def sequences_kv(case: Case, inputs: Inputs):
+    """Per sequence ``(q, k, v, q_slice, pages)``; K/V through the block table when the case is paged.
+
+    ``pages`` is the list of key ranges that live in one physical page (paged cases) or ``None``.
+    """
+    if case.page_size is None:
+        for _, q, k, v, qs in inputs.sequences():
+            yield q, k, v, qs, None
+        return
+    cache = inputs.paged()
+    ps = cache.page_size
+    for b, q, _, _, qs in inputs.sequences():
+        sk = int(cache.seqlens_k[b])
+        pages = cache.block_table[b, : -(-sk // ps)].long()
+        k = cache.k_cache[pages].flatten(0, 1)[:sk]  # (Sk, hkv, D)
+        v = cache.v_cache[pages].flatten(0, 1)[:sk]  # (Sk, hkv, D)
+        yield q, k, v, qs, [(p * ps, min(sk, (p + 1) * ps)) for p in range(len(pages))]
+
+
+class _Honest(Backend):
+    device = "cpu"
+    supports_paged = True
+
+    def logits(self, case: Case, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """``q`` ``(Sq, hq, D)``, ``k`` ``(Sk, hkv, D)`` -> float32 scaled (softcapped) scores ``(hq, Sq, Sk)``."""
+        kx = k.repeat_interleave(case.group, dim=1).float()  # (Sk, hq, D)
+        s = torch.einsum("qhd,khd->hqk", q.float(), kx) * case.softmax_scale
+        if case.softcap is not None:
+            s = case.softcap * torch.tanh(s / case.softcap)
+        return s
+
+    def attend(self, case: Case, q, k, v, pages) -> torch.Tensor:
+        raise NotImplementedError
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        for q, k, v, qs, pages in sequences_kv(case, inputs):
+            out[qs] = self.attend(case, q, k, v, pages).to(out.dtype)
+        return out
+
+
+class SplitKV(_Honest):
+    """Split-KV (flash-decoding) with a log-sum-exp merge of normalised partial outputs."""
+
+    name = "honest-split-kv"
+    description = "self-test: split-KV, per-split softmax, log-sum-exp merge"
+    split = 24
+
+    def attend(self, case, q, k, v, pages):
+        sk = k.shape[0]
+        ok = band_mask(case, q.shape[0], sk)  # (Sq, Sk)
+        s = self.logits(case, q, k).masked_fill(~ok, float("-inf"))  # (hq, Sq, Sk)
+        vx = v.repeat_interleave(case.group, dim=1).float()  # (Sk, hq, D)
+        splits = pages or [(j0, min(sk, j0 + self.split)) for j0 in range(0, sk, self.split)]
+        outs, lses = [], []
+        for j0, j1 in splits:
+            sj = s[..., j0:j1]  # (hq, Sq, n)
+            m = sj.amax(-1, keepdim=True)  # (hq, Sq, 1)
+            m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+            p = torch.exp(sj - m_safe)
+            l = p.sum(-1, keepdim=True)  # noqa: E741
+            o = torch.einsum("hqk,khd->hqd", p, vx[j0:j1]) / torch.where(l > 0, l, torch.ones_like(l))
+            outs.append(o)
+            lses.append(torch.where(l > 0, m_safe + torch.log(l), torch.full_like(l, float("-inf"))))
+        lse = torch.stack(lses)  # (splits, hq, Sq, 1)
+        top = lse.amax(0)  # (hq, Sq, 1)
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        wts = torch.exp(lse - top)  # (splits, hq, Sq, 1); 0 for empty splits
+        tot = wts.sum(0)
+        o = (wts * torch.stack(outs)).sum(0) / torch.where(tot > 0, tot, torch.ones_like(tot))  # (hq, Sq, D)
+        return o.transpose(0, 1)  # (Sq, hq, D)
+
+
+class OnlineSoftmaxTiled(_Honest):
+    """flash-attn 2's loop: key tiles, running max / sum, exp2 with log2(e) folded into the scale."""
+
+    name = "honest-online-softmax"
+    description = "self-test: tiled online softmax, exp2, float32 accumulator"
+    tile = 13  # not a divisor of typical lengths: ragged last tiles
+
+    def attend(self, case, q, k, v, pages):
+        sq, sk = q.shape[0], k.shape[0]
+        ok = band_mask(case, sq, sk)
+        kx = k.repeat_interleave(case.group, dim=1).float()  # (Sk, hq, D)
+        vx = v.repeat_interleave(case.group, dim=1).float()
+        qf = q.float().transpose(0, 1)  # (hq, Sq, D)
+        c = case.softmax_scale * LOG2E
+        m = torch.full((case.hq, sq, 1), float("-inf"))
+        l = torch.zeros(case.hq, sq, 1)  # noqa: E741
+        acc = torch.zeros(case.hq, sq, case.head_dim)
+        for j0 in range(0, sk, self.tile):
+            j1 = min(sk, j0 + self.tile)
+            if case.softcap is None:
+                s = (qf @ kx[j0:j1].transpose(0, 1).transpose(1, 2)) * c  # (hq, Sq, n), log2 units
+            else:
+                raw = (qf @ kx[j0:j1].transpose(0, 1).transpose(1, 2)) * case.softmax_scale
+                s = case.softcap * torch.tanh(raw / case.softcap) * LOG2E
+            s = s.masked_fill(~ok[:, j0:j1], float("-inf"))
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            m_safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+            alpha = torch.exp2(torch.where(torch.isfinite(m), m - m_safe, torch.full_like(m, float("-inf"))))
+            p = torch.exp2(s - m_safe)
+            l = l * alpha + p.sum(-1, keepdim=True)  # noqa: E741
+            acc = acc * alpha + p @ vx[j0:j1].transpose(0, 1)
+            m = m_new
+        o = acc / torch.where(l > 0, l, torch.ones_like(l))
+        return o.transpose(0, 1)
+
+
+class LowPrecisionP(_Honest):
+    """Probabilities rounded to the input dtype before PV, float32 row sum, normalise at the end."""
+
+    name = "honest-low-precision-p"
+    description = "self-test: P = exp(s - m) rounded to the input dtype (bf16/fp16) before PV"
+
+    def attend(self, case, q, k, v, pages):
+        ok = band_mask(case, q.shape[0], k.shape[0])
+        s = self.logits(case, q, k).masked_fill(~ok, float("-inf"))  # (hq, Sq, Sk)
+        m = s.amax(-1, keepdim=True)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        p = torch.exp(s - m)  # (hq, Sq, Sk) float32
+        l = p.sum(-1, keepdim=True)  # noqa: E741
+        p_low = p.to(v.dtype)  # the dtype flow of flash-attn: P in bf16/fp16 for the PV matmul
+        vx = v.repeat_interleave(case.group, dim=1)  # (Sk, hq, D), input dtype
+        o = torch.einsum("hqk,khd->hqd", p_low.float(), vx.float())  # exact products, float32 accumulation
+        return (o / torch.where(l > 0, l, torch.ones_like(l))).transpose(0, 1)
+
+
+class ReversedKeyOrder(_Honest):
+    """Every key sum runs from the last key to the first."""
+
+    name = "honest-reversed-keys"
+    description = "self-test: keys and values processed in reverse order"
+
+    def attend(self, case, q, k, v, pages):
+        ok = band_mask(case, q.shape[0], k.shape[0]).flip(-1)  # (Sq, Sk), key order reversed
+        kr, vr = k.flip(0), v.flip(0)
+        s = self.logits(case, q, kr).masked_fill(~ok, float("-inf"))  # (hq, Sq, Sk)
+        m = s.amax(-1, keepdim=True)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        p = torch.exp(s - m)
+        l = p.cumsum(-1)[..., -1:]  # noqa: E741 - sequential running sum, last key first
+        vx = vr.repeat_interleave(case.group, dim=1).float()
+        o = torch.einsum("hqk,khd->hqd", p, vx) / torch.where(l > 0, l, torch.ones_like(l))
+        return o.transpose(0, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class HonestVariant:
+    name: str
+    what: str
+    backend: type[Backend]
+
+    @property
+    def spec(self) -> str:
+        return f"{self.backend.__module__}:{self.backend.__name__}"
+
+
+HONEST: tuple[HonestVariant, ...] = (
+    HonestVariant("honest-split-kv", "split-KV, log-sum-exp merge (pages as splits when paged)", SplitKV),
+    HonestVariant("honest-online-softmax", "tiled online softmax, exp2, fp32 accumulator", OnlineSoftmaxTiled),
+    HonestVariant("honest-low-precision-p", "P rounded to bf16/fp16 before PV", LowPrecisionP),
+    HonestVariant("honest-reversed-keys", "reversed key order", ReversedKeyOrder),
+    HonestVariant("selftest-eager", "eager fp32, the base of every planted bug", EagerAttention),
+)

@@ -1,0 +1,317 @@
+"""Run the self-test: every planted bug must be flagged, every honest variant must pass.
+
+Both go through the sweep machinery itself - :func:`parity.evaluate` (the error budget,
+the exact mask and GQA probes, the poisoned buffer) over
+:func:`parity.strategies.generate` for the profile (``quick`` by default: the curated
+edge cases, then the hypothesis-drawn cases) - nothing here is written for one bug.
+
+``python -m parity selftest`` prints the detection table (bug class, the checks that
+flagged the first failing case, that case) and the honest variants' figures; it exits
+1 if a bug escapes or an honest variant does not pass every case it supports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..api import evaluate
+from ..case import Case
+from ..sweep import BaselineCache
+from .bugs import BUGS, PlantedBug
+from .honest import HONEST, HonestVariant
+
+
+def profile_cases(profile: str = "quick", seed: int = 0) -> list[Case]:
+    """What ``python -m parity run --profile PROFILE --seed SEED`` sweeps."""
+    from ..strategies import PROFILES, generate  # hypothesis: imported only when cases are drawn
+
+    return generate(PROFILES[profile], seed)
+
+
+def seeds_cases(profile: str, seeds: Sequence[int]) -> list[Case]:
+    """The profile's cases over several seeds: edge cases once, then each seed's drawn cases; no duplicates."""
+    out: list[Case] = []
+    seen: set[str] = set()
+    for s in seeds:
+        for c in profile_cases(profile, s):
+            if c.case_id not in seen:
+                seen.add(c.case_id)
+                out.append(c)
+    return out
+
+
+def _checks(row: dict[str, Any]) -> list[str]:
+    return row["reasons"].split() if row["verdict"] == "fail" else [row["verdict"]]
+
+
+@dataclasses.dataclass
+class Detection:
+    bug: PlantedBug
+    caught: bool
+    checks: list[str]  # reasons of the first failing row
+    first_case: str  # its summary
+    first_index: int  # 1-based position of that case in the sweep's order
+    detail: str  # mask / gqa words, else where the worst error is
+    repro: str
+    cases_run: int
+    total: int
+    failing: int  # failing rows among cases_run
+    reason_counts: Counter
+    problems: list[str]  # rows that errored: a broken plant, not a detection
+    seconds: float
+
+
+def detect(bug: PlantedBug, cases: list[Case], baselines: BaselineCache | None = None, exhaustive: bool = False) -> Detection:
+    """Run ``bug`` over ``cases`` in order; stop at the first failing row unless ``exhaustive``."""
+    baselines = baselines or BaselineCache("cpu", keep=len(cases) + 1)
+    backend = bug.backend()
+    t0 = time.perf_counter()
+    first: dict[str, Any] | None = None
+    first_index = 0
+    failing, run = 0, 0
+    counts: Counter = Counter()
+    problems: list[str] = []
+    for n, case in enumerate(cases, 1):
+        row = evaluate(backend, case, baselines=baselines)
+        run = n
+        if row["verdict"] in ("error", "crash", "timeout"):
+            problems.append(f"{row['verdict']} on {case.summary()}: {row['detail']}")
+        if row["verdict"] != "fail":
+            continue
+        failing += 1
+        counts.update(_checks(row))
+        if first is None:
+            first, first_index = row, n
+            if not exhaustive:
+                break
+    detail = ""
+    if first is not None:
+        if first.get("mask_check") == "mismatch":
+            detail = "mask: " + first["mask_detail"]
+        elif first.get("gqa_check") == "mismatch":
+            detail = "gqa: " + first["gqa_detail"]
+        else:
+            detail = first.get("worst_where", "")
+    return Detection(
+        bug=bug,
+        caught=first is not None,
+        checks=_checks(first) if first else [],
+        first_case=Case.from_json(first["case_json"]).summary() if first else "",
+        first_index=first_index,
+        detail=detail,
+        repro=first["repro"] if first else "",
+        cases_run=run,
+        total=len(cases),
+        failing=failing,
+        reason_counts=counts,
+        problems=problems,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+@dataclasses.dataclass
+class HonestResult:
+    variant: HonestVariant
+    cases: int = 0
+    passed: int = 0
+    unsupported: int = 0
+    failed: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    worst_budget_frac: float = 0.0  # max over cases of max|err| / allowed
+    worst_case: str = ""
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def check_honest(variants: Sequence[HonestVariant], cases: list[Case], baselines: BaselineCache | None = None) -> list[HonestResult]:
+    """Every variant on every case (cases outer, so each reference is computed once)."""
+    baselines = baselines or BaselineCache("cpu", keep=8)
+    results = [HonestResult(v) for v in variants]
+    backends = [v.backend() for v in variants]
+    for case in cases:
+        for res, backend in zip(results, backends):
+            t0 = time.perf_counter()
+            row = evaluate(backend, case, baselines=baselines)
+            res.seconds += time.perf_counter() - t0
+            res.cases += 1
+            if row["verdict"] == "unsupported":
+                res.unsupported += 1
+                continue
+            if row["verdict"] == "pass":
+                res.passed += 1
+            else:  # fail, error, crash, timeout: a false alarm
+                res.failed.append(row)
+            if row.get("budget_frac") not in ("", None) and float(row["budget_frac"]) > res.worst_budget_frac:
+                res.worst_budget_frac = float(row["budget_frac"])
+                res.worst_case = case.summary()
+    return results
+
+
+# -- printing -------------------------------------------------------------------------------------------
+
+
+def detection_table(dets: Sequence[Detection], markdown: bool = False) -> str:
+    head = ["bug class", "planted backend", "caught", "checks that flagged it", "first failing case (position in sweep)"]
+    rows = []
+    for d in dets:
+        where = f"{d.first_case} (#{d.first_index} of {d.total})" if d.caught else f"none of {d.cases_run} cases"
+        checks = " ".join(d.checks) if d.caught else "-"
+        if d.failing and d.cases_run == d.total and d.failing > 1:
+            checks += f" [{d.failing}/{d.total} cases fail]"
+        rows.append([d.bug.klass, d.bug.name, "yes" if d.caught else "ESCAPED", checks, where])
+    return _table(head, rows, markdown)
+
+
+def honest_table(results: Sequence[HonestResult], markdown: bool = False) -> str:
+    head = ["honest variant", "what differs", "cases", "pass", "unsupported", "fail", "worst max|err| / budget"]
+    rows = [
+        [r.variant.name, r.variant.what, str(r.cases), str(r.passed), str(r.unsupported), str(len(r.failed)), f"{r.worst_budget_frac:.3g}"]
+        for r in results
+    ]
+    return _table(head, rows, markdown)
+
+
+def _table(head: list[str], rows: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(head), "-" * (sum(widths) + 2 * (len(widths) - 1)), *map(fmt, rows)])
+
+
+# -- the subcommand ----------------------------------------------------------------------------------------
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-4"`` or ``"0,3,7"`` (or a mix) -> seeds."""
+    from ..cli import UsageError
+
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        lo, dash, hi = part.partition("-")
+        try:
+            if dash:
+                a, b = int(lo), int(hi)
+                if b < a:
+                    raise ValueError
+                out.extend(range(a, b + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise UsageError(f"--seeds wants N, A-B or a comma-separated list of them, got {text!r}") from None
+    if any(s < 0 for s in out) or not out:
+        raise UsageError(f"--seeds must be non-negative, got {text!r}")
+    return list(dict.fromkeys(out))
+
+
+def add_parser(subparsers: Any) -> None:
+    s = subparsers.add_parser("selftest", help="planted bugs must be caught, honest variants must pass")
+    s.add_argument(
+        "--profile", choices=["quick", "default", "thorough"], default="quick", help="the sweep bugs must not escape (default quick)"
+    )
+    s.add_argument("--seed", type=int, default=0, help="seed of the drawn cases the bugs run on (default 0)")
+    s.add_argument("--honest-seeds", default="0-2", metavar="SEEDS", help="seeds for the honest variants, e.g. 0-9 or 0,4 (default 0-2)")
+    s.add_argument("--bug", action="append", metavar="NAME", help="only these planted bugs (repeatable)")
+    s.add_argument("--honest", action="append", metavar="NAME", help="only these honest variants (repeatable)")
+    s.add_argument("--no-bugs", action="store_true", help="skip the planted bugs")
+    s.add_argument("--no-honest", action="store_true", help="skip the honest variants")
+    s.add_argument("--exhaustive", action="store_true", help="run every bug on every case (counts failing cases)")
+    s.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    s.add_argument("--out", type=Path, help="also write detection.csv and honest.csv here")
+
+
+def _select(names: list[str] | None, items: Sequence[Any], what: str) -> list[Any]:
+    from ..cli import UsageError
+
+    if not names:
+        return list(items)
+    by_name = {i.name: i for i in items}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise UsageError(f"unknown {what} {', '.join(map(repr, unknown))}; known: {', '.join(by_name)}")
+    return [by_name[n] for n in names]
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..cli import UsageError
+
+    if args.seed < 0:
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    bugs = [] if args.no_bugs else _select(args.bug, BUGS, "planted bug")
+    variants = [] if args.no_honest else _select(args.honest, HONEST, "honest variant")
+    seeds = parse_seeds(args.honest_seeds)
+    t0 = time.perf_counter()
+    ok = True
+    dets: list[Detection] = []
+    if bugs:
+        cases = profile_cases(args.profile, args.seed)
+        print(f"selftest: {len(bugs)} planted bugs on the '{args.profile}' sweep, seed {args.seed} ({len(cases)} cases)", file=sys.stderr)
+        baselines = BaselineCache("cpu", keep=len(cases) + 1)
+        for bug in bugs:
+            dets.append(detect(bug, cases, baselines, exhaustive=args.exhaustive))
+        print(detection_table(dets, args.markdown))
+        for d in dets:
+            if not d.caught:
+                ok = False
+                print(f"selftest: ESCAPED: {d.bug.name} ({d.bug.klass}) passed all {d.cases_run} cases", file=sys.stderr)
+            for p in d.problems:
+                ok = False
+                print(f"selftest: planted bug {d.bug.name} is broken (it should compute, not raise): {p}", file=sys.stderr)
+        print()
+    results: list[HonestResult] = []
+    if variants:
+        hcases = seeds_cases(args.profile, seeds)
+        print(
+            f"selftest: {len(variants)} honest variants on the '{args.profile}' sweep, seeds {args.honest_seeds} "
+            f"({len(hcases)} distinct cases)",
+            file=sys.stderr,
+        )
+        results = check_honest(variants, hcases)
+        print(honest_table(results, args.markdown))
+        for r in results:
+            for row in r.failed[:5]:
+                ok = False
+                print(
+                    f"selftest: FALSE ALARM: {r.variant.name} {row['verdict']} [{row['reasons'] or row['detail']}] "
+                    f"{Case.from_json(row['case_json']).summary()}\n  {row.get('worst_where', '')}\n  repro: {row['repro']}",
+                    file=sys.stderr,
+                )
+            if r.failed:
+                ok = False
+    if args.out:
+        _write(args.out, dets, results)
+    print(f"\nselftest: {'OK' if ok else 'FAILED'} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def _write(out: Path, dets: Sequence[Detection], results: Sequence[HonestResult]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "detection.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["bug_class", "backend", "caught", "checks", "first_case", "first_index", "cases_run", "failing", "detail", "repro"])
+        for d in dets:
+            w.writerow(
+                [d.bug.klass, d.bug.spec, d.caught, " ".join(d.checks), d.first_case, d.first_index]
+                + [d.cases_run, d.failing, d.detail, d.repro]
+            )
+    with (out / "honest.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["variant", "backend", "cases", "pass", "unsupported", "fail", "worst_budget_frac", "worst_case"])
+        for r in results:
+            w.writerow(
+                [r.variant.name, r.variant.spec, r.cases, r.passed, r.unsupported, len(r.failed)]
+                + [f"{r.worst_budget_frac:.4g}", r.worst_case]
+            )
