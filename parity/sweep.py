@@ -208,10 +208,14 @@ class ResultsWriter:
         self.path = self.dir / "results.csv"
         self.done: set[tuple[str, str]] = set()
         mode = "w"
-        if resume and self.path.exists():
+        if resume and self.path.exists() and self._drop_torn_row():
             with self.path.open(newline="") as fh:
-                for r in csv.DictReader(fh):
-                    self.done.add((r["backend"], r["case_id"]))
+                reader = csv.DictReader(fh)
+                if reader.fieldnames and not {"backend", "case_id", "verdict"} <= set(reader.fieldnames):
+                    raise ValueError(f"--resume: {self.path} is not a results.csv of this tool (no backend/case_id/verdict columns)")
+                for r in reader:
+                    if r.get("verdict"):  # a complete row
+                        self.done.add((r["backend"], r["case_id"]))
             mode = "a"
         self._fh = self.path.open(mode, newline="")
         self._csv = csv.DictWriter(self._fh, fieldnames=COLUMNS, extrasaction="ignore")
@@ -219,6 +223,15 @@ class ResultsWriter:
             self._csv.writeheader()
             self._fh.flush()
         self._masks = (self.dir / "masks.jsonl").open("a" if resume else "w")
+
+    def _drop_torn_row(self) -> int:
+        """A run killed mid-write can leave a last line without its newline: cut it off; the size left."""
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            data = data[: data.rfind(b"\n") + 1]
+            with self.path.open("r+b") as fh:
+                fh.truncate(len(data))
+        return len(data)
 
     def write(self, row: dict[str, Any]) -> None:
         self._csv.writerow(row)

@@ -138,6 +138,8 @@ def _load_path(path: str, package: str | None = None) -> object:
         module = importlib.import_module(mod_name, package)
     except ModuleNotFoundError as exc:
         raise BackendSpecError(f"backend {path!r}: module {exc.name!r} not found") from None
+    except Exception as exc:  # noqa: BLE001 - a plugin that fails to import is a usage error, not a traceback
+        raise BackendSpecError(f"backend {path!r}: importing {mod_name} failed: {type(exc).__name__}: {exc}") from None
     obj: object = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -150,7 +152,10 @@ def _instantiate(obj: object, spec: str) -> Backend:
     if isinstance(obj, Backend):
         inst = obj
     elif callable(obj):
-        inst = obj()
+        try:
+            inst = obj()
+        except Exception as exc:  # noqa: BLE001 - a constructor that raises: one line, not a traceback
+            raise BackendSpecError(f"backend {spec!r}: constructing it raised {type(exc).__name__}: {exc}") from None
     else:
         raise BackendSpecError(f"backend {spec!r} is neither a Backend subclass nor a factory")
     if not isinstance(inst, Backend):

@@ -1,0 +1,236 @@
+"""Bad input gets one clear line and exit code 2, never a traceback.
+
+Invalid case specifications, unknown backends, malformed or broken plugins, bad command-line
+arguments. Every call that could start a sweep carries a one-case ``--case`` and a
+temporary ``--out``, so a missing check fails fast here instead of running a sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parity.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+GOOD = {"q_lens": [6], "k_lens": [6], "hq": 2, "hkv": 1, "head_dim": 8, "dtype": "float32", "window": {"left": 2, "right": 0}}
+
+
+def case(**changes) -> str:
+    c = {**GOOD, **changes}
+    return json.dumps({k: v for k, v in c.items() if v is not ...})
+
+
+def window(**w) -> str:
+    return case(window=w)
+
+
+PLUGINS = {
+    "plug_import_raises.py": 'raise RuntimeError("plugin import blew up")\n',
+    "plug_syntax.py": "def broken(:\n",
+    "plug_missing_dep.py": "import no_such_dependency_xyz\n",
+    "plug_misc.py": (
+        "class NeedsArgs:\n    def __init__(self, x):\n        pass\n"
+        "class CtorRaises:\n    def __init__(self):\n        raise RuntimeError('ctor failed')\n"
+        "NOT_CALLABLE = 3\n"
+        "def returns_int():\n    return 5\n"
+    ),
+}
+
+
+@pytest.fixture
+def plugins(tmp_path, monkeypatch):
+    d = tmp_path / "plugins"
+    d.mkdir()
+    for name, text in PLUGINS.items():
+        (d / name).write_text(text)
+    monkeypatch.syspath_prepend(str(d))
+    return d
+
+
+def run_main(args, tmp_path, capsys, with_case=True):
+    argv = list(args)
+    if with_case and argv and argv[0] == "run":
+        if "--case" not in argv and "--case-file" not in argv and "--profile" not in argv:
+            argv += ["--case", case()]
+        argv += ["--out", str(tmp_path / "out"), "-q", "--no-report"]
+    rc = main(argv)
+    err = capsys.readouterr().err
+    return rc, err
+
+
+def _assert_usage(rc, err, needle):
+    assert rc == 2, err
+    assert "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if ln.startswith("parity: error:")]
+    assert len(lines) == 1, err  # one clear message
+    assert needle in lines[0], lines[0]
+
+
+# -- invalid case specifications ---------------------------------------------------------------------------
+
+CASE_ERRORS = [
+    (case(q_lens=[]), "at least one sequence"),
+    (case(q_lens=[0], k_lens=[6]), "entries must be ints >= 1"),
+    (case(q_lens=[3], k_lens=[3, 4]), "one entry per sequence"),
+    (case(q_lens="6"), "must be a list of ints"),
+    (case(q_lens=[2.5]), "entries must be ints >= 1"),
+    (case(hq=3, hkv=2), "divisible"),
+    (case(hq=0), "Case.hq must be >= 1"),
+    (case(head_dim=True), "Case.head_dim must be an int"),
+    (case(seed=-1), "Case.seed must be >= 0"),
+    (case(dtype="int8"), "Case.dtype must be one of"),
+    (case(scale=0), "Case.scale must be a finite number > 0"),
+    (case(softcap=-1.0), "Case.softcap must be a finite number > 0"),
+    (case(page_size=0), "Case.page_size must be >= 1"),
+    (case(foo=1), "unknown field(s) ['foo']"),
+    (case(hq=...), "missing required field(s) ['hq']"),
+    (window(left=-1, right=0), "-1 is flash-attn 2's sentinel"),
+    (window(left=2, right=-3), "Window.right must be >= 0"),
+    (window(left=2, right=0, align="middle"), "Window.align must be one of"),
+    (window(size=4), "window has unknown field(s) ['size']"),
+    (window(left="4"), "Window.left must be a non-negative int or None"),
+    (case(window="sliding"), "window must be an object"),
+    ('{"q_lens": [6], "k_lens": [6], "hq": 2, "hkv": 1, "head_dim": 8, "scale": NaN}', "finite number > 0"),
+    ("{bad json", "not valid JSON"),
+    ("[1, 2]", "must be a JSON object"),
+]
+
+
+@pytest.mark.parametrize("text,needle", CASE_ERRORS, ids=[n for _, n in CASE_ERRORS])
+def test_invalid_case_is_a_usage_error(text, needle, tmp_path, capsys):
+    _assert_usage(*run_main(["run", "--backend", "reference", "--case", text], tmp_path, capsys), needle)
+
+
+def test_invalid_case_in_a_case_file_names_the_line(tmp_path, capsys):
+    f = tmp_path / "cases.jsonl"
+    f.write_text(case() + "\n\n" + case(hq=3, hkv=2) + "\n")
+    _assert_usage(*run_main(["run", "--backend", "reference", "--case-file", str(f)], tmp_path, capsys), "cases.jsonl:3: ")
+
+
+def test_empty_case_file_is_a_usage_error(tmp_path, capsys):
+    f = tmp_path / "cases.jsonl"
+    f.write_text("\n")
+    _assert_usage(*run_main(["run", "--backend", "reference", "--case-file", str(f)], tmp_path, capsys), "no case selected")
+
+
+# -- unknown backends, malformed and broken plugins --------------------------------------------------------
+
+BACKEND_ERRORS = [
+    ("nosuch", "unknown backend 'nosuch'"),
+    ("sdpa-cud", "did you mean"),
+    ("a:b:c", "must look like 'package.module:ClassName'"),
+    (":X", "must look like 'package.module:ClassName'"),
+    ("plug_misc:", "must look like 'package.module:ClassName'"),
+    ("plug_misc:1bad", "must look like 'package.module:ClassName'"),
+    ("no_such_module_xyz:X", "module 'no_such_module_xyz' not found"),
+    ("plug_misc:Nope", "has no attribute 'Nope'"),
+    ("plug_misc:NOT_CALLABLE", "neither a Backend subclass nor a factory"),
+    ("plug_misc:returns_int", "does not implement the Backend interface"),
+    ("plug_misc:NeedsArgs", "constructing it raised TypeError"),
+    ("plug_misc:CtorRaises", "constructing it raised RuntimeError: ctor failed"),
+    ("plug_import_raises:X", "importing plug_import_raises failed: RuntimeError: plugin import blew up"),
+    ("plug_syntax:X", "importing plug_syntax failed: SyntaxError"),
+    ("plug_missing_dep:X", "module 'no_such_dependency_xyz' not found"),
+    ("", "names no backend"),
+    (",,", "names no backend"),
+]
+
+
+@pytest.mark.parametrize("spec,needle", BACKEND_ERRORS, ids=[s or "empty" for s, _ in BACKEND_ERRORS])
+def test_bad_backend_is_a_usage_error(spec, needle, plugins, tmp_path, capsys):
+    _assert_usage(*run_main(["run", "--backend", spec], tmp_path, capsys), needle)
+
+
+def test_broken_plugin_from_the_shell_prints_one_line(plugins, tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugins), str(ROOT)])}
+    p = subprocess.run(
+        [sys.executable, "-m", "parity", "run", "--backend", "plug_import_raises:X", "--case", case(), "--out", str(tmp_path / "o")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == (
+        "parity: error: backend 'plug_import_raises:X': importing plug_import_raises failed: RuntimeError: plugin import blew up"
+    )
+    assert not (tmp_path / "o" / "results.csv").exists()
+
+
+# -- bad command-line arguments ----------------------------------------------------------------------------
+
+ARG_ERRORS = [
+    (["run", "--seed", "abc"], "invalid int value: 'abc'"),
+    (["run", "--timeout", "0"], "--timeout > 0"),
+    (["run", "--timeout", "-5"], "--timeout > 0"),
+    (["run", "--repeats", "0"], "--repeats and --max-mask-passes must be >= 1"),
+    (["run", "--max-mask-passes", "0"], "--repeats and --max-mask-passes must be >= 1"),
+    (["run", "--dtype", "int8"], "invalid choice: 'int8'"),
+    (["run", "--profile", "huge"], "invalid choice: 'huge'"),
+    (["run", "--budget", "bfloat16.k_max"], "DTYPE.FIELD=VALUE"),
+    (["run", "--budget", "float32.k_max=abc"], "is not a number"),
+    (["run", "--budget", "float32.k_max=-1"], "finite number >= 0"),
+    (["run", "--budget", "float32.k_max=inf"], "finite number >= 0"),
+    (["run", "--budget", "int8.k_max=1"], "unknown dtype 'int8'"),
+    (["run", "--budget", "float32.bogus=1"], "unknown field 'bogus'"),
+    (["run", "--worker-path", "nopath"], "--worker-path wants BACKEND=PATH"),
+    (["run", "--case-file", "/no/such/file.jsonl"], "no such file"),
+    (["run", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["selftest", "--bug", "nope"], "unknown planted bug 'nope'"),
+    (["selftest", "--honest", "nope"], "unknown honest variant 'nope'"),
+    (["selftest", "--honest-seeds", "x"], "--seeds wants N, A-B"),
+    (["selftest", "--honest-seeds", "5-2"], "--seeds wants N, A-B"),
+    (["selftest", "--seed", "-1"], "--seed must be >= 0"),
+    (["selftest", "--profile", "huge"], "invalid choice: 'huge'"),
+]
+
+
+@pytest.mark.parametrize("args,needle", ARG_ERRORS, ids=[" ".join(a) for a, _ in ARG_ERRORS])
+def test_bad_argument_is_a_usage_error(args, needle, tmp_path, capsys):
+    _assert_usage(*run_main(args, tmp_path, capsys), needle)
+
+
+def test_no_command_prints_help_and_exits_2(capsys):
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err and "Traceback" not in err
+
+
+def test_reference_device_cuda_without_cuda(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: --reference-device cuda is valid here")
+    _assert_usage(*run_main(["run", "--backend", "reference", "--reference-device", "cuda"], tmp_path, capsys), "no CUDA device here")
+
+
+def test_bad_profile_in_environment(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PARITY_PROFILE", "bogus")
+    rc = main(["run", "--backend", "reference", "--list-cases"])
+    _assert_usage(rc, capsys.readouterr().err, "unknown profile 'bogus'")
+
+
+def test_out_that_is_a_file(tmp_path, capsys):
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    rc = main(["run", "--backend", "reference", "--case", case(), "--out", str(f), "-q", "--no-report"])
+    _assert_usage(rc, capsys.readouterr().err, "cannot use it as the output folder")
+
+
+def test_resume_into_a_foreign_csv(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.csv").write_text("foo,bar\n1,2\n")
+    rc = main(["run", "--backend", "reference", "--case", case(), "--out", str(out), "--resume", "-q", "--no-report"])
+    _assert_usage(rc, capsys.readouterr().err, "is not a results.csv of this tool")
+    assert (out / "results.csv").read_text() == "foo,bar\n1,2\n"  # left alone
+
+
+def test_good_input_still_runs(tmp_path, capsys):
+    """The control: the same base arguments without the fault pass (so the errors above are the faults')."""
+    rc, err = run_main(["run", "--backend", "reference"], tmp_path, capsys)
+    assert rc == 0, err

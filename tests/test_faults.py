@@ -1,0 +1,243 @@
+"""Fault containment: a backend that misbehaves costs its own row, with the reason, and the sweep goes on.
+
+Also: rows are on disk as they are produced, so a sweep killed mid-run (SIGINT, SIGKILL)
+keeps every finished row, and ``--resume`` runs only the rest.
+"""
+
+from __future__ import annotations
+
+import csv
+import ctypes
+import dataclasses
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from parity import Backend, Case, Window
+from parity.backends.reference import ReferenceBackend
+from parity.sweep import COLUMNS, run_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+ME = "tests.test_faults"
+CASES = [
+    Case(q_lens=(8,), k_lens=(8,), hq=2, hkv=1, head_dim=8, dtype="bfloat16", window=Window(2, 0), seed=0),
+    Case(q_lens=(1, 1), k_lens=(9, 5), hq=2, hkv=2, head_dim=8, dtype="float16", window=Window.tokens(3), seed=1),
+]
+
+
+# -- backends that break the interface or compute garbage (contained in-process) --------------------------
+
+
+class Raises(Backend):
+    name = "fault-raises"
+
+    def run(self, case, inputs, out):
+        raise RuntimeError("kernel launch failed: invalid configuration argument")
+
+
+class WrongShape(ReferenceBackend):
+    name = "fault-shape"
+
+    def run(self, case, inputs, out):
+        return super().run(case, inputs, out)[:, :, :-1]
+
+
+class WrongDtype(ReferenceBackend):
+    name = "fault-dtype"
+
+    def run(self, case, inputs, out):
+        return super().run(case, inputs, out).float()
+
+
+class WrongDevice(Backend):
+    name = "fault-device"
+
+    def run(self, case, inputs, out):
+        return torch.empty(out.shape, dtype=out.dtype, device="meta")
+
+
+class ReturnsNone(ReferenceBackend):
+    name = "fault-returns-none"
+
+    def run(self, case, inputs, out):
+        super().run(case, inputs, out)
+
+
+class WritesNaN(ReferenceBackend):
+    name = "fault-nan"
+
+    def run(self, case, inputs, out):
+        super().run(case, inputs, out)
+        out[0, 0, 0] = float("nan")
+        return out
+
+
+class LeavesBufferUnwritten(Backend):
+    name = "fault-unwritten"
+
+    def run(self, case, inputs, out):
+        return out  # the poison is still there
+
+
+# -- backends that take their process down (contained by the worker) ---------------------------------------
+
+
+class ProcessKiller(ReferenceBackend):
+    """One fault per case seed; seeds 1, 3, 5, 7, 9 compute honestly (the sweep must go on)."""
+
+    name = "fault-process"
+
+    def run(self, case, inputs, out):
+        if case.seed == 0:
+            time.sleep(600)  # hang
+        elif case.seed == 2:
+            os.abort()
+        elif case.seed == 4:
+            ctypes.string_at(0)  # segfault: read address 0
+        elif case.seed == 6:  # a real allocation failure: address space capped for this call only
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            mapped = int(Path("/proc/self/statm").read_text().split()[0]) * resource.getpagesize()
+            resource.setrlimit(resource.RLIMIT_AS, (mapped + (1 << 30), hard))  # 1 GiB more than now
+            try:
+                torch.empty(4 << 30, dtype=torch.uint8)
+            finally:
+                resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        elif case.seed == 8:
+            os.kill(os.getpid(), signal.SIGKILL)  # what the kernel's OOM killer does
+        return super().run(case, inputs, out)
+
+
+def _by(rows):
+    return {(r["backend"].split(":")[-1], int(r["seed"])): r for r in rows}
+
+
+def test_interface_faults_and_garbage_are_rows_with_reasons(tmp_path):
+    names = ["Raises", "WrongShape", "WrongDtype", "WrongDevice", "ReturnsNone", "WritesNaN", "LeavesBufferUnwritten"]
+    res = run_sweep([f"{ME}:{n}" for n in names] + ["reference"], CASES, out_dir=tmp_path, isolate=False, progress=False)
+    got = _by(res.rows)
+    for seed in (0, 1):
+        assert got[("Raises", seed)]["verdict"] == "error"
+        assert "RuntimeError at test_faults.py:" in got[("Raises", seed)]["detail"]
+        assert "invalid configuration argument" in got[("Raises", seed)]["detail"]
+        assert got[("WrongShape", seed)]["verdict"] == "error" and "interface: run() returned shape" in got[("WrongShape", seed)]["detail"]
+        assert got[("WrongDtype", seed)]["verdict"] == "error" and "dtype torch.float32" in got[("WrongDtype", seed)]["detail"]
+        assert got[("WrongDevice", seed)]["verdict"] == "error" and "on meta" in got[("WrongDevice", seed)]["detail"]
+        assert got[("ReturnsNone", seed)]["verdict"] == "error" and "returned NoneType" in got[("ReturnsNone", seed)]["detail"]
+        assert got[("WritesNaN", seed)]["verdict"] == "fail" and "nan" in got[("WritesNaN", seed)]["reasons"].split()
+        assert got[("WritesNaN", seed)]["nan_count"] == 1
+        assert got[("LeavesBufferUnwritten", seed)]["verdict"] == "fail" and "unwritten" in got[("LeavesBufferUnwritten", seed)]["reasons"]
+        assert got[("reference", seed)]["verdict"] == "pass"  # the faults cost nobody else anything
+    on_disk = list(csv.DictReader((tmp_path / "results.csv").open()))
+    assert len(on_disk) == len(CASES) * (len(names) + 1) and [r["verdict"] for r in on_disk] == [r["verdict"] for r in res.rows]
+
+
+def test_process_faults_are_rows_and_the_worker_restarts(tmp_path):
+    cases = [dataclasses.replace(CASES[s % 2], seed=s) for s in range(10)]
+    res = run_sweep([f"{ME}:ProcessKiller"], cases, out_dir=tmp_path, isolate=True, timeout=6, progress=False)
+    got = {int(r["seed"]): r for r in res.rows}
+    assert got[0]["verdict"] == "timeout" and "no answer within 6 s; worker killed" in got[0]["detail"]
+    assert got[2]["verdict"] == "crash" and "killed by SIGABRT" in got[2]["detail"]
+    assert got[4]["verdict"] == "crash" and "killed by SIGSEGV" in got[4]["detail"]
+    assert got[6]["verdict"] == "error" and "can't allocate memory" in got[6]["detail"]
+    assert got[8]["verdict"] == "crash" and "killed by SIGKILL" in got[8]["detail"]
+    for s in (1, 3, 5, 7, 9):  # after each fault a fresh worker (the same one after the OOM error) passes
+        assert got[s]["verdict"] == "pass", (s, got[s]["detail"])
+    assert [int(r["seed"]) for r in csv.DictReader((tmp_path / "results.csv").open())] == list(range(10))
+
+
+# -- interrupted runs -------------------------------------------------------------------------------------
+
+
+class Slow(ReferenceBackend):
+    name = "slow"
+
+    def run(self, case, inputs, out):
+        time.sleep(0.3)
+        return super().run(case, inputs, out)
+
+
+N = 10
+SLOW_CASES = [Case(q_lens=(6,), k_lens=(6,), hq=1, hkv=1, head_dim=8, dtype="float32", window=Window(1, 0), seed=s) for s in range(N)]
+
+
+def _start(tmp_path: Path, *extra: str) -> subprocess.Popen:
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("".join(c.to_json() + "\n" for c in SLOW_CASES))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "parity", "run", "--backend", f"{ME}:Slow", "--case-file", str(cases)]
+    cmd += ["--out", str(tmp_path / "out"), "--no-probes", "--no-report", "-q", *extra]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _rows(tmp_path: Path) -> list[dict]:
+    path = tmp_path / "out" / "results.csv"
+    if not path.exists():
+        return []
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _interrupt_and_resume(tmp_path: Path, sig: signal.Signals, *extra: str) -> None:
+    proc = _start(tmp_path, *extra)
+    try:
+        deadline = time.monotonic() + 120
+        while len(_rows(tmp_path)) < 3:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no rows written"
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    before = _rows(tmp_path)
+    assert 3 <= len(before) < N, len(before)
+    assert all(set(r) == set(COLUMNS) and r["verdict"] == "pass" and Case.from_json(r["case_json"]) for r in before)
+    text_before = (tmp_path / "out" / "results.csv").read_text()
+
+    if sig == signal.SIGINT:  # through the command line
+        resumed = _start(tmp_path, "--resume", *extra)
+        out, err = resumed.communicate(timeout=180)
+        assert resumed.returncode == 0, err
+        summary = next(line for line in out.splitlines() if line.startswith(f"{ME}:Slow"))
+        ran = int(summary.split()[1])  # the pass column of the resumed run's summary
+    else:  # what --resume calls, in this process (saves a start-up)
+        res = run_sweep([f"{ME}:Slow"], SLOW_CASES, out_dir=tmp_path / "out", isolate=False, probes=False, resume=True, progress=False)
+        ran = len(res.rows)
+    after = _rows(tmp_path)
+    assert (tmp_path / "out" / "results.csv").read_text().startswith(text_before)  # finished rows kept as they were
+    assert sorted(int(r["seed"]) for r in after) == list(range(N))  # every case exactly once
+    assert ran == N - len(before)  # the resumed run ran only the rest
+
+
+def test_sigint_mid_sweep_keeps_finished_rows_and_resume_runs_the_rest(tmp_path):
+    _interrupt_and_resume(tmp_path, signal.SIGINT)
+
+
+def test_sigkill_mid_sweep_keeps_finished_rows_and_resume_runs_the_rest(tmp_path):
+    # inline, so SIGKILL takes the backend down with the sweep (no orphaned worker)
+    _interrupt_and_resume(tmp_path, signal.SIGKILL, "--no-isolate")
+
+
+def test_resume_drops_a_row_torn_by_a_kill_mid_write(tmp_path):
+    out = tmp_path / "out"
+    run_sweep(["reference"], SLOW_CASES[:3], out_dir=out, isolate=False, progress=False)
+    path = out / "results.csv"
+    text = path.read_text()
+    torn = text[: text.rindex("\n", 0, len(text) - 1) + 1] + text.splitlines(keepends=True)[-1][:40]  # last row cut
+    path.write_text(torn)
+    res = run_sweep(["reference"], SLOW_CASES[:3], out_dir=out, isolate=False, resume=True, progress=False)
+    assert [int(r["seed"]) for r in res.rows] == [2]  # only the torn row ran again
+    rows = list(csv.DictReader(path.open(newline="")))
+    assert [int(r["seed"]) for r in rows] == [0, 1, 2] and all(r["verdict"] == "pass" for r in rows)
