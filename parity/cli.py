@@ -79,8 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--list-cases", action="store_true", help="print the cases as JSON lines and exit")
     r.add_argument("--no-report", action="store_true", help="write results.csv only, no HTML/Markdown")
 
-    for module in EXTRA_COMMANDS.values():
-        _extra(module).add_parser(sub)
+    for name, module in EXTRA_COMMANDS.items():
+        try:
+            _extra(module).add_parser(sub)
+        except ImportError as exc:  # one broken optional command must not take the CLI down
+            broken = sub.add_parser(name, help=f"(unavailable: {exc})")
+            broken.set_defaults(_broken=f"'{name}' is unavailable: {exc}")
 
     b = sub.add_parser("backends", help="list every backend, its availability and reason")
     b.add_argument("--json", action="store_true", help="machine-readable output")
@@ -204,14 +208,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         }
     )
     (out / "environment.json").write_text(json.dumps(environment, indent=2, default=str) + "\n")
-    if not args.no_report:
-        try:
-            from . import report  # type: ignore[attr-defined]
-
-            written = report.write_all(out)
-            print("parity: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
-        except ImportError:
-            pass
     failures = [r for r in result.rows if r["verdict"] in ("fail", "error", "crash", "timeout")]
     shown: dict[str, int] = {}
     for r in failures:
@@ -231,6 +227,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"  repro: {r['repro']}")
     if args.shrink > 0 and failures:
         _shrink_failures(args, failures, budgets, ref_dev, out)
+    if not args.no_report:  # after shrinking, so the report shows the shrunk cases
+        try:
+            from . import report
+
+            written = report.write_all(out)
+            print("parity: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+        except ImportError as exc:
+            print(f"parity: reports not written ({exc}); pip install 'attn-parity[report]'", file=sys.stderr)
     hidden = sum(max(0, n - 3) for n in shown.values())
     if hidden:
         print(f"\n... and {hidden} more failing rows in {out}/results.csv")
@@ -311,6 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "backends":
             return cmd_backends(args)
+        if getattr(args, "_broken", None):
+            raise UsageError(args._broken)
         for name, module in EXTRA_COMMANDS.items():
             if args.command == name:
                 return int(_extra(module).run(args))
