@@ -226,6 +226,26 @@ def test_hf_architectures(tmp_path):
     assert bad and all(r["div_class"] == "real" for r in bad), bad
 
 
+@pytest.mark.skipif(_transformers_reason() is not None, reason=f"transformers not usable here: {_transformers_reason()}")
+@pytest.mark.parametrize("arch", ["hf-mistral", "hf-qwen2", "hf-gemma2"])
+def test_hf_routing_matches_hf_eager(arch):
+    """The window / softcap / scale handed to the backends is HF's own: routed through the
+    reference, prefill + decode logits equal HF's eager attention with its own masks."""
+    from parity.decode import hf
+    from parity.decode.run import reference_attn
+    from parity.decode.task import prompt
+
+    cfg, model, _ = hf.load(arch, window=WINDOW)
+    x = prompt(3, 40, WINDOW, cfg.vocab)
+    with torch.no_grad():
+        eager = model(x[None])[0]  # (T, V)
+    attn = reference_attn(torch.float64, cfg.hq, cfg.hkv, cfg.head_dim)
+    cache = model.new_cache(40, torch.float32, "cpu")
+    routed = [model.extend(x[:20], 0, cache, attn)]
+    routed += [model.extend(x[t : t + 1], t, cache, attn) for t in range(20, 40)]
+    assert torch.allclose(torch.stack(routed), eager[19:40], atol=1e-4, rtol=0)
+
+
 def test_hf_models_refused_without_transformers(tmp_path, monkeypatch):
     import parity.decode.hf as hf
 

@@ -107,6 +107,12 @@ class HFDecoder(nn.Module):
         self.hf.config._attn_implementation = "eager"
         return self.hf(input_ids=tokens).logits
 
+    def _cache_arg(self) -> str:
+        """``cache`` in newer transformers (``past_key_values`` is deprecated there), else ``past_key_values``."""
+        import inspect
+
+        return "cache" if "cache" in inspect.signature(self.hf.forward).parameters else "past_key_values"
+
     def new_cache(self, max_len: int, dtype, device):
         from transformers import DynamicCache
 
@@ -123,7 +129,7 @@ class HFDecoder(nn.Module):
         self.hf.config._attn_implementation = "parity"
         _ROUTE[0] = attn
         try:
-            out = self.hf(input_ids=tokens[None], past_key_values=cache, use_cache=True)
+            out = self.hf(input_ids=tokens[None], use_cache=True, **{self._cache_arg(): cache})
         finally:
             _ROUTE[0] = None
         return out.logits[0, -1]
