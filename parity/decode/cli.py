@@ -118,6 +118,14 @@ def run(args: argparse.Namespace) -> int:
     result = run_decode(specs, cfg, args.out, log)
     print(summary_table(result.rows))
     print(f"parity decode: {result.seconds:.1f} s; wrote {args.out}/decode.csv, decode_steps.csv, decode.json", file=sys.stderr)
+    if (args.out / "results.csv").exists():  # a sweep's folder: refresh its HTML report, which shows the decode section
+        try:
+            from .. import report
+
+            written = report.write_all(args.out)
+            print("parity decode: refreshed " + ", ".join(str(p) for p in written), file=sys.stderr)
+        except Exception as exc:  # noqa: BLE001 - the report is a convenience; decode.csv is the result
+            print(f"parity decode: report not refreshed ({type(exc).__name__}: {exc})", file=sys.stderr)
     unavailable = sorted({r["backend"] for r in result.rows if r["verdict"] == "unavailable" and r["backend"] in explicit})
     for s in unavailable:
         print(f"parity decode: requested backend {s} is unavailable", file=sys.stderr)
