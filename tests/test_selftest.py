@@ -8,6 +8,8 @@ case. Nothing here is written for one bug.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from parity.cli import main
@@ -16,16 +18,28 @@ from parity.selftest.bugs import BUGS, EagerAttention, PlantedBug, WindowOneWide
 from parity.selftest.honest import HONEST, HonestVariant
 from parity.sweep import BaselineCache
 
-QUICK = selftest.profile_cases("quick", 0)
-# honest variants: the whole quick sweep of seed 0, plus the drawn cases of seeds 1 and 2
-HONEST_CASES = selftest.seeds_cases("quick", [0, 1, 2])
-_BASELINES = BaselineCache("cpu", keep=len(HONEST_CASES) + 1)
+_BASELINES = BaselineCache("cpu", keep=256)  # every case's reference once, for all tests here
 _DETECTIONS: dict[str, selftest.Detection] = {}
+
+
+@functools.cache
+def quick() -> list:
+    """What ``python -m parity run --profile quick`` sweeps (seed 0)."""
+    return selftest.profile_cases("quick", 0)
+
+
+@functools.cache
+def honest_cases() -> list:
+    """The whole quick sweep of seed 0, plus the drawn cases of seeds 1 and 2.
+
+    More seeds: ``python -m parity selftest --honest-seeds 0-9`` (figures in the README).
+    """
+    return selftest.seeds_cases("quick", [0, 1, 2])
 
 
 def _detection(bug: PlantedBug) -> selftest.Detection:
     if bug.name not in _DETECTIONS:
-        _DETECTIONS[bug.name] = selftest.detect(bug, QUICK, _BASELINES)
+        _DETECTIONS[bug.name] = selftest.detect(bug, quick(), _BASELINES)
     return _DETECTIONS[bug.name]
 
 
@@ -66,15 +80,17 @@ def test_detection_names_the_bug(name, words):
 
 @pytest.mark.parametrize("variant", HONEST, ids=lambda v: v.name)
 def test_honest_variant_never_fails(variant: HonestVariant):
-    (res,) = selftest.check_honest([variant], HONEST_CASES, _BASELINES)
+    (res,) = selftest.check_honest([variant], honest_cases(), _BASELINES)
     msgs = [f"{r['verdict']} [{r['reasons'] or r['detail']}] {r['repro']}" for r in res.failed[:3]]
     assert res.ok, f"FALSE ALARM: {variant.name} failed {len(res.failed)} of {res.cases} cases:\n" + "\n".join(msgs)
-    assert res.passed + res.unsupported == res.cases == len(HONEST_CASES)
+    assert res.passed + res.unsupported == res.cases == len(honest_cases())
     assert res.unsupported == 0  # every variant has a paged path: all cases really ran
     assert res.worst_budget_frac <= 1.0
 
 
-def test_selftest_command_exit_0_and_prints_the_table(capsys):
+def test_selftest_command_exit_0_and_prints_the_table(monkeypatch, capsys):
+    few = honest_cases()[:: len(honest_cases()) // 12]  # a dozen cases
+    monkeypatch.setattr(selftest, "seeds_cases", lambda profile, seeds: few)
     args = ["--bug", "bug-decode-drops-window", "--bug", "bug-gqa-head-mapping", "--honest", "honest-split-kv", "--honest-seeds", "0"]
     rc = main(["selftest", *args])
     out = capsys.readouterr()
@@ -87,7 +103,7 @@ def test_selftest_command_exit_1_when_a_bug_escapes(monkeypatch, capsys):
     # a "bug" that is really the honest kernel must escape, and the self-test must say so
     fake = PlantedBug("bug-not-a-bug", "no bug at all", EagerAttention)
     monkeypatch.setattr(selftest, "BUGS", (fake,))
-    monkeypatch.setattr(selftest, "profile_cases", lambda profile, seed: QUICK[:6])
+    monkeypatch.setattr(selftest, "profile_cases", lambda profile, seed: quick()[:6])
     assert main(["selftest", "--no-honest"]) == 1
     out = capsys.readouterr()
     assert "ESCAPED" in out.out and "bug-not-a-bug" in out.err
@@ -97,6 +113,6 @@ def test_selftest_command_exit_1_on_a_false_alarm(monkeypatch, capsys):
     # a wrong kernel listed as honest must make the self-test fail
     fake = HonestVariant("honest-but-not", "one token wider", WindowOneWider)
     monkeypatch.setattr(selftest, "HONEST", (fake,))
-    monkeypatch.setattr(selftest, "seeds_cases", lambda profile, seeds: QUICK[:3])
+    monkeypatch.setattr(selftest, "seeds_cases", lambda profile, seeds: quick()[:3])
     assert main(["selftest", "--no-bugs", "--honest-seeds", "0"]) == 1
     assert "FALSE ALARM: honest-but-not" in capsys.readouterr().err

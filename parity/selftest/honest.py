@@ -9,6 +9,8 @@
   the input dtype (bf16 / fp16) before the PV product, float32 row sum, divide at the end;
 * :class:`ReversedKeyOrder` - keys and values processed last to first, so every sum over
   keys runs in the opposite order;
+* :class:`LowPrecisionReversed` - no float32 at all: scores, softmax and PV in the input
+  dtype, keys reversed (the same-dtype baseline's arithmetic in another order);
 * :class:`parity.selftest.bugs.EagerAttention` - the eager float32 base of every planted
   bug (listed in :data:`HONEST` too: a bug only counts as caught if its base passes).
 
@@ -190,6 +192,27 @@ class ReversedKeyOrder(_Honest):
         return o.transpose(0, 1)
 
 
+class LowPrecisionReversed(_Honest):
+    """Everything in the input dtype (scores, softmax, PV: no float32 at all), keys last to first.
+
+    The same-dtype baseline's arithmetic in another order: the closest an honest kernel
+    gets to the budget (``k_max`` x that baseline's error).
+    """
+
+    name = "honest-input-dtype-reversed"
+    description = "self-test: scores, softmax and PV all in the input dtype, key order reversed"
+
+    def attend(self, case, q, k, v, pages):
+        ok = band_mask(case, q.shape[0], k.shape[0]).flip(-1)  # (Sq, Sk), key order reversed
+        kr = k.flip(0).repeat_interleave(case.group, dim=1)  # (Sk, hq, D), input dtype
+        vr = v.flip(0).repeat_interleave(case.group, dim=1)
+        s = torch.einsum("qhd,khd->hqk", q * case.softmax_scale, kr)  # (hq, Sq, Sk), input dtype
+        if case.softcap is not None:
+            s = torch.tanh(s / case.softcap) * case.softcap
+        p = torch.softmax(s.masked_fill(~ok, float("-inf")), dim=-1).nan_to_num(0.0)  # rows with no key: 0
+        return torch.einsum("hqk,khd->qhd", p, vr)
+
+
 @dataclasses.dataclass(frozen=True)
 class HonestVariant:
     name: str
@@ -206,5 +229,6 @@ HONEST: tuple[HonestVariant, ...] = (
     HonestVariant("honest-online-softmax", "tiled online softmax, exp2, fp32 accumulator", OnlineSoftmaxTiled),
     HonestVariant("honest-low-precision-p", "P rounded to bf16/fp16 before PV", LowPrecisionP),
     HonestVariant("honest-reversed-keys", "reversed key order", ReversedKeyOrder),
+    HonestVariant("honest-input-dtype-reversed", "all math in bf16/fp16, reversed keys", LowPrecisionReversed),
     HonestVariant("selftest-eager", "eager fp32, the base of every planted bug", EagerAttention),
 )

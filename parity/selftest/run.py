@@ -65,6 +65,7 @@ class Detection:
     total: int
     failing: int  # failing rows among cases_run
     reason_counts: Counter
+    dtype_counts: Counter  # failing rows per dtype
     problems: list[str]  # rows that errored: a broken plant, not a detection
     seconds: float
 
@@ -78,6 +79,7 @@ def detect(bug: PlantedBug, cases: list[Case], baselines: BaselineCache | None =
     first_index = 0
     failing, run = 0, 0
     counts: Counter = Counter()
+    dtypes: Counter = Counter()
     problems: list[str] = []
     for n, case in enumerate(cases, 1):
         row = evaluate(backend, case, baselines=baselines)
@@ -88,6 +90,7 @@ def detect(bug: PlantedBug, cases: list[Case], baselines: BaselineCache | None =
             continue
         failing += 1
         counts.update(_checks(row))
+        dtypes[case.dtype] += 1
         if first is None:
             first, first_index = row, n
             if not exhaustive:
@@ -112,6 +115,7 @@ def detect(bug: PlantedBug, cases: list[Case], baselines: BaselineCache | None =
         total=len(cases),
         failing=failing,
         reason_counts=counts,
+        dtype_counts=dtypes,
         problems=problems,
         seconds=time.perf_counter() - t0,
     )
@@ -166,8 +170,9 @@ def detection_table(dets: Sequence[Detection], markdown: bool = False) -> str:
     for d in dets:
         where = f"{d.first_case} (#{d.first_index} of {d.total})" if d.caught else f"none of {d.cases_run} cases"
         checks = " ".join(d.checks) if d.caught else "-"
-        if d.failing and d.cases_run == d.total and d.failing > 1:
-            checks += f" [{d.failing}/{d.total} cases fail]"
+        if d.failing > 1:  # exhaustive: how many cases fail, per dtype
+            per = ", ".join(f"{dt} {d.dtype_counts[dt]}" for dt in ("float32", "float16", "bfloat16") if d.dtype_counts[dt])
+            checks += f" [{d.failing}/{d.total} cases fail: {per}]"
         rows.append([d.bug.klass, d.bug.name, "yes" if d.caught else "ESCAPED", checks, where])
     return _table(head, rows, markdown)
 
