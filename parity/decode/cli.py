@@ -49,7 +49,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--tie-factor", type=float, default=4.0,
                    help="a divergence is a near-tie flip when the reference margin <= tie_factor x measured noise (default 4)")
     p.add_argument("--time-limit", type=float, default=None,
-                   help="seconds per backend and model before its remaining prompts are skipped (default 20 on a GPU, 60 on the CPU)")
+                   help="seconds per backend and model before its remaining prompts are skipped (default 10 on a GPU, 60 on the CPU)")
     p.add_argument("--seed", type=int, default=0, help="prompt seed (default 0)")
     p.add_argument("--no-cache", action="store_true", help="retrain the model instead of using the cached weights")
     p.add_argument("--out", type=Path, default=Path("reports/latest"), help="output folder (default reports/latest)")
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         page_size=args.page_size,
         device=device,
         tie_factor=args.tie_factor,
-        time_limit=args.time_limit if args.time_limit is not None else (20.0 if on_gpu else 60.0),
+        time_limit=args.time_limit if args.time_limit is not None else (10.0 if on_gpu else 60.0),
         seed=args.seed,
         use_cache=not args.no_cache,
     )
