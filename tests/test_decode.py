@@ -84,6 +84,7 @@ def test_honest_backend_shows_no_real_divergence(mistral_run, backend):
         assert r["div_class"] in ("none", "near_tie"), r
         assert r["tf_real_flips"] == 0
         assert float(r["tf_max_abs_err"]) <= 4 * float(r["noise"]), r
+        assert float(r["err_over_noise"]) <= 4, r
 
 
 @pytest.mark.parametrize("backend", BUGGY)

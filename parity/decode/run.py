@@ -52,7 +52,7 @@ COLUMNS = [
     "verdict", "div_class", "first_div_step", "first_div_pos", "ref_token", "backend_token",
     "ref_margin", "noise", "tie_threshold", "margin_over_noise",
     "token_agreement", "tf_flips", "tf_real_flips",
-    "tf_max_abs_err", "tf_mean_max_abs_err", "tf_max_kl", "tf_mean_kl", "err_at_div",
+    "tf_max_abs_err", "tf_mean_max_abs_err", "tf_max_kl", "tf_mean_kl", "err_at_div", "err_over_noise",
     "time_s", "detail",
 ]
 STEP_COLUMNS = ["backend", "model", "prompt_id", "step", "pos", "ref_token", "tf_token", "free_token", "ref_margin", "max_abs_err", "kl"]
@@ -233,6 +233,7 @@ def score(tf, free, ref_logits, ref_tokens, threshold: float, noise: float) -> t
         "tf_mean_max_abs_err": _f(float(err.mean())),
         "tf_max_kl": _f(float(kl.max())),
         "tf_mean_kl": _f(float(kl.mean())),
+        "err_over_noise": _f(float(err.max()) / noise, 4) if noise > 0 else "",
         "verdict": "fail" if real else "pass",
     }
     steps = [
