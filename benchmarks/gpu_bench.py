@@ -81,7 +81,7 @@ def bench_one(be, case: Case, ceiling: float) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--backend", action="append", required=True)
+    ap.add_argument("--backend", "-b", action="append", required=True)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--ceiling", type=float, help="bf16 TFLOP/s ceiling (measured here when omitted)")
     ap.add_argument("--seq", type=int, action="append")

@@ -45,7 +45,7 @@ if [ "${PARITY_RUN_DECODE:-1}" = 1 ] && python3 -m parity decode --help > /dev/n
   timeout "$(lim 150)" "${D[@]}" -b torch-fa2-cuda -b sdpa-cudnn-cuda -b flex-cuda -b jax-cudnn-cuda --out "$work/decode" > "$work/decode_a.log" 2>&1; echo "decode a rc=$?"
   PYTHONPATH=$FA4 timeout "$(lim 60)" "${D[@]}" -b fa4-cuda --out "$work/decode_fa4" > "$work/decode_b.log" 2>&1; echo "decode b rc=$?"
   PYTHONPATH=$XF timeout "$(lim 60)" "${D[@]}" -b xformers-flash-cuda -b xformers-cutlass-cuda --out "$work/decode_xformers" > "$work/decode_c.log" 2>&1; echo "decode c rc=$?"
-  tail -6 "$work/decode_a.log" "$work/decode_b.log" "$work/decode_c.log"
+  tail -n 6 "$work/decode_a.log" "$work/decode_b.log" "$work/decode_c.log"
 fi
 cat "$work/sweep/timing.json" 2>/dev/null | head -12
 tar czf "$OUT/h200run.tgz" -C /tmp h200run
