@@ -124,13 +124,21 @@ def execute(
         return {"status": "unsupported", "detail": str(exc) or type(exc).__name__}
     except BackendFault as exc:
         return {"status": "error", "detail": f"interface: {exc}"}
-    except torch.cuda.OutOfMemoryError as exc:
-        return {"status": "error", "detail": f"out of memory: {str(exc).splitlines()[0]}"}
+    except (torch.cuda.OutOfMemoryError, MemoryError) as exc:
+        return {"status": "error", "detail": f"out of memory: {(str(exc).splitlines() or [type(exc).__name__])[0]}"}
+    except RuntimeError as exc:
+        if "can't allocate memory" in str(exc) or "out of memory" in str(exc).lower():
+            return {"status": "error", "detail": f"out of memory: {str(exc).splitlines()[0][:300]}"}
+        return _generic_error(exc)
     except Exception as exc:  # noqa: BLE001 - a backend's fault costs its own row only
-        tb = traceback.extract_tb(exc.__traceback__)
-        where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return {"status": "error", "detail": f"{type(exc).__name__}{where}: {msg[:300]}"}
+        return _generic_error(exc)
+
+
+def _generic_error(exc: BaseException) -> dict[str, Any]:
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return {"status": "error", "detail": f"{type(exc).__name__}{where}: {msg[:300]}"}
 
 
 def backend_info(spec: str) -> dict[str, Any]:

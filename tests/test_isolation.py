@@ -46,3 +46,25 @@ def test_crash_and_hang_are_rows_and_the_sweep_goes_on(tmp_path):
     crash = next(r for r in res.rows if r["verdict"] == "crash")
     assert "SIGABRT" in crash["detail"]
     assert len((tmp_path / "results.csv").read_text().splitlines()) == 1 + 9
+
+
+class RunsOutOfMemory(ReferenceBackend):
+    name = "oom"
+
+    def run(self, case, inputs, out):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1099511627776 bytes")
+
+
+class RaisesMemoryError(ReferenceBackend):
+    name = "oom2"
+
+    def run(self, case, inputs, out):
+        raise MemoryError()
+
+
+def test_out_of_memory_is_labelled():
+    from parity import evaluate
+
+    for bad in (RunsOutOfMemory(), RaisesMemoryError()):
+        row = evaluate(bad, CASES[0])
+        assert row["verdict"] == "error" and row["detail"].startswith("out of memory"), row["detail"]
