@@ -130,11 +130,9 @@ class FlexCudaBackend(FlexBackend):
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         if not self.bucketed:
             return super().run(case, inputs, out)
-        from torch.nn.attention.flex_attention import create_block_mask
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-        fn = _compiled_flex() if self._use_compiled() else None
-        if fn is None:
-            from torch.nn.attention.flex_attention import flex_attention as fn
+        fn = _compiled_flex() if self._use_compiled() else flex_attention
         score_mod = None
         if case.softcap is not None:
             cap = torch.tensor(case.softcap, dtype=torch.float32, device=inputs.q.device)  # ()

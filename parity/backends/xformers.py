@@ -66,9 +66,11 @@ def xformers_bias_spec(window: Window, q_lens, k_lens) -> tuple[str, dict]:
             return ("LowerTriangularMask", {}) if tl else ("LowerTriangularFromBottomRightMask", {})
         if tl:
             if right == 0:
+                assert left is not None  # (None, 0) returned above
                 return "BlockDiagonalCausalLocalAttentionMask", {"window_size": left + 1}
             raise Unsupported(f"xformers has no top-left mask for window {window.describe()} with Sq != Sk")
         if right == 0:
+            assert left is not None  # (None, 0) returned above
             return "LowerTriangularFromBottomRightLocalAttentionMask", {"window_size": left + 1}
         big = max(q_lens) + max(k_lens)
         return "LocalAttentionFromBottomRightMask", {
