@@ -383,6 +383,8 @@ def run_sweep(
                 if on_row:
                     on_row(row)
                 bar.update(row["verdict"], f"{spec} {case.summary()}")
+            if out_dir:  # after every case, so a run cut short still says where its time went
+                _write_timing(out_dir, timing, time.perf_counter() - t0, baselines.seconds, partial=True)
     finally:
         for ex in executors.values():
             ex.close()
@@ -390,8 +392,15 @@ def run_sweep(
             writer.close()
     wall = time.perf_counter() - t0
     if out_dir:
-        (out_dir / "timing.json").write_text(json.dumps(timing.summary(wall, baselines.seconds), indent=2) + "\n")
+        _write_timing(out_dir, timing, wall, baselines.seconds, partial=False)
     return SweepResult(rows, infos, wall, baselines.seconds, out_dir)
+
+
+def _write_timing(out_dir: Path, timing: SweepTiming, wall: float, reference_s: float, partial: bool) -> None:
+    summary = {"partial": partial, **timing.summary(wall, reference_s)}
+    tmp = out_dir / "timing.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.replace(out_dir / "timing.json")  # atomic: a kill never leaves half a file
 
 
 class SweepTiming:

@@ -1,5 +1,6 @@
 """A backend that kills its own process costs its own rows, never the run."""
 
+import json
 import os
 import time
 
@@ -46,6 +47,8 @@ def test_crash_and_hang_are_rows_and_the_sweep_goes_on(tmp_path):
     crash = next(r for r in res.rows if r["verdict"] == "crash")
     assert "SIGABRT" in crash["detail"]
     assert len((tmp_path / "results.csv").read_text().splitlines()) == 1 + 9
+    timing = json.loads((tmp_path / "timing.json").read_text())
+    assert timing["partial"] is False and 0 <= timing["harness_overhead_share"] <= 1
 
 
 class RunsOutOfMemory(ReferenceBackend):
