@@ -9,7 +9,7 @@ from .backends.base import Backend
 from .case import Case
 from .execute import backend_info, execute
 from .maskcheck import DEFAULT_MAX_PASSES, ProbeResult, run_gqa_probe, run_mask_probe
-from .sweep import BaselineCache, judge
+from .sweep import BaselineCache, judge, unavailable_row
 from .verdict import BUDGETS, Budget
 
 _BASELINES = BaselineCache("cpu", keep=16)
@@ -38,11 +38,7 @@ def evaluate(
     """Run ``case`` on ``backend`` in this process and judge it: one results row."""
     inst, spec, info = _resolve(backend)
     if info.get("unavailable"):
-        from .sweep import COLUMNS, case_columns
-
-        row = {c: "" for c in COLUMNS}
-        row.update(case_columns(case), backend=spec, verdict="unavailable", detail=info["unavailable"], repro=case.repro(spec))
-        return row
+        return unavailable_row(case, spec, info)
     res = execute(inst, case, probes, max_passes)
     return judge(case, spec, info, res, baselines or _BASELINES, budgets or BUDGETS)
 

@@ -36,7 +36,7 @@ DTYPES: dict[str, torch.dtype] = {
 }
 _DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "half": "float16"}
 
-FAMILIES = ("dense", "varlen", "decode", "chunked", "paged", "prefill_long_q")
+FAMILIES = ("dense", "varlen", "decode", "chunked", "prefill_long_q", "paged")
 
 
 def _int_field(name: str, value: object, minimum: int) -> int:

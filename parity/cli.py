@@ -141,7 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import torch
 
     from . import backends, env
-    from .sweep import run_sweep, summary_table
+    from .sweep import FAIL_VERDICTS, run_sweep, summary_table
     from .verdict import budgets_with
 
     requested = _split(args.backend)
@@ -208,7 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         }
     )
     (out / "environment.json").write_text(json.dumps(environment, indent=2, default=str) + "\n")
-    failures = [r for r in result.rows if r["verdict"] in ("fail", "error", "crash", "timeout")]
+    failures = [r for r in result.rows if r["verdict"] in FAIL_VERDICTS]
     shown: dict[str, int] = {}
     for r in failures:
         shown[r["backend"]] = shown.get(r["backend"], 0) + 1

@@ -12,12 +12,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+from .case import DTYPES as _DTYPES
+from .case import FAMILIES
 from .cli import UsageError
+from .sweep import FAIL_VERDICTS as FAILING  # noqa: F401 - re-exported for report and diff
+from .sweep import VERDICTS  # noqa: F401 - re-exported for report and diff
 
-FAMILIES = ("dense", "varlen", "decode", "chunked", "prefill_long_q", "paged")
-DTYPES = ("float32", "float16", "bfloat16")
-FAILING = ("fail", "error", "crash", "timeout")
-VERDICTS = ("pass", "fail", "error", "crash", "timeout", "unsupported", "unavailable")
+DTYPES = tuple(_DTYPES)
 #: A results.csv must have at least these columns to be reported on.
 REQUIRED = ("backend", "case_id", "family", "dtype", "verdict")
 NUMERIC = (

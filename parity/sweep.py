@@ -84,7 +84,7 @@ COLUMNS = [
     "case_json",
 ]
 
-RUN_VERDICTS = ("pass", "fail", "error", "crash", "timeout")
+VERDICTS = ("pass", "fail", "error", "crash", "timeout", "unsupported", "unavailable")
 FAIL_VERDICTS = ("fail", "error", "crash", "timeout")
 
 
@@ -109,6 +109,20 @@ def case_columns(case: Case) -> dict[str, Any]:
         "seed": case.seed,
         "case_json": case.to_json(),
     }
+
+
+def unavailable_row(case: Case, spec: str, info: dict[str, Any]) -> dict[str, Any]:
+    """The row of a backend that cannot run here: verdict ``unavailable``, the reason in ``detail``."""
+    row: dict[str, Any] = {c: "" for c in COLUMNS}
+    row.update(case_columns(case))
+    row.update(
+        backend=spec,
+        backend_name=info.get("name", spec),
+        verdict="unavailable",
+        detail=info["unavailable"],
+        repro=case.repro(spec),
+    )
+    return row
 
 
 class BaselineCache:
@@ -362,15 +376,7 @@ def run_sweep(
                     bar.update("skipped", spec)
                     continue
                 if info.get("unavailable"):
-                    row = {c: "" for c in COLUMNS}
-                    row.update(case_columns(case))
-                    row.update(
-                        backend=spec,
-                        backend_name=info.get("name", spec),
-                        verdict="unavailable",
-                        detail=info["unavailable"],
-                        repro=case.repro(spec),
-                    )
+                    row = unavailable_row(case, spec, info)
                 else:
                     t_ex = time.perf_counter()
                     res = ex.run(case)
@@ -453,7 +459,7 @@ def _safe(name: str) -> str:
 
 def summary_table(result: SweepResult) -> str:
     """A fixed-width summary: one line per backend."""
-    cols = ["pass", "fail", "error", "crash", "timeout", "unsupported", "unavailable"]
+    cols = VERDICTS
     width = max([28, *(len(s) + 2 for s in result.infos)])
     head = f"{'backend':<{width}}" + "".join(f"{c:>12}" for c in cols) + f"{'worst ratio':>13}"
     lines = [head, "-" * len(head)]

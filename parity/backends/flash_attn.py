@@ -20,17 +20,11 @@ from __future__ import annotations
 import torch
 
 from ..case import Case, Inputs
-from ..window import Window
 from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason
+from .torch_fa2 import fa2_window
 
-UNBOUNDED = -1
-
-
-def flash_window(window: Window, q_lens, k_lens) -> tuple[int, int]:
-    """``window_size`` for FA2 / FA3 (``-1`` = unbounded); raises :class:`Unsupported`."""
-    if window.align == "top_left" and any(q != k for q, k in zip(q_lens, k_lens)):
-        raise Unsupported("flash-attn windows are bottom-right aligned; top_left with Sq != Sk has no translation")
-    return (UNBOUNDED if window.left is None else window.left, UNBOUNDED if window.right is None else window.right)
+#: The flash-attn package (FA2 and FA3) and PyTorch's vendored FA2 share one convention.
+flash_window = fa2_window
 
 
 class FlashAttnBackend(Backend):
