@@ -82,17 +82,24 @@ def assert_parity(backend: Backend | str, case: Case, **kw: Any) -> dict[str, An
     return row
 
 
-def check_mask(backend: Backend | str, case: Case, max_passes: int = DEFAULT_MAX_PASSES) -> ProbeResult:
-    """The exact effective-mask probe alone (see :mod:`parity.maskcheck`)."""
-    inst, _, _ = _resolve(backend)
-    from .execute import _call
+def check_mask(
+    backend: Backend | str, case: Case, max_passes: int = DEFAULT_MAX_PASSES, batch_passes: bool = True
+) -> ProbeResult:
+    """The exact effective-mask probe alone (see :mod:`parity.maskcheck`).
 
-    return run_mask_probe(case, lambda inp: _call(inst, case, inp)[0], inst.device, max_passes)
+    ``batch_passes=False`` runs one probe pass per backend call, at the case's own shape.
+    """
+    inst, _, _ = _resolve(backend)
+    from .execute import probe_runner
+
+    run, _ = probe_runner(inst, case)
+    return run_mask_probe(case, run, inst.device, max_passes, batch_passes=batch_passes)
 
 
 def check_gqa(backend: Backend | str, case: Case) -> ProbeResult:
     """The kv-head mapping probe alone."""
     inst, _, _ = _resolve(backend)
-    from .execute import _call
+    from .execute import probe_runner
 
-    return run_gqa_probe(case, lambda inp: _call(inst, case, inp)[0], inst.device)
+    run, _ = probe_runner(inst, case)
+    return run_gqa_probe(case, run, inst.device)

@@ -24,13 +24,14 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from . import backends
 from .backends.base import Backend, Unsupported
-from .case import Case, make_inputs
+from .case import Case, Inputs, make_inputs
 from .maskcheck import DEFAULT_MAX_PASSES, run_gqa_probe, run_mask_probe
 from .verdict import POISON
 
@@ -59,6 +60,28 @@ def _call(backend: Backend, case: Case, inputs) -> tuple[torch.Tensor, int | Non
     same = res.data_ptr() == out.data_ptr()
     unwritten = int((res == POISON).sum()) if same else None
     return res, unwritten
+
+
+def probe_runner(backend: Backend, case: Case) -> tuple[Callable[[Inputs], torch.Tensor], Callable[[], float]]:
+    """The probes' way to call ``backend``, and a clock of the seconds spent inside its calls.
+
+    A probe input carries its own case (a batched mask probe has a larger batch than
+    ``case``); the backend is asked whether it accepts that case first.
+    """
+    spent = [0.0]
+
+    def run(inp: Inputs) -> torch.Tensor:
+        why = backend.unsupported_reason(inp.case) if inp.case is not case else None
+        if why:
+            raise Unsupported(why)
+        t = time.perf_counter()
+        try:
+            return _call(backend, inp.case, inp)[0]
+        finally:
+            _sync(backend.device)
+            spent[0] += time.perf_counter() - t
+
+    return run, lambda: spent[0]
 
 
 def execute(
@@ -103,22 +126,24 @@ def execute(
         _sync(device)
         call_s = time.perf_counter() - t_call
         assert res is not None
-        output = res.detach().to("cpu", torch.float32)  # (total_q, hq, d); fp32 holds fp16/bf16 exactly
+        output = res.detach().to("cpu")  # (total_q, hq, d), the case's dtype (the judge widens it)
         result: dict[str, Any] = {
             "status": "ok",
             "output": output,
             "unwritten": unwritten,
             "time_ms": sorted(times)[len(times) // 2],
         }
-        probe_s = 0.0
+        probe_s = probe_call_s = 0.0
         if probes:
             t_probe = time.perf_counter()
-            run = lambda inp: _call(backend, case, inp)[0]  # noqa: E731
-            result["mask"] = run_mask_probe(case, run, device, max_passes).to_dict()
-            result["gqa"] = run_gqa_probe(case, run, device).to_dict()
+            run, spent = probe_runner(backend, case)
+            result["mask"] = run_mask_probe(case, run, device, max_passes, base=inputs).to_dict()
+            result["gqa"] = run_gqa_probe(case, run, device, base=inputs).to_dict()
             probe_s = time.perf_counter() - t_probe
-        # where the worker's time went (the sweep sums these into OUT/timing.json)
-        result["timing"] = {"gen_s": gen_s, "call_s": call_s, "probe_s": probe_s}
+            probe_call_s = spent()
+        # where the worker's time went (the sweep sums these into OUT/timing.json):
+        # call_s / probe_call_s inside backend calls, gen_s and probe_s - probe_call_s the harness's own work
+        result["timing"] = {"gen_s": gen_s, "call_s": call_s, "probe_s": probe_s, "probe_call_s": probe_call_s}
         return result
     except Unsupported as exc:
         return {"status": "unsupported", "detail": str(exc) or type(exc).__name__}
@@ -175,6 +200,13 @@ class InlineExecutor:
 
     def run(self, case: Case) -> dict[str, Any]:
         return execute(self.backend, case, self.probes, self.max_passes, self.repeats)
+
+    def submit(self, case: Case) -> dict[str, Any] | None:
+        self._result = self.run(case)  # in this process there is nothing to overlap
+        return None
+
+    def collect(self) -> dict[str, Any]:
+        return self._result
 
     def close(self) -> None:
         pass
@@ -238,7 +270,9 @@ class ProcessExecutor:
         log_path: Path | None = None,
         extra_path: list[str] | None = None,
         env: dict[str, str] | None = None,
+        wait: bool = True,
     ):
+        """``wait=False`` returns at once; :attr:`info` then waits for the worker (start many in parallel)."""
         self.spec = spec
         self.probes, self.max_passes, self.repeats = probes, max_passes, repeats
         self.timeout = timeout
@@ -246,9 +280,29 @@ class ProcessExecutor:
         self.extra_path = extra_path or []
         self.env = env or {}
         self.proc: subprocess.Popen | None = None
-        self.info = self._start()
+        self._submitted = False
+        self._launch()
+        self._info: dict[str, Any] | None = None
+        if wait:
+            self._info = self._await_init()
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The backend's info (waits for the worker's start-up when ``wait=False`` was given)."""
+        if self._info is None:
+            self._info = self._await_init()
+        return self._info
+
+    @info.setter
+    def info(self, value: dict[str, Any]) -> None:
+        self._info = value
 
     def _start(self) -> dict[str, Any]:
+        self._launch()
+        return self._await_init()
+
+    def _launch(self) -> None:
+        """Start the worker process and send it the backend to load (does not wait)."""
         env = dict(os.environ)
         env.update(self.env)
         # the worker must import the same parity (and any plugin module) as this process
@@ -268,6 +322,8 @@ class ProcessExecutor:
             log.close()
         assert self.proc.stdin is not None
         send(self.proc.stdin, {"op": "init", "spec": self.spec})
+
+    def _await_init(self) -> dict[str, Any]:
         reply = self._reply(timeout=max(self.timeout, 120.0))
         if reply.get("status") != "ok":
             # import-time crash or a broken plugin: report it as the backend's info
@@ -314,6 +370,11 @@ class ProcessExecutor:
         self.proc = None
 
     def run(self, case: Case) -> dict[str, Any]:
+        failed = self.submit(case)
+        return failed if failed is not None else self.collect()
+
+    def submit(self, case: Case) -> dict[str, Any] | None:
+        """Send ``case`` to the worker without waiting; a result dict if it could not be sent."""
         if self.proc is None or self.proc.poll() is not None:
             self.info = self._start()
             if self.info.get("unavailable"):
@@ -328,6 +389,14 @@ class ProcessExecutor:
             code = self.proc.wait(timeout=30)
             self.proc = None
             return {"status": "crash", "detail": f"worker {_signal_name(code)} before the case was sent"}
+        self._submitted = True
+        return None
+
+    def collect(self) -> dict[str, Any]:
+        """The answer to the case last :meth:`submit`-ted (crash / timeout rows included)."""
+        if not self._submitted:
+            return {"status": "error", "detail": "collect() without a submitted case"}
+        self._submitted = False
         return self._reply(self.timeout)
 
     def close(self) -> None:

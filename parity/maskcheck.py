@@ -11,6 +11,14 @@ Mask probe
     ``p*d + c`` is visible to row ``i`` and 0 when it is not. ``ceil(max Sk / d)`` passes
     reveal the whole effective mask, per query head.
 
+    The passes are batched: one backend call covers several passes by repeating the
+    case's sequences once per pass (pass-major: block ``t`` of the batch is the case's
+    own packing, carrying pass ``p0 + t``), with at most :data:`PROBE_CALL_ELEMENTS`
+    score elements per call. Only the batch size differs from the case; sequence
+    lengths, heads, window, scale, softcap and page size are the case's. A backend that
+    declines or fails the batched call is probed one pass per call, at the case's own
+    shape (``batch_passes=False`` forces that).
+
 GQA probe
     ``V`` of kv head ``g`` is the constant ``g + 1``; query head ``h`` must output
     ``h // (hq // hkv) + 1`` in every row that sees a key.
@@ -33,6 +41,8 @@ VISIBLE_FRACTION = 2.0**-20
 #: Weights between VISIBLE_FRACTION and this fraction of the row's largest are "partial".
 UNIFORM_FRACTION = 0.5
 DEFAULT_MAX_PASSES = 64
+#: Score elements (query heads x sum of Sq*Sk over the batch) one batched probe call may cover.
+PROBE_CALL_ELEMENTS = 1 << 26
 
 
 @dataclasses.dataclass
@@ -48,6 +58,7 @@ class ProbeResult:
         return dataclasses.asdict(self)
 
 
+#: Runs the backend on ``inputs`` (of case ``inputs.case``) and returns its packed output.
 RunFn = Callable[[Inputs], torch.Tensor]
 
 
@@ -55,30 +66,56 @@ def mask_passes(case: Case) -> int:
     return math.ceil(max(case.k_lens) / case.head_dim)
 
 
-def mask_probe_inputs(case: Case, p: int, device: torch.device | str = "cpu", base: Inputs | None = None) -> Inputs:
-    """Pass ``p`` of the mask probe (see the module docstring); ``base``: the case's CPU inputs, if already made."""
+def probe_case(case: Case, copies: int) -> Case:
+    """``case`` with its sequences repeated ``copies`` times (the batched probe's case)."""
+    if copies == 1:
+        return case
+    return dataclasses.replace(case, q_lens=case.q_lens * copies, k_lens=case.k_lens * copies)
+
+
+def passes_per_call(case: Case, limit: int = PROBE_CALL_ELEMENTS) -> int:
+    """How many mask-probe passes one batched call covers (at least 1)."""
+    per_pass = case.hq * sum(sq * sk for sq, sk in zip(case.q_lens, case.k_lens))
+    return max(1, min(mask_passes(case), limit // max(per_pass, 1)))
+
+
+def mask_probe_inputs(case: Case, p: int, device: torch.device | str = "cpu", base: Inputs | None = None, n: int = 1) -> Inputs:
+    """Passes ``p .. p+n-1`` of the mask probe in one batch (see the module docstring).
+
+    ``base``: the case's inputs (on any device), if already made; the probe is built on
+    its device, then moved to ``device``. ``n = 1`` is the case's own shape.
+    """
     base = base if base is not None else make_inputs(case, "cpu")
-    dt = case.torch_dtype
-    q = torch.zeros_like(base.q)  # (total_q, hq, d)
-    v = torch.zeros_like(base.v)  # (total_k, hkv, d)
+    dev = base.q.device
+    pc = probe_case(case, n)
+    q = torch.zeros((n * base.q.shape[0], *base.q.shape[1:]), dtype=base.q.dtype, device=dev)  # (n*total_q, hq, d)
+    k = base.k.repeat(n, 1, 1) if n > 1 else base.k  # (n*total_k, hkv, d)
+    v = torch.zeros((n * base.v.shape[0], *base.v.shape[1:]), dtype=base.v.dtype, device=dev)  # (n*total_k, hkv, d)
     _, ck = case.cu_seqlens()
-    for b, sk in enumerate(case.k_lens):
-        j0, j1 = p * case.head_dim, min(sk, (p + 1) * case.head_dim)
-        if j1 <= j0:
-            continue
-        rows = torch.arange(ck[b] + j0, ck[b] + j1)  # packed key positions
-        v[rows, :, torch.arange(j1 - j0)] = torch.ones((), dtype=dt)
-    probe = base.with_tensors(q, base.k, v)
-    return probe if str(device) == "cpu" else probe.to(device)
+    rows, dims = [], []
+    for t in range(n):
+        for b, sk in enumerate(case.k_lens):
+            j0, j1 = (p + t) * case.head_dim, min(sk, (p + t + 1) * case.head_dim)
+            if j1 > j0:
+                off = t * ck[-1] + ck[b]
+                rows.append(torch.arange(off + j0, off + j1))  # packed key positions
+                dims.append(torch.arange(j1 - j0))  # key j -> one-hot dim j - (p+t)*d
+    if rows:
+        v[torch.cat(rows).to(dev), :, torch.cat(dims).to(dev)] = 1
+    cq, ckp = pc.cu_seqlens()
+    probe = Inputs(
+        pc, q, k, v,
+        torch.tensor(cq, dtype=torch.int32, device=dev),
+        torch.tensor(ckp, dtype=torch.int32, device=dev),
+    )
+    return probe if str(device) == str(dev) else probe.to(device)
 
 
-def gqa_probe_inputs(case: Case, device: torch.device | str = "cpu") -> Inputs:
-    base = make_inputs(case, "cpu")
-    v = torch.empty_like(base.v)  # (total_k, hkv, d)
-    for g in range(case.hkv):
-        v[:, g, :] = g + 1
+def gqa_probe_inputs(case: Case, device: torch.device | str = "cpu", base: Inputs | None = None) -> Inputs:
+    base = base if base is not None else make_inputs(case, "cpu")
+    v = (torch.arange(case.hkv, device=base.v.device, dtype=base.v.dtype) + 1)[None, :, None].expand_as(base.v).contiguous()  # (total_k, hkv, d)
     probe = base.with_tensors(base.q, base.k, v)
-    return probe if str(device) == "cpu" else probe.to(device)
+    return probe if str(device) == str(base.q.device) else probe.to(device)
 
 
 def _ranges(keys: list[int]) -> str:
@@ -144,9 +181,11 @@ def decode_mask(case: Case, outputs: list[torch.Tensor]) -> ProbeResult:
     patterns: Counter[str] = Counter()
     first: str | None = None
     image = None
-    outs = [o.detach().to("cpu", torch.float64) for o in outputs]
+    # float32 on the backend's device: probe weights are 1/n or 0, held exactly enough
+    outs = [o.detach().to(torch.float32) for o in outputs]
+    dev = outs[0].device
     for b, (sq, sk) in enumerate(zip(case.q_lens, case.k_lens)):
-        spec = case.window.mask(sq, sk)  # (Sq, Sk)
+        spec = case.window.mask(sq, sk).to(dev)  # (Sq, Sk)
         lo, hi = case.window.band(sq, sk)
         # weights[h, i, j]: what row i of head h gave key j
         w = torch.cat([o[cq[b] : cq[b + 1]] for o in outs], dim=-1)[..., :sk]  # (Sq, hq, Sk)
@@ -181,7 +220,7 @@ def decode_mask(case: Case, outputs: list[torch.Tensor]) -> ProbeResult:
                 first = (
                     f"seq {b} head {h} row {i} sees keys {_ranges(keys)}{extra}, spec says {spec_txt}"
                 )
-                image = {"seq": b, "head": h, **_image(spec, eff[h], partial[h])}
+                image = {"seq": b, "head": h, **_image(spec.cpu(), eff[h].cpu(), partial[h].cpu())}
     if bad_rows == 0:
         return ProbeResult("ok", f"all {total_rows} (head, row) pairs see exactly the spec's keys", 0, total_rows)
     common = "; ".join(f"{n} x {p}" for p, n in patterns.most_common(3))
@@ -223,19 +262,43 @@ def decode_gqa(case: Case, out: torch.Tensor) -> ProbeResult:
     )
 
 
-def run_mask_probe(case: Case, run: RunFn, device: torch.device | str, max_passes: int = DEFAULT_MAX_PASSES) -> ProbeResult:
+def run_mask_probe(
+    case: Case,
+    run: RunFn,
+    device: torch.device | str,
+    max_passes: int = DEFAULT_MAX_PASSES,
+    base: Inputs | None = None,
+    batch_passes: bool = True,
+) -> ProbeResult:
+    """Probe the effective mask of the backend behind ``run``; ``base``: the case's inputs, if made."""
     passes = mask_passes(case)
     if passes > max_passes:
         return ProbeResult(
             "not_run",
             f"needs {passes} passes (max Sk {max(case.k_lens)} / d {case.head_dim}); limit is {max_passes}",
         )
-    base = make_inputs(case, "cpu")  # once: every pass only rewrites q and v
-    outs = [run(mask_probe_inputs(case, p, device, base)) for p in range(passes)]
+    base = base if base is not None else make_inputs(case, device)  # once: every pass only rewrites q and v
+    per_call = passes_per_call(case) if batch_passes else 1
+    outs: list[torch.Tensor] = []
+    tq = base.q.shape[0]
+    p = 0
+    while p < passes:
+        n = min(per_call, passes - p)
+        if n > 1:
+            try:
+                out = run(mask_probe_inputs(case, p, device, base, n))  # (n*total_q, hq, d)
+            except Exception:  # noqa: BLE001 - declined or failed at this batch size: probe at the case's shape
+                per_call = n = 1
+            else:
+                outs.extend(out.reshape(n, tq, *out.shape[1:]).unbind(0))  # n x (total_q, hq, d)
+                p += n
+                continue
+        outs.append(run(mask_probe_inputs(case, p, device, base)))
+        p += 1
     return decode_mask(case, outs)
 
 
-def run_gqa_probe(case: Case, run: RunFn, device: torch.device | str) -> ProbeResult:
+def run_gqa_probe(case: Case, run: RunFn, device: torch.device | str, base: Inputs | None = None) -> ProbeResult:
     if case.hkv == 1:
         return ProbeResult("n/a", "one kv head (MQA): nothing to map")
-    return decode_gqa(case, run(gqa_probe_inputs(case, device)))
+    return decode_gqa(case, run(gqa_probe_inputs(case, device, base)))

@@ -351,11 +351,35 @@ def run_sweep(
     bar = Progress(len(specs) * len(cases), enabled=progress)
     executors: dict[str, Any] = {}
     timing = SweepTiming()
+    pending: tuple[Case, str, dict[str, Any], dict[str, Any], float] | None = None
+
+    def emit(row: dict[str, Any]) -> None:
+        rows.append(row)
+        if writer:
+            writer.write(row)
+        if on_row:
+            on_row(row)
+        bar.update(row["verdict"], f"{row['backend']} {row['_summary']}")
+
+    def finish() -> None:
+        """Judge the row whose result is in; runs while the next backend computes."""
+        nonlocal pending
+        if pending is None:
+            return
+        case, spec, info, res, wait_s = pending
+        pending = None
+        t_judge = time.perf_counter()
+        row = judge(case, spec, info, res, baselines, budgets)
+        timing.add(spec, case, res, wait_s, time.perf_counter() - t_judge)
+        row["_summary"] = case.summary()
+        emit(row)
+
     try:
         for spec in specs:
             log = out_dir / "logs" / f"{_safe(spec)}.log" if out_dir else None
             if log:
                 log.parent.mkdir(parents=True, exist_ok=True)
+            kw: dict[str, Any] = {"wait": False} if isolate else {}
             executors[spec] = make_executor(
                 spec,
                 isolate,
@@ -365,10 +389,13 @@ def run_sweep(
                 timeout=timeout,
                 log_path=log,
                 extra_path=(worker_paths or {}).get(spec),
+                **kw,
             )
-            infos[spec] = executors[spec].info
+        for spec, ex in executors.items():  # the workers start in parallel; wait for each
+            infos[spec] = ex.info
         timing.startup_s = time.perf_counter() - t0
-        # cases outer, backends inner: each case's reference is computed once, for all
+        # cases outer, backends inner: each case's reference is computed once, for all.
+        # Pipelined: backend k+1 computes while the sweep judges backend k's result.
         for case in cases:
             for spec, ex in executors.items():
                 info = infos[spec]
@@ -376,26 +403,27 @@ def run_sweep(
                     bar.update("skipped", spec)
                     continue
                 if info.get("unavailable"):
-                    row = unavailable_row(case, spec, info)
-                else:
-                    t_ex = time.perf_counter()
-                    res = ex.run(case)
-                    t_judge = time.perf_counter()
-                    row = judge(case, spec, info, res, baselines, budgets)
-                    timing.add(spec, case, res, t_judge - t_ex, time.perf_counter() - t_judge)
-                rows.append(row)
-                if writer:
-                    writer.write(row)
-                if on_row:
-                    on_row(row)
-                bar.update(row["verdict"], f"{spec} {case.summary()}")
+                    finish()
+                    emit({**unavailable_row(case, spec, info), "_summary": case.summary()})
+                    continue
+                t_ex = time.perf_counter()
+                failed = ex.submit(case)
+                t_sent = time.perf_counter()
+                finish()  # the previous row, overlapped with this backend's work
+                t_wait = time.perf_counter()
+                res = failed if failed is not None else ex.collect()
+                pending = (case, spec, info, res, (t_sent - t_ex) + (time.perf_counter() - t_wait))
+            finish()
             if out_dir:  # after every case, so a run cut short still says where its time went
                 _write_timing(out_dir, timing, time.perf_counter() - t0, baselines.seconds, partial=True)
     finally:
-        for ex in executors.values():
-            ex.close()
-        if writer:
-            writer.close()
+        try:
+            finish()  # a result already in is never lost, even on Ctrl-C
+        finally:
+            for ex in executors.values():
+                ex.close()
+            if writer:
+                writer.close()
     wall = time.perf_counter() - t0
     if out_dir:
         _write_timing(out_dir, timing, wall, baselines.seconds, partial=False)
@@ -412,36 +440,45 @@ def _write_timing(out_dir: Path, timing: SweepTiming, wall: float, reference_s: 
 class SweepTiming:
     """Where a sweep's wall time goes: backend calls vs the harness (written as OUT/timing.json).
 
-    ``call_s`` is the worker's time around the timed backend calls (warm-up and repeats),
-    ``probe_s`` its time in the mask/GQA probes (backend calls on probe inputs), ``gen_s``
-    its input generation; ``exec_s`` the sweep's wall time around each worker request (IPC
-    included), ``judge_s`` the comparison including the reference/baseline (cached per case).
-    Harness overhead = wall - call_s - probe_s: generation, reference, comparison, IPC, start-up.
+    Per backend, from the worker: ``call_s`` its time around the timed backend calls
+    (warm-up and repeats), ``probe_call_s`` inside backend calls made by the mask/GQA
+    probes, ``probe_s`` the probes in all (building inputs, decoding included),
+    ``gen_s`` input generation. From the sweep: ``exec_s`` the time it waited on the
+    worker (sending the case, then blocked until the answer: IPC included), ``judge_s``
+    the comparison including the reference/baseline (cached per case). Judging backend
+    k's row overlaps backend k+1's work, so ``exec_s + judge_s`` summed over backends
+    bounds the loop's wall time from above.
+
+    Harness overhead = wall - call_s - probe_call_s: start-up, generation, probe
+    building and decoding, reference, comparison, IPC, writing rows.
     """
+
+    KEYS = ("cases", "exec_s", "judge_s", "call_s", "probe_call_s", "probe_s", "gen_s", "small_cases", "small_s")
 
     def __init__(self) -> None:
         self.per: dict[str, dict[str, float]] = {}
         self.startup_s = 0.0
 
     def add(self, spec: str, case: Case, res: dict[str, Any], exec_s: float, judge_s: float) -> None:
-        t = self.per.setdefault(spec, {k: 0.0 for k in ("cases", "exec_s", "judge_s", "call_s", "probe_s", "gen_s",
-                                                          "small_cases", "small_s")})
+        t = self.per.setdefault(spec, {k: 0.0 for k in self.KEYS})
         w = res.get("timing") or {}
         t["cases"] += 1
         t["exec_s"] += exec_s
         t["judge_s"] += judge_s
-        for k in ("call_s", "probe_s", "gen_s"):
+        for k in ("call_s", "probe_call_s", "probe_s", "gen_s"):
             t[k] += float(w.get(k, 0.0))
         if max(max(case.q_lens), max(case.k_lens)) <= 4096:
             t["small_cases"] += 1
             t["small_s"] += exec_s + judge_s
 
     def summary(self, wall: float, reference_s: float) -> dict[str, Any]:
-        calls = sum(t["call_s"] + t["probe_s"] for t in self.per.values())
+        calls = sum(t["call_s"] + t["probe_call_s"] for t in self.per.values())
         per = {}
         for spec, t in self.per.items():
             per[spec] = {**{k: round(v, 4) for k, v in t.items()},
                          "cases_per_s_upto_4096": round(t["small_cases"] / t["small_s"], 2) if t["small_s"] else None}
+        rows = sum(t["cases"] for t in self.per.values())
+        loop = wall - self.startup_s
         return {
             "wall_s": round(wall, 3),
             "startup_s": round(self.startup_s, 3),
@@ -449,6 +486,9 @@ class SweepTiming:
             "backend_calls_s": round(calls, 3),
             "harness_overhead_s": round(wall - calls, 3),
             "harness_overhead_share": round((wall - calls) / wall, 4) if wall else None,
+            "harness_overhead_share_after_startup": round((loop - calls) / loop, 4) if loop > 0 else None,
+            "rows_run": int(rows),
+            "rows_per_s_after_startup": round(rows / loop, 2) if loop > 0 and rows else None,
             "per_backend": per,
         }
 

@@ -3,6 +3,9 @@
 Reads length-prefixed pickled requests on stdin and answers on the original stdout;
 the backend's own prints are sent to stderr (the run's log) so they cannot corrupt
 the channel.
+
+``PARITY_WORKER_PROFILE=DIR`` profiles the worker with cProfile and writes
+``DIR/<backend>.pstats`` when it exits (to see where a sweep's time goes).
 """
 
 from __future__ import annotations
@@ -12,6 +15,22 @@ import sys
 
 
 def main() -> int:
+    out_dir = os.environ.get("PARITY_WORKER_PROFILE")
+    if not out_dir:
+        return serve()
+    import cProfile
+
+    prof = cProfile.Profile()
+    spec: list[str] = []
+    try:
+        return prof.runcall(serve, spec)
+    finally:
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in (spec[0] if spec else "worker"))
+        os.makedirs(out_dir, exist_ok=True)
+        prof.dump_stats(os.path.join(out_dir, f"{name}.{os.getpid()}.pstats"))
+
+
+def serve(spec_seen: list[str] | None = None) -> int:
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything the backend prints goes to the log
     sys.stdout = sys.stderr
@@ -33,6 +52,8 @@ def main() -> int:
             try:
                 from . import backends
 
+                if spec_seen is not None:
+                    spec_seen.append(req["spec"])
                 info = backend_info(req["spec"])
                 backend = backends.get(req["spec"])
                 send(proto_out, {"status": "ok", "info": info})

@@ -111,12 +111,13 @@ def test_fa4_uses_none_not_minus_one():
             assert torch.equal(fa4_rule(sq, sk, left, right), w.mask(sq, sk)), (w, sq, sk)
 
 
-def test_jax_translation_with_query_padding():
+@pytest.mark.parametrize("causal_with_window", [False, True], ids=["window-alone", "causal-plus-window"])
+def test_jax_translation_with_query_padding(causal_with_window):
     checked = 0
     for w in windows():
         for sq, sk in SIZES:
             try:
-                pad, causal, local = jax_window(w, sq, sk)
+                pad, causal, local = jax_window(w, sq, sk, causal_with_window)
             except Unsupported:
                 assert w.align == "bottom_right" and sq > sk
                 continue

@@ -36,3 +36,95 @@ def test_wrong_gqa_mapping_is_named():
     r = check_gqa(WrongGqaMapping(), c)
     assert r.status == "mismatch"
     assert "query head 1 used kv head(s) [1], expected kv head 0" in r.detail
+
+
+# -- batched probe passes -----------------------------------------------------------------------
+
+import math  # noqa: E402
+
+import pytest  # noqa: E402
+
+from parity.backends.reference import ReferenceBackend  # noqa: E402
+from parity.maskcheck import mask_passes, passes_per_call  # noqa: E402
+
+BATCH_CASES = [
+    Case(q_lens=(20, 3), k_lens=(70, 3), hq=4, hkv=2, head_dim=16, dtype="bfloat16", window=Window(5, 2), seed=1),
+    Case(q_lens=(1, 1, 1), k_lens=(90, 17, 40), hq=2, hkv=1, head_dim=8, dtype="float16", window=Window.tokens(9), seed=2),
+    Case(q_lens=(12,), k_lens=(60,), hq=3, hkv=3, head_dim=8, dtype="float32", window=Window(4, 0, "top_left"), seed=3),
+    Case(q_lens=(5, 9), k_lens=(33, 50), hq=2, hkv=2, head_dim=8, dtype="float32", window=Window(6, 1), page_size=16, seed=4),
+]
+
+
+class Counting(ReferenceBackend):
+    """The reference, counting its calls and the batch sizes it was given."""
+
+    supports_paged = True
+
+    def __init__(self, max_batch: int | None = None):
+        self.batches: list[int] = []
+        self.max_batch = max_batch
+
+    def unsupported_reason(self, case):
+        if self.max_batch is not None and case.batch > self.max_batch:
+            return f"batch {case.batch} > {self.max_batch}"
+        return None
+
+    def run(self, case, inputs, out):
+        self.batches.append(case.batch)
+        return super().run(case, inputs, out)
+
+
+class CountingOffByOne(OffByOneLeft):
+    def __init__(self):
+        self.batches: list[int] = []
+
+    def run(self, case, inputs, out):
+        self.batches.append(case.batch)
+        return super().run(case, inputs, out)
+
+
+@pytest.mark.parametrize("case", BATCH_CASES, ids=lambda c: c.summary())
+@pytest.mark.parametrize("backend", [ReferenceBackend, OffByOneLeft, TopLeft, DropWindowInDecode], ids=lambda b: b.__name__)
+def test_batched_probe_agrees_with_one_pass_per_call(case, backend):
+    batched = check_mask(backend(), case)
+    single = check_mask(backend(), case, batch_passes=False)
+    assert (batched.status, batched.detail, batched.differing_rows) == (single.status, single.detail, single.differing_rows)
+
+
+def test_batched_probe_makes_fewer_calls():
+    case = BATCH_CASES[0]
+    b = Counting()
+    assert check_mask(b, case).status == "ok"
+    passes = mask_passes(case)
+    assert passes == 5 and passes_per_call(case) == 5
+    assert b.batches == [case.batch * passes]
+    one = Counting()
+    check_mask(one, case, batch_passes=False)
+    assert one.batches == [case.batch] * passes
+
+
+def test_call_size_limit_splits_the_batch():
+    case = Case(q_lens=(300,), k_lens=(300,), hq=8, hkv=8, head_dim=16, dtype="float32", window=Window(40, 0), seed=0)
+    per = passes_per_call(case, limit=3 * 8 * 300 * 300)
+    assert per == 3
+    assert passes_per_call(case, limit=1) == 1
+    assert math.ceil(mask_passes(case) / per) == 7
+
+
+def test_backend_declining_the_batch_is_probed_pass_by_pass():
+    case = BATCH_CASES[1]
+    b = Counting(max_batch=case.batch)
+    r = check_mask(b, case)
+    assert r.status == "ok", r.detail
+    assert b.batches == [case.batch] * mask_passes(case)
+
+
+def test_mismatch_names_the_case_sequence_not_the_probe_batch():
+    # sequence 1 of the case is where the off-by-one shows; the probe batch repeats it per pass
+    case = Case(q_lens=(4, 30), k_lens=(4, 30), hq=1, hkv=1, head_dim=8, dtype="float32", window=Window(5, 0), seed=0)
+    b = CountingOffByOne()
+    r = check_mask(b, case)
+    assert r.status == "mismatch"
+    assert b.batches == [case.batch * mask_passes(case)]
+    assert "First: seq 1 head 0 row 6 sees keys 0..6, spec says 1..6" in r.detail
+    assert r.image is not None and r.image["seq"] == 1

@@ -46,6 +46,7 @@ BUILTIN: dict[str, str] = {
     "xformers-flash-cuda": ".xformers:XformersFlash",
     "jax-xla-cuda": ".jax_attn:JaxXla",
     "jax-cudnn-cuda": ".jax_attn:JaxCudnn",
+    "jax-cudnn-causal-cuda": ".jax_attn:JaxCudnnCausal",
     "flashinfer-cuda": ".flashinfer:FlashInferBackend",
 }
 

@@ -38,10 +38,33 @@ def window_mask_mod(window: Window, sq: int, sk: int):
     return mask_mod
 
 
+@functools.lru_cache(maxsize=64)
 def softcap_score_mod(cap: float):
     def score_mod(score, b, h, q_idx, kv_idx):
         return cap * torch.tanh(score / cap)
 
+    return score_mod
+
+
+@functools.lru_cache(maxsize=256)
+def _block_mask(window: Window, sq: int, sk: int, bq: int, bk: int, device: str, bucketed: bool):
+    """The BlockMask of one (window, Sq, Sk), built once: a batched mask probe repeats the same
+    lengths many times, and a sweep revisits them across cases."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    mod = bucketed_mask_mod(window, sq, sk, device) if bucketed else window_mask_mod(window, sq, sk)
+    return create_block_mask(mod, None, None, bq, bk, device=device)
+
+
+@functools.cache
+def _tensor_softcap(device: str):
+    """One softcap score_mod per device, its cap a tensor set per call (no recompile per value)."""
+    cap = torch.ones((), dtype=torch.float32, device=device)  # ()
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return cap * torch.tanh(score / cap)
+
+    score_mod.cap = cap  # type: ignore[attr-defined]
     return score_mod
 
 
@@ -66,7 +89,7 @@ class FlexBackend(Backend):
         return self.compiled if self.compiled is not None else self.device == "cuda"
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        from torch.nn.attention.flex_attention import flex_attention
 
         fn = _compiled_flex() if self._use_compiled() else flex_attention
         score_mod = softcap_score_mod(case.softcap) if case.softcap is not None else None
@@ -74,9 +97,7 @@ class FlexBackend(Backend):
             warnings.simplefilter("ignore")  # eager flex warns that it is unfused
             for _, q, k, v, qs in inputs.sequences():
                 sq, sk = q.shape[0], k.shape[0]
-                block_mask = create_block_mask(
-                    window_mask_mod(case.window, sq, sk), None, None, sq, sk, device=str(q.device)
-                )
+                block_mask = _block_mask(case.window, sq, sk, sq, sk, str(q.device), False)
                 o = fn(
                     q.transpose(0, 1)[None],  # (1, hq, Sq, d)
                     k.transpose(0, 1)[None],  # (1, hkv, Sk, d)
@@ -130,16 +151,13 @@ class FlexCudaBackend(FlexBackend):
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         if not self.bucketed:
             return super().run(case, inputs, out)
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        from torch.nn.attention.flex_attention import flex_attention
 
         fn = _compiled_flex() if self._use_compiled() else flex_attention
-        score_mod = None
-        if case.softcap is not None:
-            cap = torch.tensor(case.softcap, dtype=torch.float32, device=inputs.q.device)  # ()
+        score_mod = None if case.softcap is None else _tensor_softcap(str(inputs.q.device))
 
-            def score_mod(score, b, h, q_idx, kv_idx):
-                return cap * torch.tanh(score / cap)
-
+        if score_mod is not None:
+            score_mod.cap.fill_(case.softcap)  # type: ignore[attr-defined]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for _, q, k, v, qs in inputs.sequences():
@@ -148,9 +166,7 @@ class FlexCudaBackend(FlexBackend):
                 qp = torch.nn.functional.pad(q, (0, 0, 0, 0, 0, bq - sq))  # (bq, hq, d), zero rows appended
                 kp = torch.nn.functional.pad(k, (0, 0, 0, 0, 0, bk - sk))  # (bk, hkv, d)
                 vp = torch.nn.functional.pad(v, (0, 0, 0, 0, 0, bk - sk))  # (bk, hkv, d)
-                block_mask = create_block_mask(
-                    bucketed_mask_mod(case.window, sq, sk, q.device), None, None, bq, bk, device=str(q.device)
-                )
+                block_mask = _block_mask(case.window, sq, sk, bq, bk, str(q.device), True)
                 o = fn(
                     qp.transpose(0, 1)[None],  # (1, hq, bq, d)
                     kp.transpose(0, 1)[None],  # (1, hkv, bk, d)

@@ -19,6 +19,15 @@ mask is ``tril`` (also top-left). The canonical window maps as:
 
 No softcap. The cuDNN implementation takes float16/bfloat16 and, in JAX, only
 ``right == 0`` windows; its refusals are recorded as unsupported.
+
+Two ways to ask for a causal sliding window ``(left, 0)``:
+
+* ``jax-xla-cuda`` / ``jax-cudnn-cuda``: ``is_causal=False, local_window_size=(left, 0)``,
+  the window alone (the documented meaning of ``local_window_size``);
+* ``jax-cudnn-causal-cuda``: ``is_causal=True, local_window_size=(left, 0)``, the form the
+  cuDNN frontend's ``sliding_window_length`` is used with (a causal mask plus a left
+  bound). Same mask; this variant shows whether an implementation only honours the window
+  together with ``is_causal``.
 """
 
 from __future__ import annotations
@@ -32,10 +41,14 @@ from ..window import Window
 from .base import Backend, Unsupported, cuda_unavailable_reason
 
 
-def jax_window(window: Window, sq: int, sk: int) -> tuple[int, bool, tuple[int, int] | None]:
+def jax_window(
+    window: Window, sq: int, sk: int, causal_with_window: bool = False
+) -> tuple[int, bool, tuple[int, int] | None]:
     """``(pad_q, is_causal, local_window_size)`` for one sequence; raises :class:`Unsupported`.
 
     ``pad_q`` zero query rows go in front of the real ones (see the module docstring).
+    ``causal_with_window``: a ``(left, 0)`` window is passed as ``is_causal=True`` plus
+    ``local_window_size=(left, 0)`` instead of the window alone.
     """
     pad = 0
     if window.align == "bottom_right" and sq != sk:
@@ -48,6 +61,8 @@ def jax_window(window: Window, sq: int, sk: int) -> tuple[int, bool, tuple[int, 
     if left is None and right == 0:
         return pad, True, None
     big = sq + pad + sk
+    if causal_with_window and right == 0:
+        return pad, True, (big if left is None else left, 0)
     return pad, False, (big if left is None else left, big if right is None else right)
 
 
@@ -59,6 +74,7 @@ class JaxBackend(Backend):
     name = "jax-cuda"
     device = "cuda"
     implementation: str | None = None  # "xla" | "cudnn"
+    causal_with_window = False  # see the module docstring
     description = "jax.nn.dot_product_attention"
 
     def unavailable_reason(self) -> str | None:
@@ -85,7 +101,8 @@ class JaxBackend(Backend):
         import jax
         import jaxlib
 
-        return f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, implementation={self.implementation}"
+        how = ", is_causal=True with (left, 0) windows" if self.causal_with_window else ""
+        return f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, implementation={self.implementation}{how}"
 
     def unsupported_reason(self, case: Case) -> str | None:
         if case.softcap is not None:
@@ -94,7 +111,7 @@ class JaxBackend(Backend):
             return f"the cuDNN implementation takes float16/bfloat16, not {case.dtype}"
         try:
             for sq, sk in zip(case.q_lens, case.k_lens):
-                jax_window(case.window, sq, sk)
+                jax_window(case.window, sq, sk, self.causal_with_window)
         except Unsupported as exc:
             return str(exc)
         return None
@@ -110,7 +127,7 @@ class JaxBackend(Backend):
         torch.cuda.synchronize()  # torch's stream must be done before JAX reads the buffers
         for _, q, k, v, qs in inputs.sequences():
             sq, sk = q.shape[0], k.shape[0]
-            pad, causal, local = jax_window(case.window, sq, sk)
+            pad, causal, local = jax_window(case.window, sq, sk, self.causal_with_window)
             if pad:
                 q = torch.cat([q.new_zeros(pad, q.shape[1], q.shape[2]), q])  # (pad + Sq, hq, d)
             try:
@@ -142,3 +159,9 @@ class JaxCudnn(JaxBackend):
     name = "jax-cudnn-cuda"
     implementation = "cudnn"
     description = "jax.nn.dot_product_attention(implementation='cudnn') with local_window_size"
+
+
+class JaxCudnnCausal(JaxCudnn):
+    name = "jax-cudnn-causal-cuda"
+    causal_with_window = True
+    description = "jax.nn.dot_product_attention(implementation='cudnn'), is_causal=True with local_window_size=(left, 0)"
