@@ -34,7 +34,8 @@ def machine() -> str:
 
 def table(timing: dict) -> str:
     per = timing["per_backend"]
-    head = f"{'backend':<26}{'rows':>6}{'cases/s':>9}{'wait s':>8}{'judge s':>8}{'calls s':>8}{'probe calls s':>14}{'probe s':>8}{'gen s':>7}"
+    head = (f"{'backend':<26}{'rows':>6}{'cases/s':>9}{'wait s':>8}{'judge s':>8}{'calls s':>8}"
+            f"{'probe calls s':>14}{'probe s':>8}{'gen s':>7}")
     lines = [head, "-" * len(head)]
     for spec, t in per.items():
         rate = t.get("cases_per_s_upto_4096")

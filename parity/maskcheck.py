@@ -113,7 +113,8 @@ def mask_probe_inputs(case: Case, p: int, device: torch.device | str = "cpu", ba
 
 def gqa_probe_inputs(case: Case, device: torch.device | str = "cpu", base: Inputs | None = None) -> Inputs:
     base = base if base is not None else make_inputs(case, "cpu")
-    v = (torch.arange(case.hkv, device=base.v.device, dtype=base.v.dtype) + 1)[None, :, None].expand_as(base.v).contiguous()  # (total_k, hkv, d)
+    heads = torch.arange(case.hkv, device=base.v.device, dtype=base.v.dtype) + 1  # (hkv,)
+    v = heads[None, :, None].expand_as(base.v).contiguous()  # (total_k, hkv, d)
     probe = base.with_tensors(base.q, base.k, v)
     return probe if str(device) == str(base.q.device) else probe.to(device)
 
