@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--repeats", type=int, default=1, help="time each call this many times, report the median (default 1)")
     r.add_argument("--worker-path", action="append", metavar="BACKEND=PATH[:PATH]",
                    help="prepend PATH to sys.path of BACKEND's worker (packages that cannot share one sys.path)")
+    r.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                   help="run the backends in N lanes at once (compile-bound backends then do not hold up the rest; "
+                        "per-case times are measured under that load); default 1")
+    r.add_argument("--time-limit", type=float, metavar="SECONDS",
+                   help="start no new row after this many seconds; what ran is written and reported as partial, "
+                        "and --resume on the same --out runs the rest")
     r.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     r.add_argument("--shrink", type=int, default=40, metavar="CALLS",
                    help="shrink each failing backend's first failure with at most CALLS backend calls (0: off; default 40)")
@@ -160,8 +166,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         budgets = budgets_with(args.budget)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if args.repeats < 1 or args.max_mask_passes < 1 or args.timeout <= 0:
-        raise UsageError("--repeats and --max-mask-passes must be >= 1, --timeout > 0")
+    for flag, value in (("--repeats", args.repeats), ("--max-mask-passes", args.max_mask_passes), ("--jobs", args.jobs)):
+        if value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    if args.time_limit is not None and args.time_limit <= 0:
+        raise UsageError(f"--time-limit must be > 0 seconds, got {args.time_limit:g}")
     cases = _load_cases(args)
     if args.list_cases:
         for c in cases:
@@ -194,6 +205,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         repeats=args.repeats,
         worker_paths=_worker_paths(args.worker_path),
+        jobs=args.jobs,
+        time_limit=args.time_limit,
     )
     environment = env.collect(
         {
@@ -202,12 +215,26 @@ def cmd_run(args: argparse.Namespace) -> int:
             "seed": args.seed,
             "cases": len(cases),
             "reference_device": ref_dev,
+            "jobs": args.jobs,
+            "partial": result.partial or result.already + len(result.rows) < result.total,
+            "rows_planned": result.planned,
+            "rows_run": len(result.rows),
+            "rows_in_folder": result.already + len(result.rows),
+            "rows_total": result.total,
             "budgets": {k: vars(v) for k, v in budgets.items()},
             "wall_seconds": round(result.seconds, 2),
             "reference_seconds": round(result.reference_seconds, 2),
         }
     )
-    (out / "environment.json").write_text(json.dumps(environment, indent=2, default=str) + "\n")
+    env_path = out / "environment.json"
+    if args.resume and env_path.exists():  # keep what the earlier, cut-short runs into this folder were
+        try:
+            prev = json.loads(env_path.read_text())
+            keep = ("date_utc", "command", "wall_seconds", "partial", "rows_run", "rows_planned", "jobs", "backends")
+            environment["earlier_runs"] = [*prev.get("earlier_runs", []), {k: prev.get(k) for k in keep}]
+        except (OSError, ValueError):
+            pass
+    env_path.write_text(json.dumps(environment, indent=2, default=str) + "\n")
     failures = [r for r in result.rows if r["verdict"] in FAIL_VERDICTS]
     shown: dict[str, int] = {}
     for r in failures:
@@ -240,6 +267,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"\n... and {hidden} more failing rows in {out}/results.csv")
     print()
     print(summary_table(result))
+    if result.partial:
+        print(f"parity: PARTIAL: --time-limit {args.time_limit:g} s reached after {len(result.rows)} of {result.planned} rows; "
+              f"--resume --out {out} runs the rest", file=sys.stderr)
     unavailable_explicit = [s for s in explicit if result.infos.get(s, {}).get("unavailable")]
     for s in unavailable_explicit:
         print(f"parity: requested backend {s} is unavailable: {result.infos[s]['unavailable']}", file=sys.stderr)
@@ -256,10 +286,11 @@ def _shrink_failures(args: argparse.Namespace, failures: list[dict], budgets: di
     for r in failures:
         firsts.setdefault(r["backend"], r)
     baselines = BaselineCache(ref_dev)
-    with (out / "shrunk.jsonl").open("w") as fh:
+    with (out / "shrunk.jsonl").open("a" if args.resume else "w") as fh:
         for spec, row in firsts.items():
             ex = make_executor(spec, not args.no_isolate, probes=not args.no_probes, max_passes=args.max_mask_passes,
-                               timeout=args.timeout, log_path=None)
+                               timeout=args.timeout, log_path=None,
+                               extra_path=_worker_paths(args.worker_path).get(spec))  # the sweep's sys.path for it
             try:
                 case = Case.from_json(row["case_json"])
                 def judge_one(c: Case, spec: str = spec, ex=ex) -> dict:

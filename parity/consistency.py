@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from .backends.base import Unsupported
 from .case import Case, Inputs, make_inputs
 from .reference import attention_reference
 from .verdict import BUDGETS, POISON, compare, make_baseline
@@ -53,7 +54,7 @@ def _run(backend, inputs: Inputs) -> torch.Tensor:
     case = inputs.case
     reason = backend.unsupported_reason(case)
     if reason:
-        raise RuntimeError(f"unsupported: {reason}")
+        raise Unsupported(reason)
     out = torch.full(inputs.q.shape, POISON, dtype=case.torch_dtype, device=inputs.q.device)  # (Sq, hq, d)
     res = backend.run(case, inputs, out)
     return res.detach().to("cpu", torch.float32)  # (Sq, hq, d)
@@ -98,7 +99,7 @@ def check(backend, case: Case, decode_positions: list[int] | None = None, chunk:
             got = _run(backend, _sub_inputs(full, case, p, p + 1, p + 1))  # (1, hq, d)
         except Exception as exc:  # noqa: BLE001
             rows.append({"backend": backend.name, "check": "decode", "where": f"p={p}", "case": case.summary(),
-                         "verdict": "error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}"})
+                         **_failed(exc)})
             continue
         record("decode", f"p={p}", got, prefill[p : p + 1], ref[p : p + 1])
     c = chunk or max(1, s // 4 + 3)  # an odd chunk size: chunk edges off the block grid
@@ -110,8 +111,15 @@ def check(backend, case: Case, decode_positions: list[int] | None = None, chunk:
         record("chunked", f"chunk={c}", torch.cat(pieces), prefill, ref)
     except Exception as exc:  # noqa: BLE001
         rows.append({"backend": backend.name, "check": "chunked", "where": f"chunk={c}", "case": case.summary(),
-                     "verdict": "error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}"})
+                     **_failed(exc)})
     return rows
+
+
+def _failed(exc: Exception) -> dict[str, str]:
+    """A declined sub-call is ``unsupported`` (not a failure), anything else ``error``."""
+    if isinstance(exc, Unsupported):
+        return {"verdict": "unsupported", "detail": str(exc)[:200]}
+    return {"verdict": "error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}"}
 
 
 FIELDS = ["backend", "check", "where", "case", "max_diff_vs_prefill", "max_err_vs_reference", "tolerance", "verdict", "detail"]
@@ -132,26 +140,27 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     case = Case((args.seq,), (args.seq,), args.hq, args.hkv, args.head_dim, args.dtype, Window.tokens(args.window), seed=7)
     rows: list[dict[str, Any]] = []
-    for spec in args.backend:
+    for spec in args.backend:  # each backend's rows are printed and written as soon as they are in
         be = backends.get(spec)
         why = be.unavailable_reason()
         if why:
-            rows.append({"backend": spec, "check": "all", "verdict": "unavailable", "detail": why, "case": case.summary()})
-            continue
-        rows.extend(check(be, case))
-    for r in rows:
-        print(f"{r['backend']:<24} {r['check']:<8} {r.get('where', ''):<10} {r['verdict']:<12} "
-              f"diff={r.get('max_diff_vs_prefill', '-')} tol={r.get('tolerance', '-')} {r.get('detail', '')}")
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / "consistency.csv"
-        new = not path.exists()
-        with path.open("a", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
-            if new:
-                w.writeheader()
-            w.writerows(rows)
-    return 1 if any(r["verdict"] != "pass" for r in rows if r["verdict"] != "unavailable") else 0
+            got = [{"backend": spec, "check": "all", "verdict": "unavailable", "detail": why, "case": case.summary()}]
+        else:
+            got = check(be, case)
+        rows.extend(got)
+        for r in got:
+            print(f"{r['backend']:<24} {r['check']:<8} {r.get('where', ''):<10} {r['verdict']:<12} "
+                  f"diff={r.get('max_diff_vs_prefill', '-')} tol={r.get('tolerance', '-')} {r.get('detail', '')}", flush=True)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            path = args.out / "consistency.csv"
+            new = not path.exists()
+            with path.open("a", newline="") as fh:
+                w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
+                if new:
+                    w.writeheader()
+                w.writerows(got)
+    return 1 if any(r["verdict"] in ("fail", "error") for r in rows) else 0
 
 
 if __name__ == "__main__":

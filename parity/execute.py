@@ -45,8 +45,9 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _call(backend: Backend, case: Case, inputs) -> tuple[torch.Tensor, int | None]:
-    """One checked call: returns the output and its count of unwritten (poisoned) elements."""
+def _call(backend: Backend, case: Case, inputs, count_unwritten: bool = True) -> tuple[torch.Tensor, int | None]:
+    """One checked call: returns the output and its count of unwritten (poisoned) elements
+    (``None`` when the backend returned another buffer, or ``count_unwritten=False``)."""
     out = torch.full(inputs.q.shape, POISON, dtype=case.torch_dtype, device=inputs.q.device)  # (total_q, hq, d)
     res = backend.run(case, inputs, out)
     if not isinstance(res, torch.Tensor):
@@ -58,7 +59,7 @@ def _call(backend: Backend, case: Case, inputs) -> tuple[torch.Tensor, int | Non
     if res.device.type != inputs.q.device.type:
         raise BackendFault(f"run() returned a tensor on {res.device}, expected {inputs.q.device}")
     same = res.data_ptr() == out.data_ptr()
-    unwritten = int((res == POISON).sum()) if same else None
+    unwritten = int((res == POISON).sum()) if same and count_unwritten else None
     return res, unwritten
 
 
@@ -76,7 +77,7 @@ def probe_runner(backend: Backend, case: Case) -> tuple[Callable[[Inputs], torch
             raise Unsupported(why)
         t = time.perf_counter()
         try:
-            return _call(backend, inp.case, inp)[0]
+            return _call(backend, inp.case, inp, count_unwritten=False)[0]  # the probes decode the output itself
         finally:
             _sync(backend.device)
             spent[0] += time.perf_counter() - t

@@ -43,6 +43,8 @@ UNIFORM_FRACTION = 0.5
 DEFAULT_MAX_PASSES = 64
 #: Score elements (query heads x sum of Sq*Sk over the batch) one batched probe call may cover.
 PROBE_CALL_ELEMENTS = 1 << 26
+#: Probes of at most this many (head, row, key) weights are decoded on the CPU.
+CPU_DECODE_ELEMENTS = 1 << 23
 
 
 @dataclasses.dataclass
@@ -182,8 +184,11 @@ def decode_mask(case: Case, outputs: list[torch.Tensor]) -> ProbeResult:
     patterns: Counter[str] = Counter()
     first: str | None = None
     image = None
-    # float32 on the backend's device: probe weights are 1/n or 0, held exactly enough
-    outs = [o.detach().to(torch.float32) for o in outputs]
+    # float32 (probe weights are 1/n or 0, held exactly enough); decoded on the CPU when
+    # small (one copy instead of many small synchronising kernels on a shared GPU), else
+    # on the backend's device
+    small = case.hq * sum(sq * sk for sq, sk in zip(case.q_lens, case.k_lens)) <= CPU_DECODE_ELEMENTS
+    outs = [o.detach().to("cpu" if small else o.device, torch.float32) for o in outputs]
     dev = outs[0].device
     for b, (sq, sk) in enumerate(zip(case.q_lens, case.k_lens)):
         spec = case.window.mask(sq, sk).to(dev)  # (Sq, Sk)

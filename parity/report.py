@@ -527,6 +527,11 @@ def _environment(run: Run) -> str:
         ("profile / seed / cases", f"{env.get('profile')} / {env.get('seed')} / {env.get('cases')}"),
         ("reference device", env.get("reference_device")),
         ("wall / reference seconds", f"{env.get('wall_seconds')} / {env.get('reference_seconds')}"),
+        ("lanes (--jobs)", env.get("jobs")),
+        ("PARTIAL", f"stopped by --time-limit: {env.get('rows_in_folder', env.get('rows_run'))} of "
+                    f"{env.get('rows_total', env.get('rows_planned'))} rows ran" if env.get("partial") else None),
+        ("resumed", f"completed by {len(env['earlier_runs'])} earlier run(s) into this folder plus this one"
+         if env.get("earlier_runs") else None),
         ("shims", ", ".join(env.get("shims") or []) or "none"),
     ]
     rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in keys if v not in (None, ""))

@@ -30,6 +30,9 @@ def markdown_summary(run: Run) -> str:
         env_bits.append(f"profile `{env['profile']}` seed {env.get('seed')}, {env.get('cases')} cases")
     if env.get("wall_seconds") is not None:
         env_bits.append(f"{env['wall_seconds']} s")
+    if env.get("partial"):
+        ran_rows, all_rows = env.get("rows_in_folder", env.get("rows_run")), env.get("rows_total", env.get("rows_planned"))
+        env_bits.append(f"**PARTIAL** (time limit: {ran_rows} of {all_rows} rows ran)")
     out += [" · ".join(env_bits), ""]
     totals = counts_by(run, "backend")
     out.append("| backend | " + " | ".join(VERDICTS) + " | worst err ratio |")

@@ -22,6 +22,7 @@ import csv
 import dataclasses
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -133,8 +134,13 @@ class BaselineCache:
         self.keep = keep
         self._cache: dict[str, Baseline] = {}  # insertion-ordered: oldest evicted first
         self.seconds = 0.0
+        self._lock = threading.Lock()  # lanes (--jobs) share one cache
 
     def get(self, case: Case) -> Baseline:
+        with self._lock:
+            return self._get(case)
+
+    def _get(self, case: Case) -> Baseline:
         hit = self._cache.get(case.case_id)
         if hit is not None:
             return hit
@@ -299,6 +305,10 @@ class SweepResult:
     seconds: float
     reference_seconds: float
     out_dir: Path | None
+    partial: bool = False  # stopped by the time limit before every row ran
+    planned: int = 0  # rows this run set out to produce
+    already: int = 0  # rows found in the folder on --resume
+    total: int = 0  # backends x cases
 
     def counts(self) -> dict[str, dict[str, int]]:
         table: dict[str, dict[str, int]] = {}
@@ -324,6 +334,19 @@ def make_executor(spec: str, isolate: bool, **kw: Any):
     return InlineExecutor(spec, **kw)
 
 
+def plan_lanes(specs: list[str], jobs: int, costs: dict[str, float]) -> list[list[str]]:
+    """Split backends over ``jobs`` lanes, heaviest first onto the least loaded lane (LPT)."""
+    jobs = max(1, min(jobs, len(specs)))
+    lanes: list[list[str]] = [[] for _ in range(jobs)]
+    load = [0.0] * jobs
+    for spec in sorted(specs, key=lambda s: -costs.get(s, 1.0)):
+        i = load.index(min(load))
+        lanes[i].append(spec)
+        load[i] += costs.get(spec, 1.0)
+    order = {s: n for n, s in enumerate(specs)}
+    return [sorted(lane, key=order.__getitem__) for lane in lanes if lane]
+
+
 def run_sweep(
     specs: Iterable[str],
     cases: list[Case],
@@ -339,40 +362,96 @@ def run_sweep(
     repeats: int = 1,
     worker_paths: dict[str, list[str]] | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    jobs: int = 1,
+    time_limit: float | None = None,
 ) -> SweepResult:
-    """Run every case on every backend; see the module docstring for the verdicts."""
+    """Run every case on every backend; see the module docstring for the verdicts.
+
+    ``jobs > 1`` splits the backends over that many lanes that run at once (each lane:
+    cases outer, its backends inner), so compile-bound backends (flex, JAX) do not hold
+    up the rest. Per-case times are then measured while other lanes run.
+
+    ``time_limit``: seconds after which no new row is started; the result is then
+    ``partial`` and ``resume=True`` on the same folder runs the rest.
+    """
     budgets = budgets or BUDGETS
     specs = list(dict.fromkeys(specs))
     writer = ResultsWriter(out_dir, resume) if out_dir else None
-    baselines = BaselineCache(reference_device)
+    baselines = BaselineCache(reference_device, keep=64 if jobs <= 1 else 512)
     rows: list[dict[str, Any]] = []
     infos: dict[str, dict[str, Any]] = {}
     t0 = time.perf_counter()
     bar = Progress(len(specs) * len(cases), enabled=progress)
     executors: dict[str, Any] = {}
     timing = SweepTiming()
-    pending: tuple[Case, str, dict[str, Any], dict[str, Any], float] | None = None
+    timing.jobs = jobs
+    lock = threading.RLock()  # rows, writer, progress bar, timing
+    stop = threading.Event()
+    timed_out = threading.Event()
+    deadline = None if time_limit is None else t0 + time_limit
 
     def emit(row: dict[str, Any]) -> None:
-        rows.append(row)
-        if writer:
-            writer.write(row)
-        if on_row:
-            on_row(row)
-        bar.update(row["verdict"], f"{row['backend']} {row['_summary']}")
+        with lock:
+            rows.append(row)
+            if writer:
+                writer.write(row)
+            if on_row:
+                on_row(row)
+            bar.update(row["verdict"], f"{row['backend']} {row['_summary']}")
 
-    def finish() -> None:
-        """Judge the row whose result is in; runs while the next backend computes."""
-        nonlocal pending
-        if pending is None:
-            return
-        case, spec, info, res, wait_s = pending
-        pending = None
+    def judge_and_emit(case: Case, spec: str, info: dict[str, Any], res: dict[str, Any], wait_s: float) -> None:
         t_judge = time.perf_counter()
         row = judge(case, spec, info, res, baselines, budgets)
-        timing.add(spec, case, res, wait_s, time.perf_counter() - t_judge)
+        with lock:
+            timing.add(spec, case, res, wait_s, time.perf_counter() - t_judge)
         row["_summary"] = case.summary()
         emit(row)
+
+    def lane(lane_specs: list[str]) -> None:
+        """Cases outer, backends inner; backend k+1 computes while the lane judges backend k."""
+        pending: tuple[Case, str, dict[str, Any], dict[str, Any], float] | None = None
+
+        def finish() -> None:
+            nonlocal pending
+            if pending is not None:
+                done, pending = pending, None
+                judge_and_emit(*done)
+
+        t_lane = time.perf_counter()
+        try:
+            for case in cases:
+                for spec in lane_specs:
+                    if stop.is_set():
+                        return
+                    if deadline is not None and time.perf_counter() > deadline:
+                        timed_out.set()
+                        return
+                    ex, info = executors[spec], infos[spec]
+                    if writer and (spec, case.case_id) in writer.done:
+                        with lock:
+                            bar.update("skipped", spec)
+                        continue
+                    if info.get("unavailable"):
+                        finish()
+                        emit({**unavailable_row(case, spec, info), "_summary": case.summary()})
+                        continue
+                    t_ex = time.perf_counter()
+                    failed = ex.submit(case)
+                    t_sent = time.perf_counter()
+                    finish()  # the previous row, overlapped with this backend's work
+                    t_wait = time.perf_counter()
+                    res = failed if failed is not None else ex.collect()
+                    if stop.is_set():  # interrupted: this answer may be the worker being shut down
+                        return
+                    pending = (case, spec, info, res, (t_sent - t_ex) + (time.perf_counter() - t_wait))
+                finish()
+                if out_dir:  # after every case, so a run cut short still says where its time went
+                    with lock:
+                        _write_timing(out_dir, timing, time.perf_counter() - t0, baselines.seconds, partial=True)
+        finally:
+            finish()  # a result already in is never lost, even on Ctrl-C
+            with lock:
+                timing.lane_wall[tuple(lane_specs)] = time.perf_counter() - t_lane
 
     try:
         for spec in specs:
@@ -394,40 +473,49 @@ def run_sweep(
         for spec, ex in executors.items():  # the workers start in parallel; wait for each
             infos[spec] = ex.info
         timing.startup_s = time.perf_counter() - t0
-        # cases outer, backends inner: each case's reference is computed once, for all.
-        # Pipelined: backend k+1 computes while the sweep judges backend k's result.
-        for case in cases:
-            for spec, ex in executors.items():
-                info = infos[spec]
-                if writer and (spec, case.case_id) in writer.done:
-                    bar.update("skipped", spec)
-                    continue
-                if info.get("unavailable"):
-                    finish()
-                    emit({**unavailable_row(case, spec, info), "_summary": case.summary()})
-                    continue
-                t_ex = time.perf_counter()
-                failed = ex.submit(case)
-                t_sent = time.perf_counter()
-                finish()  # the previous row, overlapped with this backend's work
-                t_wait = time.perf_counter()
-                res = failed if failed is not None else ex.collect()
-                pending = (case, spec, info, res, (t_sent - t_ex) + (time.perf_counter() - t_wait))
-            finish()
-            if out_dir:  # after every case, so a run cut short still says where its time went
-                _write_timing(out_dir, timing, time.perf_counter() - t0, baselines.seconds, partial=True)
+        if jobs <= 1:
+            lane(specs)
+        else:
+            from . import backends
+
+            costs = {s: 0.0 if infos[s].get("unavailable") else float(getattr(backends.get(s), "cost_hint", 1.0)) for s in specs}
+            timing.lanes = plan_lanes(specs, jobs, costs)
+            errors: list[BaseException] = []
+
+            def guarded(lane_specs: list[str]) -> None:
+                try:
+                    lane(lane_specs)
+                except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+                    errors.append(exc)
+                    stop.set()
+
+            threads = [threading.Thread(target=guarded, args=(ls,), daemon=True) for ls in timing.lanes]
+            for t in threads:
+                t.start()
+            try:
+                for t in threads:
+                    while t.is_alive():
+                        t.join(0.2)  # short joins: Ctrl-C reaches this thread
+            except BaseException:
+                stop.set()
+                for ex in executors.values():  # unblock lanes waiting on a worker
+                    ex.close()
+                raise
+            if errors:
+                raise errors[0]
     finally:
-        try:
-            finish()  # a result already in is never lost, even on Ctrl-C
-        finally:
-            for ex in executors.values():
-                ex.close()
-            if writer:
-                writer.close()
+        for ex in executors.values():
+            ex.close()
+        if writer:
+            writer.close()
     wall = time.perf_counter() - t0
+    partial = timed_out.is_set()
     if out_dir:
-        _write_timing(out_dir, timing, wall, baselines.seconds, partial=False)
-    return SweepResult(rows, infos, wall, baselines.seconds, out_dir)
+        _write_timing(out_dir, timing, wall, baselines.seconds, partial=partial)
+    ids = {c.case_id for c in cases}
+    already = sum(1 for b, c in writer.done if b in specs and c in ids) if writer else 0
+    return SweepResult(rows, infos, wall, baselines.seconds, out_dir, partial=partial,
+                       planned=len(specs) * len(cases) - already, already=already, total=len(specs) * len(cases))
 
 
 def _write_timing(out_dir: Path, timing: SweepTiming, wall: float, reference_s: float, partial: bool) -> None:
@@ -458,6 +546,9 @@ class SweepTiming:
     def __init__(self) -> None:
         self.per: dict[str, dict[str, float]] = {}
         self.startup_s = 0.0
+        self.jobs = 1
+        self.lanes: list[list[str]] = []
+        self.lane_wall: dict[tuple[str, ...], float] = {}  # each lane's own wall time (after start-up)
 
     def add(self, spec: str, case: Case, res: dict[str, Any], exec_s: float, judge_s: float) -> None:
         t = self.per.setdefault(spec, {k: 0.0 for k in self.KEYS})
@@ -471,6 +562,17 @@ class SweepTiming:
             t["small_cases"] += 1
             t["small_s"] += exec_s + judge_s
 
+    def _lane_shares(self) -> dict[str, Any]:
+        """Per lane (``--jobs``): 1 - its backends' call time / the lane's wall time. Each lane is
+        serial, so this is the harness's share of that lane; with one lane it is the sweep's share
+        after start-up."""
+        out = {}
+        for lane, wall in self.lane_wall.items():
+            calls = sum(self.per[s]["call_s"] + self.per[s]["probe_call_s"] for s in lane if s in self.per)
+            out[" ".join(lane)] = {"wall_s": round(wall, 3), "backend_calls_s": round(calls, 3),
+                                   "overhead_share": round((wall - calls) / wall, 4) if wall > 0 else None}
+        return out
+
     def summary(self, wall: float, reference_s: float) -> dict[str, Any]:
         calls = sum(t["call_s"] + t["probe_call_s"] for t in self.per.values())
         per = {}
@@ -479,14 +581,18 @@ class SweepTiming:
                          "cases_per_s_upto_4096": round(t["small_cases"] / t["small_s"], 2) if t["small_s"] else None}
         rows = sum(t["cases"] for t in self.per.values())
         loop = wall - self.startup_s
+        serial = self.jobs <= 1  # with lanes running at once, backend calls overlap and wall - calls means nothing
         return {
+            "jobs": self.jobs,
+            "lanes": self.lanes,
             "wall_s": round(wall, 3),
             "startup_s": round(self.startup_s, 3),
             "reference_s": round(reference_s, 3),
             "backend_calls_s": round(calls, 3),
-            "harness_overhead_s": round(wall - calls, 3),
-            "harness_overhead_share": round((wall - calls) / wall, 4) if wall else None,
-            "harness_overhead_share_after_startup": round((loop - calls) / loop, 4) if loop > 0 else None,
+            "harness_overhead_s": round(wall - calls, 3) if serial else None,
+            "harness_overhead_share": round((wall - calls) / wall, 4) if wall and serial else None,
+            "harness_overhead_share_after_startup": round((loop - calls) / loop, 4) if loop > 0 and serial else None,
+            "lane_overhead_share": self._lane_shares(),
             "rows_run": int(rows),
             "rows_per_s_after_startup": round(rows / loop, 2) if loop > 0 and rows else None,
             "per_backend": per,

@@ -164,10 +164,12 @@ def test_broken_plugin_from_the_shell_prints_one_line(plugins, tmp_path):
 
 ARG_ERRORS = [
     (["run", "--seed", "abc"], "invalid int value: 'abc'"),
-    (["run", "--timeout", "0"], "--timeout > 0"),
-    (["run", "--timeout", "-5"], "--timeout > 0"),
-    (["run", "--repeats", "0"], "--repeats and --max-mask-passes must be >= 1"),
-    (["run", "--max-mask-passes", "0"], "--repeats and --max-mask-passes must be >= 1"),
+    (["run", "--timeout", "0"], "--timeout must be > 0 seconds, got 0"),
+    (["run", "--timeout", "-5"], "--timeout must be > 0 seconds, got -5"),
+    (["run", "--repeats", "0"], "--repeats must be >= 1, got 0"),
+    (["run", "--max-mask-passes", "0"], "--max-mask-passes must be >= 1, got 0"),
+    (["run", "--jobs", "0"], "--jobs must be >= 1, got 0"),
+    (["run", "--time-limit", "0"], "--time-limit must be > 0 seconds, got 0"),
     (["run", "--dtype", "int8"], "invalid choice: 'int8'"),
     (["run", "--profile", "huge"], "invalid choice: 'huge'"),
     (["run", "--budget", "bfloat16.k_max"], "DTYPE.FIELD=VALUE"),

@@ -71,3 +71,33 @@ def test_out_of_memory_is_labelled():
     for bad in (RunsOutOfMemory(), RaisesMemoryError()):
         row = evaluate(bad, CASES[0])
         assert row["verdict"] == "error" and row["detail"].startswith("out of memory"), row["detail"]
+
+
+class SlowReference(ReferenceBackend):
+    name = "slow"
+    cost_hint = 50.0
+
+    def run(self, case, inputs, out):
+        time.sleep(0.3)
+        return super().run(case, inputs, out)
+
+
+def test_lanes_give_the_same_rows_and_keep_a_crash_to_its_own_rows(tmp_path):
+    from parity.sweep import plan_lanes
+
+    specs = ["tests.test_isolation:SlowReference", "tests.test_isolation:AbortsOnSeed1", "reference", "sdpa"]
+    one = run_sweep(specs, CASES, out_dir=tmp_path / "one", timeout=30, progress=False)
+    two = run_sweep(specs, CASES, out_dir=tmp_path / "two", timeout=30, progress=False, jobs=2)
+
+    def table(res):
+        return sorted((r["backend"], r["case_id"], r["verdict"], r["max_abs_err"]) for r in res.rows)
+
+    assert table(one) == table(two)
+    assert sum(r["verdict"] == "crash" for r in two.rows) == 1
+    assert len((tmp_path / "two" / "results.csv").read_text().splitlines()) == 1 + len(specs) * len(CASES)
+    timing = json.loads((tmp_path / "two" / "timing.json").read_text())
+    # the slow backend gets a lane of its own; overlapping lanes have no serial overhead share
+    assert timing["jobs"] == 2 and ["tests.test_isolation:SlowReference"] in timing["lanes"]
+    assert timing["harness_overhead_share"] is None
+    assert plan_lanes(["a", "b", "c"], 5, {"a": 9.0}) == [["a"], ["b"], ["c"]]
+    assert plan_lanes(["a", "b", "c", "d"], 2, {"c": 9.0}) == [["c"], ["a", "b", "d"]]

@@ -46,6 +46,9 @@ class Backend:
     #: True when ``run`` reads a paged KV cache (``inputs.paged()``) for cases with a
     #: ``page_size``; other backends get those cases recorded as unsupported.
     supports_paged: bool = False
+    #: Rough relative cost of one sweep case (compile-bound backends are high); ``--jobs``
+    #: lanes are balanced on it.
+    cost_hint: float = 1.0
 
     def unavailable_reason(self) -> str | None:
         return None

@@ -34,6 +34,7 @@ def fa4_window(window: Window, q_lens, k_lens) -> tuple[int | None, int | None]:
 
 
 class Fa4Backend(Backend):
+    cost_hint = 8  # relative sweep cost, for --jobs lanes: CuTe DSL compiles each new kernel configuration
     name = "fa4-cuda"
     device = "cuda"
     supports_paged = True
@@ -78,17 +79,24 @@ class Fa4Backend(Backend):
         kw = dict(softmax_scale=case.softmax_scale, causal=False, window_size=window, softcap=case.softcap or 0.0)
         if case.page_size is not None:
             paged = inputs.paged()
-            o = flash_attn_varlen_func(
-                inputs.q,  # (total_q, hq, d)
-                paged.k_cache,  # (pages, page_size, hkv, d)
-                paged.v_cache,  # (pages, page_size, hkv, d)
-                cu_seqlens_q=inputs.cu_seqlens_q,  # (B + 1,) int32
-                max_seqlen_q=max(case.q_lens),
-                max_seqlen_k=max(case.k_lens),
-                seqused_k=paged.seqlens_k,  # (B,) int32
-                page_table=paged.block_table,  # (B, max_pages) int32
-                **kw,
-            )
+            try:
+                o = flash_attn_varlen_func(
+                    inputs.q,  # (total_q, hq, d)
+                    paged.k_cache,  # (pages, page_size, hkv, d)
+                    paged.v_cache,  # (pages, page_size, hkv, d)
+                    cu_seqlens_q=inputs.cu_seqlens_q,  # (B + 1,) int32
+                    max_seqlen_q=max(case.q_lens),
+                    max_seqlen_k=max(case.k_lens),
+                    seqused_k=paged.seqlens_k,  # (B,) int32
+                    page_table=paged.block_table,  # (B, max_pages) int32
+                    **kw,
+                )
+            except AssertionError as exc:
+                # FA4 guards its paged path with asserts ("Paged KV does not support irregular
+                # head dim", measured on the H200): its own refusal, recorded as unsupported
+                if "not support" in str(exc):
+                    raise Unsupported(f"flash-attn-4 paged KV refused: {exc}") from None
+                raise
         elif case.is_uniform and not self.always_varlen:
             q, k, v = inputs.dense()  # (B, Sq, hq, d), (B, Sk, hkv, d), (B, Sk, hkv, d)
             o = flash_attn_func(q, k, v, **kw)

@@ -68,14 +68,26 @@ def _tensor_softcap(device: str):
     return score_mod
 
 
+#: Recompiles allowed per code object. Dynamo's default (8) would, after 8 distinct
+#: (dtype, heads, head dim, bucket) combinations, silently run flex_attention eagerly:
+#: an unfused path, not the compiled kernel this backend stands for.
+RECOMPILE_LIMIT = 4096
+
+
 @functools.cache
 def _compiled_flex():
+    import torch._dynamo
     from torch.nn.attention.flex_attention import flex_attention
 
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, max(int(getattr(cfg, name)), RECOMPILE_LIMIT))
     return torch.compile(flex_attention, dynamic=False)
 
 
 class FlexBackend(Backend):
+    cost_hint = 10  # relative sweep cost, for --jobs lanes: dynamo traces each new shape
     name = "flex"
     description = "FlexAttention with a window mask_mod; eager on CPU, compiled on CUDA"
     compiled: bool | None = None  # None: compiled on CUDA, eager on CPU
@@ -112,6 +124,7 @@ class FlexBackend(Backend):
 
 
 class FlexCompiledBackend(FlexBackend):
+    cost_hint = 30  # inductor compiles each new shape
     name = "flex-compiled"
     compiled = True
     description = "FlexAttention through torch.compile (CPU inductor here: slow first call)"
@@ -140,6 +153,7 @@ def bucketed_mask_mod(window: Window, sq: int, sk: int, device):
 
 
 class FlexCudaBackend(FlexBackend):
+    cost_hint = 30  # compiles each new (dtype, heads, head dim, bucket)
     name = "flex-cuda"
     device = "cuda"
     description = (

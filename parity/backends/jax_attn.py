@@ -150,12 +150,14 @@ class JaxBackend(Backend):
 
 
 class JaxXla(JaxBackend):
+    cost_hint = 30  # XLA compiles each new (shape, window)
     name = "jax-xla-cuda"
     implementation = "xla"
     description = "jax.nn.dot_product_attention(implementation='xla') with local_window_size"
 
 
 class JaxCudnn(JaxBackend):
+    cost_hint = 4  # cuDNN builds a graph per shape
     name = "jax-cudnn-cuda"
     implementation = "cudnn"
     description = "jax.nn.dot_product_attention(implementation='cudnn') with local_window_size"

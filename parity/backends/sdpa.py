@@ -122,6 +122,7 @@ class SdpaCudaEfficient(SdpaBackend):
 
 
 class SdpaCudaCudnn(SdpaBackend):
+    cost_hint = 3  # relative sweep cost, for --jobs lanes: cuDNN builds a graph per shape
     name = "sdpa-cudnn-cuda"
     device = "cuda"
     kernel = "CUDNN_ATTENTION"
