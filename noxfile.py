@@ -33,7 +33,10 @@ def gpu(session: nox.Session) -> None:
     session.run("python", "-m", "parity", "backends")
     profile = os.environ.get("PARITY_PROFILE", "default")
     session.run("python", "-m", "pytest", "-m", "gpu", "--parity-profile", profile, success_codes=[0, 5])
-    session.run("python", "-m", "parity", "run", "--backend", os.environ.get("PARITY_GPU_BACKENDS", "all-gpu"), *session.posargs)
+    # lanes: compile-bound backends (flex, FA4, JAX XLA) run beside the rest instead of holding them up
+    jobs = os.environ.get("PARITY_GPU_JOBS", "4")
+    session.run("python", "-m", "parity", "run", "--backend", os.environ.get("PARITY_GPU_BACKENDS", "all-gpu"),
+                "--jobs", jobs, *session.posargs)
 
 
 @nox.session

@@ -26,6 +26,7 @@ class UsageError(Exception):
 EXTRA_COMMANDS: dict[str, str] = {"report": "parity.report_cli", "diff": "parity.diff"}
 EXTRA_COMMANDS["decode"] = "parity.decode.cli"
 EXTRA_COMMANDS["selftest"] = "parity.selftest.run"  # planted bugs and honest variants (parity/selftest/)
+EXTRA_COMMANDS["merge"] = "parity.merge"  # several run folders (shards, resumed parts) into one
 
 
 def _extra(module: str):

@@ -196,6 +196,8 @@ def render_html(run: Run) -> str:
         ("plots", "Error plots", _plots(run)),
         ("masks", "Effective masks of failing cases", _masks(run)),
     ]
+    if run.consistency:
+        sections.append(("consistency", "Decode and chunked-prefill consistency", _consistency(run)))
     if run.decode is not None or run.decode_path is not None:
         sections.append(("decode", "Decode divergence", _decode(run)))
     sections += [("environment", "Environment", _environment(run)), ("rows", "All rows that did not pass", _rows(run))]
@@ -487,6 +489,29 @@ def _decode(run: Run) -> str:
         parts.append(f'<p class="small">Main columns shown; all {len(df.columns)} are in {escape(str(rel.name))}.</p>')
     parts.append(f'<div class="scroll">{_table(df.to_dict("records"), cols, MAX_ROWS_TABLE)}</div>')
     return "".join(parts)
+
+
+def consistency_counts(run: Run) -> dict[str, dict[str, int]]:
+    """Per backend, how many consistency rows got each verdict."""
+    out: dict[str, dict[str, int]] = {}
+    for r in run.consistency:
+        c = out.setdefault(r["backend"], {})
+        c[r.get("verdict", "")] = c.get(r.get("verdict", ""), 0) + 1
+    return out
+
+
+def _consistency(run: Run) -> str:
+    verdicts = sorted({r.get("verdict", "") for r in run.consistency}, key=lambda v: (v != "pass", v))
+    rows = [{"backend": b, **{v: c.get(v, 0) for v in verdicts}} for b, c in consistency_counts(run).items()]
+    intro = (
+        '<p class="small">consistency.csv (<code>python -m parity.consistency</code>): each decode step (Sq = 1 at '
+        "position p) must equal the full prefill's row p, and prefill in odd-sized chunks must equal one-shot "
+        "prefill, within twice the case's error budget; both also against the float64 reference.</p>"
+    )
+    bad = [r for r in run.consistency if r.get("verdict") != "pass"]
+    cols = ["backend", "check", "where", "case", "max_diff_vs_prefill", "max_err_vs_reference", "tolerance", "verdict", "detail"]
+    detail = f"<h3>Rows that did not pass</h3>{_table(bad, cols, 60)}" if bad else "<p>Every row passed.</p>"
+    return intro + _table(rows, ["backend", *verdicts], 200) + detail
 
 
 def _table(rows: list[dict[str, Any]], cols: list[str], limit: int) -> str:

@@ -88,6 +88,15 @@ def markdown_summary(run: Run) -> str:
             vc = run.decode["verdict"].value_counts().to_dict()
             line += " (" + ", ".join(f"{k}: {v}" for k, v in sorted(vc.items())) + ")"
         out += ["", line + "."]
+    if run.consistency:
+        from .report import consistency_counts
+
+        parts = []
+        for b, c in consistency_counts(run).items():
+            not_pass = {k: v for k, v in c.items() if k != "pass"}
+            extra = " (" + ", ".join(f"{k} {v}" for k, v in sorted(not_pass.items())) + ")" if not_pass else ""
+            parts.append(f"`{md_cell(b)}` {c.get('pass', 0)}/{sum(c.values())}{extra}")
+        out += ["", "Decode / chunked-prefill consistency (pass / rows): " + ", ".join(parts) + "."]
     text = "\n".join(out) + "\n"
     if len(text) > MAX_MARKDOWN:
         text = text[: MAX_MARKDOWN - 80].rsplit("\n", 1)[0] + "\n\n… (truncated; see report.html)\n"

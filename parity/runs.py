@@ -45,13 +45,17 @@ class Run:
     decode_path: Path | None
     decode_steps: Any | None = None  # pandas.DataFrame of decode_steps.csv beside decode.csv (per step), or None
     shrunk: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # shrunk.jsonl: smaller failing cases
+    consistency: list[dict[str, str]] = dataclasses.field(default_factory=list)  # consistency.csv (parity.consistency)
 
     @property
     def columns(self) -> list[str]:
         return [c for c in self.df.columns if not c.endswith("_f")]
 
     def backends(self) -> list[str]:
-        return list(dict.fromkeys(self.df["backend"]))
+        """Backends in the order the run asked for them (environment.json), then any others as they appear."""
+        present = list(dict.fromkeys(self.df["backend"]))
+        asked = [b for b in (self.env.get("backends") or {}) if b in set(present)]
+        return asked + [b for b in present if b not in set(asked)]
 
 
 def _pandas():
@@ -113,7 +117,13 @@ def load_run(folder: Path | str) -> Run:
             steps = pd.read_csv(decode_path.parent / "decode_steps.csv", dtype=str, keep_default_na=False)
         except (pd.errors.ParserError, pd.errors.EmptyDataError):
             steps = None
-    return Run(folder, df, env, masks, decode, decode_path, steps, _jsonl(folder / "shrunk.jsonl"))
+    consistency: list[dict[str, str]] = []
+    if (folder / "consistency.csv").exists():
+        import csv
+
+        with (folder / "consistency.csv").open(newline="") as fh:
+            consistency = [r for r in csv.DictReader(fh) if r.get("backend")]
+    return Run(folder, df, env, masks, decode, decode_path, steps, _jsonl(folder / "shrunk.jsonl"), consistency)
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

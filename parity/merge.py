@@ -1,0 +1,188 @@
+"""``python -m parity merge OUT DIR [DIR ...]``: one run folder from several.
+
+For sweeps sharded over machines or processes (one folder per GPU runner, per sys.path
+group, per resumed part) that a reviewer wants as one report. What is merged:
+
+=====================  ==========================================================================
+``results.csv``        rows of every folder; a (backend, case) pair present twice is an error
+                       unless both rows are identical (``--prefer-last`` keeps the later folder's)
+``masks.jsonl``,       lines concatenated, exact duplicates dropped
+``shrunk.jsonl``
+``consistency.csv``    rows concatenated (also from ``DIR/*/consistency.csv``)
+``decode/``            ``decode.csv`` / ``decode_steps.csv`` from ``DIR/decode.csv`` or
+                       ``DIR/*/decode.csv``; the noise-calibration ``baseline`` rows kept once
+``environment.json``   the first folder's, with ``backends`` united and ``merged_from`` listing
+                       every folder's date, command, wall time and partial flag
+=====================  ==========================================================================
+
+Then ``report.html``, ``summary.md`` and ``junit.xml`` are written for OUT. Exit 0; 2 on bad
+input (a folder without results.csv, mismatched columns, conflicting rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("merge", help="merge several run folders (shards, resumed parts) into one, with its reports")
+    p.add_argument("out", type=Path, metavar="OUT", help="the merged folder (created; must not be one of the inputs)")
+    p.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="run folders, each with results.csv")
+    p.add_argument("--prefer-last", action="store_true", help="on a (backend, case) pair in two folders keep the later one")
+    p.add_argument("--extra", type=Path, action="append", default=[], metavar="DIR",
+                   help="a folder with only consistency.csv and/or decode results to fold in (repeatable)")
+    p.add_argument("--no-report", action="store_true", help="merge the data only")
+    return p
+
+
+def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def _write_csv(path: Path, fields: list[str], rows: list[dict[str, str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _lines(paths: list[Path]) -> list[str]:
+    seen: dict[str, None] = {}
+    for p in paths:
+        if p.exists():
+            for line in p.read_text().splitlines():
+                if line.strip():
+                    seen.setdefault(line, None)
+    return list(seen)
+
+
+def _concat(paths: list[Path], key=None) -> tuple[list[str], list[dict[str, str]]]:
+    """Rows of several CSVs with the union of their columns; ``key(row)``: drop later repeats of it."""
+    fields: list[str] = []
+    rows: list[dict[str, str]] = []
+    seen: set = set()
+    for p in paths:
+        f, rs = _read_csv(p)
+        fields.extend(c for c in f if c not in fields)
+        for r in rs:
+            k = key(r) if key else None
+            if k is not None:
+                if k in seen:
+                    continue
+                seen.add(k)
+            rows.append(r)
+    return fields, rows
+
+
+def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Path] | None = None) -> dict[str, Any]:
+    """Merge ``dirs`` into ``out``; returns counts. Raises ``ValueError`` naming what is wrong."""
+    from .sweep import COLUMNS
+
+    dirs = [Path(d) for d in dirs]
+    extra = [Path(d) for d in extra or []]
+    out = Path(out)
+    if any(out.resolve() == d.resolve() for d in dirs + extra):
+        raise ValueError(f"OUT {out} is one of the input folders; merge into a new folder")
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    origin: dict[tuple[str, str], Path] = {}
+    for d in dirs:
+        path = d / "results.csv"
+        if not path.exists():
+            raise ValueError(f"{d}: no results.csv (not a run folder)")
+        fields, rs = _read_csv(path)
+        missing = [c for c in ("backend", "case_id", "verdict") if c not in fields]
+        if missing:
+            raise ValueError(f"{path}: not a results.csv of this tool (no {', '.join(missing)} column)")
+        for r in rs:
+            if not r.get("verdict"):
+                continue  # a torn last row of a killed run
+            k = (r["backend"], r["case_id"])
+            if k in rows and rows[k] != r and not prefer_last:
+                raise ValueError(
+                    f"backend {k[0]} case {k[1]} has different rows in {origin[k]} and {d} "
+                    "(--prefer-last keeps the later folder's)"
+                )
+            rows[k] = r
+            origin[k] = d
+    out.mkdir(parents=True, exist_ok=True)
+    _write_csv(out / "results.csv", COLUMNS, list(rows.values()))
+    for name in ("masks.jsonl", "shrunk.jsonl"):
+        lines = _lines([d / name for d in dirs])
+        if lines:
+            (out / name).write_text("\n".join(lines) + "\n")
+    sources = dirs + extra
+    cons = [p for d in sources for p in [d / "consistency.csv", *sorted(d.glob("*/consistency.csv"))] if p.exists()]
+    n_cons = 0
+    if cons:
+        fields, crow = _concat(cons)
+        _write_csv(out / "consistency.csv", fields, crow)
+        n_cons = len(crow)
+    dec = [p for d in sources for p in [d / "decode.csv", *sorted(d.glob("*/decode.csv"))] if p.exists()]
+    n_dec = 0
+    if dec:
+        def base_key(r: dict[str, str]):
+            return ("baseline", r.get("model"), r.get("prompt_id"), r.get("step")) if r.get("backend") == "baseline" else None
+
+        fields, drows = _concat(dec, base_key)
+        _write_csv(out / "decode" / "decode.csv", fields, drows)
+        n_dec = len(drows)
+        steps = [p.parent / "decode_steps.csv" for p in dec if (p.parent / "decode_steps.csv").exists()]
+        if steps:
+            fields, srows = _concat(steps, base_key)
+            _write_csv(out / "decode" / "decode_steps.csv", fields, srows)
+    envs = []
+    for d in dirs:
+        p = d / "environment.json"
+        if p.exists():
+            try:
+                envs.append((d, json.loads(p.read_text())))
+            except ValueError:
+                pass
+    if envs:
+        env = dict(envs[0][1])
+        backends: dict[str, Any] = {}
+        for _, e in envs:
+            for spec, info in (e.get("backends") or {}).items():
+                if spec not in backends or (backends[spec].get("unavailable") and not (info or {}).get("unavailable")):
+                    backends[spec] = info
+        env["backends"] = backends
+        keep = ("date_utc", "command", "wall_seconds", "partial", "rows_run", "rows_in_folder", "rows_total", "jobs", "earlier_runs")
+        env["merged_from"] = [{"folder": str(d), **{k: e.get(k) for k in keep if k in e}} for d, e in envs]
+        env["partial"] = any(bool(e.get("partial")) for _, e in envs) and not _complete(env, rows)
+        env["rows_in_folder"] = len(rows)
+        walls = [e.get("wall_seconds") for _, e in envs if isinstance(e.get("wall_seconds"), (int, float))]
+        env["wall_seconds"] = round(sum(walls), 2)  # summed over the merged runs (shards may have overlapped)
+        (out / "environment.json").write_text(json.dumps(env, indent=2, default=str) + "\n")
+    return {"rows": len(rows), "folders": len(dirs), "consistency_rows": n_cons, "decode_rows": n_dec}
+
+
+def _complete(env: dict[str, Any], rows: dict[tuple[str, str], dict[str, str]]) -> bool:
+    """Every backend has a row for every case seen in the merged rows."""
+    backends = {b for b, _ in rows}
+    cases = {c for _, c in rows}
+    return len(rows) == len(backends) * len(cases)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .cli import UsageError
+
+    try:
+        counts = merge(args.out, args.dirs, args.prefer_last, args.extra)
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"merge: {exc}") from None
+    print(f"parity merge: {counts['rows']} rows from {counts['folders']} folders, {counts['consistency_rows']} consistency rows, "
+          f"{counts['decode_rows']} decode rows -> {args.out}", file=sys.stderr)
+    if not args.no_report:
+        from .report import write_all
+
+        written = write_all(args.out)
+        print("parity: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return 0
