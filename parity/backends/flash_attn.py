@@ -31,6 +31,7 @@ class FlashAttnBackend(Backend):
     name = "fa2-cuda"
     device = "cuda"
     module = "flash_attn"
+    install_hint = "pip install flash-attn: a wheel built for this torch and CUDA, or a source build with nvcc"
     description = "flash_attn.flash_attn_func / flash_attn_varlen_func (FA2 package)"
     softcap_ok = True
 
@@ -38,7 +39,7 @@ class FlashAttnBackend(Backend):
         if r := cuda_unavailable_reason():
             return r
         if r := import_error_reason(self.module):
-            return r
+            return r + f" ({self.install_hint})"
         mod = __import__(self.module)
         if not hasattr(mod, "flash_attn_func"):
             return f"{self.module} has no flash_attn_func (is this the FA4-only flash_attn namespace package?)"
@@ -128,4 +129,5 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
 class FlashAttn3Backend(FlashAttnBackend):
     name = "fa3-cuda"
     module = "flash_attn_interface"
+    install_hint = "FA3: build flash-attention's hopper/ folder (python setup.py install) for this torch and CUDA"
     description = "flash_attn_interface.flash_attn_func / flash_attn_varlen_func (FA3, Hopper)"

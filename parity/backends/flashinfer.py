@@ -37,7 +37,11 @@ class FlashInferBackend(Backend):
     description = "flashinfer.single_prefill_with_kv_cache with window_left"
 
     def unavailable_reason(self) -> str | None:
-        return cuda_unavailable_reason() or import_error_reason("flashinfer")
+        if r := cuda_unavailable_reason():
+            return r
+        if r := import_error_reason("flashinfer"):
+            return r + " (pip install flashinfer-python; it JIT-compiles its kernels with nvcc)"
+        return None
 
     def version(self) -> str:
         import flashinfer
