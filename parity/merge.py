@@ -156,7 +156,7 @@ def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Pa
         env["backends"] = backends
         keep = ("date_utc", "command", "wall_seconds", "partial", "rows_run", "rows_in_folder", "rows_total", "jobs", "earlier_runs")
         env["merged_from"] = [{"folder": str(d), **{k: e.get(k) for k in keep if k in e}} for d, e in envs]
-        env["partial"] = any(bool(e.get("partial")) for _, e in envs) and not _complete(env, rows)
+        env["partial"] = any(bool(e.get("partial")) for _, e in envs) and not _complete(rows)
         env["rows_in_folder"] = len(rows)
         walls = [e.get("wall_seconds") for _, e in envs if isinstance(e.get("wall_seconds"), (int, float))]
         env["wall_seconds"] = round(sum(walls), 2)  # summed over the merged runs (shards may have overlapped)
@@ -164,7 +164,7 @@ def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Pa
     return {"rows": len(rows), "folders": len(dirs), "consistency_rows": n_cons, "decode_rows": n_dec}
 
 
-def _complete(env: dict[str, Any], rows: dict[tuple[str, str], dict[str, str]]) -> bool:
+def _complete(rows: dict[tuple[str, str], dict[str, str]]) -> bool:
     """Every backend has a row for every case seen in the merged rows."""
     backends = {b for b, _ in rows}
     cases = {c for _, c in rows}

@@ -306,9 +306,13 @@ class SweepResult:
     reference_seconds: float
     out_dir: Path | None
     partial: bool = False  # stopped by the time limit before every row ran
-    planned: int = 0  # rows this run set out to produce
     already: int = 0  # rows found in the folder on --resume
     total: int = 0  # backends x cases
+
+    @property
+    def planned(self) -> int:
+        """Rows this run set out to produce."""
+        return self.total - self.already
 
     def counts(self) -> dict[str, dict[str, int]]:
         table: dict[str, dict[str, int]] = {}
@@ -514,8 +518,7 @@ def run_sweep(
         _write_timing(out_dir, timing, wall, baselines.seconds, partial=partial)
     ids = {c.case_id for c in cases}
     already = sum(1 for b, c in writer.done if b in specs and c in ids) if writer else 0
-    return SweepResult(rows, infos, wall, baselines.seconds, out_dir, partial=partial,
-                       planned=len(specs) * len(cases) - already, already=already, total=len(specs) * len(cases))
+    return SweepResult(rows, infos, wall, baselines.seconds, out_dir, partial=partial, already=already, total=len(specs) * len(cases))
 
 
 def _write_timing(out_dir: Path, timing: SweepTiming, wall: float, reference_s: float, partial: bool) -> None:

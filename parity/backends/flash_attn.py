@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 
 from ..case import Case, Inputs
-from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason
-from .torch_fa2 import fa2_window
+from .base import Backend, cuda_unavailable_reason, import_error_reason
+from .torch_fa2 import fa2_case_reason, fa2_window
 
 #: The flash-attn package (FA2 and FA3) and PyTorch's vendored FA2 share one convention.
 flash_window = fa2_window
@@ -50,17 +50,7 @@ class FlashAttnBackend(Backend):
         return f"{self.module} {getattr(mod, '__version__', 'unknown')}"
 
     def unsupported_reason(self, case: Case) -> str | None:
-        if case.dtype not in ("float16", "bfloat16"):
-            return f"flash-attn takes float16/bfloat16 only, not {case.dtype}"
-        if case.head_dim % 8 or case.head_dim > 256:
-            return f"head_dim {case.head_dim}: flash-attn needs a multiple of 8 up to 256"
-        if case.softcap is not None and not self.softcap_ok:
-            return "no softcap on this entry point"
-        try:
-            flash_window(case.window, case.q_lens, case.k_lens)
-        except Unsupported as exc:
-            return str(exc)
-        return None
+        return fa2_case_reason(case, softcap_ok=self.softcap_ok)
 
     def _kw(self, case: Case) -> dict:
         return dict(

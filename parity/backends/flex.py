@@ -91,6 +91,9 @@ class FlexBackend(Backend):
     name = "flex"
     description = "FlexAttention with a window mask_mod; eager on CPU, compiled on CUDA"
     compiled: bool | None = None  # None: compiled on CUDA, eager on CPU
+    #: Pad lengths to power-of-two buckets and pass the window and softcap as tensors,
+    #: so one compiled kernel serves every case of a bucket (see FlexCudaBackend).
+    bucketed = False
 
     def unavailable_reason(self) -> str | None:
         if self.device == "cuda" and (r := cuda_unavailable_reason()):
@@ -104,23 +107,35 @@ class FlexBackend(Backend):
         from torch.nn.attention.flex_attention import flex_attention
 
         fn = _compiled_flex() if self._use_compiled() else flex_attention
-        score_mod = softcap_score_mod(case.softcap) if case.softcap is not None else None
+        dev = str(inputs.q.device)
+        score_mod = None
+        if case.softcap is not None and self.bucketed:
+            score_mod = _tensor_softcap(dev)
+            score_mod.cap.fill_(case.softcap)  # type: ignore[attr-defined]
+        elif case.softcap is not None:
+            score_mod = softcap_score_mod(case.softcap)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # eager flex warns that it is unfused
             for _, q, k, v, qs in inputs.sequences():
                 sq, sk = q.shape[0], k.shape[0]
-                block_mask = _block_mask(case.window, sq, sk, sq, sk, str(q.device), False)
+                bq, bk = (bucket_len(sq), bucket_len(sk)) if self.bucketed else (sq, sk)
+                block_mask = _block_mask(case.window, sq, sk, bq, bk, dev, self.bucketed)
                 o = fn(
-                    q.transpose(0, 1)[None],  # (1, hq, Sq, d)
-                    k.transpose(0, 1)[None],  # (1, hkv, Sk, d)
-                    v.transpose(0, 1)[None],  # (1, hkv, Sk, d)
+                    _pad_rows(q, bq).transpose(0, 1)[None],  # (1, hq, bq, d), zero rows appended
+                    _pad_rows(k, bk).transpose(0, 1)[None],  # (1, hkv, bk, d)
+                    _pad_rows(v, bk).transpose(0, 1)[None],  # (1, hkv, bk, d)
                     score_mod=score_mod,
                     block_mask=block_mask,
                     scale=case.softmax_scale,
                     enable_gqa=case.hq != case.hkv,
-                )
-                out[qs] = o[0].transpose(0, 1)  # (Sq, hq, d)
+                )  # (1, hq, bq, d)
+                out[qs] = o[0, :, :sq].transpose(0, 1)  # (Sq, hq, d)
         return out
+
+
+def _pad_rows(x: torch.Tensor, n: int) -> torch.Tensor:
+    """``x`` (S, H, d) with zero rows appended up to ``n`` (itself when already ``n`` long)."""
+    return x if x.shape[0] == n else torch.nn.functional.pad(x, (0, 0, 0, 0, 0, n - x.shape[0]))
 
 
 class FlexCompiledBackend(FlexBackend):
@@ -161,34 +176,3 @@ class FlexCudaBackend(FlexBackend):
         "window passed as tensors, so one compiled kernel serves every case of a bucket"
     )
     bucketed = True
-
-    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        if not self.bucketed:
-            return super().run(case, inputs, out)
-        from torch.nn.attention.flex_attention import flex_attention
-
-        fn = _compiled_flex() if self._use_compiled() else flex_attention
-        score_mod = None if case.softcap is None else _tensor_softcap(str(inputs.q.device))
-
-        if score_mod is not None:
-            score_mod.cap.fill_(case.softcap)  # type: ignore[attr-defined]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for _, q, k, v, qs in inputs.sequences():
-                sq, sk = q.shape[0], k.shape[0]
-                bq, bk = bucket_len(sq), bucket_len(sk)
-                qp = torch.nn.functional.pad(q, (0, 0, 0, 0, 0, bq - sq))  # (bq, hq, d), zero rows appended
-                kp = torch.nn.functional.pad(k, (0, 0, 0, 0, 0, bk - sk))  # (bk, hkv, d)
-                vp = torch.nn.functional.pad(v, (0, 0, 0, 0, 0, bk - sk))  # (bk, hkv, d)
-                block_mask = _block_mask(case.window, sq, sk, bq, bk, str(q.device), True)
-                o = fn(
-                    qp.transpose(0, 1)[None],  # (1, hq, bq, d)
-                    kp.transpose(0, 1)[None],  # (1, hkv, bk, d)
-                    vp.transpose(0, 1)[None],  # (1, hkv, bk, d)
-                    score_mod=score_mod,
-                    block_mask=block_mask,
-                    scale=case.softmax_scale,
-                    enable_gqa=case.hq != case.hkv,
-                )  # (1, hq, bq, d)
-                out[qs] = o[0, :, :sq].transpose(0, 1)  # (Sq, hq, d)
-        return out
