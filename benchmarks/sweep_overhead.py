@@ -46,6 +46,11 @@ def table(timing: dict) -> str:
     return "\n".join(lines)
 
 
+def pct(share: float | None) -> str:
+    """A share as a percentage; ``-`` where timing.json has none (runs with several lanes)."""
+    return "-" if share is None else f"{100 * share:.1f}%"
+
+
 def top_functions(prof_dir: Path, n: int = 8) -> str:
     out = []
     for f in sorted(prof_dir.glob("*.pstats")):
@@ -88,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(timing))
     print(
         f"wall {timing['wall_s']:.1f} s (start-up {timing['startup_s']:.1f} s), backend calls {timing['backend_calls_s']:.1f} s, "
-        f"reference {timing['reference_s']:.1f} s; harness overhead {100 * timing['harness_overhead_share']:.1f}% of wall "
-        f"({100 * (timing.get('harness_overhead_share_after_startup') or 0):.1f}% after start-up); "
+        f"reference {timing['reference_s']:.1f} s; harness overhead {pct(timing.get('harness_overhead_share'))} of wall "
+        f"({pct(timing.get('harness_overhead_share_after_startup'))} after start-up; lanes: see lane_overhead_share); "
         f"{timing.get('rows_per_s_after_startup')} rows/s after start-up"
         + (" [PARTIAL]" if timing.get("partial") else "")
     )

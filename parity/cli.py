@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--time-limit", type=float, metavar="SECONDS",
                    help="start no new row after this many seconds; what ran is written and reported as partial, "
                         "and --resume on the same --out runs the rest")
+    r.add_argument("--compile-cache", metavar="DIR",
+                   help="keep every compiler's disk cache (inductor, Triton, JAX/XLA, flash-attn-4, CUDA JIT) under DIR, "
+                        "so a rerun reuses the kernels (default: $PARITY_COMPILE_CACHE, else each compiler's own default)")
     r.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     r.add_argument("--shrink", type=int, default=40, metavar="CALLS",
                    help="shrink each failing backend's first failure with at most CALLS backend calls (0: off; default 40)")
@@ -191,6 +194,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--out {out}: cannot use it as the output folder ({exc.strerror or exc})") from None
+    from . import compile_cache
+
+    cache_root = compile_cache.resolve(args.compile_cache)
+    cache_before = None
+    if cache_root is not None:
+        try:
+            compile_cache.enable(cache_root)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        cache_before = compile_cache.inventory(cache_root)
     print(f"parity: {len(cases)} cases x {len(specs)} backends -> {out}/results.csv", file=sys.stderr)
     result = run_sweep(
         specs,
@@ -225,6 +238,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "budgets": {k: vars(v) for k, v in budgets.items()},
             "wall_seconds": round(result.seconds, 2),
             "reference_seconds": round(result.reference_seconds, 2),
+            "compile_cache": None if cache_root is None else compile_cache.record(cache_root, cache_before or {}),
         }
     )
     env_path = out / "environment.json"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import statistics
 import sys
 import threading
 import time
@@ -528,6 +529,10 @@ def _write_timing(out_dir: Path, timing: SweepTiming, wall: float, reference_s: 
     tmp.replace(out_dir / "timing.json")  # atomic: a kill never leaves half a file
 
 
+def _median(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 5) if xs else None
+
+
 class SweepTiming:
     """Where a sweep's wall time goes: backend calls vs the harness (written as OUT/timing.json).
 
@@ -542,6 +547,11 @@ class SweepTiming:
 
     Harness overhead = wall - call_s - probe_call_s: start-up, generation, probe
     building and decoding, reference, comparison, IPC, writing rows.
+
+    ``cases_per_s_upto_4096`` = cases with every length <= 4096 / their exec_s + judge_s
+    (every first-use compile included); ``median_case_s_upto_4096`` = the median of one
+    such case's exec_s + judge_s: what a case costs once its kernel is compiled, for the
+    backends that compile per configuration (most cases then reuse a compiled kernel).
     """
 
     KEYS = ("cases", "exec_s", "judge_s", "call_s", "probe_call_s", "probe_s", "gen_s", "small_cases", "small_s")
@@ -552,6 +562,7 @@ class SweepTiming:
         self.jobs = 1
         self.lanes: list[list[str]] = []
         self.lane_wall: dict[tuple[str, ...], float] = {}  # each lane's own wall time (after start-up)
+        self.small_times: dict[str, list[float]] = {}  # per backend: each S <= 4096 case's exec_s + judge_s
 
     def add(self, spec: str, case: Case, res: dict[str, Any], exec_s: float, judge_s: float) -> None:
         t = self.per.setdefault(spec, {k: 0.0 for k in self.KEYS})
@@ -564,6 +575,7 @@ class SweepTiming:
         if max(max(case.q_lens), max(case.k_lens)) <= 4096:
             t["small_cases"] += 1
             t["small_s"] += exec_s + judge_s
+            self.small_times.setdefault(spec, []).append(exec_s + judge_s)
 
     def _lane_shares(self) -> dict[str, Any]:
         """Per lane (``--jobs``): 1 - its backends' call time / the lane's wall time. Each lane is
@@ -581,7 +593,8 @@ class SweepTiming:
         per = {}
         for spec, t in self.per.items():
             per[spec] = {**{k: round(v, 4) for k, v in t.items()},
-                         "cases_per_s_upto_4096": round(t["small_cases"] / t["small_s"], 2) if t["small_s"] else None}
+                         "cases_per_s_upto_4096": round(t["small_cases"] / t["small_s"], 2) if t["small_s"] else None,
+                         "median_case_s_upto_4096": _median(self.small_times.get(spec, []))}
         rows = sum(t["cases"] for t in self.per.values())
         loop = wall - self.startup_s
         serial = self.jobs <= 1  # with lanes running at once, backend calls overlap and wall - calls means nothing

@@ -49,6 +49,9 @@ def test_crash_and_hang_are_rows_and_the_sweep_goes_on(tmp_path):
     assert len((tmp_path / "results.csv").read_text().splitlines()) == 1 + 9
     timing = json.loads((tmp_path / "timing.json").read_text())
     assert timing["partial"] is False and 0 <= timing["harness_overhead_share"] <= 1
+    ref = timing["per_backend"]["reference"]
+    assert ref["cases"] == 3 and ref["cases_per_s_upto_4096"] > 0
+    assert 0 < ref["median_case_s_upto_4096"] <= ref["small_s"]  # the median of three cases, within their sum
 
 
 class RunsOutOfMemory(ReferenceBackend):
