@@ -1,7 +1,8 @@
 """Cold vs warm compile caches: what ``--compile-cache`` buys each backend, run by run.
 
 Reads finished run folders (``timing.json``, ``environment.json``, ``results.csv``) and prints,
-per backend, cases/s (cases up to S = 4096, first-use compiles included), the median case's
+per backend, cases/s (cases it ran, up to S = 4096, first-use compiles included; their count
+in brackets), the median case's
 seconds, and each run's ratio to the first run; then whether the verdicts agree between
 runs on the rows they share (a cache may change how long a case takes, never its result):
 
@@ -53,7 +54,7 @@ def compare(runs: dict[str, dict]) -> tuple[str, dict]:
             med = p.get("median_case_s_upto_4096") if p else None
             rates[n] = rate
             figures.setdefault(spec, {})[n] = {"cases": p["cases"] if p else 0, "cases_per_s": rate, "median_case_s": med}
-            shown = "-" if rate is None or p is None else f"{rate:.{2 if rate < 10 else 1}f} ({int(p['cases'])})"
+            shown = "-" if rate is None or p is None else f"{rate:.{2 if rate < 10 else 1}f} ({int(p.get('small_cases', p['cases']))})"
             row += f"{shown:>18}{'-' if med is None else f'{med:.4f}':>10}"
         for n in names[1:]:
             a, b = rates[first], rates[n]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
 import statistics
 import sys
 import threading
@@ -339,6 +340,21 @@ def make_executor(spec: str, isolate: bool, **kw: Any):
     return InlineExecutor(spec, **kw)
 
 
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def lane_thread_env(jobs: int, n_specs: int, cpus: int | None = None) -> dict[str, str]:
+    """CPU threads per worker when ``jobs`` lanes run at once: the machine's CPUs shared
+    between the lanes (each torch process would otherwise start one thread per CPU, and
+    lanes decoding probes on the CPU at the same time then slow each other several-fold).
+    Empty for one lane, or where the user set ``OMP_NUM_THREADS`` themselves."""
+    lanes = max(1, min(jobs, n_specs))
+    if lanes <= 1 or any(v in os.environ for v in THREAD_VARS):
+        return {}
+    n = str(max(1, (cpus or os.cpu_count() or 1) // lanes))
+    return {v: n for v in THREAD_VARS}
+
+
 def plan_lanes(specs: list[str], jobs: int, costs: dict[str, float]) -> list[list[str]]:
     """Split backends over ``jobs`` lanes, heaviest first onto the least loaded lane (LPT)."""
     jobs = max(1, min(jobs, len(specs)))
@@ -458,6 +474,8 @@ def run_sweep(
             with lock:
                 timing.lane_wall[tuple(lane_specs)] = time.perf_counter() - t_lane
 
+    worker_env = lane_thread_env(jobs, len(specs))
+    timing.worker_threads = int(worker_env["OMP_NUM_THREADS"]) if worker_env else None
     try:
         for spec in specs:
             log = out_dir / "logs" / f"{_safe(spec)}.log" if out_dir else None
@@ -473,6 +491,7 @@ def run_sweep(
                 timeout=timeout,
                 log_path=log,
                 extra_path=(worker_paths or {}).get(spec),
+                env=worker_env,
                 **kw,
             )
         for spec, ex in executors.items():  # the workers start in parallel; wait for each
@@ -548,7 +567,8 @@ class SweepTiming:
     Harness overhead = wall - call_s - probe_call_s: start-up, generation, probe
     building and decoding, reference, comparison, IPC, writing rows.
 
-    ``cases_per_s_upto_4096`` = cases with every length <= 4096 / their exec_s + judge_s
+    ``cases_per_s_upto_4096`` = cases the backend ran (not declined as unsupported) with
+    every length <= 4096 / their exec_s + judge_s
     (every first-use compile included); ``median_case_s_upto_4096`` = the median of one
     such case's exec_s + judge_s: what a case costs once its kernel is compiled, for the
     backends that compile per configuration (most cases then reuse a compiled kernel).
@@ -562,6 +582,7 @@ class SweepTiming:
         self.jobs = 1
         self.lanes: list[list[str]] = []
         self.lane_wall: dict[tuple[str, ...], float] = {}  # each lane's own wall time (after start-up)
+        self.worker_threads: int | None = None  # OMP_NUM_THREADS given to each worker (lanes), None: their default
         self.small_times: dict[str, list[float]] = {}  # per backend: each S <= 4096 case's exec_s + judge_s
 
     def add(self, spec: str, case: Case, res: dict[str, Any], exec_s: float, judge_s: float) -> None:
@@ -572,7 +593,8 @@ class SweepTiming:
         t["judge_s"] += judge_s
         for k in ("call_s", "probe_call_s", "probe_s", "gen_s"):
             t[k] += float(w.get(k, 0.0))
-        if max(max(case.q_lens), max(case.k_lens)) <= 4096:
+        # a case the backend declines costs it nothing: it would only inflate the rate
+        if res.get("status") != "unsupported" and max(max(case.q_lens), max(case.k_lens)) <= 4096:
             t["small_cases"] += 1
             t["small_s"] += exec_s + judge_s
             self.small_times.setdefault(spec, []).append(exec_s + judge_s)
@@ -601,6 +623,7 @@ class SweepTiming:
         return {
             "jobs": self.jobs,
             "lanes": self.lanes,
+            "worker_threads": self.worker_threads,
             "wall_s": round(wall, 3),
             "startup_s": round(self.startup_s, 3),
             "reference_s": round(reference_s, 3),

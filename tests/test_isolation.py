@@ -4,6 +4,8 @@ import json
 import os
 import time
 
+import torch
+
 from parity import Case, Window
 from parity.backends.reference import ReferenceBackend
 from parity.sweep import run_sweep
@@ -104,3 +106,32 @@ def test_lanes_give_the_same_rows_and_keep_a_crash_to_its_own_rows(tmp_path):
     assert timing["harness_overhead_share"] is None
     assert plan_lanes(["a", "b", "c"], 5, {"a": 9.0}) == [["a"], ["b"], ["c"]]
     assert plan_lanes(["a", "b", "c", "d"], 2, {"c": 9.0}) == [["c"], ["a", "b", "d"]]
+
+
+class ThreadsSeen(ReferenceBackend):
+    """The reference, reporting as its version the CPU threads its worker's torch uses."""
+
+    name = "threads-seen"
+
+    def version(self) -> str:
+        return str(torch.get_num_threads())
+
+
+def test_lanes_share_the_cpus_between_their_workers(tmp_path, monkeypatch):
+    from parity.sweep import THREAD_VARS, lane_thread_env
+
+    for v in THREAD_VARS:
+        monkeypatch.delenv(v, raising=False)
+    assert lane_thread_env(1, 5, cpus=16) == {}
+    assert lane_thread_env(5, 7, cpus=16) == {v: "3" for v in THREAD_VARS}
+    assert lane_thread_env(4, 2, cpus=16)["OMP_NUM_THREADS"] == "8"  # two backends: two lanes at most
+    assert lane_thread_env(8, 8, cpus=2)["OMP_NUM_THREADS"] == "1"
+    spec = "tests.test_isolation:ThreadsSeen"
+    cpus = os.cpu_count() or 1
+    serial = run_sweep([spec, "reference"], CASES[:1], out_dir=tmp_path / "one", timeout=60, progress=False)
+    lanes = run_sweep([spec, "reference"], CASES[:1], out_dir=tmp_path / "two", timeout=60, progress=False, jobs=2)
+    assert serial.infos[spec]["version"] == str(torch.get_num_threads())  # one lane: the worker's own default
+    assert lanes.infos[spec]["version"] == str(max(1, cpus // 2))
+    assert json.loads((tmp_path / "two" / "timing.json").read_text())["worker_threads"] == max(1, cpus // 2)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the user's own setting wins
+    assert lane_thread_env(5, 7, cpus=16) == {}
