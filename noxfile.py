@@ -35,8 +35,10 @@ def gpu(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "-m", "gpu", "--parity-profile", profile, success_codes=[0, 5])
     # lanes: compile-bound backends (flex, FA4, JAX XLA) run beside the rest instead of holding them up
     jobs = os.environ.get("PARITY_GPU_JOBS", "4")
+    # compiled kernels kept across runs (flex, FA4, JAX): save/restore this folder between CI jobs
+    cache = os.environ.get("PARITY_COMPILE_CACHE", ".cache/parity-compile")
     session.run("python", "-m", "parity", "run", "--backend", os.environ.get("PARITY_GPU_BACKENDS", "all-gpu"),
-                "--jobs", jobs, *session.posargs)
+                "--jobs", jobs, "--compile-cache", cache, *session.posargs)
 
 
 @nox.session
