@@ -15,18 +15,19 @@ into an empty cache, then the same sweep again).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
 
+from parity.cli import UsageError
+from parity.runs import load_run
+
 
 def load(folder: Path) -> dict:
+    run = load_run(folder)  # results.csv (torn last rows dropped) and environment.json
     timing = json.loads((folder / "timing.json").read_text())
-    env = json.loads((folder / "environment.json").read_text())
-    with (folder / "results.csv").open() as fh:
-        verdicts = {(r["backend"], r["case_id"]): r["verdict"] for r in csv.DictReader(fh)}
-    return {"timing": timing, "env": env, "verdicts": verdicts}
+    verdicts = dict(zip(zip(run.df["backend"], run.df["case_id"]), run.df["verdict"]))
+    return {"timing": timing, "env": run.env, "verdicts": verdicts}
 
 
 def describe(name: str, run: dict) -> str:
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"expected NAME=FOLDER, got {item!r}")
         try:
             runs[name] = load(Path(folder))
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, UsageError) as exc:
             print(f"compile_cache: {folder}: not a finished run folder ({exc})", file=sys.stderr)
             return 2
     for n, r in runs.items():

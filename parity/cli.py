@@ -197,7 +197,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from . import compile_cache
 
     cache_root = compile_cache.resolve(args.compile_cache)
-    cache_before = None
+    cache_before: dict[str, dict[str, int]] = {}
     if cache_root is not None:
         try:
             compile_cache.enable(cache_root)
@@ -238,7 +238,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "budgets": {k: vars(v) for k, v in budgets.items()},
             "wall_seconds": round(result.seconds, 2),
             "reference_seconds": round(result.reference_seconds, 2),
-            "compile_cache": None if cache_root is None else compile_cache.record(cache_root, cache_before or {}),
+            "compile_cache": None if cache_root is None else compile_cache.record(cache_root, cache_before),
         }
     )
     env_path = out / "environment.json"

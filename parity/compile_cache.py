@@ -36,14 +36,8 @@ from typing import Any
 
 ENV_VAR = "PARITY_COMPILE_CACHE"
 
-#: subfolder -> what it holds (the order of the table above)
-SUBDIRS = {
-    "inductor": "torch.compile / inductor FX-graph and AOTAutograd caches",
-    "triton": "Triton kernels (FlexAttention's compiled kernels)",
-    "jax": "JAX/XLA persistent compilation cache",
-    "flash-attn-cute": "flash-attn-4 CUTLASS DSL kernels",
-    "cuda-jit": "CUDA driver PTX JIT cache",
-}
+#: the subfolders of DIR, one per compiler (the order of the table above)
+SUBDIRS = ("inductor", "triton", "jax", "flash-attn-cute", "cuda-jit")
 
 
 def resolve(flag: str | os.PathLike[str] | None) -> Path | None:
@@ -71,17 +65,15 @@ def environment(root: Path) -> dict[str, str]:
     }
 
 
-def enable(root: Path) -> dict[str, str]:
+def enable(root: Path) -> None:
     """Create ``root`` and its subfolders and set :func:`environment` in this process
-    (workers inherit it). Returns what was set."""
+    (workers inherit it)."""
     try:
         for name in SUBDIRS:
             (root / name).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"--compile-cache {root}: cannot create the cache folder ({exc.strerror or exc})") from None
-    env = environment(root)
-    os.environ.update(env)
-    return env
+    os.environ.update(environment(root))
 
 
 def inventory(root: Path) -> dict[str, dict[str, int]]:

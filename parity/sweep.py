@@ -347,7 +347,7 @@ def lane_thread_env(jobs: int, n_specs: int, cpus: int | None = None) -> dict[st
     """CPU threads per worker when ``jobs`` lanes run at once: the machine's CPUs shared
     between the lanes (each torch process would otherwise start one thread per CPU, and
     lanes decoding probes on the CPU at the same time then slow each other several-fold).
-    Empty for one lane, or where the user set ``OMP_NUM_THREADS`` themselves."""
+    Empty for one lane, or where the user set any of :data:`THREAD_VARS` themselves."""
     lanes = max(1, min(jobs, n_specs))
     if lanes <= 1 or any(v in os.environ for v in THREAD_VARS):
         return {}
@@ -574,7 +574,7 @@ class SweepTiming:
     backends that compile per configuration (most cases then reuse a compiled kernel).
     """
 
-    KEYS = ("cases", "exec_s", "judge_s", "call_s", "probe_call_s", "probe_s", "gen_s", "small_cases", "small_s")
+    KEYS = ("cases", "exec_s", "judge_s", "call_s", "probe_call_s", "probe_s", "gen_s")
 
     def __init__(self) -> None:
         self.per: dict[str, dict[str, float]] = {}
@@ -595,8 +595,6 @@ class SweepTiming:
             t[k] += float(w.get(k, 0.0))
         # a case the backend declines costs it nothing: it would only inflate the rate
         if res.get("status") != "unsupported" and max(max(case.q_lens), max(case.k_lens)) <= 4096:
-            t["small_cases"] += 1
-            t["small_s"] += exec_s + judge_s
             self.small_times.setdefault(spec, []).append(exec_s + judge_s)
 
     def _lane_shares(self) -> dict[str, Any]:
@@ -614,9 +612,13 @@ class SweepTiming:
         calls = sum(t["call_s"] + t["probe_call_s"] for t in self.per.values())
         per = {}
         for spec, t in self.per.items():
+            small = self.small_times.get(spec, [])
+            small_s = sum(small)
             per[spec] = {**{k: round(v, 4) for k, v in t.items()},
-                         "cases_per_s_upto_4096": round(t["small_cases"] / t["small_s"], 2) if t["small_s"] else None,
-                         "median_case_s_upto_4096": _median(self.small_times.get(spec, []))}
+                         "small_cases": len(small),
+                         "small_s": round(small_s, 4),
+                         "cases_per_s_upto_4096": round(len(small) / small_s, 2) if small_s else None,
+                         "median_case_s_upto_4096": _median(small)}
         rows = sum(t["cases"] for t in self.per.values())
         loop = wall - self.startup_s
         serial = self.jobs <= 1  # with lanes running at once, backend calls overlap and wall - calls means nothing
