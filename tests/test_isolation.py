@@ -4,6 +4,7 @@ import json
 import os
 import time
 
+import pytest
 import torch
 
 from parity import Case, Window
@@ -135,3 +136,18 @@ def test_lanes_share_the_cpus_between_their_workers(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "two" / "timing.json").read_text())["worker_threads"] == max(1, cpus // 2)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the user's own setting wins
     assert lane_thread_env(5, 7, cpus=16) == {}
+
+
+class DeclinesSeed1(ReferenceBackend):
+    name = "declines-seed1"
+
+    def unsupported_reason(self, case):
+        return "not this one" if case.seed == 1 else None
+
+
+def test_cases_per_second_counts_only_the_cases_a_backend_ran(tmp_path):
+    spec = "tests.test_isolation:DeclinesSeed1"
+    run_sweep([spec], CASES, out_dir=tmp_path, isolate=False, progress=False)
+    t = json.loads((tmp_path / "timing.json").read_text())["per_backend"][spec]
+    assert t["cases"] == 3 and t["small_cases"] == 2  # the declined case is a row, not a case it ran
+    assert t["cases_per_s_upto_4096"] == pytest.approx(2 / t["small_s"], rel=0.02)  # small_s is rounded
