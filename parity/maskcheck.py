@@ -43,6 +43,8 @@ UNIFORM_FRACTION = 0.5
 DEFAULT_MAX_PASSES = 64
 #: Score elements (query heads x sum of Sq*Sk over the batch) one batched probe call may cover.
 PROBE_CALL_ELEMENTS = 1 << 26
+#: Differing (head, row) pairs per sequence whose pattern is described (all are counted).
+MAX_DESCRIBED_ROWS = 4096
 #: Probes of at most this many (head, row, key) weights are decoded on the CPU.
 CPU_DECODE_ELEMENTS = 1 << 23
 
@@ -139,17 +141,19 @@ def _tokens(n: int) -> str:
     return words.get(n, f"{n} tokens")
 
 
-def _pattern(eff: list[int], spec_lo: int, spec_hi: int, sk: int) -> str:
-    """A short phrase for how one row's effective keys differ from its spec band."""
+def _pattern(e_lo: int, e_hi: int, n: int, spec_lo: int, spec_hi: int, sk: int) -> str:
+    """A short phrase for how one row's effective keys differ from its spec band ``spec_lo..spec_hi``.
+
+    The row is described by its first and last visible key ``e_lo``, ``e_hi`` and their count ``n``.
+    """
     spec_empty = spec_lo > spec_hi
-    if not eff:
+    if n == 0:
         return "row sees no key" if not spec_empty else "same"
-    contiguous = eff[-1] - eff[0] + 1 == len(eff)
+    contiguous = e_hi - e_lo + 1 == n
     if spec_empty:
-        return "row should see no key but sees " + ("every key" if len(eff) == sk else "some")
+        return "row should see no key but sees " + ("every key" if n == sk else "some")
     if not contiguous:
         return "visible keys are not one band"
-    e_lo, e_hi = eff[0], eff[-1]
     dl, dr = spec_lo - e_lo, e_hi - spec_hi  # > 0: sees more on that side
     if e_lo == 0 and e_hi == sk - 1 and dl + dr > 1:
         return "row sees every key: window ignored"
@@ -167,13 +171,13 @@ def _pattern(eff: list[int], spec_lo: int, spec_hi: int, sk: int) -> str:
 def _image(spec: torch.Tensor, eff: torch.Tensor, partial: torch.Tensor) -> dict[str, Any]:
     """Compact drawing of spec vs effective mask: '1' both, '+' extra, '-' missing, 'p' partial."""
     sq, sk = spec.shape
-    rows = []
-    for i in range(min(sq, 128)):
-        line = []
-        for j in range(min(sk, 256)):
-            s, e, pp = bool(spec[i, j]), bool(eff[i, j]), bool(partial[i, j])
-            line.append("p" if pp else ("1" if s and e else "+" if e else "-" if s else "."))
-        rows.append("".join(line))
+    s, e, pp = spec[:128, :256], eff[:128, :256], partial[:128, :256]  # (<=128, <=256) bool each
+    chars = torch.full(s.shape, ord("."), dtype=torch.uint8)
+    chars[s & ~e] = ord("-")
+    chars[e & ~s] = ord("+")
+    chars[s & e] = ord("1")
+    chars[pp] = ord("p")
+    rows = [bytes(r).decode("ascii") for r in chars.tolist()]
     return {"rows": rows, "sq": sq, "sk": sk, "legend": "1 seen as spec, + extra key, - missing key, p partial weight, . masked"}
 
 
@@ -211,22 +215,39 @@ def decode_mask(case: Case, outputs: list[torch.Tensor]) -> ProbeResult:
         diff = (eff != spec[None]) | partial  # (hq, Sq, Sk)
         row_bad = diff.any(dim=-1)  # (hq, Sq)
         total_rows += sq * case.hq
-        bad_rows += int(row_bad.sum())
-        for h, i in row_bad.nonzero().tolist()[:4096]:
+        n_bad = int(row_bad.sum())
+        bad_rows += n_bad
+        if not n_bad:
+            continue
+        # each differing row is named by (first key, last key, key count, partial?): one
+        # phrase per distinct tuple, not a Python pass over every row's keys
+        hs, rs = row_bad.nonzero()[:MAX_DESCRIBED_ROWS].unbind(1)  # (n,), (n,) in (head, row) order
+        e = eff[hs, rs]  # (n, Sk)
+        cnt = e.sum(-1)  # (n,)
+        first_k = torch.where(cnt > 0, e.int().argmax(-1), -1)  # (n,)
+        last_k = torch.where(cnt > 0, sk - 1 - e.flip(-1).int().argmax(-1), -1)  # (n,)
+        has_partial = partial[hs, rs].any(-1)  # (n,)
+        sig = torch.stack([lo.to(dev)[rs], hi.to(dev)[rs], first_k, last_k, cnt, has_partial.long()], 1)  # (n, 6)
+        uniq, inv, counts = sig.cpu().unique(dim=0, return_inverse=True, return_counts=True)
+        first_at = torch.full((len(uniq),), len(inv), dtype=torch.long).scatter_reduce(
+            0, inv, torch.arange(len(inv)), "amin"
+        )  # (u,): where each tuple first occurs, so patterns are counted in row order (ties in row order)
+        order = first_at.argsort().tolist()
+        for (lo_i, hi_i, f_k, l_k, c, pp), n in zip(uniq[order].tolist(), counts[order].tolist()):
+            if pp:
+                pat = "keys get partial weight (non-uniform softmax over visible keys)"
+            else:
+                pat = _pattern(f_k, l_k, c, lo_i, hi_i, sk)
+            patterns[pat] += n
+        if first is None:
+            h, i = int(hs[0]), int(rs[0])
             keys = eff[h, i].nonzero().flatten().tolist()
             pk = partial[h, i].nonzero().flatten().tolist()
             lo_i, hi_i = int(lo[i]), int(hi[i])
-            pat = _pattern(keys, lo_i, hi_i, sk)
-            if pk:
-                pat = "keys get partial weight (non-uniform softmax over visible keys)"
-            patterns[pat] += 1
-            if first is None:
-                spec_txt = f"{lo_i}..{hi_i}" if lo_i <= hi_i else "none"
-                extra = f" (partial weight on {_ranges(pk)})" if pk else ""
-                first = (
-                    f"seq {b} head {h} row {i} sees keys {_ranges(keys)}{extra}, spec says {spec_txt}"
-                )
-                image = {"seq": b, "head": h, **_image(spec.cpu(), eff[h].cpu(), partial[h].cpu())}
+            spec_txt = f"{lo_i}..{hi_i}" if lo_i <= hi_i else "none"
+            extra = f" (partial weight on {_ranges(pk)})" if pk else ""
+            first = f"seq {b} head {h} row {i} sees keys {_ranges(keys)}{extra}, spec says {spec_txt}"
+            image = {"seq": b, "head": h, **_image(spec.cpu(), eff[h].cpu(), partial[h].cpu())}
     if bad_rows == 0:
         return ProbeResult("ok", f"all {total_rows} (head, row) pairs see exactly the spec's keys", 0, total_rows)
     common = "; ".join(f"{n} x {p}" for p, n in patterns.most_common(3))
