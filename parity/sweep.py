@@ -142,6 +142,13 @@ class BaselineCache:
         with self._lock:
             return self._get(case)
 
+    def ensure(self, case: Case) -> float:
+        """Compute ``case``'s baseline unless cached; the seconds spent computing it (0.0 on a hit)."""
+        with self._lock:
+            before = self.seconds
+            self._get(case)
+            return self.seconds - before
+
     def _get(self, case: Case) -> Baseline:
         hit = self._cache.get(case.case_id)
         if hit is not None:
@@ -422,9 +429,12 @@ def run_sweep(
 
     def judge_and_emit(case: Case, spec: str, info: dict[str, Any], res: dict[str, Any], wait_s: float) -> None:
         t_judge = time.perf_counter()
+        # the baseline is the sweep's, shared by every backend: whichever backend meets a case first
+        # must not be charged for it (it would make a backend's cases/s depend on the backend order)
+        baseline_s = baselines.ensure(case) if res.get("status") == "ok" else 0.0
         row = judge(case, spec, info, res, baselines, budgets)
         with lock:
-            timing.add(spec, case, res, wait_s, time.perf_counter() - t_judge)
+            timing.add(spec, case, res, wait_s, time.perf_counter() - t_judge - baseline_s, baseline_s)
         row["_summary"] = case.summary()
         emit(row)
 
@@ -560,8 +570,11 @@ class SweepTiming:
     probes, ``probe_s`` the probes in all (building inputs, decoding included),
     ``gen_s`` input generation. From the sweep: ``exec_s`` the time it waited on the
     worker (sending the case, then blocked until the answer: IPC included), ``judge_s``
-    the comparison including the reference/baseline (cached per case). Judging backend
-    k's row overlaps backend k+1's work, so ``exec_s + judge_s`` summed over backends
+    the comparison, ``baseline_s`` the float64 reference and same-dtype baseline computed
+    while judging this backend's rows: computed once per case and shared by all backends,
+    it falls to whichever backend met the case first, so it is kept out of ``judge_s`` and
+    of the rates below (the sweep's total is ``reference_s``). Judging backend k's row
+    overlaps backend k+1's work, so ``exec_s + judge_s + baseline_s`` summed over backends
     bounds the loop's wall time from above.
 
     Harness overhead = wall - call_s - probe_call_s: start-up, generation, probe
@@ -574,7 +587,7 @@ class SweepTiming:
     backends that compile per configuration (most cases then reuse a compiled kernel).
     """
 
-    KEYS = ("cases", "exec_s", "judge_s", "call_s", "probe_call_s", "probe_s", "gen_s")
+    KEYS = ("cases", "exec_s", "judge_s", "baseline_s", "call_s", "probe_call_s", "probe_s", "gen_s")
 
     def __init__(self) -> None:
         self.per: dict[str, dict[str, float]] = {}
@@ -585,12 +598,13 @@ class SweepTiming:
         self.worker_threads: int | None = None  # OMP_NUM_THREADS given to each worker (lanes), None: their default
         self.small_times: dict[str, list[float]] = {}  # per backend: each S <= 4096 case's exec_s + judge_s
 
-    def add(self, spec: str, case: Case, res: dict[str, Any], exec_s: float, judge_s: float) -> None:
+    def add(self, spec: str, case: Case, res: dict[str, Any], exec_s: float, judge_s: float, baseline_s: float = 0.0) -> None:
         t = self.per.setdefault(spec, {k: 0.0 for k in self.KEYS})
         w = res.get("timing") or {}
         t["cases"] += 1
         t["exec_s"] += exec_s
         t["judge_s"] += judge_s
+        t["baseline_s"] += baseline_s
         for k in ("call_s", "probe_call_s", "probe_s", "gen_s"):
             t[k] += float(w.get(k, 0.0))
         # a case the backend declines costs it nothing: it would only inflate the rate

@@ -151,3 +151,22 @@ def test_cases_per_second_counts_only_the_cases_a_backend_ran(tmp_path):
     t = json.loads((tmp_path / "timing.json").read_text())["per_backend"][spec]
     assert t["cases"] == 3 and t["small_cases"] == 2  # the declined case is a row, not a case it ran
     assert t["cases_per_s_upto_4096"] == pytest.approx(2 / t["small_s"], rel=0.02)  # small_s is rounded
+
+
+def test_the_shared_baseline_is_not_charged_to_the_backend_that_meets_a_case_first(tmp_path, monkeypatch):
+    import parity.sweep as sweep_mod
+
+    real = sweep_mod.make_baseline
+
+    def slow_baseline(*a, **k):
+        time.sleep(0.2)
+        return real(*a, **k)
+
+    monkeypatch.setattr(sweep_mod, "make_baseline", slow_baseline)
+    second = "tests.test_isolation:DeclinesSeed1"
+    run_sweep(["reference", second], CASES, out_dir=tmp_path, isolate=False, progress=False)
+    t = json.loads((tmp_path / "timing.json").read_text())
+    first, other = t["per_backend"]["reference"], t["per_backend"][second]
+    assert first["baseline_s"] >= 0.6 and other["baseline_s"] == 0  # three cases, computed once each, by the first
+    assert t["reference_s"] == pytest.approx(first["baseline_s"], abs=0.01)
+    assert first["small_s"] < 0.5 and first["judge_s"] < 0.5  # the 0.6 s of baseline is in neither
