@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                    help="run the backends in N lanes at once (compile-bound backends then do not hold up the rest; "
                         "per-case times are measured under that load); default 1")
+    r.add_argument("--split", action="append", metavar="BACKEND=K",
+                   help="run BACKEND in K worker processes at once, each taking the cases of its own configurations "
+                        "(for backends that compile per configuration on the host: flex, JAX, cuDNN); needs --jobs >= K")
     r.add_argument("--time-limit", type=float, metavar="SECONDS",
                    help="start no new row after this many seconds; what ran is written and reported as partial, "
                         "and --resume on the same --out runs the rest")
@@ -147,6 +150,20 @@ def _worker_paths(items: Sequence[str] | None) -> dict[str, list[str]]:
     return out
 
 
+def _splits(items: Sequence[str] | None, specs: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items or []:
+        name, sep, k = item.partition("=")
+        if not sep or not name or not k.strip().isdigit():
+            raise UsageError(f"--split wants BACKEND=K (K a whole number), got {item!r}")
+        if name not in specs:
+            raise UsageError(f"--split {item}: {name!r} is not among the backends of this run ({', '.join(specs)})")
+        if int(k) < 1:
+            raise UsageError(f"--split {item}: K must be >= 1")
+        out[name] = int(k)
+    return out
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import torch
 
@@ -177,6 +194,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
     if args.time_limit is not None and args.time_limit <= 0:
         raise UsageError(f"--time-limit must be > 0 seconds, got {args.time_limit:g}")
+    splits = _splits(args.split, specs)
+    if splits and args.no_isolate and max(splits.values()) > 1:
+        raise UsageError("--split runs a backend in several worker processes; it cannot be used with --no-isolate")
+    if splits and args.jobs < max(splits.values()):
+        k = max(splits.values())
+        raise UsageError(f"--split into {k} parts needs --jobs {k} or more (each part runs in its own lane)")
     cases = _load_cases(args)
     if args.list_cases:
         for c in cases:
@@ -221,6 +244,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         worker_paths=_worker_paths(args.worker_path),
         jobs=args.jobs,
         time_limit=args.time_limit,
+        splits=splits,
     )
     environment = env.collect(
         {
@@ -230,6 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "cases": len(cases),
             "reference_device": ref_dev,
             "jobs": args.jobs,
+            "splits": splits,
             "partial": result.partial or result.already + len(result.rows) < result.total,
             "rows_planned": result.planned,
             "rows_run": len(result.rows),

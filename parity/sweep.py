@@ -362,17 +362,48 @@ def lane_thread_env(jobs: int, n_specs: int, cpus: int | None = None) -> dict[st
     return {v: n for v in THREAD_VARS}
 
 
-def plan_lanes(specs: list[str], jobs: int, costs: dict[str, float]) -> list[list[str]]:
-    """Split backends over ``jobs`` lanes, heaviest first onto the least loaded lane (LPT)."""
+def plan_lanes(specs: list[str], jobs: int, costs: dict[str, float], group: dict[str, str] | None = None) -> list[list[str]]:
+    """Split backends over ``jobs`` lanes, heaviest first onto the least loaded lane (LPT).
+
+    ``group``: the parts of one split backend (``--split``) share a group and go to different
+    lanes while there are lanes without one of them (they exist to run at once).
+    """
+    group = group or {}
     jobs = max(1, min(jobs, len(specs)))
     lanes: list[list[str]] = [[] for _ in range(jobs)]
     load = [0.0] * jobs
     for spec in sorted(specs, key=lambda s: -costs.get(s, 1.0)):
-        i = load.index(min(load))
+        g = group.get(spec, spec)
+        free = [i for i in range(jobs) if all(group.get(o, o) != g for o in lanes[i])] or list(range(jobs))
+        i = min(free, key=lambda j: (load[j], j))
         lanes[i].append(spec)
         load[i] += costs.get(spec, 1.0)
     order = {s: n for n, s in enumerate(specs)}
     return [sorted(lane, key=order.__getitem__) for lane in lanes if lane]
+
+
+def config_key(case: Case) -> tuple[Any, ...]:
+    """What a compiling backend builds a kernel for, lengths aside (their buckets compile within it)."""
+    return (case.dtype, case.hq, case.hkv, case.head_dim, case.softcap, case.page_size is not None)
+
+
+def split_cases(cases: list[Case], parts: int) -> dict[str, int]:
+    """Case id -> part (0 .. parts-1) for a backend split over ``parts`` workers (``--split``).
+
+    Every case of one :func:`config_key` goes to the same part, so no two workers compile the
+    same kernel; configurations are dealt out largest first onto the part with the fewest cases.
+    """
+    groups: dict[tuple[Any, ...], list[Case]] = {}
+    for c in cases:
+        groups.setdefault(config_key(c), []).append(c)
+    load = [0] * parts
+    out: dict[str, int] = {}
+    for members in sorted(groups.values(), key=len, reverse=True):  # stable: ties keep first-seen order
+        i = load.index(min(load))
+        load[i] += len(members)
+        for c in members:
+            out[c.case_id] = i
+    return out
 
 
 def run_sweep(
@@ -392,6 +423,7 @@ def run_sweep(
     on_row: Callable[[dict[str, Any]], None] | None = None,
     jobs: int = 1,
     time_limit: float | None = None,
+    splits: dict[str, int] | None = None,
 ) -> SweepResult:
     """Run every case on every backend; see the module docstring for the verdicts.
 
@@ -401,16 +433,38 @@ def run_sweep(
 
     ``time_limit``: seconds after which no new row is started; the result is then
     ``partial`` and ``resume=True`` on the same folder runs the rest.
+
+    ``splits``: ``{backend: K}`` runs that backend in K workers at once, each in its own lane,
+    each taking the cases of its own configurations (:func:`split_cases`): for backends whose
+    time goes into compiling a kernel per configuration on the host. Rows are as without it.
     """
     budgets = budgets or BUDGETS
     specs = list(dict.fromkeys(specs))
+    splits = {s: k for s, k in (splits or {}).items() if k > 1}
+    for s, k in splits.items():
+        if s not in specs:
+            raise ValueError(f"split {s}={k}: {s} is not one of the backends run ({', '.join(specs)})")
+        if isolate is False:
+            raise ValueError(f"split {s}={k}: splitting needs worker processes (not --no-isolate)")
+    if splits and jobs < max(splits.values()):
+        k = max(splits.values())
+        raise ValueError(f"split into {k} parts needs at least {k} lanes (--jobs {k}): each part runs in its own lane")
+    # the units the lanes run: a backend, or one part of a split backend
+    units: dict[str, tuple[str, int | None]] = {}
+    for s in specs:
+        if s in splits:
+            units.update({f"{s}#{i + 1}": (s, i) for i in range(splits[s])})
+        else:
+            units[s] = (s, None)
+    part_of = {s: split_cases(cases, k) for s, k in splits.items()}
     writer = ResultsWriter(out_dir, resume) if out_dir else None
     baselines = BaselineCache(reference_device, keep=64 if jobs <= 1 else 512)
     rows: list[dict[str, Any]] = []
     infos: dict[str, dict[str, Any]] = {}
     t0 = time.perf_counter()
     bar = Progress(len(specs) * len(cases), enabled=progress)
-    executors: dict[str, Any] = {}
+    executors: dict[str, Any] = {}  # per unit
+    unit_infos: dict[str, dict[str, Any]] = {}
     timing = SweepTiming()
     timing.jobs = jobs
     lock = threading.RLock()  # rows, writer, progress bar, timing
@@ -427,19 +481,22 @@ def run_sweep(
                 on_row(row)
             bar.update(row["verdict"], f"{row['backend']} {row['_summary']}")
 
-    def judge_and_emit(case: Case, spec: str, info: dict[str, Any], res: dict[str, Any], wait_s: float) -> None:
+    def judge_and_emit(case: Case, unit: str, info: dict[str, Any], res: dict[str, Any], wait_s: float) -> None:
+        spec, part = units[unit]
         t_judge = time.perf_counter()
         # the baseline is the sweep's, shared by every backend: whichever backend meets a case first
         # must not be charged for it (it would make a backend's cases/s depend on the backend order)
         baseline_s = baselines.ensure(case) if res.get("status") == "ok" else 0.0
         row = judge(case, spec, info, res, baselines, budgets)
         with lock:
-            timing.add(spec, case, res, wait_s, time.perf_counter() - t_judge - baseline_s, baseline_s)
+            timing.add(spec, case, res, wait_s, time.perf_counter() - t_judge - baseline_s, baseline_s, unit=unit, part=part)
         row["_summary"] = case.summary()
         emit(row)
 
-    def lane(lane_specs: list[str]) -> None:
-        """Cases outer, backends inner; backend k+1 computes while the lane judges backend k."""
+    def lane(lane_units: list[str]) -> None:
+        """Cases outer, backends inner; backend k+1 computes while the lane judges backend k.
+
+        A lane runs units: backends, or parts of a split backend (each its cases only)."""
         pending: tuple[Case, str, dict[str, Any], dict[str, Any], float] | None = None
 
         def finish() -> None:
@@ -451,13 +508,16 @@ def run_sweep(
         t_lane = time.perf_counter()
         try:
             for case in cases:
-                for spec in lane_specs:
+                for unit in lane_units:
+                    spec, part = units[unit]
+                    if part is not None and part_of[spec][case.case_id] != part:
+                        continue  # another part's case
                     if stop.is_set():
                         return
                     if deadline is not None and time.perf_counter() > deadline:
                         timed_out.set()
                         return
-                    ex, info = executors[spec], infos[spec]
+                    ex, info = executors[unit], unit_infos[unit]
                     if writer and (spec, case.case_id) in writer.done:
                         with lock:
                             bar.update("skipped", spec)
@@ -474,7 +534,7 @@ def run_sweep(
                     res = failed if failed is not None else ex.collect()
                     if stop.is_set():  # interrupted: this answer may be the worker being shut down
                         return
-                    pending = (case, spec, info, res, (t_sent - t_ex) + (time.perf_counter() - t_wait))
+                    pending = (case, unit, info, res, (t_sent - t_ex) + (time.perf_counter() - t_wait))
                 finish()
                 if out_dir:  # after every case, so a run cut short still says where its time went
                     with lock:
@@ -482,17 +542,17 @@ def run_sweep(
         finally:
             finish()  # a result already in is never lost, even on Ctrl-C
             with lock:
-                timing.lane_wall[tuple(lane_specs)] = time.perf_counter() - t_lane
+                timing.lane_wall[tuple(lane_units)] = time.perf_counter() - t_lane
 
-    worker_env = lane_thread_env(jobs, len(specs))
+    worker_env = lane_thread_env(jobs, len(units))
     timing.worker_threads = int(worker_env["OMP_NUM_THREADS"]) if worker_env else None
     try:
-        for spec in specs:
-            log = out_dir / "logs" / f"{_safe(spec)}.log" if out_dir else None
+        for unit, (spec, _) in units.items():
+            log = out_dir / "logs" / f"{_safe(unit)}.log" if out_dir else None
             if log:
                 log.parent.mkdir(parents=True, exist_ok=True)
             kw: dict[str, Any] = {"wait": False} if isolate else {}
-            executors[spec] = make_executor(
+            executors[unit] = make_executor(
                 spec,
                 isolate,
                 probes=probes,
@@ -504,16 +564,23 @@ def run_sweep(
                 env=worker_env,
                 **kw,
             )
-        for spec, ex in executors.items():  # the workers start in parallel; wait for each
-            infos[spec] = ex.info
+        for unit, ex in executors.items():  # the workers start in parallel; wait for each
+            unit_infos[unit] = ex.info
+            infos.setdefault(units[unit][0], unit_infos[unit])  # a split backend: its first part's
         timing.startup_s = time.perf_counter() - t0
+        timing.parts = dict(splits)
         if jobs <= 1:
-            lane(specs)
+            lane(list(units))
         else:
             from . import backends
 
-            costs = {s: 0.0 if infos[s].get("unavailable") else float(getattr(backends.get(s), "cost_hint", 1.0)) for s in specs}
-            timing.lanes = plan_lanes(specs, jobs, costs)
+            def cost(unit: str) -> float:
+                spec, _ = units[unit]
+                if unit_infos[unit].get("unavailable"):
+                    return 0.0
+                return float(getattr(backends.get(spec), "cost_hint", 1.0)) / splits.get(spec, 1)
+
+            timing.lanes = plan_lanes(list(units), jobs, {u: cost(u) for u in units}, {u: units[u][0] for u in units})
             errors: list[BaseException] = []
 
             def guarded(lane_specs: list[str]) -> None:
@@ -582,7 +649,9 @@ class SweepTiming:
 
     ``cases_per_s_upto_4096`` = cases the backend ran (not declined as unsupported) with
     every length <= 4096 / their exec_s + judge_s
-    (every first-use compile included); ``median_case_s_upto_4096`` = the median of one
+    (every first-use compile included); for a backend split over K workers (``--split``),
+    which run at once, the divisor is the largest of its parts' sums (``part_small_s``: the
+    part that finished its cases last); ``median_case_s_upto_4096`` = the median of one
     such case's exec_s + judge_s: what a case costs once its kernel is compiled, for the
     backends that compile per configuration (most cases then reuse a compiled kernel).
     """
@@ -597,10 +666,25 @@ class SweepTiming:
         self.lane_wall: dict[tuple[str, ...], float] = {}  # each lane's own wall time (after start-up)
         self.worker_threads: int | None = None  # OMP_NUM_THREADS given to each worker (lanes), None: their default
         self.small_times: dict[str, list[float]] = {}  # per backend: each S <= 4096 case's exec_s + judge_s
+        self.parts: dict[str, int] = {}  # split backends: number of parts
+        self.part_small: dict[str, dict[int, float]] = {}  # split backends: per part, the sum of small_times
+        self.unit_calls: dict[str, float] = {}  # per lane unit (a backend or one part): call_s + probe_call_s
 
-    def add(self, spec: str, case: Case, res: dict[str, Any], exec_s: float, judge_s: float, baseline_s: float = 0.0) -> None:
+    def add(
+        self,
+        spec: str,
+        case: Case,
+        res: dict[str, Any],
+        exec_s: float,
+        judge_s: float,
+        baseline_s: float = 0.0,
+        unit: str | None = None,
+        part: int | None = None,
+    ) -> None:
         t = self.per.setdefault(spec, {k: 0.0 for k in self.KEYS})
         w = res.get("timing") or {}
+        unit = unit or spec
+        self.unit_calls[unit] = self.unit_calls.get(unit, 0.0) + float(w.get("call_s", 0.0)) + float(w.get("probe_call_s", 0.0))
         t["cases"] += 1
         t["exec_s"] += exec_s
         t["judge_s"] += judge_s
@@ -610,6 +694,9 @@ class SweepTiming:
         # a case the backend declines costs it nothing: it would only inflate the rate
         if res.get("status") != "unsupported" and max(max(case.q_lens), max(case.k_lens)) <= 4096:
             self.small_times.setdefault(spec, []).append(exec_s + judge_s)
+            if part is not None:
+                sums = self.part_small.setdefault(spec, {})
+                sums[part] = sums.get(part, 0.0) + exec_s + judge_s
 
     def _lane_shares(self) -> dict[str, Any]:
         """Per lane (``--jobs``): 1 - its backends' call time / the lane's wall time. Each lane is
@@ -617,22 +704,27 @@ class SweepTiming:
         after start-up."""
         out = {}
         for lane, wall in self.lane_wall.items():
-            calls = sum(self.per[s]["call_s"] + self.per[s]["probe_call_s"] for s in lane if s in self.per)
+            calls = sum(self.unit_calls.get(u, 0.0) for u in lane)
             out[" ".join(lane)] = {"wall_s": round(wall, 3), "backend_calls_s": round(calls, 3),
                                    "overhead_share": round((wall - calls) / wall, 4) if wall > 0 else None}
         return out
 
     def summary(self, wall: float, reference_s: float) -> dict[str, Any]:
         calls = sum(t["call_s"] + t["probe_call_s"] for t in self.per.values())
-        per = {}
+        per: dict[str, dict[str, Any]] = {}
         for spec, t in self.per.items():
             small = self.small_times.get(spec, [])
             small_s = sum(small)
+            parts = self.part_small.get(spec)
+            span = max(parts.values()) if parts else small_s  # split: its parts ran at once
             per[spec] = {**{k: round(v, 4) for k, v in t.items()},
                          "small_cases": len(small),
                          "small_s": round(small_s, 4),
-                         "cases_per_s_upto_4096": round(len(small) / small_s, 2) if small_s else None,
+                         "cases_per_s_upto_4096": round(len(small) / span, 2) if span else None,
                          "median_case_s_upto_4096": _median(small)}
+            if spec in self.parts:
+                per[spec]["parts"] = self.parts[spec]
+                per[spec]["part_small_s"] = [round((parts or {}).get(i, 0.0), 4) for i in range(self.parts[spec])]
         rows = sum(t["cases"] for t in self.per.values())
         loop = wall - self.startup_s
         serial = self.jobs <= 1  # with lanes running at once, backend calls overlap and wall - calls means nothing

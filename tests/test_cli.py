@@ -63,6 +63,12 @@ def test_repro_command_from_csv_reruns_the_case(tmp_path):
         (["run", "--budget", "bfloat16.k_max"], "DTYPE.FIELD=VALUE"),
         (["run", "--profile", "huge"], "invalid choice"),
         (["frobnicate"], "invalid choice"),
+        (["run", "--backend", "reference", "--split", "reference"], "BACKEND=K"),
+        (["run", "--backend", "reference", "--split", "reference=two"], "BACKEND=K"),
+        (["run", "--backend", "reference", "--split", "sdpa=2", "--jobs", "2"], "'sdpa' is not among the backends"),
+        (["run", "--backend", "reference", "--split", "reference=0"], "K must be >= 1"),
+        (["run", "--backend", "reference", "--split", "reference=3", "--jobs", "2"], "needs --jobs 3"),
+        (["run", "--backend", "reference", "--split", "reference=2", "--jobs", "2", "--no-isolate"], "--no-isolate"),
     ],
 )
 def test_usage_errors_exit_2_without_traceback(args, needle, capsys):

@@ -1,0 +1,95 @@
+"""--split: one compile-bound backend in several workers at once, each with its own configurations."""
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from parity import Case, Window
+from parity.backends.reference import ReferenceBackend
+from parity.strategies import generate, profile
+from parity.sweep import _safe, config_key, plan_lanes, run_sweep, split_cases
+
+
+def _cases() -> list[Case]:
+    out = []
+    for n, (hq, hkv, d) in enumerate([(1, 1, 8), (2, 1, 8), (2, 2, 16), (4, 2, 8), (1, 1, 16)]):
+        for s in range(3 if n % 2 else 2):
+            w = Window(2, 0)
+            out.append(Case(q_lens=(5 + s,), k_lens=(9,), hq=hq, hkv=hkv, head_dim=d, dtype="float32", window=w, seed=10 * n + s))
+    return out
+
+
+class PidLogging(ReferenceBackend):
+    """The reference, noting which worker process ran which case (in $PARITY_TEST_PID_LOG)."""
+
+    name = "pid-logging"
+
+    def run(self, case, inputs, out):
+        with open(os.environ["PARITY_TEST_PID_LOG"], "a") as fh:
+            fh.write(f"{os.getpid()} {case.case_id}\n")
+        return super().run(case, inputs, out)
+
+
+def test_split_cases_keeps_a_configuration_in_one_part_and_balances_the_parts():
+    cases = generate(profile("quick"), 0, ("float32", "bfloat16"))
+    part = split_cases(cases, 3)
+    assert set(part) == {c.case_id for c in cases} and set(part.values()) == {0, 1, 2}
+    by_key: dict = {}
+    for c in cases:
+        by_key.setdefault(config_key(c), set()).add(part[c.case_id])
+    assert all(len(parts) == 1 for parts in by_key.values())  # no kernel is built by two workers
+    load = [sum(1 for p in part.values() if p == i) for i in range(3)]
+    biggest = max(sum(1 for c in cases if config_key(c) == k) for k in by_key)
+    assert max(load) - min(load) <= biggest, load
+
+
+def test_parts_of_one_backend_go_to_different_lanes():
+    units = ["a#1", "a#2", "b", "c"]
+    lanes = plan_lanes(units, 2, {"a#1": 5.0, "a#2": 5.0, "b": 1.0, "c": 1.0}, {"a#1": "a", "a#2": "a"})
+    assert sorted(map(sorted, lanes)) == [["a#1", "b"], ["a#2", "c"]]
+
+
+def test_a_split_backend_gives_the_rows_of_an_unsplit_one_from_several_workers(tmp_path, monkeypatch):
+    spec = "tests.test_split:PidLogging"
+    cases = _cases()
+    log = tmp_path / "pids.txt"
+    monkeypatch.setenv("PARITY_TEST_PID_LOG", str(log))
+    run_sweep([spec, "reference"], cases, out_dir=tmp_path / "whole", timeout=60, progress=False)
+    log.unlink()
+    split = run_sweep([spec, "reference"], cases, out_dir=tmp_path / "split", timeout=60, progress=False, jobs=3, splits={spec: 3})
+
+    def rows(folder: Path) -> dict:
+        with (folder / "results.csv").open(newline="") as fh:
+            return {(r["backend"], r["case_id"]): (r["verdict"], r["max_abs_err"]) for r in csv.DictReader(fh)}
+
+    assert rows(tmp_path / "split") == rows(tmp_path / "whole")  # every case once per backend, the same numbers
+    assert len(split.rows) == 2 * len(cases) and all(r["verdict"] == "pass" for r in split.rows)
+    ids = {c.case_id for c in cases}
+    pid_of: dict[str, set[str]] = {}
+    for line in log.read_text().split("\n"):
+        if line and line.split()[1] in ids:  # the mask probes' own cases aside
+            pid, case_id = line.split()
+            pid_of.setdefault(case_id, set()).add(pid)
+    assert set(pid_of) == ids
+    pids_of_key: dict = {}
+    for c in cases:
+        pids_of_key.setdefault(config_key(c), set()).update(pid_of[c.case_id])
+    assert all(len(p) == 1 for p in pids_of_key.values())  # a configuration stays in its worker
+    assert len(set().union(*pid_of.values())) == 3  # three workers ran the backend
+    assert {_safe(f"{spec}#{i}") + ".log" for i in (1, 2, 3)} <= {p.name for p in (tmp_path / "split" / "logs").iterdir()}
+    t = json.loads((tmp_path / "split" / "timing.json").read_text())["per_backend"][spec]
+    assert t["parts"] == 3 and len(t["part_small_s"]) == 3 and all(x > 0 for x in t["part_small_s"])
+    assert t["small_cases"] == len(cases)
+    assert t["cases_per_s_upto_4096"] == pytest.approx(len(cases) / max(t["part_small_s"]), rel=0.02)
+    assert sum(t["part_small_s"]) == pytest.approx(t["small_s"], rel=0.02)
+
+
+def test_split_refuses_what_it_cannot_do():
+    cases = _cases()[:2]
+    with pytest.raises(ValueError, match="at least 3 lanes"):
+        run_sweep(["reference"], cases, jobs=2, splits={"reference": 3}, progress=False)
+    with pytest.raises(ValueError, match="not one of the backends"):
+        run_sweep(["reference"], cases, jobs=2, splits={"sdpa": 2}, progress=False)
