@@ -1,6 +1,7 @@
 """Cold vs warm compile caches: what ``--compile-cache`` buys each backend, run by run.
 
-Reads finished run folders (``timing.json``, ``environment.json``, ``results.csv``) and prints,
+Reads finished run folders (``timing.json``, ``environment.json``, ``results.csv`` or
+``results.csv.gz``) and prints,
 per backend, cases/s (cases it ran, up to S = 4096, first-use compiles included; their count
 in brackets), the median case's
 seconds, and each run's ratio to the first run; then whether the verdicts agree between
@@ -19,8 +20,10 @@ import json
 import sys
 from pathlib import Path
 
-from parity.cli import UsageError
-from parity.runs import load_run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing it
+
+from parity.cli import UsageError  # noqa: E402
+from parity.runs import load_run  # noqa: E402
 
 
 def load(folder: Path) -> dict:

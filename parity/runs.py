@@ -91,7 +91,10 @@ def load_run(folder: Path | str) -> Run:
         raise UsageError(f"{folder}: no such folder")
     if not folder.is_dir():
         raise UsageError(f"{folder}: not a folder (give the run folder that holds results.csv)")
-    df = read_results(folder / "results.csv")
+    results = folder / "results.csv"
+    if not results.exists() and (folder / "results.csv.gz").exists():
+        results = folder / "results.csv.gz"  # a committed report keeps its rows gzipped
+    df = read_results(results)
     env: dict[str, Any] = {}
     env_path = folder / "environment.json"
     if env_path.exists():

@@ -160,3 +160,18 @@ def test_missing_folder_and_bad_csv(base, tmp_path, capsys):
     assert code == 2 and "cannot write diff.html / diff.md" in err
     code, _, err = _diff(capsys, base, base, "--ratio-threshold", "0.5")
     assert code == 2 and "--ratio-threshold must be >= 1" in err
+
+
+def test_a_run_folder_with_gzipped_results_reads_as_the_same_run(base, tmp_path, capsys):
+    import gzip
+
+    from parity.runs import load_run
+
+    packed = tmp_path / "packed"
+    shutil.copytree(base, packed)
+    raw = (packed / "results.csv").read_bytes()
+    (packed / "results.csv.gz").write_bytes(gzip.compress(raw))
+    (packed / "results.csv").unlink()  # as committed under reports/
+    assert load_run(packed).df.equals(load_run(base).df)
+    code, out, _ = _diff(capsys, base, packed)
+    assert code == 0, out
