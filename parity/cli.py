@@ -150,16 +150,13 @@ def _worker_paths(items: Sequence[str] | None) -> dict[str, list[str]]:
     return out
 
 
-def _splits(items: Sequence[str] | None, specs: list[str]) -> dict[str, int]:
+def _splits(items: Sequence[str] | None) -> dict[str, int]:
+    """``--split BACKEND=K`` items as ``{BACKEND: K}`` (checked against the run by :func:`sweep.check_splits`)."""
     out: dict[str, int] = {}
     for item in items or []:
         name, sep, k = item.partition("=")
         if not sep or not name or not k.strip().isdigit():
             raise UsageError(f"--split wants BACKEND=K (K a whole number), got {item!r}")
-        if name not in specs:
-            raise UsageError(f"--split {item}: {name!r} is not among the backends of this run ({', '.join(specs)})")
-        if int(k) < 1:
-            raise UsageError(f"--split {item}: K must be >= 1")
         out[name] = int(k)
     return out
 
@@ -168,7 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import torch
 
     from . import backends, env
-    from .sweep import FAIL_VERDICTS, run_sweep, summary_table
+    from .sweep import FAIL_VERDICTS, check_splits, run_sweep, summary_table
     from .verdict import budgets_with
 
     requested = _split(args.backend)
@@ -194,12 +191,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
     if args.time_limit is not None and args.time_limit <= 0:
         raise UsageError(f"--time-limit must be > 0 seconds, got {args.time_limit:g}")
-    splits = _splits(args.split, specs)
-    if splits and args.no_isolate and max(splits.values()) > 1:
-        raise UsageError("--split runs a backend in several worker processes; it cannot be used with --no-isolate")
-    if splits and args.jobs < max(splits.values()):
-        k = max(splits.values())
-        raise UsageError(f"--split into {k} parts needs --jobs {k} or more (each part runs in its own lane)")
+    try:  # before any case is generated: a bad --split costs nothing
+        splits = check_splits(_splits(args.split), specs, args.jobs, not args.no_isolate)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     cases = _load_cases(args)
     if args.list_cases:
         for c in cases:

@@ -382,6 +382,22 @@ def plan_lanes(specs: list[str], jobs: int, costs: dict[str, float], group: dict
     return [sorted(lane, key=order.__getitem__) for lane in lanes if lane]
 
 
+def check_splits(splits: dict[str, int] | None, specs: list[str], jobs: int, isolate: bool) -> dict[str, int]:
+    """The backends really split (K > 1) of ``splits`` (``--split``); ValueError naming what cannot be."""
+    for s, k in (splits or {}).items():
+        if k < 1:
+            raise ValueError(f"--split {s}={k}: K must be >= 1")
+        if s not in specs:
+            raise ValueError(f"--split {s}={k}: {s!r} is not among the backends of this run ({', '.join(specs)})")
+    out = {s: k for s, k in (splits or {}).items() if k > 1}
+    if out and not isolate:
+        raise ValueError("--split runs a backend in several worker processes; it cannot be used with --no-isolate")
+    if out and jobs < max(out.values()):
+        k = max(out.values())
+        raise ValueError(f"--split into {k} parts needs --jobs {k} or more (at least {k} lanes: each part runs in its own lane)")
+    return out
+
+
 def config_key(case: Case) -> tuple[Any, ...]:
     """What a compiling backend builds a kernel for, lengths aside (their buckets compile within it)."""
     return (case.dtype, case.hq, case.hkv, case.head_dim, case.softcap, case.page_size is not None)
@@ -440,15 +456,7 @@ def run_sweep(
     """
     budgets = budgets or BUDGETS
     specs = list(dict.fromkeys(specs))
-    splits = {s: k for s, k in (splits or {}).items() if k > 1}
-    for s, k in splits.items():
-        if s not in specs:
-            raise ValueError(f"split {s}={k}: {s} is not one of the backends run ({', '.join(specs)})")
-        if isolate is False:
-            raise ValueError(f"split {s}={k}: splitting needs worker processes (not --no-isolate)")
-    if splits and jobs < max(splits.values()):
-        k = max(splits.values())
-        raise ValueError(f"split into {k} parts needs at least {k} lanes (--jobs {k}): each part runs in its own lane")
+    splits = check_splits(splits, specs, jobs, isolate)
     # the units the lanes run: a backend, or one part of a split backend
     units: dict[str, tuple[str, int | None]] = {}
     for s in specs:

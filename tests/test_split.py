@@ -50,6 +50,10 @@ def test_parts_of_one_backend_go_to_different_lanes():
     units = ["a#1", "a#2", "b", "c"]
     lanes = plan_lanes(units, 2, {"a#1": 5.0, "a#2": 5.0, "b": 1.0, "c": 1.0}, {"a#1": "a", "a#2": "a"})
     assert sorted(map(sorted, lanes)) == [["a#1", "b"], ["a#2", "c"]]
+    # plain LPT would put a#2 beside a#1 (all three lanes tie at 3); the parts must spread instead
+    group = {"a#1": "a", "a#2": "a", "a#3": "a"}
+    lanes = plan_lanes(["a#1", "a#2", "a#3", "b", "c"], 3, {"a#1": 3.0, "b": 3.0, "c": 3.0, "a#2": 1.0, "a#3": 1.0}, group)
+    assert sorted(sum(1 for u in lane if u.startswith("a#")) for lane in lanes) == [1, 1, 1], lanes
 
 
 def test_a_split_backend_gives_the_rows_of_an_unsplit_one_from_several_workers(tmp_path, monkeypatch):
@@ -91,5 +95,9 @@ def test_split_refuses_what_it_cannot_do():
     cases = _cases()[:2]
     with pytest.raises(ValueError, match="at least 3 lanes"):
         run_sweep(["reference"], cases, jobs=2, splits={"reference": 3}, progress=False)
-    with pytest.raises(ValueError, match="not one of the backends"):
+    with pytest.raises(ValueError, match="is not among the backends of this run"):
         run_sweep(["reference"], cases, jobs=2, splits={"sdpa": 2}, progress=False)
+    with pytest.raises(ValueError, match="--no-isolate"):
+        run_sweep(["reference"], cases, jobs=2, splits={"reference": 2}, isolate=False, progress=False)
+    with pytest.raises(ValueError, match="K must be >= 1"):
+        run_sweep(["reference"], cases, splits={"reference": 0}, progress=False)
