@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from . import regimes
 from .window import SpecError, Window
 
 DTYPES: dict[str, torch.dtype] = {
@@ -62,6 +63,7 @@ class Case:
     softcap: float | None = None  # None: no tanh softcap; else scores = c * tanh(scores / c)
     page_size: int | None = None  # None: contiguous KV; else a paged cache with this block size
     seed: int = 0
+    regime: str = "normal"  # input regime (parity.regimes): normal, large_logits, outliers, sink, ...
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "q_lens", tuple(self.q_lens))
@@ -103,6 +105,8 @@ class Case:
             object.__setattr__(self, name, float(value))
         if self.page_size is not None:
             _int_field("page_size", self.page_size, 1)
+        if self.regime not in regimes.REGIMES:
+            raise SpecError(f"Case.regime must be one of {', '.join(regimes.REGIMES)}, got {self.regime!r}")
         # No "empty band" check is needed: Window's sides are >= 0, so the aligned
         # diagonal key j = i + d is always in the band, and the last (bottom-right) or
         # first (top-left) query row always sees a key.
@@ -178,6 +182,8 @@ class Case:
             "softcap": self.softcap,
             "page_size": self.page_size,
             "seed": self.seed,
+            # omitted when normal, so the ids of cases from before regimes existed stay the same
+            **({} if self.regime == "normal" else {"regime": self.regime}),
         }
 
     def to_json(self) -> str:
@@ -233,6 +239,8 @@ class Case:
             parts.append(f"scale={self.scale:g}")
         if self.page_size is not None:
             parts.append(f"page={self.page_size}")
+        if self.regime != "normal":
+            parts.append(f"inputs={self.regime}")
         return " ".join(parts)
 
     def repro(self, backend: str) -> str:
@@ -346,16 +354,18 @@ class Inputs:
 def make_inputs(case: Case, device: torch.device | str = "cpu") -> Inputs:
     """Deterministic random inputs: drawn on the CPU from ``case.seed``, then cast and moved.
 
-    Values are standard normal, rounded to the case's dtype, so the float64 reference
-    sees exactly what the backend sees.
+    Values are standard normal, reshaped by the case's input regime (:mod:`parity.regimes`),
+    rounded to the case's dtype, so the float64 reference sees exactly what the backend sees.
     """
     gen = torch.Generator(device="cpu").manual_seed(case.seed)
     tq, tk = sum(case.q_lens), sum(case.k_lens)
     dt = case.torch_dtype
-    q = torch.randn(tq, case.hq, case.head_dim, generator=gen).to(dt)  # (total_q, hq, d)
-    k = torch.randn(tk, case.hkv, case.head_dim, generator=gen).to(dt)  # (total_k, hkv, d)
-    v = torch.randn(tk, case.hkv, case.head_dim, generator=gen).to(dt)  # (total_k, hkv, d)
+    q = torch.randn(tq, case.hq, case.head_dim, generator=gen)  # (total_q, hq, d)
+    k = torch.randn(tk, case.hkv, case.head_dim, generator=gen)  # (total_k, hkv, d)
+    v = torch.randn(tk, case.hkv, case.head_dim, generator=gen)  # (total_k, hkv, d)
     cq, ck = case.cu_seqlens()
+    q, k, v = regimes.apply(case.regime, q, k, v, ck[:-1], case.softmax_scale, dt, case.seed)
+    q, k, v = q.to(dt), k.to(dt), v.to(dt)
     inputs = Inputs(
         case,
         q,

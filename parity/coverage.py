@@ -1,0 +1,172 @@
+"""The coverage model: the dimensions of a case that decide a fast kernel's control flow.
+
+A case has, in each dimension, a set of values (a varlen batch can hold several length
+relations at once). :func:`case_cells` computes them; the case generator
+(:mod:`parity.design`) builds cases from chosen values, and the reports count, per
+backend, which values it actually ran (:func:`coverage_table`).
+
+=============  ========================================================================
+dimension      values
+=============  ========================================================================
+``left``       ``unbounded``; ``0``; ``narrow`` (1 .. 63: the window is narrower than one
+               64-key tile); ``inside`` (64 .. Sk-2); ``sk-1`` (exactly Sk-1); ``>=sk``
+``right``      ``unbounded``; ``0``; ``inside`` (1 .. Sk-2); ``sk-1``; ``>=sk``
+``length``     ``decode`` (Sq = 1); ``sq<sk``; ``sq=sk``; ``sq>sk``  (per sequence)
+``batch``      ``single``; ``uniform`` (B > 1, one shape); ``varlen`` (mixed shapes)
+``tile``       a query / key length or a left window width (``left + 1``) at ``t-1``, ``t``
+               or ``t+1`` for a tile size ``t`` in 64, 128, 256 (``63`` .. ``257``); else
+               ``none``
+``align``      ``bottom_right``; ``top_left`` (only where some Sq != Sk; else the two agree)
+``layout``     ``MHA``; ``GQA-pow2`` (ratio 2, 4, 8, ...); ``GQA-other`` (3, 6, ...); ``MQA``
+``head_dim``   ``d<=32``; ``d64``; ``d128``; ``d256``; ``odd8`` (other multiples of 8);
+               ``irregular`` (not a multiple of 8)
+``dtype``      ``float16``; ``bfloat16``; ``float32``
+``softcap``    ``none``; ``on``
+``scale``      ``default`` (1/sqrt(d)); ``explicit``
+``paged``      ``no``; ``yes``
+``regime``     :data:`parity.regimes.REGIMES`
+``empty_rows`` ``no``; ``yes`` (some query row sees no key)
+``long``       ``no``; ``yes`` (a visible key range of 1024 keys or more in one row)
+=============  ========================================================================
+
+The **window grid** is the product ``left x right x length`` with the five side classes
+of the issue that introduced it (``narrow`` counted as ``inside``): 5 x 5 x 4 = 100 cells,
+counted on bottom-right sequences in float16 / bfloat16 (the cases a flash kernel takes).
+A cell is written ``"left/right/length"``, e.g. ``"inside/0/sq<sk"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .case import Case
+from .regimes import REGIMES
+
+TILE = 64
+TILES = (64, 128, 256)
+TILE_VALUES = tuple(str(t + o) for t in TILES for o in (-1, 0, 1))
+LONG_SPAN = 1024
+
+DIMENSIONS: dict[str, tuple[str, ...]] = {
+    "left": ("unbounded", "0", "narrow", "inside", "sk-1", ">=sk"),
+    "right": ("unbounded", "0", "inside", "sk-1", ">=sk"),
+    "length": ("decode", "sq<sk", "sq=sk", "sq>sk"),
+    "batch": ("single", "uniform", "varlen"),
+    "tile": (*TILE_VALUES, "none"),
+    "align": ("bottom_right", "top_left"),
+    "layout": ("MHA", "GQA-pow2", "GQA-other", "MQA"),
+    "head_dim": ("d<=32", "d64", "d128", "d256", "odd8", "irregular"),
+    "dtype": ("float16", "bfloat16", "float32"),
+    "softcap": ("none", "on"),
+    "scale": ("default", "explicit"),
+    "paged": ("no", "yes"),
+    "regime": REGIMES,
+    "empty_rows": ("no", "yes"),
+    "long": ("no", "yes"),
+}
+GRID_SIDES = ("unbounded", "0", "inside", "sk-1", ">=sk")
+GRID_LENGTHS = DIMENSIONS["length"]
+GRID_CELLS = tuple(f"{a}/{b}/{n}" for a in GRID_SIDES for b in GRID_SIDES for n in GRID_LENGTHS)
+HALF = ("float16", "bfloat16")
+
+
+def side_class(value: int | None, sk: int, left: bool) -> str:
+    """The class of one window side for a sequence of ``sk`` keys (see the module table)."""
+    if value is None:
+        return "unbounded"
+    if value == 0:
+        return "0"
+    if value >= sk:
+        return ">=sk"
+    if value == sk - 1:
+        return "sk-1"
+    return "narrow" if left and value < TILE else "inside"
+
+
+def length_class(sq: int, sk: int) -> str:
+    if sq == 1:
+        return "decode"
+    return "sq<sk" if sq < sk else ("sq=sk" if sq == sk else "sq>sk")
+
+
+def layout_class(hq: int, hkv: int) -> str:
+    if hq == hkv:
+        return "MHA"
+    if hkv == 1:
+        return "MQA"
+    g = hq // hkv
+    return "GQA-pow2" if g & (g - 1) == 0 else "GQA-other"
+
+
+def head_dim_class(d: int) -> str:
+    if d % 8:
+        return "irregular"
+    if d <= 32:
+        return "d<=32"
+    return {64: "d64", 128: "d128", 256: "d256"}.get(d, "odd8")
+
+
+def _tiles(case: Case) -> set[str]:
+    near = set(case.q_lens) | set(case.k_lens)
+    if case.window.left is not None:
+        near.add(case.window.left + 1)
+    hits = {str(n) for n in near if str(n) in TILE_VALUES}
+    return hits or {"none"}
+
+
+def _sequences(case: Case) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {"left": set(), "right": set(), "length": set(), "empty_rows": set(), "long": set(), "grid": set()}
+    w = case.window
+    for sq, sk in zip(case.q_lens, case.k_lens):
+        lo, hi = w.band(sq, sk)
+        left, right, rel = side_class(w.left, sk, True), side_class(w.right, sk, False), length_class(sq, sk)
+        out["left"].add(left)
+        out["right"].add(right)
+        out["length"].add(rel)
+        out["empty_rows"].add("yes" if bool((lo > hi).any()) else "no")
+        out["long"].add("yes" if int((hi - lo + 1).max()) >= LONG_SPAN else "no")
+        if w.align == "bottom_right" and case.dtype in HALF:
+            out["grid"].add(f"{'inside' if left == 'narrow' else left}/{right}/{rel}")
+    out["empty_rows"] = {"yes"} if "yes" in out["empty_rows"] else {"no"}
+    out["long"] = {"yes"} if "yes" in out["long"] else {"no"}
+    return out
+
+
+def case_cells(case: Case) -> dict[str, frozenset[str]]:
+    """Every dimension's values for ``case``, plus ``grid``: its window-grid cells (may be empty)."""
+    cells = {k: frozenset(v) for k, v in _sequences(case).items()}
+    same = all(q == k for q, k in zip(case.q_lens, case.k_lens))
+    batch = "single" if case.batch == 1 else ("uniform" if case.is_uniform else "varlen")
+    cells.update(
+        batch=frozenset({batch}),
+        tile=frozenset(_tiles(case)),
+        align=frozenset({"bottom_right" if same else case.window.align}),
+        layout=frozenset({layout_class(case.hq, case.hkv)}),
+        head_dim=frozenset({head_dim_class(case.head_dim)}),
+        dtype=frozenset({case.dtype}),
+        softcap=frozenset({"none" if case.softcap is None else "on"}),
+        scale=frozenset({"default" if case.scale is None else "explicit"}),
+        paged=frozenset({"no" if case.page_size is None else "yes"}),
+        regime=frozenset({case.regime}),
+    )
+    return cells
+
+
+def matches(case: Case, condition: dict[str, Iterable[str] | str]) -> bool:
+    """Does ``case`` hold, in every dimension named, at least one of the given values?
+
+    ``{"dtype": ["float32"], "length": "sq>sk"}``: float32 and some sequence with Sq > Sk.
+    Unknown dimensions or values raise ``ValueError`` (a condition that can never match
+    is a typo, not a rule).
+    """
+    cells = case_cells(case)
+    for dim, want in condition.items():
+        values = {want} if isinstance(want, str) else set(want)
+        known = set(GRID_CELLS) if dim == "grid" else set(DIMENSIONS.get(dim, ()))
+        if not known:
+            raise ValueError(f"unknown coverage dimension {dim!r}; known: {', '.join([*DIMENSIONS, 'grid'])}")
+        if values - known:
+            raise ValueError(f"coverage dimension {dim!r} has no value(s) {sorted(values - known)}; known: {', '.join(sorted(known))}")
+        if not values & cells[dim]:
+            return False
+    return True
