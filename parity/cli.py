@@ -91,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shrink each failing backend's first failure with at most CALLS backend calls (0: off; default 40)")
     r.add_argument("--list-cases", action="store_true", help="print the cases as JSON lines and exit")
     r.add_argument("--no-report", action="store_true", help="write results.csv only, no HTML/Markdown")
+    r.add_argument("--no-siblings", action="store_true",
+                   help="do not add, for each backend, siblings of the generated cases it refuses for a reason that does not "
+                        "change the window logic (dtype, softcap, top-left, head dim, paged)")
+    r.add_argument("--require-coverage", action="store_true",
+                   help="exit 1 when a backend ran none of a coverage cell that another backend of its family ran")
 
     for name, module in EXTRA_COMMANDS.items():
         try:
@@ -105,9 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _load_cases(args: argparse.Namespace):
+def _load_cases(args: argparse.Namespace, specs: Sequence[str] = ()) -> tuple[list, dict]:
+    """The run's cases, and what the design did (long-case cap, siblings per backend) for environment.json."""
     from .case import Case
-    from .strategies import generate, profile
+    from .strategies import CPU_LONG_CAP, generate, profile
 
     if args.case or args.case_file:
         cases = [Case.from_json(text) for text in args.case or []]
@@ -132,12 +138,24 @@ def _load_cases(args: argparse.Namespace):
                             raise UsageError(f"{args.case_file}:{n}: {exc}") from None
         if args.dtype:
             cases = [c for c in cases if c.dtype in args.dtype]
-        return cases
+        return cases, {}
     try:
         prof = profile(args.profile)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return generate(prof, args.seed, tuple(args.dtype) if args.dtype else ("float32", "float16", "bfloat16"))
+    from . import backends
+    from .design import place
+
+    instances = {s: backends.get(s) for s in specs}
+    gpu = any(getattr(b, "device", "cpu") == "cuda" for b in instances.values())
+    long_len = prof.long_len if gpu else min(prof.long_len, CPU_LONG_CAP)
+    cases = generate(prof, args.seed, tuple(args.dtype) if args.dtype else ("float32", "float16", "bfloat16"), long_len)
+    design = {"long_len": long_len, "long_capped": long_len < prof.long_len,
+              "long_cap_why": "" if gpu else f"no GPU backend in the run: long key ranges capped at Sk={CPU_LONG_CAP}"}
+    if not args.no_siblings:
+        cases, added = place(cases, instances)
+        design["siblings"] = {s: n for s, n in added.items() if n}
+    return cases, design
 
 
 def _worker_paths(items: Sequence[str] | None) -> dict[str, list[str]]:
@@ -195,7 +213,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         splits = check_splits(_splits(args.split), specs, args.jobs, not args.no_isolate)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    cases = _load_cases(args)
+    cases, design = _load_cases(args, specs)
     if args.list_cases:
         for c in cases:
             print(c.to_json())
@@ -259,6 +277,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "wall_seconds": round(result.seconds, 2),
             "reference_seconds": round(result.reference_seconds, 2),
             "compile_cache": None if cache_root is None else compile_cache.record(cache_root, cache_before),
+            "design": design,
         }
     )
     env_path = out / "environment.json"
@@ -297,6 +316,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print("parity: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
         except ImportError as exc:
             print(f"parity: reports not written ({exc}); pip install 'attn-parity[report]'", file=sys.stderr)
+    coverage_gaps = _coverage_warnings(out)
     hidden = sum(max(0, n - 3) for n in shown.values())
     if hidden:
         print(f"\n... and {hidden} more failing rows in {out}/results.csv")
@@ -308,7 +328,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     unavailable_explicit = [s for s in explicit if result.infos.get(s, {}).get("unavailable")]
     for s in unavailable_explicit:
         print(f"parity: requested backend {s} is unavailable: {result.infos[s]['unavailable']}", file=sys.stderr)
+    if coverage_gaps and args.require_coverage:
+        print(f"parity: --require-coverage: {coverage_gaps} backend(s) ran none of a cell their family ran (above)", file=sys.stderr)
+        return EXIT_FAIL
     return EXIT_FAIL if (result.failed or unavailable_explicit) else EXIT_OK
+
+
+def _coverage_warnings(out: Path) -> int:
+    """Write OUT/coverage.csv; warn, per backend, about cells its family ran and it did not. The count warned."""
+    from . import backends, coverage
+
+    coverage.write_csv(out)
+    gaps = coverage.gaps(coverage.tally(coverage.read_rows(out)), backends.marker_for)
+    for b, others in gaps.items():
+        print(f"parity: coverage: {coverage.describe_gap(b, others)}", file=sys.stderr)
+    return len(gaps)
 
 
 def _shrink_failures(args: argparse.Namespace, failures: list[dict], budgets: dict, ref_dev: str, out: Path) -> None:

@@ -37,7 +37,10 @@ A cell is written ``"left/right/length"``, e.g. ``"inside/0/sq<sk"``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import csv
+import gzip
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 from .case import Case
 from .regimes import REGIMES
@@ -170,3 +173,103 @@ def matches(case: Case, condition: dict[str, Iterable[str] | str]) -> bool:
         if not values & cells[dim]:
             return False
     return True
+
+
+# -- what each backend ran -----------------------------------------------------------------------
+
+#: Verdicts of a row whose backend ran the case (whatever the outcome).
+RAN = ("pass", "fail", "error", "crash", "timeout", "expected", "unexpected-pass")
+Cell = tuple[str, str]  # (dimension, value); dimension "grid" for window-grid cells
+Tally = dict[str, dict[Cell, dict[str, int]]]  # backend -> cell -> {"ran": n, "unsupported": n, "unavailable": n}
+
+
+def tally(rows: Iterable[Mapping[str, object]]) -> Tally:
+    """Per backend and cell, how many rows ran, were unsupported, unavailable (rows: results.csv dicts)."""
+    cells_of: dict[str, dict[str, frozenset[str]]] = {}
+    out: Tally = {}
+    for r in rows:
+        text = str(r.get("case_json") or "")
+        if not text:
+            continue
+        if text not in cells_of:
+            try:
+                cells_of[text] = case_cells(Case.from_json(text))
+            except ValueError:
+                cells_of[text] = {}
+        verdict = str(r.get("verdict", ""))
+        kind = "ran" if verdict in RAN else ("unsupported" if verdict == "unsupported" else "unavailable")
+        per = out.setdefault(str(r.get("backend", "")), {})
+        for dim, values in cells_of[text].items():
+            for v in values:
+                slot = per.setdefault((dim, v), {"ran": 0, "unsupported": 0, "unavailable": 0})
+                slot[kind] += 1
+    return out
+
+
+def ran_cells(t: Tally, backend: str, dim: str | None = None) -> set[Cell]:
+    return {c for c, n in t.get(backend, {}).items() if n["ran"] and (dim is None or c[0] == dim)}
+
+
+def grid_count(t: Tally, backend: str) -> int:
+    """How many of the 100 window-grid cells ``backend`` ran."""
+    return len(ran_cells(t, backend, "grid"))
+
+
+def gaps(t: Tally, family: Callable[[str], str]) -> dict[str, dict[str, list[Cell]]]:
+    """Per backend, the cells it ran none of that another backend of its ``family`` ran:
+    ``{backend: {other: [cells]}}`` (grid cells included)."""
+    out: dict[str, dict[str, list[Cell]]] = {}
+    for b in t:
+        mine = ran_cells(t, b)
+        if not any(n["ran"] for n in t[b].values()):
+            continue  # unavailable here: nothing to compare
+        for o in t:
+            if o == b or family(o) != family(b):
+                continue
+            missing = sorted(ran_cells(t, o) - mine)
+            if missing:
+                out.setdefault(b, {})[o] = missing
+    return out
+
+
+def describe_gap(backend: str, others: Mapping[str, list[Cell]]) -> str:
+    """One line: what ``backend`` never ran that its family ran (dimension values first, grid counted)."""
+    cells = sorted({c for cs in others.values() for c in cs})
+    values = [f"{d}={v}" for d, v in cells if d != "grid"]
+    grid = [v for d, v in cells if d == "grid"]
+    parts = values[:12] + ([f"... {len(values) - 12} more"] if len(values) > 12 else [])
+    if grid:
+        parts.append(f"{len(grid)} window-grid cell(s) such as {grid[0]}")
+    return f"{backend} ran none of: {', '.join(parts)} (which {', '.join(sorted(others))} ran)"
+
+
+def csv_rows(t: Tally) -> list[dict[str, object]]:
+    """``coverage.csv``: one row per backend x cell, in the model's order."""
+    order = {d: i for i, d in enumerate([*DIMENSIONS, "grid"])}
+    out = []
+    for b, per in t.items():
+        for (dim, v), n in sorted(per.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1])):
+            out.append({"backend": b, "dimension": dim, "value": v, **n})
+    return out
+
+
+def read_rows(out_dir: Path) -> list[dict[str, str]]:
+    """The rows of ``OUT/results.csv`` (or ``results.csv.gz``) as dicts; ``[]`` when there is none."""
+    for name in ("results.csv", "results.csv.gz"):
+        path = out_dir / name
+        if path.exists():
+            opener = gzip.open if name.endswith(".gz") else open
+            with opener(path, "rt", newline="") as fh:  # type: ignore[operator]
+                return [r for r in csv.DictReader(fh) if r.get("verdict")]
+    return []
+
+
+def write_csv(out_dir: Path, dest: Path | None = None) -> Path:
+    """``coverage.csv`` from the folder's results, into ``dest`` (default: the folder); its path."""
+    path = (dest or out_dir) / "coverage.csv"
+    rows = csv_rows(tally(read_rows(out_dir)))
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["backend", "dimension", "value", "ran", "unsupported", "unavailable"])
+        w.writeheader()
+        w.writerows(rows)
+    return path

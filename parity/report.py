@@ -12,7 +12,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from . import svg
+from . import coverage, coverage_report, svg
 from .runs import FAILING, Run, case_text, dtype_order, family_order, load_run
 
 #: Chips in the matrix, in order: verdicts counted together, css class, label.
@@ -52,7 +52,7 @@ def write_all(out_dir: Path | str, dest: Path | str | None = None) -> list[Path]
     run = load_run(out_dir)
     dest = Path(dest) if dest is not None else Path(out_dir)
     dest.mkdir(parents=True, exist_ok=True)
-    written = []
+    written = [coverage.write_csv(Path(out_dir), dest)]
     for name, text in (("report.html", render_html(run)), ("summary.md", markdown_summary(run)), ("junit.xml", junit_xml(run))):
         path = dest / name
         path.write_text(text, encoding="utf-8")
@@ -171,6 +171,9 @@ figcaption{font-size:12px;color:#57606a;margin-top:4px}
 nav a{margin-right:12px}
 details>summary{cursor:pointer;color:#0969da}
 .scroll{overflow-x:auto;max-width:100%}
+#coverage-table td{text-align:center;white-space:nowrap;font-size:12px;padding:2px 4px}#coverage-table td:first-child{text-align:left}
+#coverage-table td.bad{background:#ffebe9}#coverage-table td.good{background:#dafbe1}#coverage-table td.none{background:#f6f8fa}
+th.vert{writing-mode:vertical-rl;transform:rotate(180deg);font-size:11px;padding:4px 2px;white-space:nowrap}
 """
 
 
@@ -192,6 +195,7 @@ def render_html(run: Run) -> str:
     )
     sections = [
         ("matrix", "Matrix", _matrix(run)),
+        ("coverage", "Coverage", coverage_report.html(run)),
         ("worst", "Worst cases", _worst(run)),
         ("plots", "Error plots", _plots(run)),
         ("masks", "Effective masks of failing cases", _masks(run)),

@@ -6,6 +6,7 @@ import math
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from . import coverage_report
 from .runs import FAILING, VERDICTS, Run, case_text, family_order, num
 
 #: GitHub refuses comments over 65536 characters.
@@ -77,6 +78,7 @@ def markdown_summary(run: Run) -> str:
         rest = bad - sum(1 + r.get("_same", 0) for v in worst_rows(run, per_backend=3).values() for r in v)
         if rest > 0:
             out += ["", f"… and {rest} more failing rows: see `report.html` / `results.csv`."]
+    out += coverage_report.markdown(run)
     unavailable = [(k, v["unavailable"]) for k, v in (env.get("backends") or {}).items() if isinstance(v, dict) and v.get("unavailable")]
     if unavailable:
         out += ["", "<details><summary>Unavailable backends</summary>", ""]

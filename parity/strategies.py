@@ -10,8 +10,9 @@ Public entry points:
   (see ``shared/design/window-semantics.md``);
 * :data:`PROFILES` and :func:`profile` - quick (CI) / default / thorough, chosen by
   ``--profile`` or the ``PARITY_PROFILE`` environment variable;
-* :func:`generate` - what ``python -m parity run`` sweeps: the edge cases, then
-  hypothesis-drawn cases for the profile and seed.
+* :func:`generate` - what ``python -m parity run`` sweeps: the edge cases, the profile's
+  coverage-directed design (:mod:`parity.design`: the window grid, pairwise, long key
+  ranges), then hypothesis-drawn cases for the profile and seed.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from hypothesis import seed as hyp_seed
 from hypothesis import strategies as st
 
 from .case import Case
+from .design import Limits, covering_cases
 from .window import Align, SpecError, Window
 
 ALL_DTYPES = ("float32", "float16", "bfloat16")
@@ -43,13 +45,23 @@ class Profile:
     max_batch: int
     odd_head_dims: bool
     deadline_ms: int | None = None
+    grid: bool = False  # one case per window-grid cell (parity.coverage), flash-acceptable
+    long_len: int = 0  # longest Sk of the long-key-range cases (0: none)
+    long_count: int = 0
+
+    def limits(self, dtypes: Sequence[str] = ALL_DTYPES, long_len: int | None = None) -> Limits:
+        return Limits(self.max_len, self.max_batch, self.long_len if long_len is None else long_len, tuple(dtypes))
 
 
 PROFILES: dict[str, Profile] = {
-    "quick": Profile("quick", examples=30, max_len=160, max_batch=3, odd_head_dims=True),
-    "default": Profile("default", examples=150, max_len=600, max_batch=4, odd_head_dims=True),
-    "thorough": Profile("thorough", examples=800, max_len=2048, max_batch=6, odd_head_dims=True),
+    "quick": Profile("quick", examples=16, max_len=160, max_batch=3, odd_head_dims=True, long_len=2048, long_count=2),
+    "default": Profile("default", examples=80, max_len=600, max_batch=4, odd_head_dims=True, grid=True, long_len=16384, long_count=8),
+    "thorough": Profile("thorough", examples=800, max_len=2048, max_batch=6, odd_head_dims=True, grid=True, long_len=16384,
+                        long_count=16),
 }
+#: Longest key range of the long cases when no backend of the run is on a GPU (the CPU reference
+#: and CPU backends would take minutes per case beyond it); environment.json records the cap.
+CPU_LONG_CAP = 2048
 
 ENV_VAR = "PARITY_PROFILE"
 
@@ -144,7 +156,7 @@ def cases(
     hq, hkv = draw(head_layouts())
     near = draw(st.sampled_from([max(k_lens), min(k_lens), max(q_lens), min(q_lens)]))
     window = draw(windows(near, window_kinds))
-    cap = draw(st.sampled_from([None, None, *SOFTCAPS])) if softcap else None
+    cap = draw(st.sampled_from([None] * 6 + list(SOFTCAPS))) if softcap else None
     scale = draw(st.sampled_from([None, None, None, 0.5, 0.05]))
     # about one case in eight is paged: most backends have no paged path and report those unsupported
     page = draw(st.sampled_from([None] * (7 * len(page_sizes)) + list(page_sizes))) if page_sizes else None
@@ -155,7 +167,7 @@ def cases(
             hq=hq,
             hkv=hkv,
             head_dim=draw(st.sampled_from(list(head_dims))),
-            dtype=draw(st.sampled_from(list(dtypes))),
+            dtype=draw(st.sampled_from([d for d in ("float16", "bfloat16", "float16", "bfloat16", "float32") if d in dtypes])),
             window=window,
             scale=scale,
             softcap=cap,
@@ -249,10 +261,13 @@ def draw_cases(strategy: st.SearchStrategy[Case], n: int, seed: int) -> list[Cas
     return unique
 
 
-def generate(prof: Profile, seed: int = 0, dtypes: Sequence[str] = ALL_DTYPES) -> list[Case]:
-    """The sweep's cases: every edge case, then ``prof.examples`` drawn ones."""
+def generate(prof: Profile, seed: int = 0, dtypes: Sequence[str] = ALL_DTYPES, long_len: int | None = None) -> list[Case]:
+    """The sweep's cases: every edge case, the profile's covering design, then ``prof.examples``
+    drawn ones. ``long_len`` caps the long key ranges (default: the profile's)."""
     dims = HEAD_DIMS + (ODD_HEAD_DIMS if prof.odd_head_dims else ())
     strat = cases(dtypes=dtypes, max_len=prof.max_len, max_batch=prof.max_batch, head_dims=dims, page_sizes=PAGE_SIZES)
-    fixed = edge_cases(dtypes)
-    ids = {c.case_id for c in fixed}
-    return fixed + [c for c in draw_cases(strat, prof.examples, seed) if c.case_id not in ids]
+    fixed = edge_cases(dtypes) + covering_cases(prof.limits(dtypes, long_len), seed, prof.grid, prof.long_count)
+    out: dict[str, Case] = {}
+    for c in fixed + draw_cases(strat, prof.examples, seed):
+        out.setdefault(c.case_id, c)
+    return list(out.values())

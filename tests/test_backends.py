@@ -9,10 +9,13 @@ from hypothesis import strategies as st
 
 from parity import ParityError, evaluate
 from parity.api import failure_message
+from parity.design import design_cases
 from parity.strategies import cases, edge_cases
 
 SMALL = dict(max_len=48, max_batch=2)
-STRATEGY = st.one_of(cases(**SMALL), cases(window_kinds=("causal",), **SMALL))
+# the coverage model first (window classes, tile lengths up to 129, layouts, regimes: what the
+# sweep's design is built from), then free draws and causal-only ones
+STRATEGY = st.one_of(design_cases(max_len=130, max_batch=2), cases(**SMALL), cases(window_kinds=("causal",), **SMALL))
 
 
 def _check(backend_spec, case):

@@ -52,12 +52,12 @@ def test_readme_results_table_matches_the_csv_columns(run_dir):
 
 def test_write_all_writes_self_contained_files(rendered):
     names = sorted(p.name for p in report.write_all(rendered))
-    assert names == ["junit.xml", "report.html", "summary.md"]
+    assert names == ["coverage.csv", "junit.xml", "report.html", "summary.md"]
     page = (rendered / "report.html").read_text()
     # nothing fetched from anywhere: no remote src/href/url(), no script
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
     assert "url(" not in page and "<script" not in page and "@import" not in page
-    for anchor in ('id="matrix"', 'id="worst"', 'id="plot-edge"', 'id="plot-ratio"', 'id="masks"', 'id="environment"'):
+    for anchor in ('id="matrix"', 'id="coverage-table"', 'id="worst"', 'id="plot-edge"', 'id="plot-ratio"', 'id="masks"', 'id="environment"'):
         assert anchor in page
     assert 'id="decode"' not in page  # no decode.csv in this run
 
@@ -256,7 +256,7 @@ def test_report_command_and_its_exit_codes(run_dir, tmp_path, capsys):
     assert main(["report", str(run_dir)]) == 0
     assert (run_dir / "report.html").exists() and (run_dir / "junit.xml").exists()
     assert main(["report", str(run_dir), "--out", str(tmp_path / "o")]) == 0
-    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["junit.xml", "report.html", "summary.md"]
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["coverage.csv", "junit.xml", "report.html", "summary.md"]
     assert main(["report", str(run_dir), "--strict"]) == 1  # the run has failures
     capsys.readouterr()
     assert main(["report", str(tmp_path / "nope")]) == 2

@@ -389,6 +389,57 @@ class ScaleFromPaddedHeadDim(EagerAttention):
         return 1.0 / math.sqrt(padded)
 
 
+# -- numerics that only break off the standard normal path ------------------------------------------
+
+
+class SoftmaxWithoutRunningMax(EagerAttention):
+    """``exp(s) / sum(exp(s))`` with no max subtracted: right while logits stay small, and
+    ``inf / inf = NaN`` once a logit passes ~88 (float32's ``exp`` overflows): only large logits show it."""
+
+    name = "bug-softmax-no-running-max"
+
+    def softmax(self, s):
+        e = torch.exp(s)  # (hq, Sq, Sk); exp(-inf) = 0, exp(> 88.7) = inf
+        den = e.sum(dim=-1, keepdim=True)
+        return torch.where(den > 0, e / den, torch.zeros_like(e))
+
+
+class PvAccumulatedInInputDtype(EagerAttention):
+    """P @ V summed 16 keys at a time into an accumulator kept in the input dtype (bf16/fp16):
+    a rounding per step, so the error grows with the key range; float32 inputs are unaffected."""
+
+    name = "bug-pv-input-dtype-accumulator"
+    step = 16
+
+    def attend(self, case, q, k, v, ok):
+        kx = self.expand_kv(case, k).float()  # (Sk, hq, D)
+        vx = self.expand_kv(case, v).float()  # (Sk, hq, D)
+        s = torch.einsum("qhd,khd->hqk", q.float(), kx) * self.scale(case)  # (hq, Sq, Sk)
+        p = self.softmax(self.mask_and_cap(case, s, ok))  # (hq, Sq, Sk)
+        acc = torch.zeros(q.shape[0], case.hq, case.head_dim, dtype=v.dtype)  # (Sq, hq, D), the input dtype
+        for j0 in range(0, kx.shape[0], self.step):
+            part = torch.einsum("hqk,khd->qhd", p[..., j0 : j0 + self.step], vx[j0 : j0 + self.step])  # (Sq, hq, D)
+            acc = (acc.float() + part).to(v.dtype)
+        return acc.float()
+
+
+class EdgeWrongFromSecondTile(EagerAttention):
+    """The left window edge one key too wide, but only for query rows 128 and up: a kernel whose
+    per-tile mask offset is right for its first 128-row tile and off by one after it."""
+
+    name = "bug-edge-wrong-after-first-tile"
+    tile = 128
+
+    def visible(self, case, i, j, d, sliding=True):
+        wl, wr = self.window_size(case)
+        ok = torch.ones(i.shape[0], j.shape[1], dtype=torch.bool)
+        if sliding and self.bounded(wl):
+            ok &= j >= i + d - wl - (i >= self.tile).long()
+        if self.bounded(wr):
+            ok &= j <= i + d + wr
+        return ok
+
+
 @dataclasses.dataclass(frozen=True)
 class PlantedBug:
     name: str  # the backend's registry-style name
@@ -418,4 +469,7 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-softcap-after-mask", "softcap applied after masking", SoftcapAfterMask),
     PlantedBug("bug-scale-ignored", "wrong softmax scale: explicit scale ignored", ScaleIgnored),
     PlantedBug("bug-scale-padded-head-dim", "wrong softmax scale: padded head dim", ScaleFromPaddedHeadDim),
+    PlantedBug("bug-softmax-no-running-max", "softmax without a running max (overflows on large logits)", SoftmaxWithoutRunningMax),
+    PlantedBug("bug-pv-input-dtype-accumulator", "P @ V accumulated in the input dtype, 16 keys a step", PvAccumulatedInInputDtype),
+    PlantedBug("bug-edge-wrong-after-first-tile", "window edge wrong from the second 128-row tile on", EdgeWrongFromSecondTile),
 )
