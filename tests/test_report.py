@@ -57,7 +57,8 @@ def test_write_all_writes_self_contained_files(rendered):
     # nothing fetched from anywhere: no remote src/href/url(), no script
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
     assert "url(" not in page and "<script" not in page and "@import" not in page
-    for anchor in ('id="matrix"', 'id="coverage-table"', 'id="worst"', 'id="plot-edge"', 'id="plot-ratio"', 'id="masks"', 'id="environment"'):
+    for anchor in ('id="matrix"', 'id="coverage-table"',
+                   'id="worst"', 'id="plot-edge"', 'id="plot-ratio"', 'id="masks"', 'id="environment"'):
         assert anchor in page
     assert 'id="decode"' not in page  # no decode.csv in this run
 
