@@ -13,6 +13,11 @@ Entry points, one variant each:
 Window translation: ``window_size=(left, right)``, inclusive, bottom-right aligned, and
 ``-1`` = unbounded (FA2 and FA3; FA4 uses None, see :mod:`.flash_attn4`). ``causal`` stays
 False: ``(-1, 0)`` is causal. No top-left alignment: ``top_left`` only where ``Sq == Sk``.
+
+Refusals: the package's ``TORCH_CHECK`` sentences, the same as PyTorch's vendored copy
+(:data:`.torch_fa2.FA2_REFUSALS`: "FlashAttention only supports Ampere GPUs or newer.",
+"FlashAttention forward only supports head dimension at most 256", "Paged KV cache block size
+must be divisible by ...", FA3's "head_size should be a multiple of 8").
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ from __future__ import annotations
 import torch
 
 from ..case import Case, Inputs
-from .base import Backend, cuda_unavailable_reason, import_error_reason
-from .torch_fa2 import fa2_case_reason, fa2_window
+from .base import Backend, cuda_unavailable_reason, import_error_reason, refusals
+from .torch_fa2 import FA2_REFUSALS, fa2_case_reason, fa2_window
 
 #: The flash-attn package (FA2 and FA3) and PyTorch's vendored FA2 share one convention.
 flash_window = fa2_window
@@ -61,6 +66,12 @@ class FlashAttnBackend(Backend):
         )
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        with refusals(FA2_REFUSALS, self.module):
+            o = self._forward(case, inputs)
+        out.copy_(o.reshape(out.shape))  # (total_q, hq, d)
+        return out
+
+    def _forward(self, case: Case, inputs: Inputs) -> torch.Tensor:
         mod = __import__(self.module)
         if case.is_uniform:
             q, k, v = inputs.dense()  # (B, Sq, hq, d), (B, Sk, hkv, d), (B, Sk, hkv, d)
@@ -76,10 +87,7 @@ class FlashAttnBackend(Backend):
                 max(case.k_lens),
                 **self._kw(case),
             )
-        if isinstance(o, tuple):
-            o = o[0]
-        out.copy_(o.reshape(out.shape))  # (total_q, hq, d)
-        return out
+        return o[0] if isinstance(o, tuple) else o  # FA3 returns (out, lse)
 
 
 class FlashAttnKvcacheBackend(FlashAttnBackend):
@@ -111,7 +119,8 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
                 v_cache[bi, : v.shape[0]] = v
             table = None
         seqlens = torch.tensor(case.k_lens, dtype=torch.int32, device=q.device)  # (B,)
-        o = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table, **self._kw(case))
+        with refusals(FA2_REFUSALS, "flash_attn"):
+            o = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table, **self._kw(case))
         out.copy_(o.reshape(out.shape))  # (B, Sq, hq, d) -> (total_q, hq, d)
         return out
 

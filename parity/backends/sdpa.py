@@ -9,6 +9,16 @@ with ``Sq == Sk``. Everything else is reported unsupported, not approximated.
 
 CUDA variants pin one SDPA kernel with ``torch.nn.attention.sdpa_kernel``; when that
 kernel refuses the case, the refusal is reported as unsupported, never a fallback.
+
+Refusal phrases (:data:`SDPA_REFUSALS`, see :func:`.base.refusal`):
+
+==========================  ===========================================================
+``No available kernel``     PyTorch, when the pinned kernel cannot take the inputs
+                            ("No available kernel. Aborting execution."; the reasons
+                            go to warnings)
+cuDNN's phrases             ``sdpa-cudnn-cuda`` only: the cuDNN frontend declining the
+                            graph (:data:`.cudnn.CUDNN_REFUSALS`)
+==========================  ===========================================================
 """
 
 from __future__ import annotations
@@ -19,7 +29,11 @@ import torch
 import torch.nn.functional as F
 
 from ..case import Case, Inputs
-from .base import Backend, Unsupported, cuda_unavailable_reason
+from .base import Backend, Unsupported, cuda_unavailable_reason, refusals
+from .cudnn import CUDNN_REFUSALS
+
+#: PyTorch's own words when the SDPA kernel it was told to use declines the inputs.
+SDPA_REFUSALS: tuple[str, ...] = ("No available kernel",)
 
 
 def causal_path_fits(case: Case) -> str | None:
@@ -39,6 +53,7 @@ class SdpaBackend(Backend):
     kernel: str | None = None  # None: let PyTorch choose; else an SDPBackend member name
     causal_path = False
     gqa_native = True  # enable_gqa=True; False: repeat kv heads before the call
+    refusal_phrases = SDPA_REFUSALS
 
     def unsupported_reason(self, case: Case) -> str | None:
         if self.causal_path:
@@ -64,20 +79,15 @@ class SdpaBackend(Backend):
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         if case.softcap is not None:
             raise Unsupported("SDPA has no softcap")
-        ctx = _kernel_context(self.kernel)
-        with ctx:
+        library = f"SDPA kernel {self.kernel}" if self.kernel else "SDPA"
+        with _kernel_context(self.kernel), refusals(self.refusal_phrases, library):
             for _, q, k, v, qs in inputs.sequences():
-                try:
-                    o = self._call(
-                        case,
-                        q.transpose(0, 1)[None],  # (1, hq, Sq, d)
-                        k.transpose(0, 1)[None],  # (1, hkv, Sk, d)
-                        v.transpose(0, 1)[None],  # (1, hkv, Sk, d)
-                    )
-                except RuntimeError as exc:
-                    if self.kernel is not None and "No available kernel" in str(exc):
-                        raise Unsupported(f"SDPA kernel {self.kernel} refused the case") from None
-                    raise
+                o = self._call(
+                    case,
+                    q.transpose(0, 1)[None],  # (1, hq, Sq, d)
+                    k.transpose(0, 1)[None],  # (1, hkv, Sk, d)
+                    v.transpose(0, 1)[None],  # (1, hkv, Sk, d)
+                )
                 out[qs] = o[0].transpose(0, 1)  # (Sq, hq, d)
         return out
 
@@ -127,6 +137,7 @@ class SdpaCudaCudnn(SdpaBackend):
     device = "cuda"
     kernel = "CUDNN_ATTENTION"
     gqa_native = False
+    refusal_phrases = SDPA_REFUSALS + CUDNN_REFUSALS
     description = "SDPA cuDNN kernel on CUDA, boolean mask, kv heads repeated"
 
 

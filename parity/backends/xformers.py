@@ -26,6 +26,14 @@ Varlen (packed, ``B = 1``, ``M = total``): ``BlockDiagonalMask``, ``BlockDiagona
 built with ``from_seqlens``. Anything else (two-sided varlen, top-left two-sided) is
 unsupported: xformers has no mask for it.
 
+Refusals (:data:`XFORMERS_REFUSALS`). With ``op=`` pinned, xformers checks the inputs against
+the operator's ``not_supported_reasons`` and raises ``ValueError("Operator
+`memory_efficient_attention` does not support inputs: ... `cutlassF-pt` is not supported
+because: attn_bias type is ...")``; without ``op=`` its dispatcher raises
+``NotImplementedError("No operator found for `memory_efficient_attention_forward` with
+inputs: ...")``. Both are recorded with those words; any other ``ValueError`` (a mask that
+fails to build, a shape) stays an error.
+
 Compatibility shim (explicit opt-in): the PyPI xformers wheel's C++ extension is built for
 one torch release; on another, ``xformers._cpp_lib`` fails to load and every operator
 refuses to run ("xFormers wasn't build with CUDA support") although the ``-pt`` operators
@@ -43,9 +51,16 @@ import torch
 
 from ..case import Case, Inputs
 from ..window import Window
-from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason
+from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason, refusals
 
 SHIM_ENV = "PARITY_XFORMERS_SHIM"
+
+#: xformers' own words when an operator declines the inputs; see the module docstring.
+XFORMERS_REFUSALS: tuple[str, ...] = (
+    "does not support inputs",
+    "is not supported because",
+    "No operator found for",
+)
 
 
 def xformers_bias_spec(window: Window, q_lens, k_lens) -> tuple[str, dict]:
@@ -178,18 +193,13 @@ class XformersBackend(Backend):
             b, sq, sk = case.batch, case.q_lens[0], case.k_lens[0]
         else:
             b, sq, sk = 1, sum(case.q_lens), sum(case.k_lens)
-        try:
-            bias = _make_bias(name, kw, case.q_lens, case.k_lens)
-        except (ValueError, RuntimeError) as exc:
-            raise Unsupported(f"xformers {name} refused the case: {exc}") from None
         q = inputs.q.view(b, sq, hkv, g, d)  # (B, Mq, G, H, K)
         k = inputs.k.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K), stride 0 over H
         v = inputs.v.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K)
-        try:
-            o = xops.memory_efficient_attention_forward(q, k, v, attn_bias=bias, scale=case.softmax_scale, op=self._op())
-        except (ValueError, NotImplementedError) as exc:
-            msg = " ".join(str(exc).split())
-            raise Unsupported(f"{self._op().NAME} refused {name}: {msg[:400]}") from None
+        op = self._op()
+        with refusals(XFORMERS_REFUSALS, f"xformers {op.NAME} with {name}"):
+            bias = _make_bias(name, kw, case.q_lens, case.k_lens)
+            o = xops.memory_efficient_attention_forward(q, k, v, attn_bias=bias, scale=case.softmax_scale, op=op)
         out.copy_(o.reshape(out.shape))  # (B, Mq, G, H, K) -> (total_q, hq, d)
         return out
 
