@@ -22,6 +22,8 @@ must be divisible by ...", FA3's "head_size should be a multiple of 8").
 
 from __future__ import annotations
 
+import textwrap
+
 import torch
 
 from ..case import Case, Inputs
@@ -90,6 +92,52 @@ class FlashAttnBackend(Backend):
         return o[0] if isinstance(o, tuple) else o  # FA3 returns (out, lse)
 
 
+    def _repro(self, imports: str, call: str, case: Case) -> str:
+        from ..repro_script import fill
+
+        return fill(
+            """\
+            $imports
+
+
+            def attention(q, k, v):
+                # flash-attn's window_size: (left, right), inclusive, bottom-right aligned; -1 = unbounded
+                kw = dict(softmax_scale=SCALE, causal=False, window_size=$window, softcap=$softcap)
+                $call
+                if isinstance(o, tuple):
+                    o = o[0]  # (out, lse)
+                return o.reshape(q.shape)  # (total_q, hq, d)
+            """,
+            imports=imports,
+            window=repr(self._kw(case)["window_size"]),
+            softcap=repr(self._kw(case)["softcap"]),
+            call=textwrap.dedent(call),
+        )
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: this call, ``window_size`` from :func:`flash_window`."""
+        if case.is_uniform:
+            return self._repro(f"from {self.module} import flash_attn_func", """\
+                b, sq, sk = len(Q_LENS), Q_LENS[0], K_LENS[0]
+                o = flash_attn_func(
+                    q.view(b, sq, HQ, HEAD_DIM),  # (B, Sq, hq, d)
+                    k.view(b, sk, HKV, HEAD_DIM),  # (B, Sk, hkv, d)
+                    v.view(b, sk, HKV, HEAD_DIM),  # (B, Sk, hkv, d)
+                    **kw,
+                )""", case)
+        return self._repro(f"from {self.module} import flash_attn_varlen_func", """\
+            o = flash_attn_varlen_func(
+                q,  # (total_q, hq, d)
+                k,  # (total_k, hkv, d)
+                v,  # (total_k, hkv, d)
+                torch.tensor(CU_Q, dtype=torch.int32, device=q.device),  # cu_seqlens_q (B + 1,)
+                torch.tensor(CU_K, dtype=torch.int32, device=q.device),  # cu_seqlens_k (B + 1,)
+                max(Q_LENS),
+                max(K_LENS),
+                **kw,
+            )""", case)
+
+
 class FlashAttnKvcacheBackend(FlashAttnBackend):
     name = "fa2-kvcache-cuda"
     supports_paged = True
@@ -123,6 +171,26 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
             o = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table, **self._kw(case))
         out.copy_(o.reshape(out.shape))  # (B, Sq, hq, d) -> (total_q, hq, d)
         return out
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: this call (paged: the harness's page layout)."""
+        if case.page_size is not None:
+            caches = "k_cache, v_cache, table, _ = paged_layout(k, v, K_LENS, PAGE_SIZE, SEED)  # (pages, ps, hkv, d) x2, (B, P)"
+        else:
+            caches = textwrap.dedent("""\
+                k_cache = k.new_zeros(b, max(K_LENS), HKV, HEAD_DIM)  # (B, Sk_max, hkv, d)
+                v_cache = torch.zeros_like(k_cache)  # (B, Sk_max, hkv, d)
+                for n, sk in enumerate(K_LENS):
+                    k_cache[n, :sk] = k[CU_K[n] : CU_K[n + 1]]
+                    v_cache[n, :sk] = v[CU_K[n] : CU_K[n + 1]]
+                table = None""")
+        call = "\n".join([
+            "b, sq = len(Q_LENS), Q_LENS[0]",
+            caches,
+            "seqlens = torch.tensor(K_LENS, dtype=torch.int32, device=q.device)  # (B,)",
+            "o = flash_attn_with_kvcache(q.view(b, sq, HQ, HEAD_DIM), k_cache, v_cache, cache_seqlens=seqlens, block_table=table, **kw)",
+        ])
+        return self._repro("from flash_attn import flash_attn_with_kvcache", call, case)
 
 
 class FlashAttn3Backend(FlashAttnBackend):

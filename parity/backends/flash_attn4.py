@@ -36,6 +36,8 @@ It cannot share a ``sys.path`` with xformers: run its worker with
 
 from __future__ import annotations
 
+import textwrap
+
 import torch
 
 from ..case import Case, Inputs
@@ -136,6 +138,65 @@ class Fa4Backend(Backend):
             max_seqlen_q=max(case.q_lens),
             max_seqlen_k=max(case.k_lens),
             **kw,
+        )
+
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: this call, ``window_size`` from :func:`fa4_window`."""
+        from ..repro_script import fill
+
+        if case.page_size is not None:
+            fn, call = "flash_attn_varlen_func", """\
+                k_cache, v_cache, page_table, seqused_k = paged_layout(k, v, K_LENS, PAGE_SIZE, SEED)  # as the harness pages them
+                o = flash_attn_varlen_func(
+                    q,  # (total_q, hq, d)
+                    k_cache,  # (pages, page_size, hkv, d)
+                    v_cache,  # (pages, page_size, hkv, d)
+                    cu_seqlens_q=torch.tensor(CU_Q, dtype=torch.int32, device=q.device),  # (B + 1,)
+                    max_seqlen_q=max(Q_LENS),
+                    max_seqlen_k=max(K_LENS),
+                    seqused_k=seqused_k,  # (B,) int32
+                    page_table=page_table,  # (B, max_pages) int32
+                    **kw,
+                )"""
+        elif case.is_uniform and not self.always_varlen:
+            fn, call = "flash_attn_func", """\
+                b, sq, sk = len(Q_LENS), Q_LENS[0], K_LENS[0]
+                o = flash_attn_func(
+                    q.view(b, sq, HQ, HEAD_DIM),  # (B, Sq, hq, d)
+                    k.view(b, sk, HKV, HEAD_DIM),  # (B, Sk, hkv, d)
+                    v.view(b, sk, HKV, HEAD_DIM),  # (B, Sk, hkv, d)
+                    **kw,
+                )"""
+        else:
+            fn, call = "flash_attn_varlen_func", """\
+                o = flash_attn_varlen_func(
+                    q,  # (total_q, hq, d)
+                    k,  # (total_k, hkv, d)
+                    v,  # (total_k, hkv, d)
+                    cu_seqlens_q=torch.tensor(CU_Q, dtype=torch.int32, device=q.device),  # (B + 1,)
+                    cu_seqlens_k=torch.tensor(CU_K, dtype=torch.int32, device=q.device),  # (B + 1,)
+                    max_seqlen_q=max(Q_LENS),
+                    max_seqlen_k=max(K_LENS),
+                    **kw,
+                )"""
+        return fill(
+            """\
+            from flash_attn.cute import $fn
+
+
+            def attention(q, k, v):
+                # FA4's window_size: (left, right), inclusive, bottom-right aligned; None = unbounded (not -1)
+                kw = dict(softmax_scale=SCALE, causal=False, window_size=$window, softcap=$softcap)
+                $call
+                if isinstance(o, tuple):
+                    o = o[0]  # (out, lse)
+                return o.reshape(q.shape)  # (total_q, hq, d)
+            """,
+            fn=fn,
+            window=repr(fa4_window(case.window, case.q_lens, case.k_lens)),
+            softcap=repr(case.softcap or 0.0),
+            call=textwrap.dedent(call),
         )
 
 

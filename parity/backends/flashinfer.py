@@ -90,3 +90,33 @@ class FlashInferBackend(Backend):
                 )  # (Sq, hq, d)
             out[qs] = o
         return out
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: this call, per sequence from :func:`flashinfer_window`."""
+        from ..repro_script import fill
+
+        native = [flashinfer_window(case.window, sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
+        return fill(
+            """\
+            import flashinfer
+
+            NATIVE = $native  # per sequence (causal, window_left): keys from i + Sk - Sq - window_left on; -1 = unbounded
+
+
+            def attention(q, k, v):
+                out = torch.empty_like(q)  # (total_q, hq, d)
+                for b, (causal, window_left) in enumerate(NATIVE):
+                    out[CU_Q[b] : CU_Q[b + 1]] = flashinfer.single_prefill_with_kv_cache(
+                        q[CU_Q[b] : CU_Q[b + 1]],  # (Sq, hq, d)
+                        k[CU_K[b] : CU_K[b + 1]],  # (Sk, hkv, d)
+                        v[CU_K[b] : CU_K[b + 1]],  # (Sk, hkv, d)
+                        causal=causal,
+                        window_left=window_left,
+                        sm_scale=SCALE,
+                        logits_soft_cap=$softcap,
+                    )  # (Sq, hq, d)
+                return out
+            """,
+            native=repr(native),
+            softcap=repr(case.softcap or 0.0),
+        )

@@ -182,6 +182,55 @@ class JaxBackend(Backend):
         return out
 
 
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: this call, per sequence from :func:`jax_window`."""
+        from ..repro_script import fill
+
+        native = [jax_window(case.window, sq, sk, self.causal_with_window) for sq, sk in zip(case.q_lens, case.k_lens)]
+        return fill(
+            """\
+            import os
+
+            os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares the GPU with torch
+            import jax
+
+            # per sequence (pad_q, is_causal, local_window_size): JAX's window is top-left aligned, so a
+            # bottom-right case with Sq < Sk gets pad_q zero query rows in front (dropped from the output)
+            NATIVE = $native
+
+
+            def jax_call(is_causal, local_window_size, pad):
+                def attend(q, k, v):  # q: (T, N, H); k, v: (S, K, H)
+                    o = jax.nn.dot_product_attention(
+                        q[None], k[None], v[None],  # (1, T, N, H), (1, S, K, H) x2
+                        scale=SCALE,
+                        is_causal=is_causal,
+                        local_window_size=local_window_size,
+                        implementation=$implementation,
+                    )  # (1, T, N, H)
+                    return o[0, pad:]  # (T - pad, N, H)
+
+                return jax.jit(attend)
+
+
+            def attention(q, k, v):
+                out = torch.empty_like(q)  # (total_q, hq, d)
+                if q.is_cuda:
+                    torch.cuda.synchronize()  # torch's stream must be done before JAX reads the buffers
+                for b, (pad, is_causal, local) in enumerate(NATIVE):
+                    qb, kb, vb = q[CU_Q[b] : CU_Q[b + 1]], k[CU_K[b] : CU_K[b + 1]], v[CU_K[b] : CU_K[b + 1]]
+                    if pad:
+                        qb = torch.cat([qb.new_zeros(pad, HQ, HEAD_DIM), qb])  # (pad + Sq, hq, d)
+                    args = [jax.dlpack.from_dlpack(t.contiguous()) for t in (qb, kb, vb)]
+                    o = jax_call(is_causal, local, pad)(*args).block_until_ready()  # (Sq, hq, d)
+                    out[CU_Q[b] : CU_Q[b + 1]] = torch.from_dlpack(o).to(out.device)
+                return out
+            """,
+            native=repr(native),
+            implementation=repr(self.implementation),
+        )
+
+
 class JaxXla(JaxBackend):
     cost_hint = 30  # XLA compiles each new (shape, window)
     name = "jax-xla-cuda"

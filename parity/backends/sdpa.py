@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ..case import Case, Inputs
+from ..window import Window
 from .base import Backend, Unsupported, cuda_unavailable_reason, refusals
 from .cudnn import CUDNN_REFUSALS
 
@@ -60,6 +61,10 @@ class SdpaBackend(Backend):
             return causal_path_fits(case)
         return None
 
+    def mask_window(self, case: Case) -> Window:
+        """The window the boolean mask is built from: the spec's own (``Window.mask``)."""
+        return case.window
+
     def _call(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         # q: (1, hq, Sq, d); k, v: (1, hkv, Sk, d)
         sq, sk = q.shape[2], k.shape[2]
@@ -73,7 +78,7 @@ class SdpaBackend(Backend):
         if self.causal_path:
             kw["is_causal"] = True
         else:
-            kw["attn_mask"] = case.window.mask(sq, sk, q.device)  # (Sq, Sk) bool, True = attend
+            kw["attn_mask"] = self.mask_window(case).mask(sq, sk, q.device)  # (Sq, Sk) bool, True = attend
         return F.scaled_dot_product_attention(q, k, v, **kw)  # (1, hq, Sq, d)
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
@@ -93,6 +98,62 @@ class SdpaBackend(Backend):
 
     def unavailable_reason(self) -> str | None:
         return cuda_unavailable_reason() if self.device == "cuda" else None
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script (:mod:`parity.repro_script`): this call,
+        the boolean mask from :meth:`mask_window`'s bands."""
+        from ..repro_script import fill
+
+        w = self.mask_window(case)
+        gqa = ""
+        if case.hq != case.hkv and self.gqa_native:
+            gqa = 'kw["enable_gqa"] = True'
+        elif case.hq != case.hkv:
+            gqa = "kb, vb = kb.repeat_interleave(HQ // HKV, dim=1), vb.repeat_interleave(HQ // HKV, dim=1)  # (1, hq, Sk, d)"
+        if self.causal_path:
+            mask = 'kw["is_causal"] = True  # top-left aligned: only where that is the spec'
+        else:
+            mask = 'kw["attn_mask"] = band_mask(sq, sk, *MASK_BANDS[b]).to(q.device)  # (Sq, Sk) bool, True = attend'
+        return fill(
+            """\
+            import contextlib
+
+            import torch.nn.functional as F
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            KERNEL = $kernel  # the SDPA kernel pinned (None: PyTorch's own choice)
+            MASK_BANDS = $bands  # per sequence (d, left, right): key j visible iff i + d - left <= j <= i + d + right
+
+
+            def band_mask(sq, sk, d, left, right):
+                i, j = torch.arange(sq)[:, None], torch.arange(sk)[None, :]
+                ok = torch.ones(sq, sk, dtype=torch.bool)
+                if left is not None:
+                    ok &= j >= i + d - left
+                if right is not None:
+                    ok &= j <= i + d + right
+                return ok  # (Sq, Sk)
+
+
+            def attention(q, k, v):
+                out = torch.empty_like(q)  # (total_q, hq, d)
+                ctx = sdpa_kernel([getattr(SDPBackend, KERNEL)]) if KERNEL else contextlib.nullcontext()
+                with ctx:
+                    for b, (sq, sk) in enumerate(zip(Q_LENS, K_LENS)):
+                        qb = q[CU_Q[b] : CU_Q[b + 1]].transpose(0, 1)[None]  # (1, hq, Sq, d)
+                        kb = k[CU_K[b] : CU_K[b + 1]].transpose(0, 1)[None]  # (1, hkv, Sk, d)
+                        vb = v[CU_K[b] : CU_K[b + 1]].transpose(0, 1)[None]  # (1, hkv, Sk, d)
+                        kw = {"scale": SCALE}
+                        $gqa
+                        $mask
+                        out[CU_Q[b] : CU_Q[b + 1]] = F.scaled_dot_product_attention(qb, kb, vb, **kw)[0].transpose(0, 1)
+                return out
+            """,
+            kernel=repr(self.kernel),
+            bands=repr([(w.offset(sq, sk), w.left, w.right) for sq, sk in zip(case.q_lens, case.k_lens)]),
+            gqa=gqa,
+            mask=mask,
+        )
 
 
 def _kernel_context(kernel: str | None):

@@ -30,6 +30,8 @@ the vendored copy keeps; ``TORCH_CHECK`` raises them as ``RuntimeError``):
 
 from __future__ import annotations
 
+import textwrap
+
 import torch
 
 from ..case import Case, Inputs
@@ -134,6 +136,37 @@ class TorchFa2Backend(Backend):
             False,
             **kw,
         )[0]  # (total_q, hq, d)
+
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: this call, the window from :func:`fa2_window`."""
+        from ..repro_script import fill
+
+        left, right = fa2_window(case.window, case.q_lens, case.k_lens)
+        if case.is_uniform and not self.always_varlen:
+            call = """\
+                b, sq, sk = len(Q_LENS), Q_LENS[0], K_LENS[0]
+                qd = q.view(b, sq, HQ, HEAD_DIM)  # (B, Sq, hq, d)
+                kd, vd = k.view(b, sk, HKV, HEAD_DIM), v.view(b, sk, HKV, HEAD_DIM)  # (B, Sk, hkv, d)
+                o = op(qd, kd, vd, None, None, sq, sk, 0.0, False, False, **kw)[0]  # (B, Sq, hq, d)"""
+        else:
+            call = """\
+                cu_q = torch.tensor(CU_Q, dtype=torch.int32, device=q.device)  # (B + 1,)
+                cu_k = torch.tensor(CU_K, dtype=torch.int32, device=q.device)  # (B + 1,)
+                o = op(q, k, v, cu_q, cu_k, max(Q_LENS), max(K_LENS), 0.0, False, False, **kw)[0]  # (total_q, hq, d)"""
+        return fill(
+            """\
+            def attention(q, k, v):
+                op = torch.ops.aten._flash_attention_forward  # PyTorch's vendored FlashAttention-2
+                # window_size_left / _right: inclusive, bottom-right aligned; -1 = unbounded
+                kw = dict(scale=SCALE, window_size_left=$left, window_size_right=$right)
+                $call
+                return o.reshape(q.shape)  # (total_q, hq, d)
+            """,
+            left=repr(left),
+            right=repr(right),
+            call=textwrap.dedent(call),
+        )
 
 
 class TorchFa2VarlenBackend(TorchFa2Backend):

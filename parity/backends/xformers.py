@@ -100,26 +100,33 @@ def xformers_bias_spec(window: Window, q_lens, k_lens) -> tuple[str, dict]:
     return name, {"window_size": left + 1}
 
 
+#: Varlen (``BlockDiagonal*``) masks: the method applied to ``BlockDiagonalMask.from_seqlens(...)``.
+_BLOCK_DIAGONAL = {
+    "BlockDiagonalMask": "",
+    "BlockDiagonalCausalMask": ".make_causal()",
+    "BlockDiagonalCausalFromBottomRightMask": ".make_causal_from_bottomright()",
+    "BlockDiagonalCausalLocalAttentionMask": ".make_local_attention({window_size})",
+    "BlockDiagonalCausalLocalAttentionFromBottomRightMask": ".make_local_attention_from_bottomright({window_size})",
+}
+
+
+def bias_expr(name: str, kw: dict, q_lens, k_lens) -> str:
+    """The ``attn_bias`` for :func:`xformers_bias_spec`'s answer, as Python source over ``ab``
+    (``xformers.ops.fmha.attn_bias``): :func:`_make_bias` evaluates it, repro scripts contain it."""
+    if name == "None":
+        return "None"
+    if name in _BLOCK_DIAGONAL:
+        base = f"ab.BlockDiagonalMask.from_seqlens(q_seqlen={list(q_lens)!r}, kv_seqlen={list(k_lens)!r})"
+        return base + _BLOCK_DIAGONAL[name].format(**kw)
+    if name == "LowerTriangularFromBottomRightLocalAttentionMask":
+        return f"ab.{name}({kw['window_size']!r})"
+    return f"ab.{name}(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")"
+
+
 def _make_bias(name: str, kw: dict, q_lens, k_lens):
     from xformers.ops.fmha import attn_bias as ab
 
-    if name == "None":
-        return None
-    if name.startswith("BlockDiagonal"):
-        base = ab.BlockDiagonalMask.from_seqlens(q_seqlen=list(q_lens), kv_seqlen=list(k_lens))
-        if name == "BlockDiagonalMask":
-            return base
-        if name == "BlockDiagonalCausalMask":
-            return base.make_causal()
-        if name == "BlockDiagonalCausalFromBottomRightMask":
-            return base.make_causal_from_bottomright()
-        if name == "BlockDiagonalCausalLocalAttentionMask":
-            return base.make_local_attention(kw["window_size"])
-        if name == "BlockDiagonalCausalLocalAttentionFromBottomRightMask":
-            return base.make_local_attention_from_bottomright(kw["window_size"])
-    if name == "LowerTriangularFromBottomRightLocalAttentionMask":
-        return ab.LowerTriangularFromBottomRightLocalAttentionMask(kw["window_size"])
-    return getattr(ab, name)(**kw)
+    return eval(bias_expr(name, kw, q_lens, k_lens), {"ab": ab})  # our own constructor text, see bias_expr
 
 
 def apply_shim() -> bool:
@@ -202,6 +209,46 @@ class XformersBackend(Backend):
             o = xops.memory_efficient_attention_forward(q, k, v, attn_bias=bias, scale=case.softmax_scale, op=op)
         out.copy_(o.reshape(out.shape))  # (B, Mq, G, H, K) -> (total_q, hq, d)
         return out
+
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: this call, the mask from :func:`xformers_bias_spec`."""
+        from ..repro_script import fill
+
+        name, kw = xformers_bias_spec(case.window, case.q_lens, case.k_lens)
+        if name == "None" or not name.startswith("BlockDiagonal"):
+            shape = repr((case.batch, case.q_lens[0], case.k_lens[0]))
+        else:
+            shape = repr((1, sum(case.q_lens), sum(case.k_lens)))  # varlen: one packed batch row
+        return fill(
+            """\
+            import os
+
+            import xformers.ops as xops
+            from xformers.ops.fmha import attn_bias as ab
+            from xformers.ops.fmha.$op_module import FwOp
+
+            if os.environ.get("$shim_env") == "1":  # the harness's opt-in shim for a wheel built for another torch
+                import xformers.ops.fmha.common as common
+
+                common._built_with_cuda = True
+
+
+            def attention(q, k, v):
+                b, sq, sk = $shape
+                bias = $bias
+                g = HQ // HKV  # xformers' GQA layout (B, M, G, H, K): G = hkv groups of H = hq // hkv query heads
+                qx = q.view(b, sq, HKV, g, HEAD_DIM)  # (B, Mq, G, H, K)
+                kx = k.view(b, sk, HKV, 1, HEAD_DIM).expand(b, sk, HKV, g, HEAD_DIM)  # (B, Mk, G, H, K), stride 0 over H
+                vx = v.view(b, sk, HKV, 1, HEAD_DIM).expand(b, sk, HKV, g, HEAD_DIM)  # (B, Mk, G, H, K)
+                o = xops.memory_efficient_attention_forward(qx, kx, vx, attn_bias=bias, scale=SCALE, op=FwOp)
+                return o.reshape(q.shape)  # (total_q, hq, d)
+            """,
+            op_module=self.op_module,
+            shim_env=SHIM_ENV,
+            shape=shape,
+            bias=bias_expr(name, kw, case.q_lens, case.k_lens),
+        )
 
 
 class XformersCutlass(XformersBackend):
