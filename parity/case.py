@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from . import regimes
+from .regimes import apply as apply_regime
 from .window import SpecError, Window
 
 DTYPES: dict[str, torch.dtype] = {
@@ -316,26 +317,8 @@ class Inputs:
         ps = page_size or self.case.page_size
         if ps is None:
             raise ValueError("paged() needs a page size (the case has none)")
-        case = self.case
-        per_seq = [-(-sk // ps) for sk in case.k_lens]  # ceil
-        total = sum(per_seq)
-        gen = torch.Generator(device="cpu").manual_seed(case.seed + 7919)
-        perm = torch.randperm(total, generator=gen)  # logical page n -> physical page perm[n]
-        dev = self.k.device
-        k_cache = torch.zeros(total, ps, case.hkv, case.head_dim, dtype=self.k.dtype, device=dev)  # (pages, ps, hkv, d)
-        v_cache = torch.zeros_like(k_cache)  # (pages, ps, hkv, d)
-        table = torch.zeros(case.batch, max(per_seq), dtype=torch.int32)  # (B, max_pages)
-        _, ck = case.cu_seqlens()
-        n = 0
-        for b, sk in enumerate(case.k_lens):
-            for p in range(per_seq[b]):
-                phys = int(perm[n])
-                n += 1
-                table[b, p] = phys
-                j0, j1 = p * ps, min(sk, (p + 1) * ps)
-                k_cache[phys, : j1 - j0] = self.k[ck[b] + j0 : ck[b] + j1]
-                v_cache[phys, : j1 - j0] = self.v[ck[b] + j0 : ck[b] + j1]
-        return PagedKV(k_cache, v_cache, table.to(dev), torch.tensor(case.k_lens, dtype=torch.int32, device=dev), ps)
+        k_cache, v_cache, table, seqlens = paged_layout(self.k, self.v, list(self.case.k_lens), ps, self.case.seed)
+        return PagedKV(k_cache, v_cache, table, seqlens, ps)
 
     def with_tensors(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Inputs:
         return dataclasses.replace(self, q=q, k=k, v=v)
@@ -356,16 +339,11 @@ def make_inputs(case: Case, device: torch.device | str = "cpu") -> Inputs:
 
     Values are standard normal, reshaped by the case's input regime (:mod:`parity.regimes`),
     rounded to the case's dtype, so the float64 reference sees exactly what the backend sees.
+    How they are drawn is :func:`draw_qkv` with :func:`draw_args`; change it there, and the
+    standalone repro scripts follow.
     """
-    gen = torch.Generator(device="cpu").manual_seed(case.seed)
-    tq, tk = sum(case.q_lens), sum(case.k_lens)
-    dt = case.torch_dtype
-    q = torch.randn(tq, case.hq, case.head_dim, generator=gen)  # (total_q, hq, d)
-    k = torch.randn(tk, case.hkv, case.head_dim, generator=gen)  # (total_k, hkv, d)
-    v = torch.randn(tk, case.hkv, case.head_dim, generator=gen)  # (total_k, hkv, d)
+    q, k, v = draw_qkv(**draw_args(case))
     cq, ck = case.cu_seqlens()
-    q, k, v = regimes.apply(case.regime, q, k, v, ck[:-1], case.softmax_scale, dt, case.seed)
-    q, k, v = q.to(dt), k.to(dt), v.to(dt)
     inputs = Inputs(
         case,
         q,
@@ -375,3 +353,71 @@ def make_inputs(case: Case, device: torch.device | str = "cpu") -> Inputs:
         torch.tensor(ck, dtype=torch.int32),
     )
     return inputs if str(device) == "cpu" else inputs.to(device)
+
+
+# -- the two functions standalone scripts copy -------------------------------------------------
+# ``python -m parity export-repro`` writes the source of draw_qkv and paged_layout into its
+# scripts as it is (inspect.getsource), so they use torch and their arguments only: no other
+# name from this package. A new input knob (say, a value "regime") goes into draw_args and
+# draw_qkv, and the scripts reproduce it with no other change.
+
+
+def draw_args(case: Case) -> dict[str, Any]:
+    """The arguments :func:`make_inputs` passes to :func:`draw_qkv` for ``case`` (plain values)."""
+    return {
+        "seed": case.seed,
+        "total_q": sum(case.q_lens),
+        "total_k": sum(case.k_lens),
+        "hq": case.hq,
+        "hkv": case.hkv,
+        "head_dim": case.head_dim,
+        "dtype": case.dtype,
+        "regime": case.regime,
+        "starts": case.cu_seqlens()[1][:-1],
+        "scale": case.softmax_scale,
+    }
+
+
+def draw_qkv(seed: int, total_q: int, total_k: int, hq: int, hkv: int, head_dim: int, dtype: str,
+             regime: str = "normal", starts: list | None = None, scale: float = 1.0):
+    """Packed ``q``, ``k``, ``v``: standard normal from a CPU generator seeded with ``seed``
+    (``q`` first, then ``k``, then ``v``), reshaped by the input ``regime`` (``starts``: each
+    sequence's first key row; ``scale``: the softmax scale), rounded to ``dtype`` (``"bfloat16"``...)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    dt = getattr(torch, dtype)
+    q = torch.randn(total_q, hq, head_dim, generator=gen)  # (total_q, hq, d)
+    k = torch.randn(total_k, hkv, head_dim, generator=gen)  # (total_k, hkv, d)
+    v = torch.randn(total_k, hkv, head_dim, generator=gen)  # (total_k, hkv, d)
+    q, k, v = apply_regime(regime, q, k, v, starts or [0], scale, dt, seed)
+    return q.to(dt), k.to(dt), v.to(dt)
+
+
+def paged_layout(k, v, k_lens: list, page_size: int, seed: int):
+    """Packed ``k``, ``v`` ``(total_k, hkv, d)`` as a paged cache, physical pages in a seeded random order.
+
+    Returns ``(k_cache, v_cache, block_table, seqlens_k)`` on ``k``'s device: caches
+    ``(num_pages, page_size, hkv, d)`` (zero-filled past each sequence's end),
+    ``block_table`` ``(B, max_pages_per_seq)`` int32 (unused slots point at page 0),
+    ``seqlens_k`` ``(B,)`` int32. Logical page ``n`` (sequences in order) is physical page
+    ``randperm(num_pages)[n]``, the permutation drawn from a CPU generator seeded ``seed + 7919``.
+    """
+    ps = page_size
+    per_seq = [-(-sk // ps) for sk in k_lens]  # ceil
+    total = sum(per_seq)
+    gen = torch.Generator(device="cpu").manual_seed(seed + 7919)
+    perm = torch.randperm(total, generator=gen)  # logical page n -> physical page perm[n]
+    dev = k.device
+    k_cache = torch.zeros(total, ps, k.shape[1], k.shape[2], dtype=k.dtype, device=dev)  # (pages, ps, hkv, d)
+    v_cache = torch.zeros_like(k_cache)  # (pages, ps, hkv, d)
+    table = torch.zeros(len(k_lens), max(per_seq), dtype=torch.int32)  # (B, max_pages)
+    n, start = 0, 0
+    for b, sk in enumerate(k_lens):
+        for p in range(per_seq[b]):
+            phys = int(perm[n])
+            n += 1
+            table[b, p] = phys
+            j0, j1 = p * ps, min(sk, (p + 1) * ps)
+            k_cache[phys, : j1 - j0] = k[start + j0 : start + j1]
+            v_cache[phys, : j1 - j0] = v[start + j0 : start + j1]
+        start += sk
+    return k_cache, v_cache, table.to(dev), torch.tensor(k_lens, dtype=torch.int32, device=dev)

@@ -27,6 +27,7 @@ EXTRA_COMMANDS: dict[str, str] = {"report": "parity.report_cli", "diff": "parity
 EXTRA_COMMANDS["decode"] = "parity.decode.cli"
 EXTRA_COMMANDS["selftest"] = "parity.selftest.run"  # planted bugs and honest variants (parity/selftest/)
 EXTRA_COMMANDS["merge"] = "parity.merge"  # several run folders (shards, resumed parts) into one
+EXTRA_COMMANDS["export-repro"] = "parity.export_repro"  # a standalone script per divergence (bug reports)
 
 
 def _extra(module: str):

@@ -7,6 +7,7 @@ import dataclasses
 import torch
 
 from parity import Backend, Case, Inputs, Window
+from parity.backends.sdpa import SdpaBackend
 from parity.reference import attention_reference
 
 
@@ -93,3 +94,14 @@ class SkipsLastRow(_Wrapped):
         full = attention_reference(inputs)
         out[:-1] = full[:-1]
         return out
+
+
+class SdpaWindowOneWider(SdpaBackend):
+    """Real SDPA with the classic off-by-one in its mask: one key more on the left. Its standalone
+    repro (``repro_call``, inherited) builds the same wrong mask, so the script diverges too."""
+
+    name = "bug-sdpa-window-one-wider"
+
+    def mask_window(self, case: Case) -> Window:
+        w = case.window
+        return w if w.left is None else Window(w.left + 1, w.right, w.align)

@@ -15,13 +15,25 @@ A backend is a small class (one file each) with
   is a buffer of that shape filled with :data:`parity.verdict.POISON`; a backend that
   writes its result into ``out`` and returns it lets the harness detect unwritten
   elements, one that returns a fresh tensor is compared as it is;
-* ``version()``: the version of what it wraps, for the run's environment.
+* ``version()``: the version of what it wraps, for the run's environment;
+* ``repro_call(case)`` (optional): Python source of ``attention(q, k, v)`` for the standalone
+  scripts of ``python -m parity export-repro`` (see :mod:`parity.repro_script`); backends
+  without it are skipped there with a note.
+
+Refusals. When the wrapped library itself declines a case at call time ("not supported",
+"is only supported with ..."), ``run`` raises :class:`Unsupported` with the library's words:
+each backend file keeps a small tuple of its library's refusal phrases and wraps the call in
+:func:`refusals`. Any other exception (a CUDA fault, a wrong shape, a bug) is re-raised
+unchanged and stays an ``error``; a wrong result stays a ``fail``.
 
 The canonical :class:`parity.Window` reaches ``run`` inside ``case.window``; each
 backend translates it into its own native arguments in its own file.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -81,3 +93,48 @@ def import_error_reason(module: str) -> str | None:
     except Exception as exc:  # noqa: BLE001 - any import failure makes it unavailable
         return f"cannot import {module}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return None
+
+
+#: The most characters of a library's message kept in an ``unsupported`` row's detail.
+REFUSAL_CHARS = 600
+
+
+def refusal(exc: BaseException, phrases: Sequence[str], library: str) -> Unsupported | None:
+    """``Unsupported("<library> refused: <its words>")`` when ``exc`` is the library declining the case.
+
+    ``exc`` is a refusal when its message holds one of ``phrases`` (case-insensitive, whitespace
+    collapsed); the words are the message itself. Anything else, and an :class:`Unsupported`
+    already raised by the backend's own translation, gives ``None``: the caller re-raises it.
+
+    ===============================================  ===========================================
+    exception                                        result (phrases = ("does not support",))
+    ===============================================  ===========================================
+    ``AssertionError("Paged KV does not support``    ``Unsupported("flash-attn-4 refused: Paged
+    ``irregular head dim")``                         KV does not support irregular head dim")``
+    ``RuntimeError("CUDA error: an illegal memory``  ``None`` (an error, not a refusal)
+    ``access was encountered")``
+    ``AssertionError()`` (no message)                ``None``
+    ``Unsupported("...")``                           ``None`` (already the right outcome)
+    ===============================================  ===========================================
+    """
+    if isinstance(exc, Unsupported):
+        return None
+    words = " ".join(str(exc).split())
+    low = words.lower()
+    if not words or not any(p.lower() in low for p in phrases):
+        return None
+    if len(words) > REFUSAL_CHARS:
+        words = words[: REFUSAL_CHARS - 3] + "..."
+    return Unsupported(f"{library} refused: {words}")
+
+
+@contextlib.contextmanager
+def refusals(phrases: Sequence[str], library: str) -> Iterator[None]:
+    """Run the library call inside ``with refusals(PHRASES, "library"):``; see :func:`refusal`."""
+    try:
+        yield
+    except Exception as exc:
+        found = refusal(exc, phrases, library)
+        if found is None:
+            raise
+        raise found from None

@@ -13,15 +13,22 @@ Entry points, one variant each:
 Window translation: ``window_size=(left, right)``, inclusive, bottom-right aligned, and
 ``-1`` = unbounded (FA2 and FA3; FA4 uses None, see :mod:`.flash_attn4`). ``causal`` stays
 False: ``(-1, 0)`` is causal. No top-left alignment: ``top_left`` only where ``Sq == Sk``.
+
+Refusals: the package's ``TORCH_CHECK`` sentences, the same as PyTorch's vendored copy
+(:data:`.torch_fa2.FA2_REFUSALS`: "FlashAttention only supports Ampere GPUs or newer.",
+"FlashAttention forward only supports head dimension at most 256", "Paged KV cache block size
+must be divisible by ...", FA3's "head_size should be a multiple of 8").
 """
 
 from __future__ import annotations
 
+import textwrap
+
 import torch
 
 from ..case import Case, Inputs
-from .base import Backend, cuda_unavailable_reason, import_error_reason
-from .torch_fa2 import fa2_case_reason, fa2_window
+from .base import Backend, cuda_unavailable_reason, import_error_reason, refusals
+from .torch_fa2 import FA2_REFUSALS, fa2_case_reason, fa2_window
 
 #: The flash-attn package (FA2 and FA3) and PyTorch's vendored FA2 share one convention.
 flash_window = fa2_window
@@ -61,6 +68,12 @@ class FlashAttnBackend(Backend):
         )
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        with refusals(FA2_REFUSALS, self.module):
+            o = self._forward(case, inputs)
+        out.copy_(o.reshape(out.shape))  # (total_q, hq, d)
+        return out
+
+    def _forward(self, case: Case, inputs: Inputs) -> torch.Tensor:
         mod = __import__(self.module)
         if case.is_uniform:
             q, k, v = inputs.dense()  # (B, Sq, hq, d), (B, Sk, hkv, d), (B, Sk, hkv, d)
@@ -76,10 +89,53 @@ class FlashAttnBackend(Backend):
                 max(case.k_lens),
                 **self._kw(case),
             )
-        if isinstance(o, tuple):
-            o = o[0]
-        out.copy_(o.reshape(out.shape))  # (total_q, hq, d)
-        return out
+        return o[0] if isinstance(o, tuple) else o  # FA3 returns (out, lse)
+
+
+    def _repro(self, imports: str, call: str, case: Case) -> str:
+        from ..repro_script import fill
+
+        return fill(
+            """\
+            $imports
+
+
+            def attention(q, k, v):
+                # flash-attn's window_size: (left, right), inclusive, bottom-right aligned; -1 = unbounded
+                kw = dict(softmax_scale=SCALE, causal=False, window_size=$window, softcap=$softcap)
+                $call
+                if isinstance(o, tuple):
+                    o = o[0]  # (out, lse)
+                return o.reshape(q.shape)  # (total_q, hq, d)
+            """,
+            imports=imports,
+            window=repr(self._kw(case)["window_size"]),
+            softcap=repr(self._kw(case)["softcap"]),
+            call=textwrap.dedent(call),
+        )
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: this call, ``window_size`` from :func:`flash_window`."""
+        if case.is_uniform:
+            return self._repro(f"from {self.module} import flash_attn_func", """\
+                b, sq, sk = len(Q_LENS), Q_LENS[0], K_LENS[0]
+                o = flash_attn_func(
+                    q.view(b, sq, HQ, HEAD_DIM),  # (B, Sq, hq, d)
+                    k.view(b, sk, HKV, HEAD_DIM),  # (B, Sk, hkv, d)
+                    v.view(b, sk, HKV, HEAD_DIM),  # (B, Sk, hkv, d)
+                    **kw,
+                )""", case)
+        return self._repro(f"from {self.module} import flash_attn_varlen_func", """\
+            o = flash_attn_varlen_func(
+                q,  # (total_q, hq, d)
+                k,  # (total_k, hkv, d)
+                v,  # (total_k, hkv, d)
+                torch.tensor(CU_Q, dtype=torch.int32, device=q.device),  # cu_seqlens_q (B + 1,)
+                torch.tensor(CU_K, dtype=torch.int32, device=q.device),  # cu_seqlens_k (B + 1,)
+                max(Q_LENS),
+                max(K_LENS),
+                **kw,
+            )""", case)
 
 
 class FlashAttnKvcacheBackend(FlashAttnBackend):
@@ -111,9 +167,30 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
                 v_cache[bi, : v.shape[0]] = v
             table = None
         seqlens = torch.tensor(case.k_lens, dtype=torch.int32, device=q.device)  # (B,)
-        o = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table, **self._kw(case))
+        with refusals(FA2_REFUSALS, "flash_attn"):
+            o = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table, **self._kw(case))
         out.copy_(o.reshape(out.shape))  # (B, Sq, hq, d) -> (total_q, hq, d)
         return out
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: this call (paged: the harness's page layout)."""
+        if case.page_size is not None:
+            caches = "k_cache, v_cache, table, _ = paged_layout(k, v, K_LENS, PAGE_SIZE, SEED)  # (pages, ps, hkv, d) x2, (B, P)"
+        else:
+            caches = textwrap.dedent("""\
+                k_cache = k.new_zeros(b, max(K_LENS), HKV, HEAD_DIM)  # (B, Sk_max, hkv, d)
+                v_cache = torch.zeros_like(k_cache)  # (B, Sk_max, hkv, d)
+                for n, sk in enumerate(K_LENS):
+                    k_cache[n, :sk] = k[CU_K[n] : CU_K[n + 1]]
+                    v_cache[n, :sk] = v[CU_K[n] : CU_K[n + 1]]
+                table = None""")
+        call = "\n".join([
+            "b, sq = len(Q_LENS), Q_LENS[0]",
+            caches,
+            "seqlens = torch.tensor(K_LENS, dtype=torch.int32, device=q.device)  # (B,)",
+            "o = flash_attn_with_kvcache(q.view(b, sq, HQ, HEAD_DIM), k_cache, v_cache, cache_seqlens=seqlens, block_table=table, **kw)",
+        ])
+        return self._repro("from flash_attn import flash_attn_with_kvcache", call, case)
 
 
 class FlashAttn3Backend(FlashAttnBackend):

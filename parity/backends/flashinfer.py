@@ -9,6 +9,18 @@ window_left=L``; ``(None, 0)`` -> ``causal=True, window_left=-1``; ``(None, None
 ``causal=False, window_left=-1``. A bounded right side other than 0, a bounded left with
 an unbounded right, and ``top_left`` with ``Sq != Sk`` are unsupported. Softcap is
 ``logits_soft_cap``.
+
+Refusal phrases (:data:`FLASHINFER_REFUSALS`): FlashInfer's dispatch macros raise
+``RuntimeError`` when no kernel was generated for a configuration:
+
+========================  ==================================================================
+``Unsupported head_dim``  "Unsupported head_dim: 80" (``DISPATCH_HEAD_DIM``)
+``failed to dispatch``    "BatchPrefillWithPagedKVCache failed to dispatch with dtype Half"
+                          (0.0.2, built without head_dim 256 kernels)
+========================  ==================================================================
+
+A CUDA error raised through FlashInfer ("... failed with error: an illegal memory access")
+is not a refusal.
 """
 
 from __future__ import annotations
@@ -17,7 +29,10 @@ import torch
 
 from ..case import Case, Inputs
 from ..window import Window
-from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason
+from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason, refusals
+
+#: FlashInfer's own words when it has no kernel for a configuration; see the module docstring.
+FLASHINFER_REFUSALS: tuple[str, ...] = ("Unsupported head_dim", "failed to dispatch")
 
 
 def flashinfer_window(window: Window, sq: int, sk: int) -> tuple[bool, int]:
@@ -63,14 +78,45 @@ class FlashInferBackend(Backend):
 
         for _, q, k, v, qs in inputs.sequences():
             causal, left = flashinfer_window(case.window, q.shape[0], k.shape[0])
-            o = flashinfer.single_prefill_with_kv_cache(
-                q,  # (Sq, hq, d)
-                k,  # (Sk, hkv, d)
-                v,  # (Sk, hkv, d)
-                causal=causal,
-                window_left=left,
-                sm_scale=case.softmax_scale,
-                logits_soft_cap=case.softcap or 0.0,
-            )  # (Sq, hq, d)
+            with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
+                o = flashinfer.single_prefill_with_kv_cache(
+                    q,  # (Sq, hq, d)
+                    k,  # (Sk, hkv, d)
+                    v,  # (Sk, hkv, d)
+                    causal=causal,
+                    window_left=left,
+                    sm_scale=case.softmax_scale,
+                    logits_soft_cap=case.softcap or 0.0,
+                )  # (Sq, hq, d)
             out[qs] = o
         return out
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: this call, per sequence from :func:`flashinfer_window`."""
+        from ..repro_script import fill
+
+        native = [flashinfer_window(case.window, sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
+        return fill(
+            """\
+            import flashinfer
+
+            NATIVE = $native  # per sequence (causal, window_left): keys from i + Sk - Sq - window_left on; -1 = unbounded
+
+
+            def attention(q, k, v):
+                out = torch.empty_like(q)  # (total_q, hq, d)
+                for b, (causal, window_left) in enumerate(NATIVE):
+                    out[CU_Q[b] : CU_Q[b + 1]] = flashinfer.single_prefill_with_kv_cache(
+                        q[CU_Q[b] : CU_Q[b + 1]],  # (Sq, hq, d)
+                        k[CU_K[b] : CU_K[b + 1]],  # (Sk, hkv, d)
+                        v[CU_K[b] : CU_K[b + 1]],  # (Sk, hkv, d)
+                        causal=causal,
+                        window_left=window_left,
+                        sm_scale=SCALE,
+                        logits_soft_cap=$softcap,
+                    )  # (Sq, hq, d)
+                return out
+            """,
+            native=repr(native),
+            softcap=repr(case.softcap or 0.0),
+        )

@@ -14,7 +14,10 @@ wherever it runs; on the CPU that compiles C++ through inductor (slow to start).
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -23,9 +26,11 @@ from ..window import Window
 from .base import Backend, cuda_unavailable_reason, import_error_reason
 
 
-def window_mask_mod(window: Window, sq: int, sk: int):
-    d = window.offset(sq, sk)
-    left, right = window.left, window.right
+def band_mask_mod(d: int, left: int | None, right: int | None):
+    """The rule ``q_idx + d - left <= kv_idx <= q_idx + d + right`` (``None``: unbounded) as a mask_mod.
+
+    Torch only: export-repro copies this function into standalone scripts as it is.
+    """
 
     def mask_mod(b, h, q_idx, kv_idx):
         ok = kv_idx >= 0
@@ -36,6 +41,11 @@ def window_mask_mod(window: Window, sq: int, sk: int):
         return ok
 
     return mask_mod
+
+
+def window_mask_mod(window: Window, sq: int, sk: int):
+    """The canonical window of one (Sq, Sk) pair as a mask_mod."""
+    return band_mask_mod(window.offset(sq, sk), window.left, window.right)
 
 
 @functools.lru_cache(maxsize=64)
@@ -133,6 +143,74 @@ class FlexBackend(Backend):
         return out
 
 
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script (:mod:`parity.repro_script`): this call,
+        with the mask_mod builder copied from this file and its numbers computed here."""
+        from ..repro_script import fill
+
+        pairs = list(zip(case.q_lens, case.k_lens))
+        seqs: list[tuple[int, int, Any]]
+        if self.bucketed:  # padded lengths, the numbers as tensors (see FlexCudaBackend)
+            seqs = [(bucket_len(sq), bucket_len(sk), bucket_band(case.window, sq, sk)) for sq, sk in pairs]
+            builder: Callable[..., Any] = tensor_band_mask_mod
+            make = "tensor_band_mask_mod(torch.tensor(args, dtype=torch.int32, device=q.device))"
+            cap = "torch.full((), SOFTCAP, dtype=torch.float32, device=DEVICE)  # a tensor, as the harness passes it"
+        else:
+            seqs = [(sq, sk, (case.window.offset(sq, sk), case.window.left, case.window.right)) for sq, sk in pairs]
+            builder, make, cap = band_mask_mod, "band_mask_mod(*args)", "SOFTCAP"
+        score = "SCORE_MOD = None" if case.softcap is None else fill(
+            """\
+            CAP = $cap
+
+
+            def SCORE_MOD(score, b, h, q_idx, kv_idx):
+                return CAP * torch.tanh(score / CAP)""",
+            cap=cap,
+        )
+        return fill(
+            """\
+            import warnings
+
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+            FLEX = $flex
+            SEQS = $seqs  # per sequence: (padded Sq, padded Sk, mask_mod numbers)
+
+
+            $builder
+
+            $pad_rows
+
+            $score
+
+
+            def attention(q, k, v):
+                out = torch.empty_like(q)  # (total_q, hq, d)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # eager flex warns that it is unfused
+                    for b, (bq, bk, args) in enumerate(SEQS):
+                        block_mask = create_block_mask($make, None, None, bq, bk, device=str(q.device))
+                        o = FLEX(
+                            _pad_rows(q[CU_Q[b] : CU_Q[b + 1]], bq).transpose(0, 1)[None],  # (1, hq, bq, d)
+                            _pad_rows(k[CU_K[b] : CU_K[b + 1]], bk).transpose(0, 1)[None],  # (1, hkv, bk, d)
+                            _pad_rows(v[CU_K[b] : CU_K[b + 1]], bk).transpose(0, 1)[None],  # (1, hkv, bk, d)
+                            score_mod=SCORE_MOD,
+                            block_mask=block_mask,
+                            scale=SCALE,
+                            enable_gqa=HQ != HKV,
+                        )  # (1, hq, bq, d)
+                        out[CU_Q[b] : CU_Q[b + 1]] = o[0, :, : Q_LENS[b]].transpose(0, 1)
+                return out
+            """,
+            flex="torch.compile(flex_attention, dynamic=False)" if self._use_compiled() else "flex_attention  # eager",
+            seqs=repr(seqs),
+            builder=inspect.getsource(builder),
+            pad_rows=inspect.getsource(_pad_rows),
+            score=score,
+            make=make,
+        )
+
+
 def _pad_rows(x: torch.Tensor, n: int) -> torch.Tensor:
     """``x`` (S, H, d) with zero rows appended up to ``n`` (itself when already ``n`` long)."""
     return x if x.shape[0] == n else torch.nn.functional.pad(x, (0, 0, 0, 0, 0, n - x.shape[0]))
@@ -150,21 +228,27 @@ def bucket_len(n: int, minimum: int = 128) -> int:
     return max(minimum, 1 << (max(n, 1) - 1).bit_length())
 
 
-def bucketed_mask_mod(window: Window, sq: int, sk: int, device):
-    """The window rule with the case's numbers as tensors (no recompile when they change),
-    over a padded ``(bucket(Sq), bucket(Sk))`` grid: padded keys ``kv_idx >= Sk`` are masked."""
-    d = window.offset(sq, sk)
+def bucket_band(window: Window, sq: int, sk: int) -> list[int]:
+    """``[d, left, right, Sk]`` of one (Sq, Sk) pair for :func:`tensor_band_mask_mod`; an unbounded side
+    becomes a bound past every key."""
     big = 4 * (sq + sk) + 8
-    t = torch.tensor(
-        [d, big if window.left is None else window.left, big if window.right is None else window.right, sk],
-        dtype=torch.int32,
-        device=device,
-    )  # (4,): offset, left, right, Sk
+    return [window.offset(sq, sk), big if window.left is None else window.left, big if window.right is None else window.right, sk]
+
+
+def tensor_band_mask_mod(t):
+    """The rule with its numbers in a tensor ``t`` = ``[d, left, right, Sk]`` (no recompile when they
+    change), over a padded grid: padded keys ``kv_idx >= Sk`` are masked. Torch only (copied by export-repro)."""
 
     def mask_mod(b, h, q_idx, kv_idx):
         return (kv_idx < t[3]) & (kv_idx >= q_idx + t[0] - t[1]) & (kv_idx <= q_idx + t[0] + t[2])
 
     return mask_mod
+
+
+def bucketed_mask_mod(window: Window, sq: int, sk: int, device):
+    """The window rule with the case's numbers as tensors, over a padded ``(bucket(Sq), bucket(Sk))`` grid."""
+    t = torch.tensor(bucket_band(window, sq, sk), dtype=torch.int32, device=device)  # (4,): offset, left, right, Sk
+    return tensor_band_mask_mod(t)
 
 
 class FlexCudaBackend(FlexBackend):

@@ -26,14 +26,22 @@ op, which made every call cost ~0.1 s on the H200 whatever the case's size.
 No softcap. The cuDNN implementation takes float16/bfloat16 and, in JAX, only
 ``right == 0`` windows; its refusals are recorded as unsupported.
 
-Two ways to ask for a causal sliding window ``(left, 0)``:
+Refusal phrases (:data:`JAX_REFUSALS`): JAX's own checks before it builds the cuDNN call,
+then cuDNN's (:data:`.cudnn.CUDNN_REFUSALS`), which XLA raises as its runtime error when it
+compiles the call, or when the result is awaited:
 
-* ``jax-xla-cuda`` / ``jax-cudnn-cuda``: ``is_causal=False, local_window_size=(left, 0)``,
-  the window alone (the documented meaning of ``local_window_size``);
-* ``jax-cudnn-causal-cuda``: ``is_causal=True, local_window_size=(left, 0)``, the form the
-  cuDNN frontend's ``sliding_window_length`` is used with (a causal mask plus a left
-  bound). Same mask; this variant shows whether an implementation only honours the window
-  together with ``is_causal``.
+===============================  =============================================================
+``doesn't support``              JAX: "cuDNN doesn't support right window: R when causal mask
+                                 is not used." (``ValueError``)
+``The head dim must be``         JAX: "The head dim must be <= 256 and a multiple of 8, but
+                                 got D." (``NotImplementedError``)
+``Unsupported sequence length``  JAX: "Unsupported sequence length Q T, KV S."
+``requires cudnn version``       JAX: "Packed layout requires cudnn version >= 9.6 ...",
+                                 "Compute capability 10.3 requires cuDNN version >= 9.11."
+cuDNN's phrases                  "Sliding window attention is only supported with max_s_q <=
+                                 max_s_kv." (Sq > Sk on jax-cudnn-causal-cuda, seen on
+                                 the H200 with jax 0.11.2)
+===============================  =============================================================
 """
 
 from __future__ import annotations
@@ -45,7 +53,17 @@ import torch
 
 from ..case import Case, Inputs
 from ..window import Window
-from .base import Backend, Unsupported, cuda_unavailable_reason
+from .base import Backend, Unsupported, cuda_unavailable_reason, refusals
+from .cudnn import CUDNN_REFUSALS
+
+#: JAX's own words when it declines a cuDNN call, then cuDNN's; see the module docstring.
+JAX_REFUSALS: tuple[str, ...] = (
+    "doesn't support",
+    "The head dim must be",
+    "Unsupported sequence length",
+    "requires cudnn version",
+    *CUDNN_REFUSALS,
+)
 
 
 def jax_window(
@@ -150,21 +168,67 @@ class JaxBackend(Backend):
         def to_jax(t: torch.Tensor):
             return jax.dlpack.from_dlpack(t.contiguous())
 
-        torch.cuda.synchronize()  # torch's stream must be done before JAX reads the buffers
+        if inputs.q.is_cuda:
+            torch.cuda.synchronize()  # torch's stream must be done before JAX reads the buffers
         for _, q, k, v, qs in inputs.sequences():
             sq, sk = q.shape[0], k.shape[0]
             pad, causal, local = jax_window(case.window, sq, sk, self.causal_with_window)
             if pad:
                 q = torch.cat([q.new_zeros(pad, q.shape[1], q.shape[2]), q])  # (pad + Sq, hq, d)
             fn = _attention_fn(self.implementation, causal, local, case.softmax_scale, pad)
-            try:
-                o = fn(to_jax(q), to_jax(k), to_jax(v))  # (Sq, hq, d)
-            except (ValueError, NotImplementedError, TypeError) as exc:
-                msg = " ".join(str(exc).split())
-                raise Unsupported(f"jax ({self.implementation}) refused: {msg[:300]}") from None
-            o = o.block_until_ready()
+            with refusals(JAX_REFUSALS, f"jax ({self.implementation})"):
+                o = fn(to_jax(q), to_jax(k), to_jax(v)).block_until_ready()  # (Sq, hq, d)
             out[qs] = torch.from_dlpack(o).to(out.device)  # (Sq, hq, d)
         return out
+
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: this call, per sequence from :func:`jax_window`."""
+        from ..repro_script import fill
+
+        native = [jax_window(case.window, sq, sk, self.causal_with_window) for sq, sk in zip(case.q_lens, case.k_lens)]
+        return fill(
+            """\
+            import os
+
+            os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares the GPU with torch
+            import jax
+
+            # per sequence (pad_q, is_causal, local_window_size): JAX's window is top-left aligned, so a
+            # bottom-right case with Sq < Sk gets pad_q zero query rows in front (dropped from the output)
+            NATIVE = $native
+
+
+            def jax_call(is_causal, local_window_size, pad):
+                def attend(q, k, v):  # q: (T, N, H); k, v: (S, K, H)
+                    o = jax.nn.dot_product_attention(
+                        q[None], k[None], v[None],  # (1, T, N, H), (1, S, K, H) x2
+                        scale=SCALE,
+                        is_causal=is_causal,
+                        local_window_size=local_window_size,
+                        implementation=$implementation,
+                    )  # (1, T, N, H)
+                    return o[0, pad:]  # (T - pad, N, H)
+
+                return jax.jit(attend)
+
+
+            def attention(q, k, v):
+                out = torch.empty_like(q)  # (total_q, hq, d)
+                if q.is_cuda:
+                    torch.cuda.synchronize()  # torch's stream must be done before JAX reads the buffers
+                for b, (pad, is_causal, local) in enumerate(NATIVE):
+                    qb, kb, vb = q[CU_Q[b] : CU_Q[b + 1]], k[CU_K[b] : CU_K[b + 1]], v[CU_K[b] : CU_K[b + 1]]
+                    if pad:
+                        qb = torch.cat([qb.new_zeros(pad, HQ, HEAD_DIM), qb])  # (pad + Sq, hq, d)
+                    args = [jax.dlpack.from_dlpack(t.contiguous()) for t in (qb, kb, vb)]
+                    o = jax_call(is_causal, local, pad)(*args).block_until_ready()  # (Sq, hq, d)
+                    out[CU_Q[b] : CU_Q[b + 1]] = torch.from_dlpack(o).to(out.device)
+                return out
+            """,
+            native=repr(native),
+            implementation=repr(self.implementation),
+        )
 
 
 class JaxXla(JaxBackend):

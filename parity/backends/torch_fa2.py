@@ -12,17 +12,47 @@ top-left alignment: a ``top_left`` window is exact only where every sequence has
 ``Sq == Sk`` (then both offsets are 0); otherwise the case is unsupported.
 
 Version: ``torch.nn.attention._get_flash_version()`` (the vendored FA2 release) and torch's.
+
+Refusal phrases (:data:`FA2_REFUSALS`, shared with the ``flash-attn`` package, whose C++ API
+the vendored copy keeps; ``TORCH_CHECK`` raises them as ``RuntimeError``):
+
+==============================================  ==============================================
+``FlashAttention only support``                 "FlashAttention only supports Ampere GPUs or
+                                                newer." / "... only support fp16 and bf16 data
+                                                type"
+``FlashAttention forward only supports``        "... head dimension at most 256"
+``does not support``                            "This flash attention build does not support
+                                                ..." (features compiled out)
+``Paged KV cache block size must be divisible``  flash-attn's kvcache path, page size
+``head_size should be a multiple of``           FA3's head-dim alignment
+==============================================  ==============================================
 """
 
 from __future__ import annotations
+
+import textwrap
 
 import torch
 
 from ..case import Case, Inputs
 from ..window import Window
-from .base import Backend, Unsupported, cuda_unavailable_reason
+from .base import Backend, Unsupported, cuda_unavailable_reason, refusals
 
 UNBOUNDED = -1  # FA2's sentinel for "no limit on this side"
+
+#: FlashAttention-2's (and 3's) own words when it declines inputs; see the module docstring.
+FA2_REFUSALS: tuple[str, ...] = (
+    "FlashAttention only support",
+    "FlashAttention forward only supports",
+    "does not support",
+    "Paged KV cache block size must be divisible",
+    "head_size should be a multiple of",
+)
+
+
+def flash_forward_op():
+    """``torch.ops.aten._flash_attention_forward`` (a function, so tests can stand in for it)."""
+    return torch.ops.aten._flash_attention_forward
 
 
 def fa2_window(window: Window, q_lens, k_lens) -> tuple[int, int]:
@@ -82,14 +112,18 @@ class TorchFa2Backend(Backend):
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         left, right = fa2_window(case.window, case.q_lens, case.k_lens)
-        op = torch.ops.aten._flash_attention_forward
+        op = flash_forward_op()
         kw = dict(scale=case.softmax_scale, window_size_left=left, window_size_right=right)
+        with refusals(FA2_REFUSALS, "FlashAttention-2 (vendored in torch)"):
+            o = self._forward(op, case, inputs, kw)
+        out.copy_(o.reshape(out.shape))  # (total_q, hq, d)
+        return out
+
+    def _forward(self, op, case: Case, inputs: Inputs, kw: dict) -> torch.Tensor:
         if case.is_uniform and not self.always_varlen:
             q, k, v = inputs.dense()  # (B, Sq, hq, d), (B, Sk, hkv, d), (B, Sk, hkv, d)
-            o = op(q, k, v, None, None, q.shape[1], k.shape[1], 0.0, False, False, **kw)[0]  # (B, Sq, hq, d)
-            out.copy_(o.reshape(out.shape))  # (total_q, hq, d)
-            return out
-        o = op(
+            return op(q, k, v, None, None, q.shape[1], k.shape[1], 0.0, False, False, **kw)[0]  # (B, Sq, hq, d)
+        return op(
             inputs.q,  # (total_q, hq, d)
             inputs.k,  # (total_k, hkv, d)
             inputs.v,  # (total_k, hkv, d)
@@ -102,8 +136,37 @@ class TorchFa2Backend(Backend):
             False,
             **kw,
         )[0]  # (total_q, hq, d)
-        out.copy_(o)
-        return out
+
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: this call, the window from :func:`fa2_window`."""
+        from ..repro_script import fill
+
+        left, right = fa2_window(case.window, case.q_lens, case.k_lens)
+        if case.is_uniform and not self.always_varlen:
+            call = """\
+                b, sq, sk = len(Q_LENS), Q_LENS[0], K_LENS[0]
+                qd = q.view(b, sq, HQ, HEAD_DIM)  # (B, Sq, hq, d)
+                kd, vd = k.view(b, sk, HKV, HEAD_DIM), v.view(b, sk, HKV, HEAD_DIM)  # (B, Sk, hkv, d)
+                o = op(qd, kd, vd, None, None, sq, sk, 0.0, False, False, **kw)[0]  # (B, Sq, hq, d)"""
+        else:
+            call = """\
+                cu_q = torch.tensor(CU_Q, dtype=torch.int32, device=q.device)  # (B + 1,)
+                cu_k = torch.tensor(CU_K, dtype=torch.int32, device=q.device)  # (B + 1,)
+                o = op(q, k, v, cu_q, cu_k, max(Q_LENS), max(K_LENS), 0.0, False, False, **kw)[0]  # (total_q, hq, d)"""
+        return fill(
+            """\
+            def attention(q, k, v):
+                op = torch.ops.aten._flash_attention_forward  # PyTorch's vendored FlashAttention-2
+                # window_size_left / _right: inclusive, bottom-right aligned; -1 = unbounded
+                kw = dict(scale=SCALE, window_size_left=$left, window_size_right=$right)
+                $call
+                return o.reshape(q.shape)  # (total_q, hq, d)
+            """,
+            left=repr(left),
+            right=repr(right),
+            call=textwrap.dedent(call),
+        )
 
 
 class TorchFa2VarlenBackend(TorchFa2Backend):

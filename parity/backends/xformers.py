@@ -26,6 +26,14 @@ Varlen (packed, ``B = 1``, ``M = total``): ``BlockDiagonalMask``, ``BlockDiagona
 built with ``from_seqlens``. Anything else (two-sided varlen, top-left two-sided) is
 unsupported: xformers has no mask for it.
 
+Refusals (:data:`XFORMERS_REFUSALS`). With ``op=`` pinned, xformers checks the inputs against
+the operator's ``not_supported_reasons`` and raises ``ValueError("Operator
+`memory_efficient_attention` does not support inputs: ... `cutlassF-pt` is not supported
+because: attn_bias type is ...")``; without ``op=`` its dispatcher raises
+``NotImplementedError("No operator found for `memory_efficient_attention_forward` with
+inputs: ...")``. Both are recorded with those words; any other ``ValueError`` (a mask that
+fails to build, a shape) stays an error.
+
 Compatibility shim (explicit opt-in): the PyPI xformers wheel's C++ extension is built for
 one torch release; on another, ``xformers._cpp_lib`` fails to load and every operator
 refuses to run ("xFormers wasn't build with CUDA support") although the ``-pt`` operators
@@ -43,9 +51,16 @@ import torch
 
 from ..case import Case, Inputs
 from ..window import Window
-from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason
+from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason, refusals
 
 SHIM_ENV = "PARITY_XFORMERS_SHIM"
+
+#: xformers' own words when an operator declines the inputs; see the module docstring.
+XFORMERS_REFUSALS: tuple[str, ...] = (
+    "does not support inputs",
+    "is not supported because",
+    "No operator found for",
+)
 
 
 def xformers_bias_spec(window: Window, q_lens, k_lens) -> tuple[str, dict]:
@@ -85,26 +100,33 @@ def xformers_bias_spec(window: Window, q_lens, k_lens) -> tuple[str, dict]:
     return name, {"window_size": left + 1}
 
 
+#: Varlen (``BlockDiagonal*``) masks: the method applied to ``BlockDiagonalMask.from_seqlens(...)``.
+_BLOCK_DIAGONAL = {
+    "BlockDiagonalMask": "",
+    "BlockDiagonalCausalMask": ".make_causal()",
+    "BlockDiagonalCausalFromBottomRightMask": ".make_causal_from_bottomright()",
+    "BlockDiagonalCausalLocalAttentionMask": ".make_local_attention({window_size})",
+    "BlockDiagonalCausalLocalAttentionFromBottomRightMask": ".make_local_attention_from_bottomright({window_size})",
+}
+
+
+def bias_expr(name: str, kw: dict, q_lens, k_lens) -> str:
+    """The ``attn_bias`` for :func:`xformers_bias_spec`'s answer, as Python source over ``ab``
+    (``xformers.ops.fmha.attn_bias``): :func:`_make_bias` evaluates it, repro scripts contain it."""
+    if name == "None":
+        return "None"
+    if name in _BLOCK_DIAGONAL:
+        base = f"ab.BlockDiagonalMask.from_seqlens(q_seqlen={list(q_lens)!r}, kv_seqlen={list(k_lens)!r})"
+        return base + _BLOCK_DIAGONAL[name].format(**kw)
+    if name == "LowerTriangularFromBottomRightLocalAttentionMask":
+        return f"ab.{name}({kw['window_size']!r})"
+    return f"ab.{name}(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")"
+
+
 def _make_bias(name: str, kw: dict, q_lens, k_lens):
     from xformers.ops.fmha import attn_bias as ab
 
-    if name == "None":
-        return None
-    if name.startswith("BlockDiagonal"):
-        base = ab.BlockDiagonalMask.from_seqlens(q_seqlen=list(q_lens), kv_seqlen=list(k_lens))
-        if name == "BlockDiagonalMask":
-            return base
-        if name == "BlockDiagonalCausalMask":
-            return base.make_causal()
-        if name == "BlockDiagonalCausalFromBottomRightMask":
-            return base.make_causal_from_bottomright()
-        if name == "BlockDiagonalCausalLocalAttentionMask":
-            return base.make_local_attention(kw["window_size"])
-        if name == "BlockDiagonalCausalLocalAttentionFromBottomRightMask":
-            return base.make_local_attention_from_bottomright(kw["window_size"])
-    if name == "LowerTriangularFromBottomRightLocalAttentionMask":
-        return ab.LowerTriangularFromBottomRightLocalAttentionMask(kw["window_size"])
-    return getattr(ab, name)(**kw)
+    return eval(bias_expr(name, kw, q_lens, k_lens), {"ab": ab})  # our own constructor text, see bias_expr
 
 
 def apply_shim() -> bool:
@@ -178,20 +200,55 @@ class XformersBackend(Backend):
             b, sq, sk = case.batch, case.q_lens[0], case.k_lens[0]
         else:
             b, sq, sk = 1, sum(case.q_lens), sum(case.k_lens)
-        try:
-            bias = _make_bias(name, kw, case.q_lens, case.k_lens)
-        except (ValueError, RuntimeError) as exc:
-            raise Unsupported(f"xformers {name} refused the case: {exc}") from None
         q = inputs.q.view(b, sq, hkv, g, d)  # (B, Mq, G, H, K)
         k = inputs.k.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K), stride 0 over H
         v = inputs.v.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K)
-        try:
-            o = xops.memory_efficient_attention_forward(q, k, v, attn_bias=bias, scale=case.softmax_scale, op=self._op())
-        except (ValueError, NotImplementedError) as exc:
-            msg = " ".join(str(exc).split())
-            raise Unsupported(f"{self._op().NAME} refused {name}: {msg[:400]}") from None
+        op = self._op()
+        with refusals(XFORMERS_REFUSALS, f"xformers {op.NAME} with {name}"):
+            bias = _make_bias(name, kw, case.q_lens, case.k_lens)
+            o = xops.memory_efficient_attention_forward(q, k, v, attn_bias=bias, scale=case.softmax_scale, op=op)
         out.copy_(o.reshape(out.shape))  # (B, Mq, G, H, K) -> (total_q, hq, d)
         return out
+
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: this call, the mask from :func:`xformers_bias_spec`."""
+        from ..repro_script import fill
+
+        name, kw = xformers_bias_spec(case.window, case.q_lens, case.k_lens)
+        if name == "None" or not name.startswith("BlockDiagonal"):
+            shape = repr((case.batch, case.q_lens[0], case.k_lens[0]))
+        else:
+            shape = repr((1, sum(case.q_lens), sum(case.k_lens)))  # varlen: one packed batch row
+        return fill(
+            """\
+            import os
+
+            import xformers.ops as xops
+            from xformers.ops.fmha import attn_bias as ab
+            from xformers.ops.fmha.$op_module import FwOp
+
+            if os.environ.get("$shim_env") == "1":  # the harness's opt-in shim for a wheel built for another torch
+                import xformers.ops.fmha.common as common
+
+                common._built_with_cuda = True
+
+
+            def attention(q, k, v):
+                b, sq, sk = $shape
+                bias = $bias
+                g = HQ // HKV  # xformers' GQA layout (B, M, G, H, K): G = hkv groups of H = hq // hkv query heads
+                qx = q.view(b, sq, HKV, g, HEAD_DIM)  # (B, Mq, G, H, K)
+                kx = k.view(b, sk, HKV, 1, HEAD_DIM).expand(b, sk, HKV, g, HEAD_DIM)  # (B, Mk, G, H, K), stride 0 over H
+                vx = v.view(b, sk, HKV, 1, HEAD_DIM).expand(b, sk, HKV, g, HEAD_DIM)  # (B, Mk, G, H, K)
+                o = xops.memory_efficient_attention_forward(qx, kx, vx, attn_bias=bias, scale=SCALE, op=FwOp)
+                return o.reshape(q.shape)  # (total_q, hq, d)
+            """,
+            op_module=self.op_module,
+            shim_env=SHIM_ENV,
+            shape=shape,
+            bias=bias_expr(name, kw, case.q_lens, case.k_lens),
+        )
 
 
 class XformersCutlass(XformersBackend):

@@ -1,0 +1,173 @@
+"""``python -m parity export-repro RUN_DIR [--row N] [--backend B] [--out DIR]``: a standalone
+script per divergence, for a bug report to the library's maintainers.
+
+Which rows:
+
+=========================  ==================================================================
+(no option)                every ``fail`` row of ``RUN_DIR/results.csv``
+``--backend B``            B's ``fail`` rows only
+``--row N``                row N of results.csv (0-based, whatever its verdict: a passing row
+                           gives a script that exits 0)
+=========================  ==================================================================
+
+A row whose backend has a shrunk case in ``RUN_DIR/shrunk.jsonl`` (the smaller failing case
+``python -m parity run --shrink`` found from that row) is exported as the shrunk case. Each
+script is ``DIR/<backend>_<case_id>.py`` (default ``DIR`` = ``RUN_DIR/repros``), built by
+:func:`parity.repro_script.build_script` with the backend's own ``repro_call(case)``; it
+imports torch and the backend's package only. A backend without ``repro_call`` (a plain
+``module:Class`` plugin, ``reference``) is skipped with a one-line note.
+
+Exit codes: 0 scripts written, or nothing to export (a line says so); 2 bad input (no such
+folder, no results.csv, ``--row`` out of range, a backend with no rows in the run), one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from .cli import UsageError
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("export-repro", help="write a standalone Python repro script per failing row of a run folder")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder (holding results.csv, environment.json)")
+    p.add_argument("--row", type=int, metavar="N", help="export row N of results.csv (0-based), whatever its verdict")
+    p.add_argument("--backend", "-b", metavar="B", help="only rows of this backend (as named in results.csv)")
+    p.add_argument("--out", type=Path, metavar="DIR", help="where to write the scripts (default RUN_DIR/repros)")
+    return p
+
+
+def select_rows(df, run_dir: Path, row: int | None, backend: str | None) -> list[tuple[int, dict[str, Any]]]:
+    """``(index, row)`` pairs to export; raises :class:`UsageError` on bad input."""
+    present = list(dict.fromkeys(df["backend"]))
+    if backend is not None and backend not in present:
+        raise UsageError(f"--backend {backend}: no rows of it in {run_dir} (it has: {', '.join(present) or 'none'})")
+    if row is not None:
+        if not 0 <= row < len(df):
+            raise UsageError(f"--row {row}: {run_dir} has rows 0..{len(df) - 1} (0-based, in results.csv order)")
+        picked = df.iloc[row].to_dict()
+        if backend is not None and picked["backend"] != backend:
+            raise UsageError(f"--row {row} is a row of {picked['backend']}, not of --backend {backend}")
+        return [(row, picked)]
+    mask = df["verdict"] == "fail"
+    if backend is not None:
+        mask &= df["backend"] == backend
+    return [(int(i), df.loc[i].to_dict()) for i in df.index[mask]]
+
+
+def worker_paths(command: str, spec: str) -> list[str]:
+    """The ``--worker-path SPEC=PATH`` entries of the run's command line for ``spec``."""
+    try:
+        words = shlex.split(command or "")
+    except ValueError:
+        return []
+    out: list[str] = []
+    for flag, value in zip(words, words[1:]):
+        name, sep, path = value.partition("=")
+        if flag == "--worker-path" and sep and name == spec:
+            out.append(path)
+    return out
+
+
+def _meta(run, index: int, row: dict[str, Any], spec: str, script: Path) -> dict[str, Any]:
+    env = run.env
+    info = (env.get("backends") or {}).get(spec) or {}
+    gpu = env.get("gpu") or {}
+    paths = worker_paths(env.get("command", ""), spec)
+    prefix = f"PYTHONPATH={shlex.quote(':'.join(paths))} " if paths else ""
+    errors = ""
+    if row.get("max_abs_err"):
+        errors = f"max|err| {row['max_abs_err']}, budget {row.get('threshold_max', '?')} (err ratio {row.get('err_ratio', '?')})"
+    return {
+        "backend": spec,
+        "verdict": row.get("verdict", ""),
+        "reasons": row.get("reasons", ""),
+        "errors": errors,
+        "mask_detail": row.get("mask_detail", "") if row.get("mask_check") == "mismatch" else "",
+        "gqa_detail": row.get("gqa_detail", "") if row.get("gqa_check") == "mismatch" else "",
+        "worst_where": row.get("worst_where", "") if row.get("verdict") == "fail" else "",
+        "detail": row.get("detail", ""),
+        "version": info.get("version", ""),
+        "torch": env.get("torch", ""),
+        "gpu": gpu.get("name", "") if gpu.get("available") else "",
+        "source": f"{run.path}/results.csv row {index} (case {row.get('case_id', '')}, run of {env.get('date_utc', '?')})",
+        "command": f"{prefix}python {script.name}",
+    }
+
+
+def export_one(run, index: int, row: dict[str, Any], shrunk: dict[tuple[str, str], dict], out_dir: Path) -> Path | None:
+    """Write the script of one row; ``None`` (after a one-line note) when it cannot be made."""
+    from . import backends
+    from .case import Case
+    from .repro_script import build_script
+
+    spec = row["backend"]
+    try:
+        backend = backends.get(spec)
+    except backends.BackendSpecError as exc:
+        _note(f"backend {spec} cannot be loaded here ({exc}); row {index} skipped")
+        return None
+    template = getattr(backend, "repro_call", None)
+    if not callable(template):
+        _note(f"backend {spec} has no standalone call template (a repro_call(case) method); row {index} skipped")
+        return None
+    try:
+        case = Case.from_json(row["case_json"])
+    except ValueError as exc:
+        raise UsageError(f"{run.path}/results.csv row {index}: {exc}") from None
+    entry = shrunk.get((spec, case.case_id))
+    row_summary, extra = case.summary(), ""
+    if entry is not None:
+        case = Case.from_dict(entry["case"])
+        extra = (f"the row's case to ({entry.get('calls', '?')} backend calls); the harness's verdict on it: "
+                 f"{entry.get('verdict', '?')} [{entry.get('reasons', '')}]")
+    try:
+        why = backend.unsupported_reason(case)
+        call = None if why else template(case)
+    except Exception as exc:  # noqa: BLE001 - a template that cannot express the case: a note, not a traceback
+        why = f"{type(exc).__name__}: {exc}"
+    if why or call is None:
+        _note(f"backend {spec} cannot run {case.summary()} ({why}); row {index} skipped")
+        return None
+    path = out_dir / f"{_safe(spec)}_{case.case_id}.py"
+    meta = _meta(run, index, row, spec, path)
+    meta.update(summary=case.summary(), row_summary=row_summary, case_json=case.to_json(), shrunk=extra)
+    path.write_text(build_script(case, call, backend.device, meta))
+    print(f"export-repro: wrote {path} ({spec}: {case.summary()})")
+    return path
+
+
+def _note(text: str) -> None:
+    print(f"export-repro: {text}", file=sys.stderr)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .runs import load_run
+
+    run_ = load_run(args.run_dir)
+    rows = select_rows(run_.df, args.run_dir, args.row, args.backend)
+    if not rows:
+        which = f" of {args.backend}" if args.backend else ""
+        print(f"export-repro: no failing rows{which} in {args.run_dir}/results.csv; nothing to export")
+        return 0
+    shrunk = {  # (backend, the row's case_id) -> its shrunk case, where it still fails
+        (str(e.get("backend")), str(e.get("from"))): e
+        for e in run_.shrunk
+        if e.get("verdict") == "fail" and isinstance(e.get("case"), dict)
+    }
+    out_dir = args.out or args.run_dir / "repros"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out_dir}: cannot write there ({exc.strerror or exc})") from None
+    written = [p for i, r in rows if (p := export_one(run_, i, r, shrunk, out_dir)) is not None]
+    print(f"export-repro: {len(written)} script(s) in {out_dir}" if written else "export-repro: no script written")
+    return 0

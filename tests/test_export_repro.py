@@ -1,0 +1,267 @@
+"""``python -m parity export-repro``: standalone scripts that reproduce a row without this project.
+
+A small CPU run folder (one varlen case; a planted off-by-one SDPA backend with a ``repro_call``,
+honest ``sdpa`` and ``flex``, and the example plugin ``MyKernelOffByOne``, which has no template)
+is exported; each script runs under a plain ``python`` with ``PYTHONPATH`` empty in an empty
+folder, so an ``import parity`` in it would fail. The CUDA templates are compiled on the CPU and
+checked for the native arguments their backend's own translation function gives.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from parity import Case, Window, backends, cli
+from parity.backends.flash_attn import flash_window
+from parity.backends.flash_attn4 import fa4_window
+from parity.backends.flashinfer import flashinfer_window
+from parity.backends.flex import bucket_band, bucket_len
+from parity.backends.jax_attn import jax_window
+from parity.backends.torch_fa2 import fa2_window
+from parity.backends.xformers import bias_expr, xformers_bias_spec
+from parity.case import make_inputs
+from parity.regimes import REGIMES
+from parity.repro_script import build_script
+
+BUG = "tests.helpers:SdpaWindowOneWider"
+PLUGIN = "examples.my_kernel:MyKernelOffByOne"
+CASE = Case(q_lens=(20, 3), k_lens=(20, 40), hq=4, hkv=2, head_dim=16, dtype="bfloat16", window=Window(7, 0))
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("run")
+    argv = ["run", "-b", BUG, "-b", "sdpa", "-b", "flex", "-b", PLUGIN, "--case", CASE.to_json(), "--out", str(out)]
+    assert cli.main([*argv, "--shrink", "4", "--no-isolate", "-q", "--no-report"]) == 1  # two backends fail
+    return out
+
+
+def rows(folder: Path) -> list[dict[str, str]]:
+    with (folder / "results.csv").open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def run_script(path: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """A plain python, no PYTHONPATH, in a folder without this project: ``import parity`` would fail."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = ""
+    return subprocess.run([sys.executable, str(path)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_real_divergence_exits_1_and_names_the_keys(run_dir, tmp_path, capsys):
+    assert cli.main(["export-repro", str(run_dir), "--out", str(tmp_path / "repros")]) == 0
+    out, err = capsys.readouterr()
+    assert f"backend {PLUGIN} has no standalone call template" in err  # the plugin: a note, not a crash
+    scripts = sorted((tmp_path / "repros").glob("*.py"))
+    assert [p.name.split("_")[0] for p in scripts] == ["tests.helpers"]  # only the failing row with a template
+    text = scripts[0].read_text()
+    assert "import parity" not in text and "from parity" not in text
+    shrunk = [json.loads(line) for line in (run_dir / "shrunk.jsonl").read_text().splitlines()]
+    small = Case.from_dict(next(e for e in shrunk if e["backend"] == BUG)["case"])
+    assert small.case_id in scripts[0].name and small.summary() in text  # the shrunk case was preferred
+    assert "fail [max_err mean_err mask]" in text and "wider on the left" in text  # the harness's verdict and words
+    res = run_script(scripts[0], tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "DIFFERS" in res.stdout
+    assert re.search(r"mask probe: [1-9]\d* of \d+ \(head, row\) pairs see other keys than the spec", res.stdout)
+    lo = max(0, small.k_lens[0] - small.q_lens[0] - 7)  # the last row's first key, per the spec
+    assert f"sees keys {lo - 1}..{small.k_lens[0] - 1}, spec says {lo}..{small.k_lens[0] - 1}" in res.stdout
+
+
+def test_scripts_for_rows_that_are_right_exit_0(run_dir, tmp_path, capsys):
+    """A planted wrong case: honest sdpa and flex rows marked ``fail`` in a copy of the run."""
+    planted = tmp_path / "planted"
+    shutil.copytree(run_dir, planted)
+    table = rows(planted)
+    for r in table:
+        if r["backend"] in ("sdpa", "flex"):
+            assert r["verdict"] == "pass"
+            r["verdict"], r["reasons"] = "fail", "max_err"
+    with (planted / "results.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+    for spec in ("sdpa", "flex"):
+        assert cli.main(["export-repro", str(planted), "--backend", spec]) == 0
+        (script,) = (planted / "repros").glob(f"{spec}_*.py")
+        res = run_script(script, tmp_path)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "AGREES" in res.stdout and "mask probe: 0 of " in res.stdout
+        script.unlink()
+
+
+def test_row_option_exports_that_row_whatever_its_verdict(run_dir, tmp_path, capsys):
+    index = next(i for i, r in enumerate(rows(run_dir)) if r["backend"] == "sdpa")
+    assert cli.main(["export-repro", str(run_dir), "--row", str(index), "--out", str(tmp_path)]) == 0
+    (script,) = tmp_path.glob("sdpa_*.py")
+    assert CASE.case_id in script.name  # no shrunk case for sdpa: the row's own
+    assert "Harness verdict on" in script.read_text() and ": pass" in script.read_text()
+    assert run_script(script, tmp_path).returncode == 0
+
+
+def test_bad_input_is_one_line_exit_2(run_dir, tmp_path, capsys):
+    for argv, words in [
+        ([str(tmp_path / "nowhere")], "no such folder"),
+        ([str(run_dir), "--row", "99"], "--row 99"),
+        ([str(run_dir), "--row", "-1"], "--row -1"),
+        ([str(run_dir), "--backend", "nope"], "--backend nope: no rows of it"),
+        ([str(run_dir), "--row", "0", "--backend", "sdpa"], "not of --backend sdpa"),
+        ([str(tmp_path)], "results.csv: no such file"),
+    ]:
+        assert cli.main(["export-repro", *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0] and "Traceback" not in err[0], err
+
+
+def test_no_failing_rows_is_a_line_and_exit_0(run_dir, capsys):
+    assert cli.main(["export-repro", str(run_dir), "--backend", "sdpa"]) == 0
+    assert "no failing rows of sdpa" in capsys.readouterr().out
+
+
+# -- what the scripts are made of --------------------------------------------------------------
+
+
+def _meta(case: Case, spec: str) -> dict:
+    return {"backend": spec, "summary": case.summary(), "verdict": "fail", "case_json": case.to_json(), "command": "python x.py"}
+
+
+def _script(spec: str, case: Case) -> str:
+    backend = backends.get(spec)
+    assert backend.unsupported_reason(case) is None, (spec, backend.unsupported_reason(case))
+    return build_script(case, backend.repro_call(case), backend.device, _meta(case, spec))
+
+
+def _inputs_of(src: str) -> dict:
+    """The script's definitions up to its backend call (which needs the backend's package)."""
+    ns: dict = {}
+    exec(compile(src.split("# -- the backend's call")[0], "repro", "exec"), ns)
+    return ns
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        CASE,
+        Case(q_lens=(5, 1, 9), k_lens=(40, 33, 9), hq=6, hkv=1, head_dim=24, dtype="float16", window=Window(4, 2), seed=17),
+        Case(q_lens=(3, 1), k_lens=(70, 20), hq=4, hkv=2, head_dim=32, dtype="float32", window=Window(19, 0), page_size=16, seed=5),
+        *(Case(q_lens=(5, 1), k_lens=(40, 33), hq=4, hkv=2, head_dim=32, dtype="float16", window=Window(4, 0), seed=9, regime=r)
+          for r in REGIMES[1:]),
+    ],
+    ids=["varlen-bf16", "mqa-fp16", "paged-fp32", *REGIMES[1:]],
+)
+def test_script_inputs_are_make_inputs_bit_for_bit(case):
+    ns = _inputs_of(build_script(case, "", "cpu", _meta(case, "x")))
+    q, k, v = ns["draw_qkv"](**ns["DRAW_ARGS"])
+    want = make_inputs(case)
+    for got, ref in zip((q, k, v), (want.q, want.k, want.v)):
+        assert got.dtype == ref.dtype and torch.equal(got, ref)
+    if case.page_size is not None:
+        paged = want.paged()
+        got = ns["paged_layout"](k, v, ns["K_LENS"], ns["PAGE_SIZE"], ns["SEED"])
+        for a, b in zip(got, (paged.k_cache, paged.v_cache, paged.block_table, paged.seqlens_k)):
+            assert a.dtype == b.dtype and torch.equal(a, b)
+    else:
+        assert "def paged_layout" not in build_script(case, "", "cpu", _meta(case, "x"))
+
+
+DECODE = Case(q_lens=(1, 1), k_lens=(300, 37), hq=8, hkv=2, head_dim=64, dtype="bfloat16", window=Window(None, 0))
+DENSE = Case(q_lens=(48, 48), k_lens=(64, 64), hq=4, hkv=2, head_dim=64, dtype="bfloat16", window=Window(15, 0))
+PAGED = Case(q_lens=(3, 2), k_lens=(70, 33), hq=4, hkv=1, head_dim=64, dtype="bfloat16", window=Window(19, 0), page_size=16)
+PAGED256 = Case(q_lens=(1, 1), k_lens=(300, 40), hq=4, hkv=2, head_dim=64, dtype="bfloat16", window=Window(31, 0), page_size=256)
+TOP_LEFT = Case(q_lens=(40,), k_lens=(24,), hq=4, hkv=2, head_dim=64, dtype="bfloat16", window=Window(8, 0, "top_left"))
+
+
+def _native_texts(spec: str, case: Case) -> list[str]:
+    """What the script must contain, from the backend's own translation function."""
+    w, ql, kl = case.window, case.q_lens, case.k_lens
+    pairs = list(zip(ql, kl))
+    if spec.startswith("fa4"):
+        return [f"window_size={fa4_window(w, ql, kl)!r}"]
+    if spec.startswith("torch-fa2"):
+        left, right = fa2_window(w, ql, kl)
+        return [f"window_size_left={left}, window_size_right={right}"]
+    if spec.startswith(("fa2", "fa3")):
+        return [f"window_size={flash_window(w, ql, kl)!r}"]
+    if spec.startswith("xformers"):
+        return [f"bias = {bias_expr(*xformers_bias_spec(w, ql, kl), ql, kl)}"]
+    if spec.startswith("jax"):
+        causal = spec == "jax-cudnn-causal-cuda"
+        return [f"NATIVE = {[jax_window(w, sq, sk, causal) for sq, sk in pairs]!r}", f"implementation={spec.split('-')[1]!r}"]
+    if spec == "flashinfer-cuda":
+        return [f"NATIVE = {[flashinfer_window(w, sq, sk) for sq, sk in pairs]!r}"]
+    if spec == "flex-cuda":
+        seqs = [(bucket_len(sq), bucket_len(sk), bucket_band(w, sq, sk)) for sq, sk in pairs]
+        return ["def tensor_band_mask_mod(t):", f"SEQS = {seqs!r}"]
+    if spec.startswith("sdpa"):
+        return [f"KERNEL = {backends.get(spec).kernel!r}"]
+    raise AssertionError(spec)
+
+
+GPU_TEMPLATES = [
+    ("fa4-cuda", DECODE), ("fa4-cuda", DENSE), ("fa4-varlen-cuda", DENSE), ("fa4-cuda", PAGED),
+    ("torch-fa2-cuda", DENSE), ("torch-fa2-varlen-cuda", DENSE), ("torch-fa2-cuda", DECODE),
+    ("fa2-cuda", DENSE), ("fa2-cuda", DECODE), ("fa3-cuda", DENSE), ("fa2-kvcache-cuda", DECODE), ("fa2-kvcache-cuda", PAGED256),
+    ("xformers-cutlass-cuda", DENSE), ("xformers-flash-cuda", DECODE), ("xformers-cutlass-cuda", TOP_LEFT),
+    ("jax-xla-cuda", DECODE), ("jax-cudnn-cuda", DENSE), ("jax-cudnn-causal-cuda", TOP_LEFT),
+    ("flashinfer-cuda", DECODE), ("flex-cuda", DECODE),
+    ("sdpa-math-cuda", DENSE), ("sdpa-efficient-cuda", DECODE), ("sdpa-cudnn-cuda", DENSE), ("sdpa-flash-causal-cuda", TOP_LEFT),
+]
+
+
+@pytest.mark.parametrize("spec, case", GPU_TEMPLATES, ids=[f"{s}-{c.family}" for s, c in GPU_TEMPLATES])
+def test_cuda_templates_compile_with_their_backends_native_arguments(spec, case):
+    if spec == "sdpa-flash-causal-cuda":
+        case = Case(q_lens=(40,), k_lens=(24,), hq=4, hkv=2, head_dim=64, dtype="bfloat16", window=Window(None, 0, "top_left"))
+    src = _script(spec, case)
+    compile(src, f"{spec}.py", "exec")
+    assert "import parity" not in src and "from parity" not in src
+    assert "DEVICE = 'cuda'" in src
+    for text in _native_texts(spec, case):
+        assert text in src, (text, spec)
+    if case.page_size is not None:
+        assert "paged_layout(k, v, K_LENS, PAGE_SIZE, SEED)" in src and "def paged_layout" in src
+
+
+def test_fa4_template_writes_none_not_minus_one():
+    src = _script("fa4-cuda", DECODE)
+    assert "window_size=(None, 0)" in src and "(-1, 0)" not in src
+    assert "window_size=(-1, 0)" in _script("fa2-cuda", dataclasses.replace(DENSE, window=Window(None, 0)))
+
+
+def test_xformers_bias_expr_is_the_mask_the_harness_builds():
+    """``_make_bias`` evaluates ``bias_expr``; here against a recording stand-in for ``attn_bias``."""
+
+    class Rec:
+        def __init__(self, chain=()):
+            self.chain = chain
+
+        def __getattr__(self, name):
+            return Rec((*self.chain, (name,)))
+
+        def __call__(self, *args, **kw):
+            return Rec((*self.chain[:-1], (self.chain[-1][0], args, tuple(sorted(kw.items())))))
+
+    varlen = ("from_seqlens", (), (("kv_seqlen", [9, 7]), ("q_seqlen", [4, 2])))
+    for w, ql, kl, want in [
+        (Window(15, 0), (4, 4), (9, 9), [("LowerTriangularFromBottomRightLocalAttentionMask", (16,), ())]),
+        (Window(3, 2), (4, 4), (9, 9), [("LocalAttentionFromBottomRightMask", (), (("window_left", 3), ("window_right", 2)))]),
+        (Window(None, 0, "top_left"), (4, 2), (9, 7), [("BlockDiagonalMask",), varlen, ("make_causal", (), ())]),
+        (Window(None, 0), (4, 2), (9, 7), [("BlockDiagonalMask",), varlen, ("make_causal_from_bottomright", (), ())]),
+        (Window(5, 0), (4, 2), (9, 7), [("BlockDiagonalMask",), varlen, ("make_local_attention_from_bottomright", (6,), ())]),
+        (Window(5, 0, "top_left"), (4, 2), (9, 7), [("BlockDiagonalMask",), varlen, ("make_local_attention", (6,), ())]),
+        (Window(None, None), (4, 2), (9, 7), [("BlockDiagonalMask",), varlen]),
+    ]:
+        name, kw = xformers_bias_spec(w, ql, kl)
+        assert list(eval(bias_expr(name, kw, ql, kl), {"ab": Rec()}).chain) == want, (w, name)
+    assert bias_expr(*xformers_bias_spec(Window(None, None), (4, 4), (9, 9)), (4, 4), (9, 9)) == "None"
