@@ -82,7 +82,7 @@ def input_code(case: Case) -> str:
     lines = inspect.getsource(regimes).splitlines()
     body = "\n".join(x for x in lines if x.strip() != "from __future__ import annotations")
     body = body.split('"""', 2)[2] if body.startswith('"""') else body  # the module docstring stays in parity
-    parts = [f"# -- input regimes, copied from parity/regimes.py --{body}\napply_regime = apply", inspect.getsource(draw_qkv)]
+    parts = [f"# -- input regimes (as in attn-parity's regimes.py) --{body}\napply_regime = apply", inspect.getsource(draw_qkv)]
     if case.page_size is not None:
         parts.append(inspect.getsource(paged_layout))
     return "\n\n".join(p.rstrip() + "\n" for p in parts)
