@@ -242,21 +242,25 @@ def pairwise_rows(limits: Limits, rng: random.Random, open_pairs: set[Pair], tri
     return out
 
 
+#: (Sk, Sq) of the long cases, in order, each clipped to the profile's ``long_len``: decode and
+#: chunked prefill first (cheap on a CPU), then full prefills up to 16k keys.
+LONG_SHAPES = ((16384, 1), (8192, 256), (16384, 16384), (4096, 4096), (16384, 1024), (8192, 8192), (2048, 2048), (4096, 1))
+
+
 def long_rows(limits: Limits, rng: random.Random, count: int) -> list[Case]:
     """``count`` half-precision cases whose rows see 1k-4k keys, ``Sk`` up to ``limits.long_len``."""
     if limits.long_len < 2 * 1024 or count <= 0:
         return []
-    lengths = [n for n in (2048, 4096, 8192, 16384) if n <= limits.long_len] or [limits.long_len]
     half = tuple(d for d in ("bfloat16", "float16") if d in limits.dtypes) or limits.dtypes
     out = []
     for n in range(count):
-        sk = lengths[-1 - (n % len(lengths))]
-        left = min(rng.choice((1023, 2047, 4095)), sk - 2)
-        sq = (1, 256, sk, 2048)[n % 4] if sk >= 2048 else 1
+        sk, sq = LONG_SHAPES[n % len(LONG_SHAPES)]
+        sk = min(sk, limits.long_len)
         sq = min(sq, sk)
+        left = min(rng.choice((1023, 2047, 4095)), sk - 2)
+        b = 4 if sq == 1 else 1
         hq, hkv = ((8, 2), (8, 1), (4, 4), (16, 2))[n % 4]
-        out.append(Case(q_lens=(sq,) * (4 if sq == 1 else 1), k_lens=(sk,) * (4 if sq == 1 else 1), hq=hq, hkv=hkv,
-                        head_dim=(128, 64)[n % 2], dtype=half[n % len(half)],
+        out.append(Case(q_lens=(sq,) * b, k_lens=(sk,) * b, hq=hq, hkv=hkv, head_dim=(128, 64)[n % 2], dtype=half[n % len(half)],
                         window=Window(left, 0), seed=rng.randrange(2**31),
                         regime=("normal", "large_logits", "outliers", "normal")[n % 4]))
     return out
