@@ -6,6 +6,8 @@ that bring their own CUDA torch and GPU packages.
 """
 
 import os
+import shlex
+import sys
 
 import nox
 
@@ -29,16 +31,38 @@ def parity(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def gpu(session: nox.Session) -> None:
-    """Every available backend, GPU ones included, in this environment (not a default session)."""
-    session.run("python", "-m", "parity", "backends")
+    """Every available backend, GPU ones included, in this environment (not a default session).
+
+    ``PARITY_PROFILE`` (default ``default``) sizes both steps; ``PARITY_GPU_BACKENDS`` (default
+    ``all-gpu``) names the backends of both: a list of names / ``module:Class`` narrows the pytest
+    step to them too (how a planted bug is plugged in); ``PARITY_WORKER_PATH`` (``BACKEND=PATH``
+    items) runs packages that cannot share one sys.path in worker processes, in both steps;
+    ``PARITY_PYTEST_ARGS`` adds arguments to the pytest step (``-n 4`` with pytest-xdist).
+    Both steps run with this interpreter (``sys.executable``): the runner's own environment.
+    """
+    python = sys.executable
+    session.run(python, "-m", "parity", "backends")
     profile = os.environ.get("PARITY_PROFILE", "default")
-    session.run("python", "-m", "pytest", "-m", "gpu", "--parity-profile", profile, success_codes=[0, 5])
+    # known divergences (parity/known_divergences.toml, or $PARITY_EXPECT): expected rows are xfails in
+    # pytest and exit 0 in `parity run`; a strict entry's unexpected pass fails both
+    expect = [a for f in os.environ.get("PARITY_EXPECT", "default").split(os.pathsep) if f for a in ("--expect", f)]
+    backends = os.environ.get("PARITY_GPU_BACKENDS", "all-gpu")
+    named = [b for b in backends.split(",") if b and b not in ("all", "all-gpu", "all-cpu")]
+    # compiled kernels kept across runs (flex, FA4, JAX): save/restore this folder between CI jobs; the
+    # pytest step compiles into it too, so the sweep after it starts warm
+    cache = os.environ.get("PARITY_COMPILE_CACHE", ".cache/parity-compile")
+    from parity import compile_cache
+
+    root = compile_cache.resolve(cache)
+    assert root is not None
+    compile_cache.enable(root)  # in this process's environment: both steps inherit it
+    session.run(python, "-m", "pytest", "-m", "gpu", "--parity-profile", profile, *expect,
+                *(a for b in named for a in ("--backend", b)), *shlex.split(os.environ.get("PARITY_PYTEST_ARGS", "")),
+                success_codes=[0, 5])
     # lanes: compile-bound backends (flex, FA4, JAX XLA) run beside the rest instead of holding them up
     jobs = os.environ.get("PARITY_GPU_JOBS", "4")
-    # compiled kernels kept across runs (flex, FA4, JAX): save/restore this folder between CI jobs
-    cache = os.environ.get("PARITY_COMPILE_CACHE", ".cache/parity-compile")
-    session.run("python", "-m", "parity", "run", "--backend", os.environ.get("PARITY_GPU_BACKENDS", "all-gpu"),
-                "--jobs", jobs, "--compile-cache", cache, *session.posargs)
+    session.run(python, "-m", "parity", "run", "--backend", backends,
+                "--jobs", jobs, "--compile-cache", cache, *expect, *session.posargs)
 
 
 @nox.session

@@ -2,17 +2,42 @@
 
 from __future__ import annotations
 
+import atexit
+from collections.abc import Sequence
 from typing import Any
 
 from . import backends
 from .backends.base import Backend
 from .case import Case
-from .execute import backend_info, execute
+from .execute import ProcessExecutor, backend_info, execute
+from .expect import Expectations
 from .maskcheck import DEFAULT_MAX_PASSES, ProbeResult, run_gqa_probe, run_mask_probe
 from .sweep import BaselineCache, judge, unavailable_row
 from .verdict import BUDGETS, Budget
 
 _BASELINES = BaselineCache("cpu", keep=16)
+#: Worker processes of :func:`evaluate` with ``worker_path``, one per (spec, path, probes, passes).
+_WORKERS: dict[tuple, ProcessExecutor] = {}
+
+
+def _worker(spec: str, path: Sequence[str], probes: bool, max_passes: int) -> ProcessExecutor:
+    key = (spec, tuple(path), probes, max_passes)
+    if key not in _WORKERS:
+        if not _WORKERS:
+            atexit.register(close_workers)
+        _WORKERS[key] = ProcessExecutor(spec, probes, max_passes, extra_path=list(path))
+    return _WORKERS[key]
+
+
+def close_workers() -> None:
+    """Stop the worker processes :func:`evaluate` started for ``worker_path`` backends."""
+    while _WORKERS:
+        _WORKERS.popitem()[1].close()
+
+
+def worker_info(spec: str, path: Sequence[str]) -> dict[str, Any]:
+    """:func:`parity.execute.backend_info` of ``spec`` as seen by a worker with ``path`` first on sys.path."""
+    return dict(_worker(spec, path, True, DEFAULT_MAX_PASSES).info)
 
 
 class ParityError(AssertionError):
@@ -34,13 +59,41 @@ def evaluate(
     budgets: dict[str, Budget] | None = None,
     max_passes: int = DEFAULT_MAX_PASSES,
     baselines: BaselineCache | None = None,
+    expectations: Expectations | None = None,
+    worker_path: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Run ``case`` on ``backend`` in this process and judge it: one results row."""
-    inst, spec, info = _resolve(backend)
-    if info.get("unavailable"):
-        return unavailable_row(case, spec, info)
-    res = execute(inst, case, probes, max_passes)
-    return judge(case, spec, info, res, baselines or _BASELINES, budgets or BUDGETS)
+    """Run ``case`` on ``backend`` in this process and judge it: one results row.
+
+    ``worker_path``: run a named backend in a worker process with these folders first on its
+    sys.path (packages that cannot share one sys.path, as ``--worker-path`` in a sweep); a crash
+    of the backend is then a ``crash`` row, not the end of the caller.
+
+    ``expectations``: known divergences (:mod:`parity.expect`) applied to the row, with the
+    backend's ``version()`` string: a failure one describes comes back ``expected``, a pass a
+    strict one covers ``unexpected-pass`` (``expected_id`` names the entry)."""
+    if worker_path and isinstance(backend, str):
+        worker = _worker(backend, worker_path, probes, max_passes)
+        inst, spec, info = None, backend, worker.info
+        if info.get("unavailable"):
+            return unavailable_row(case, spec, info)
+        res = worker.run(case)
+    else:
+        inst, spec, info = _resolve(backend)
+        if info.get("unavailable"):
+            return unavailable_row(case, spec, info)
+        res = execute(inst, case, probes, max_passes)
+    row = judge(case, spec, info, res, baselines or _BASELINES, budgets or BUDGETS)
+    if expectations:
+        import torch
+
+        version = info.get("version")
+        if version is None and inst is not None:  # a Backend instance: _resolve did not ask
+            try:
+                version = str(inst.version())
+            except Exception:  # noqa: BLE001 - an unknown version matches no version range
+                version = ""
+        row = expectations.judge(row, str(version), torch.__version__, case)
+    return row
 
 
 def failure_message(row: dict[str, Any]) -> str:

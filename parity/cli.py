@@ -1,8 +1,10 @@
 """``python -m parity``: run a parity sweep, list backends.
 
-Exit codes: 0 every case that ran passed; 1 a case failed, errored, crashed or timed
-out, or a backend named with --backend is unavailable; 2 a usage error (bad argument,
-invalid case, unknown backend), reported in one line, never a traceback.
+Exit codes: 0 every case that ran passed or failed as a known divergence (``expected``,
+see :mod:`parity.expect`); 1 a case failed, errored, crashed or timed out with no known
+divergence explaining it, a strict known divergence passed (``unexpected-pass``), or a
+backend named with --backend is unavailable; 2 a usage error (bad argument, invalid case,
+unknown backend, a bad expectations file), reported in one line, never a traceback.
 """
 
 from __future__ import annotations
@@ -47,6 +49,23 @@ def _split(values: Sequence[str] | None) -> list[str]:
     for v in values or []:
         out.extend(x.strip() for x in v.split(",") if x.strip())
     return out
+
+
+def add_expect_argument(p: argparse.ArgumentParser) -> None:
+    """``--expect FILE`` (repeatable), shared by run, report and diff."""
+    p.add_argument("--expect", action="append", metavar="FILE",
+                   help="known divergences (TOML, see parity/expect.py); repeatable; replaces the default file "
+                        "('default' names it, 'none' disables); default: $PARITY_EXPECT, else parity/known_divergences.toml")
+
+
+def load_expectations(values: Sequence[str] | None):
+    """``--expect`` values as :class:`parity.expect.Expectations`; a bad file is a :class:`UsageError`."""
+    from .expect import ExpectationError, load
+
+    try:
+        return load(values)
+    except ExpectationError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "change the window logic (dtype, softcap, top-left, head dim, paged)")
     r.add_argument("--require-coverage", action="store_true",
                    help="exit 1 when a backend ran none of a coverage cell that another backend of its family ran")
+    add_expect_argument(r)
 
     for name, module in EXTRA_COMMANDS.items():
         try:
@@ -160,13 +180,13 @@ def _load_cases(args: argparse.Namespace, specs: Sequence[str] = ()) -> tuple[li
 
 
 def _worker_paths(items: Sequence[str] | None) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for item in items or []:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise UsageError(f"--worker-path wants BACKEND=PATH, got {item!r}")
-        out.setdefault(name, []).extend(p for p in path.split(os.pathsep) if p)
-    return out
+    """``--worker-path`` items, after those of ``PARITY_WORKER_PATH``."""
+    from .execute import env_worker_paths, parse_worker_paths
+
+    try:
+        return parse_worker_paths([*env_worker_paths(), *(items or [])])
+    except ValueError as exc:
+        raise UsageError(f"--worker-path wants BACKEND=PATH[{os.pathsep}PATH] (also in $PARITY_WORKER_PATH): {exc}") from None
 
 
 def _splits(items: Sequence[str] | None) -> dict[str, int]:
@@ -214,6 +234,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         splits = check_splits(_splits(args.split), specs, args.jobs, not args.no_isolate)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    expectations = load_expectations(args.expect)
     cases, design = _load_cases(args, specs)
     if args.list_cases:
         for c in cases:
@@ -259,6 +280,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         time_limit=args.time_limit,
         splits=splits,
+        expectations=expectations,
     )
     environment = env.collect(
         {
@@ -279,6 +301,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "reference_seconds": round(result.reference_seconds, 2),
             "compile_cache": None if cache_root is None else compile_cache.record(cache_root, cache_before),
             "design": design,
+            "expectations": expectations.summary(),
         }
     )
     env_path = out / "environment.json"
@@ -291,29 +314,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             pass
     env_path.write_text(json.dumps(environment, indent=2, default=str) + "\n")
     failures = [r for r in result.rows if r["verdict"] in FAIL_VERDICTS]
-    shown: dict[str, int] = {}
-    for r in failures:
-        shown[r["backend"]] = shown.get(r["backend"], 0) + 1
-        if shown[r["backend"]] > 3:
-            continue
-        why = r["reasons"] or r["detail"]
-        print(f"\n{r['verdict'].upper()} {r['backend']} [{why}] {r['case_id']}")
-        if r.get("mask_check") == "mismatch":
-            print(f"  mask: {r['mask_detail']}")
-        if r.get("gqa_check") == "mismatch":
-            print(f"  gqa: {r['gqa_detail']}")
-        if r.get("worst_where"):
-            print(f"  {r['worst_where']} (budget {r['threshold_max']}, err ratio {r['err_ratio']})")
-        if r["verdict"] != "fail":
-            print(f"  {r['detail']}")
-        print(f"  repro: {r['repro']}")
-    if args.shrink > 0 and failures:
-        _shrink_failures(args, failures, budgets, ref_dev, out)
+    shown = _print_failures(failures, expectations)
+    to_shrink = [r for r in failures if r["verdict"] != "unexpected-pass"]  # a pass has nothing to shrink
+    if args.shrink > 0 and to_shrink:
+        _shrink_failures(args, to_shrink, budgets, ref_dev, out)
     if not args.no_report:  # after shrinking, so the report shows the shrunk cases
         try:
             from . import report
 
-            written = report.write_all(out)
+            written = report.write_all(out, expectations=expectations)
             print("parity: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
         except ImportError as exc:
             print(f"parity: reports not written ({exc}); pip install 'attn-parity[report]'", file=sys.stderr)
@@ -344,6 +353,32 @@ def _coverage_warnings(out: Path) -> int:
     for b, others in gaps.items():
         print(f"parity: coverage: {coverage.describe_gap(b, others)}", file=sys.stderr)
     return len(gaps)
+def _print_failures(failures: list[dict], expectations) -> dict[str, int]:
+    """The first three failing rows of each backend, with their mask words and repro; rows shown per backend."""
+    shown: dict[str, int] = {}
+    for r in failures:
+        shown[r["backend"]] = shown.get(r["backend"], 0) + 1
+        if shown[r["backend"]] > 3:
+            continue
+        if r["verdict"] == "unexpected-pass":
+            entry = expectations.get(r["expected_id"])
+            print(f"\nUNEXPECTED-PASS {r['backend']} [{r['expected_id']}] {r['case_id']}")
+            print(f"  passed, but the strict known divergence {entry.describe() if entry else r['expected_id']}"
+                  f" ({entry.source if entry else '?'}) expects {entry.verdict if entry else 'a failure'}")
+            print(f"  repro: {r['repro']}")
+            continue
+        why = r["reasons"] or r["detail"]
+        print(f"\n{r['verdict'].upper()} {r['backend']} [{why}] {r['case_id']}")
+        if r.get("mask_check") == "mismatch":
+            print(f"  mask: {r['mask_detail']}")
+        if r.get("gqa_check") == "mismatch":
+            print(f"  gqa: {r['gqa_detail']}")
+        if r.get("worst_where"):
+            print(f"  {r['worst_where']} (budget {r['threshold_max']}, err ratio {r['err_ratio']})")
+        if r["verdict"] != "fail":
+            print(f"  {r['detail']}")
+        print(f"  repro: {r['repro']}")
+    return shown
 
 
 def _shrink_failures(args: argparse.Namespace, failures: list[dict], budgets: dict, ref_dev: str, out: Path) -> None:
@@ -381,21 +416,44 @@ def _shrink_failures(args: argparse.Namespace, failures: list[dict], budgets: di
 
 def cmd_backends(args: argparse.Namespace) -> int:
     from . import backends
-    from .execute import ProcessExecutor, backend_info
+    from .execute import backend_info
 
-    rows = []
-    for name in backends.names():
-        if args.no_isolate:
-            try:
-                info = backend_info(name)
-            except Exception as exc:  # noqa: BLE001
-                info = {"spec": name, "name": name, "device": "?", "unavailable": f"{type(exc).__name__}: {exc}", "version": ""}
-        else:
-            ex = ProcessExecutor(name, timeout=120)
-            info = ex.info
+    paths = _worker_paths(None)  # PARITY_WORKER_PATH: such a backend is checked where it will run
+    names = backends.names()
+    if args.no_isolate:
+        rows = [_inline_info(backend_info, n) if n not in paths else None for n in names]
+    else:
+        rows = [None] * len(names)
+    todo = [i for i, r in enumerate(rows) if r is None]
+    infos = _infos_in_workers([names[i] for i in todo], paths)
+    for i, info in zip(todo, infos):
+        rows[i] = info
+    return _print_backends(rows, args.json)
+
+
+def _inline_info(backend_info, name: str) -> dict:
+    try:
+        return backend_info(name)
+    except Exception as exc:  # noqa: BLE001
+        return {"spec": name, "name": name, "device": "?", "unavailable": f"{type(exc).__name__}: {exc}", "version": ""}
+
+
+def _infos_in_workers(names: list[str], paths: dict[str, list[str]], at_once: int = 8) -> list[dict]:
+    """Each backend's info from its own worker process (a crash costs that row only), ``at_once``
+    workers starting together instead of one after another."""
+    from .execute import ProcessExecutor
+
+    out: list[dict] = []
+    for start in range(0, len(names), at_once):
+        batch = [ProcessExecutor(n, timeout=120, extra_path=paths.get(n), wait=False) for n in names[start:start + at_once]]
+        for ex in batch:
+            out.append(ex.info)
             ex.close()
-        rows.append(info)
-    if args.json:
+    return out
+
+
+def _print_backends(rows: list, as_json: bool) -> int:
+    if as_json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
     print(f"{'backend':<26}{'device':<8}{'status':<12}version / reason")

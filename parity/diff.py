@@ -2,11 +2,30 @@
 
 Rows are matched on ``(backend, case_id)``. Reported: new failures, fixed cases, error-ratio
 changes beyond a threshold, coverage changes (pass <-> unsupported / unavailable), backends that
-appeared or vanished. Written as ``diff.html`` and ``diff.md`` (default: into HEAD_DIR).
+appeared or vanished, and known divergences (:mod:`parity.expect`). Written as ``diff.html``
+and ``diff.md`` (default: into HEAD_DIR).
 
-Exit codes: 0 no regression; 1 a regression (a new failure, an error ratio that grew beyond
-the threshold, or lost coverage unless ``--allow-coverage-loss``); 2 bad input (missing folder,
-a CSV without the columns, runs of different schemas, runs with no case in common).
+Known divergences: rows the runs judged keep their verdicts, rows of older runs are judged with
+the default expectations (``--expect FILE`` / ``none``: every row of both runs anew). "failing"
+below = fail / error / crash / timeout / unexpected-pass; ``expected`` is not failing:
+
+=====================  ===================  =======================  ===========
+BASE                   HEAD                 section                  regression
+=====================  ===================  =======================  ===========
+not failing / absent   failing              new failures             yes
+(incl. expected)       (not unexp. pass)    (expected -> fail shows)
+not unexpected-pass    unexpected-pass      unexpected passes        yes
+failing                failing              still failing            no
+pass / fail / absent   expected             newly expected           no
+failing                pass                 fixed                    no
+expected               pass                 fixed                    no
+failing / expected     unsupported / -able  coverage lost            yes [1]
+=====================  ===================  =======================  ===========
+
+[1] unless ``--allow-coverage-loss``. Exit codes: 0 no regression; 1 a regression (the table,
+or an error ratio that grew beyond the threshold, or a vanished backend); 2 bad input (missing
+folder, a CSV without the columns, runs of different schemas, runs with no case in common, a bad
+expectations file).
 """
 
 from __future__ import annotations
@@ -56,6 +75,9 @@ class Diff:
     ratio_down: list[Change] = dataclasses.field(default_factory=list)
     coverage_lost: list[Change] = dataclasses.field(default_factory=list)
     coverage_gained: list[Change] = dataclasses.field(default_factory=list)
+    unexpected_passes: list[Change] = dataclasses.field(default_factory=list)
+    newly_expected: list[Change] = dataclasses.field(default_factory=list)
+    still_expected: list[Change] = dataclasses.field(default_factory=list)
     backends_appeared: list[str] = dataclasses.field(default_factory=list)
     backends_vanished: list[str] = dataclasses.field(default_factory=list)
     only_base: int = 0
@@ -64,7 +86,7 @@ class Diff:
 
     @property
     def regressions(self) -> int:
-        n = len(self.new_failures) + len(self.ratio_up)
+        n = len(self.new_failures) + len(self.ratio_up) + len(self.unexpected_passes)
         if not self.allow_coverage_loss:
             n += len(self.coverage_lost) + len(self.backends_vanished)
         return n
@@ -75,6 +97,26 @@ def _ratio(r: dict[str, Any] | None) -> float:
         return math.nan
     v = r.get("err_ratio_f", math.nan)
     return float(v) if v is not None else math.nan
+
+
+def _classify(bv: str | None, hv: str) -> str | None:
+    """The section a (BASE verdict or None if absent, HEAD verdict) pair goes to (module docstring), or None."""
+    b_bad, h_bad = bv in FAILING, hv in FAILING
+    if hv == "unexpected-pass":
+        return "still_failing" if bv == "unexpected-pass" else "unexpected_passes"
+    if h_bad:
+        return "still_failing" if b_bad else "new_failures"
+    if hv == "expected":
+        return "still_expected" if bv == "expected" else "newly_expected"
+    if bv is None:
+        return None
+    if b_bad or bv == "expected":
+        return "fixed" if hv == "pass" else "coverage_lost"
+    if bv == "pass" and hv in SKIPPED:
+        return "coverage_lost"
+    if bv in SKIPPED and hv == "pass":
+        return "coverage_gained"
+    return None
 
 
 def compare_runs(
@@ -103,33 +145,19 @@ def compare_runs(
     d.backends_vanished = [b for b in b_backends if b not in h_backends]
     for key, h in h_rows.items():
         b = b_rows.get(key)
-        c = Change(key[0], key[1], b, h)
-        hv = h["verdict"]
-        if b is None:
-            if key[0] not in d.backends_appeared:
-                d.only_head += 1
-            if hv in FAILING:
-                d.new_failures.append(c)
-            continue
-        d.matched += 1
-        bv = b["verdict"]
-        if hv in FAILING and bv not in FAILING:
-            d.new_failures.append(c)
-        elif bv in FAILING and hv not in FAILING:
-            (d.fixed if hv == "pass" else d.coverage_lost).append(c)
-        elif bv in FAILING and hv in FAILING:
-            d.still_failing.append(c)
-        elif bv == "pass" and hv in SKIPPED:
-            d.coverage_lost.append(c)
-        elif bv in SKIPPED and hv == "pass":
-            d.coverage_gained.append(c)
-        if bv == hv and bv in ("pass", "fail"):  # a changed verdict is listed above already
+        if b is None and key[0] not in d.backends_appeared:
+            d.only_head += 1
+        d.matched += b is not None
+        section = _classify(b["verdict"] if b else None, h["verdict"])
+        if section:
+            getattr(d, section).append(Change(key[0], key[1], b, h))
+        if b is not None and b["verdict"] == h["verdict"] and h["verdict"] in ("pass", "fail"):  # a changed verdict is listed above
             rb, rh = _ratio(b), _ratio(h)
             if not (math.isnan(rb) or math.isnan(rh)):
                 if rh > rb * ratio_threshold and rh - rb > min_ratio_delta:
-                    d.ratio_up.append(c)
+                    d.ratio_up.append(Change(key[0], key[1], b, h))
                 elif rb > rh * ratio_threshold and rb - rh > min_ratio_delta:
-                    d.ratio_down.append(c)
+                    d.ratio_down.append(Change(key[0], key[1], b, h))
     d.only_base = sum(1 for k in b_rows if k not in h_rows and k[0] not in d.backends_vanished)
     d.ratio_up.sort(key=lambda c: -c.factor)
     d.ratio_down.sort(key=lambda c: c.factor)
@@ -146,6 +174,8 @@ def _fmt(v: float) -> str:
 def headline(d: Diff) -> str:
     if d.regressions:
         parts = [f"{len(d.new_failures)} new failures"] if d.new_failures else []
+        if d.unexpected_passes:
+            parts.append(f"{len(d.unexpected_passes)} unexpected passes of strict known divergences")
         if d.ratio_up:
             parts.append(f"{len(d.ratio_up)} error ratios up more than {d.ratio_threshold:g}x")
         if not d.allow_coverage_loss and d.coverage_lost:
@@ -153,17 +183,24 @@ def headline(d: Diff) -> str:
         if not d.allow_coverage_loss and d.backends_vanished:
             parts.append(f"{len(d.backends_vanished)} backends vanished")
         return "REGRESSION: " + ", ".join(parts)
-    return f"no regression ({len(d.fixed)} fixed, {d.matched} rows compared)"
+    known = f", {len(d.newly_expected)} newly expected" if d.newly_expected else ""
+    return f"no regression ({len(d.fixed)} fixed{known}, {d.matched} rows compared)"
 
 
 SECTIONS = (
-    ("new_failures", "New failures", "failing in HEAD, not failing in BASE (or not in BASE at all)"),
+    ("new_failures", "New failures", "failing in HEAD with no known divergence explaining it, not failing in BASE "
+     "(or expected there, or not in BASE at all)"),
+    ("unexpected_passes", "Unexpected passes", "passing in HEAD though a strict known divergence covers the row: "
+     "the entry is stale (fixed upstream?); retire or narrow it"),
+    ("newly_expected", "Newly expected", "failing in HEAD as a known divergence describes, not so in BASE (passing, failing "
+     "without an entry, or absent)"),
     ("ratio_up", "Error ratio up", "error ratio grew beyond the threshold"),
     ("coverage_lost", "Coverage lost", "passed (or failed) in BASE, unsupported / unavailable in HEAD"),
     ("fixed", "Fixed", "failing in BASE, passing in HEAD"),
     ("ratio_down", "Error ratio down", "error ratio shrank beyond the threshold"),
     ("coverage_gained", "Coverage gained", "unsupported / unavailable in BASE, passing in HEAD"),
     ("still_failing", "Still failing", "failing in both"),
+    ("still_expected", "Still expected", "a known divergence in both"),
 )
 
 
@@ -171,6 +208,9 @@ def _change_cells(c: Change) -> tuple[str, str, str, str, str]:
     bv = c.base["verdict"] if c.base else "(absent)"
     hv = c.head["verdict"] if c.head else "(absent)"
     why = (c.head or {}).get("reasons") or (c.head or {}).get("detail", "") or (c.base or {}).get("reasons", "")
+    eid = (c.head or {}).get("expected_id") or (c.base or {}).get("expected_id")
+    if eid:
+        why = f"{why} (known divergence {eid})".strip()
     ratio = f"{_fmt(_ratio(c.base))} → {_fmt(_ratio(c.head))}"
     return f"{bv} → {hv}", why[:300], ratio, case_text(c.row), c.row.get("repro", "")
 
@@ -196,7 +236,7 @@ def render_markdown(d: Diff, limit: int = 20) -> str:
     out += ["", counts, ""]
     for attr, title, what in SECTIONS:
         items = getattr(d, attr)
-        if not items or attr == "still_failing":
+        if not items or attr in ("still_failing", "still_expected"):
             continue
         out += [
             f"### {title} ({len(items)})",
@@ -283,13 +323,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         action="store_true",
         help="do not count pass -> unsupported/unavailable or a vanished backend as a regression",
     )
+    from .cli import add_expect_argument
+
+    add_expect_argument(p)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     if args.ratio_threshold < 1 or args.min_ratio_delta < 0:
         raise UsageError("--ratio-threshold must be >= 1 and --min-ratio-delta >= 0")
-    base, head = load_run(args.base), load_run(args.head)
+    from .cli import load_expectations
+
+    expectations = load_expectations(args.expect)
+    base = load_run(args.base, expectations, rejudge=bool(args.expect))
+    head = load_run(args.head, expectations, rejudge=bool(args.expect))
     d = compare_runs(base, head, args.ratio_threshold, args.min_ratio_delta, args.allow_coverage_loss)
     out = args.out or args.head
     try:

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +188,25 @@ def backend_info(spec: str) -> dict[str, Any]:
         "unavailable": reason,
         "version": version,
     }
+
+
+def parse_worker_paths(items: Iterable[str]) -> dict[str, list[str]]:
+    """``BACKEND=PATH[:PATH]`` items (``--worker-path``, ``PARITY_WORKER_PATH``) as ``{BACKEND: [PATH, ...]}``.
+
+    Raises ``ValueError`` naming the bad item."""
+    out: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"worker path wants BACKEND=PATH[{os.pathsep}PATH], got {item!r}")
+        out.setdefault(name, []).extend(p for p in path.split(os.pathsep) if p)
+    return out
+
+
+def env_worker_paths() -> list[str]:
+    """``PARITY_WORKER_PATH``'s items (separated by whitespace or ``;``)."""
+    return os.environ.get("PARITY_WORKER_PATH", "").replace(";", " ").split()
+
 
 
 class InlineExecutor:

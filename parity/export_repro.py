@@ -4,11 +4,17 @@ script per divergence, for a bug report to the library's maintainers.
 Which rows:
 
 =========================  ==================================================================
-(no option)                every ``fail`` row of ``RUN_DIR/results.csv``
-``--backend B``            B's ``fail`` rows only
+(no option)                every failing row of ``RUN_DIR/results.csv``: ``fail``, and
+                           ``expected`` rows whose raw verdict is ``fail`` (known divergences:
+                           the rows a maintainer's bug report is about)
+``--backend B``            B's failing rows only
 ``--row N``                row N of results.csv (0-based, whatever its verdict: a passing row
                            gives a script that exits 0)
 =========================  ==================================================================
+
+``--control C`` also writes, for each exported case, the same case called through backend
+``C`` (``DIR/<C>_<case_id>.control.py``): the check that the script passes on a backend
+without the bug, for the report's "expected behaviour".
 
 A row whose backend has a shrunk case in ``RUN_DIR/shrunk.jsonl`` (the smaller failing case
 ``python -m parity run --shrink`` found from that row) is exported as the shrunk case. Each
@@ -38,6 +44,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--row", type=int, metavar="N", help="export row N of results.csv (0-based), whatever its verdict")
     p.add_argument("--backend", "-b", metavar="B", help="only rows of this backend (as named in results.csv)")
     p.add_argument("--out", type=Path, metavar="DIR", help="where to write the scripts (default RUN_DIR/repros)")
+    p.add_argument("--control", metavar="C", help="also write each case's script for backend C (one without the bug: it should exit 0)")
     return p
 
 
@@ -53,7 +60,7 @@ def select_rows(df, run_dir: Path, row: int | None, backend: str | None) -> list
         if backend is not None and picked["backend"] != backend:
             raise UsageError(f"--row {row} is a row of {picked['backend']}, not of --backend {backend}")
         return [(row, picked)]
-    mask = df["verdict"] == "fail"
+    mask = (df["verdict"] == "fail") | ((df["verdict"] == "expected") & (df.get("raw_verdict", "") == "fail"))
     if backend is not None:
         mask &= df["backend"] == backend
     return [(int(i), df.loc[i].to_dict()) for i in df.index[mask]]
@@ -84,7 +91,8 @@ def _meta(run, index: int, row: dict[str, Any], spec: str, script: Path) -> dict
         errors = f"max|err| {row['max_abs_err']}, budget {row.get('threshold_max', '?')} (err ratio {row.get('err_ratio', '?')})"
     return {
         "backend": spec,
-        "verdict": row.get("verdict", ""),
+        "verdict": (row.get("raw_verdict") or row.get("verdict", ""))
+        + (f" (the known divergence {row['expected_id']})" if row.get("expected_id") else ""),
         "reasons": row.get("reasons", ""),
         "errors": errors,
         "mask_detail": row.get("mask_detail", "") if row.get("mask_check") == "mismatch" else "",
@@ -99,22 +107,14 @@ def _meta(run, index: int, row: dict[str, Any], spec: str, script: Path) -> dict
     }
 
 
-def export_one(run, index: int, row: dict[str, Any], shrunk: dict[tuple[str, str], dict], out_dir: Path) -> Path | None:
-    """Write the script of one row; ``None`` (after a one-line note) when it cannot be made."""
-    from . import backends
+def export_one(
+    run, index: int, row: dict[str, Any], shrunk: dict[tuple[str, str], dict], out_dir: Path, control: str | None = None
+) -> Path | None:
+    """Write the script of one row (and, with ``control``, the same case through that backend);
+    ``None`` (after a one-line note) when it cannot be made."""
     from .case import Case
-    from .repro_script import build_script
 
     spec = row["backend"]
-    try:
-        backend = backends.get(spec)
-    except backends.BackendSpecError as exc:
-        _note(f"backend {spec} cannot be loaded here ({exc}); row {index} skipped")
-        return None
-    template = getattr(backend, "repro_call", None)
-    if not callable(template):
-        _note(f"backend {spec} has no standalone call template (a repro_call(case) method); row {index} skipped")
-        return None
     try:
         case = Case.from_json(row["case_json"])
     except ValueError as exc:
@@ -125,6 +125,27 @@ def export_one(run, index: int, row: dict[str, Any], shrunk: dict[tuple[str, str
         case = Case.from_dict(entry["case"])
         extra = (f"the row's case to ({entry.get('calls', '?')} backend calls); the harness's verdict on it: "
                  f"{entry.get('verdict', '?')} [{entry.get('reasons', '')}]")
+    path = _write(run, index, row, spec, case, dict(row_summary=row_summary, shrunk=extra), out_dir / f"{_safe(spec)}_{case.case_id}.py")
+    if path is not None and control:
+        meta = dict(row_summary=row_summary, shrunk=extra, control_of=spec)
+        _write(run, index, {"verdict": "control"}, control, case, meta, out_dir / f"{_safe(control)}_{case.case_id}.control.py")
+    return path
+
+
+def _write(run, index: int, row: dict[str, Any], spec: str, case, extra: dict[str, str], path: Path) -> Path | None:
+    """One script: ``spec``'s own call template on ``case``; ``None`` after a note when it has none."""
+    from . import backends
+    from .repro_script import build_script
+
+    try:
+        backend = backends.get(spec)
+    except backends.BackendSpecError as exc:
+        _note(f"backend {spec} cannot be loaded here ({exc}); row {index} skipped")
+        return None
+    template = getattr(backend, "repro_call", None)
+    if not callable(template):
+        _note(f"backend {spec} has no standalone call template (a repro_call(case) method); row {index} skipped")
+        return None
     try:
         why = backend.unsupported_reason(case)
         call = None if why else template(case)
@@ -133,9 +154,8 @@ def export_one(run, index: int, row: dict[str, Any], shrunk: dict[tuple[str, str
     if why or call is None:
         _note(f"backend {spec} cannot run {case.summary()} ({why}); row {index} skipped")
         return None
-    path = out_dir / f"{_safe(spec)}_{case.case_id}.py"
     meta = _meta(run, index, row, spec, path)
-    meta.update(summary=case.summary(), row_summary=row_summary, case_json=case.to_json(), shrunk=extra)
+    meta.update(summary=case.summary(), case_json=case.to_json(), **extra)
     path.write_text(build_script(case, call, backend.device, meta))
     print(f"export-repro: wrote {path} ({spec}: {case.summary()})")
     return path
@@ -161,13 +181,20 @@ def run(args: argparse.Namespace) -> int:
     shrunk = {  # (backend, the row's case_id) -> its shrunk case, where it still fails
         (str(e.get("backend")), str(e.get("from"))): e
         for e in run_.shrunk
-        if e.get("verdict") == "fail" and isinstance(e.get("case"), dict)
+        if e.get("verdict") in ("fail", "expected") and isinstance(e.get("case"), dict)
     }
     out_dir = args.out or args.run_dir / "repros"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--out {out_dir}: cannot write there ({exc.strerror or exc})") from None
-    written = [p for i, r in rows if (p := export_one(run_, i, r, shrunk, out_dir)) is not None]
+    if args.control:
+        from . import backends
+
+        try:
+            backends.get(args.control)
+        except backends.BackendSpecError as exc:
+            raise UsageError(f"--control {args.control}: {exc}") from None
+    written = [p for i, r in rows if (p := export_one(run_, i, r, shrunk, out_dir, args.control)) is not None]
     print(f"export-repro: {len(written)} script(s) in {out_dir}" if written else "export-repro: no script written")
     return 0

@@ -3,6 +3,12 @@ JavaScript, no network), ``summary.md`` (a pull-request comment) and ``junit.xml
 
 ``write_all(out_dir)`` is what ``python -m parity run`` calls after a sweep, and what
 ``python -m parity report DIR`` calls on an existing folder (e.g. one copied from a GPU machine).
+
+Known divergences (:mod:`parity.expect`): rows a run judged keep their verdicts; rows of older
+runs are judged with the expectations given (default: ``$PARITY_EXPECT`` or the packaged file),
+so a committed run renders known vs new; results.csv is not rewritten. ``expected`` rows get
+their own (amber) chip and a "Known divergences" section, and are not failures;
+``unexpected-pass`` rows are failures (red outline chip), listed with the entry they contradict.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import coverage, coverage_report, svg
+from .expect import Expectations
 from .runs import FAILING, Run, case_text, dtype_order, family_order, load_run
 
 #: Chips in the matrix, in order: verdicts counted together, css class, label.
@@ -20,6 +27,8 @@ CHIPS = (
     (("pass",), "c-pass", "pass"),
     (("fail",), "c-fail", "fail"),
     (("error", "crash", "timeout"), "c-err", "error / crash / timeout"),
+    (("unexpected-pass",), "c-xpass", "unexpected pass (a strict known divergence passed)"),
+    (("expected",), "c-exp", "expected (a known divergence)"),
     (("unsupported",), "c-unsup", "unsupported"),
     (("unavailable",), "c-unav", "unavailable"),
 )
@@ -45,14 +54,26 @@ DECODE_COLUMNS = (
 )
 
 
-def write_all(out_dir: Path | str, dest: Path | str | None = None) -> list[Path]:
-    """Render the reports of the run in ``out_dir`` into ``dest`` (default: ``out_dir``)."""
+def write_all(
+    out_dir: Path | str, dest: Path | str | None = None, expectations: Expectations | None = None, rejudge: bool = False
+) -> list[Path]:
+    """Render the reports of the run in ``out_dir`` into ``dest`` (default: ``out_dir``).
+
+    ``expectations`` (None: :func:`parity.expect.load`'s default) judge the rows that lack a
+    verdict from them, or every row with ``rejudge`` (see :mod:`parity.runs`)."""
+    from .expect import load
+
+    run = load_run(out_dir, load() if expectations is None else expectations, rejudge)
+    return write_reports(run, dest if dest is not None else out_dir)
+
+
+def write_reports(run: Run, dest: Path | str) -> list[Path]:
+    """Write report.html, summary.md and junit.xml of a loaded ``run`` into ``dest``."""
     from .report_text import junit_xml, markdown_summary
 
-    run = load_run(out_dir)
-    dest = Path(dest) if dest is not None else Path(out_dir)
+    dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    written = [coverage.write_csv(Path(out_dir), dest)]
+    written = [coverage.write_csv(run.path, dest)]
     for name, text in (("report.html", render_html(run)), ("summary.md", markdown_summary(run)), ("junit.xml", junit_xml(run))):
         path = dest / name
         path.write_text(text, encoding="utf-8")
@@ -101,18 +122,59 @@ def worst_rows(run: Run, per_backend: int = WORST_PER_BACKEND) -> dict[str, list
 
 
 def status_line(run: Run) -> tuple[str, str]:
-    """("fail" | "pass" | "nothing", words) for the top of the reports."""
-    total, bad = len(run.df), n_failing(run)
-    ran = int((run.df["verdict"] == "pass").sum()) + bad
+    """("fail" | "pass" | "nothing", words) for the top of the reports.
+
+    ======================================  ========  ==========================================
+    rows                                    kind      words
+    ======================================  ========  ==========================================
+    any fail/error/crash/timeout/unexp.     fail      FAIL: n failing of N rows[, k expected ...]
+    only pass (and skipped)                 pass      PASS: n rows ran and passed, s skipped ...
+    pass and expected                       pass      PASS: n rows ran: p passed, k expected ...
+    none ran                                nothing   NOTHING RAN: ...
+    ======================================  ========  ==========================================
+    """
+    total, bad, known = len(run.df), n_failing(run), n_expected(run)
+    passed = int((run.df["verdict"] == "pass").sum())
+    ran = passed + bad + known
+    known_text = f", {known} expected (known divergences)" if known else ""
     if bad:
-        return "fail", f"FAIL: {bad} failing of {total} rows"
+        return "fail", f"FAIL: {bad} failing of {total} rows{known_text}"
     if not ran:
         return "nothing", f"NOTHING RAN: {total} rows, none passed or failed (all unsupported / unavailable, or an empty run)"
+    if known:
+        return "pass", f"PASS: {ran} rows ran: {passed} passed{known_text}, {total - ran} skipped with a reason"
     return "pass", f"PASS: {ran} rows ran and passed, {total - ran} skipped with a reason"
 
 
 def n_failing(run: Run) -> int:
+    """Rows that make the run fail: raw failures no known divergence explains, and unexpected passes."""
     return int(run.df["verdict"].isin(FAILING).sum())
+
+
+def n_expected(run: Run) -> int:
+    return int((run.df["verdict"] == "expected").sum())
+
+
+def why_text(r: dict[str, Any], run: Run, limit: int = 160) -> str:
+    """What a failing row failed with: its reasons, its error's first line, or for an unexpected pass the entry."""
+    if r.get("verdict") == "unexpected-pass":
+        e = run.expectations.get(r.get("expected_id", "")) if run.expectations else None
+        return f"passed, but strict known divergence {r.get('expected_id')} expects {e.verdict if e else 'a failure'}"
+    return r.get("reasons") or (r.get("detail") or "").split("\n")[0][:limit]
+
+
+def known_rows(run: Run) -> list[dict[str, Any]]:
+    """Per known divergence: ``{"id", "entry" (or None: not in the loaded files), "expected", "unexpected"}``;
+    every loaded entry, then ids only the rows name."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in run.expectations.entries if run.expectations else ():
+        out[e.id] = {"id": e.id, "entry": e, "expected": 0, "unexpected": 0}
+    for r in records(run):
+        if r["verdict"] in ("expected", "unexpected-pass"):
+            k = r.get("expected_id") or "?"
+            d = out.setdefault(k, {"id": k, "entry": None, "expected": 0, "unexpected": 0})
+            d["expected" if r["verdict"] == "expected" else "unexpected"] += 1
+    return list(out.values())
 
 
 def _finite_or(v: float, default: float) -> float:
@@ -158,7 +220,8 @@ th{background:#f6f8fa;font-weight:600}td.num{text-align:right;font-variant-numer
 #matrix td.bad{background:#ffebe9}#matrix td.good{background:#dafbe1}#matrix td.none{background:#f6f8fa}
 .chip{display:inline-block;min-width:18px;padding:0 5px;margin:1px;border-radius:9px;font-size:12px;font-weight:600;text-align:center}
 .c-pass{background:#1a7f37;color:#fff}.c-fail{background:#cf222e;color:#fff}.c-err{background:#8250df;color:#fff}
-.c-unsup{background:#8c959f;color:#fff}.c-unav{background:#fff;color:#57606a;border:1px solid #8c959f}
+.c-exp{background:#bf8700;color:#fff}.c-xpass{background:#fff;color:#cf222e;border:1px solid #cf222e}
+#matrix td.known{background:#fff8c5}.c-unsup{background:#8c959f;color:#fff}.c-unav{background:#fff;color:#57606a;border:1px solid #8c959f}
 code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}
 pre.repro{background:#f6f8fa;border:1px solid #d0d7de;padding:6px 8px;white-space:pre-wrap;word-break:break-all;margin:4px 0;
 user-select:all}
@@ -196,6 +259,7 @@ def render_html(run: Run) -> str:
     sections = [
         ("matrix", "Matrix", _matrix(run)),
         ("coverage", "Coverage", coverage_report.html(run)),
+        ("known", "Known divergences", _known(run)),
         ("worst", "Worst cases", _worst(run)),
         ("plots", "Error plots", _plots(run)),
         ("masks", "Effective masks of failing cases", _masks(run)),
@@ -230,6 +294,8 @@ def _cell_class(c: dict[str, int]) -> str:
         return "none"
     if any(c.get(v, 0) for v in FAILING):
         return "bad"
+    if c.get("expected", 0):
+        return "known"
     return "good" if c.get("pass", 0) else "none"
 
 
@@ -277,7 +343,8 @@ def _worst(run: Run) -> str:
             for r in closest
             if not math.isnan(r["budget_frac_f"])
         )
-        return f"<p>No failing rows. Closest to the budget:</p><ul>{items}</ul>"
+        known = f" ({n_expected(run)} expected rows: see Known divergences)" if n_expected(run) else ""
+        return f"<p>No failing rows{known}. Closest to the budget:</p><ul>{items}</ul>"
     out = []
     counts = run.df[run.df["verdict"].isin(FAILING)].groupby("backend").size().to_dict()
     for b, rows in worst.items():
@@ -292,7 +359,7 @@ def _worst(run: Run) -> str:
                 f'<div class="small">{escape(shape)}</div><pre class="repro">{escape(str(s["repro"]))}</pre></div>'
             )
         for r in rows:
-            why = r.get("reasons") or (r.get("detail") or "").split("\n")[0][:160]
+            why = why_text(r, run)
             lines = [
                 f'<div class="why">{escape(r["verdict"].upper())} [{escape(why)}] {escape(case_text(r))} '
                 f'<span class="small">case {escape(r["case_id"])}</span></div>'
@@ -314,6 +381,33 @@ def _worst(run: Run) -> str:
                 lines.append(f'<pre class="repro">{escape(r["repro"])}</pre>')
             out.append(f'<div class="worst">{"".join(lines)}</div>')
     return "".join(out)
+
+
+def _known(run: Run) -> str:
+    """The known divergences the rows were judged with: per entry, rows expected and unexpected passes."""
+    known = known_rows(run)
+    files = ", ".join(f"<code>{escape(f)}</code>" for f in (run.expectations.files if run.expectations else ()))
+    intro = (
+        '<p class="small">A failing row that a known divergence (<code>--expect</code>, '
+        f"{files or 'none loaded'}) describes is <b>expected</b>: counted apart, never a pass; a row a strict entry "
+        "covers that passes is an <b>unexpected pass</b>, a failure (the entry is stale).</p>"
+    )
+    if not known:
+        return intro + "<p>No known divergence loaded, and no row judged with one.</p>"
+    body = []
+    for k in known:
+        e = k["entry"]
+        link = escape(e.upstream if e else "")  # text, not a link: the report fetches and points nowhere
+        body.append(
+            f'<tr><td><code>{escape(k["id"])}</code></td><td><code>{escape(e.backend if e else "?")}</code></td>'
+            f'<td class="small">{escape(e.condition_text() if e else "(not in the loaded files)")}</td>'
+            f'<td class="num">{k["expected"]}</td><td class="num">{k["unexpected"] or ""}</td>'
+            f'<td>{"strict" if e and e.strict else ("not strict" if e else "")}</td>'
+            f'<td>{escape(e.explanation if e else "")}</td><td class="small">{link}</td></tr>'
+        )
+    head = "".join(f"<th>{h}</th>" for h in ("entry", "backend", "condition", "expected rows", "unexpected passes",
+                                               "strict", "explanation", "upstream"))
+    return intro + f'<table id="known-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
 def _case_dict_text(case: dict[str, Any]) -> str:
@@ -367,8 +461,13 @@ def thin(recs: list[dict[str, Any]], limit: int) -> tuple[list[dict[str, Any]], 
     return kept, left_out
 
 
+def _raw(r: dict[str, Any]) -> str:
+    """The row's verdict before known divergences (older runs: the verdict)."""
+    return r.get("raw_verdict") or r["verdict"]
+
+
 def _plots(run: Run) -> str:
-    recs, thinned = thin([r for r in records(run) if r["verdict"] in ("pass", "fail")], MAX_POINTS)
+    recs, thinned = thin([r for r in records(run) if _raw(r) in ("pass", "fail")], MAX_POINTS)
     if not recs:
         return "<p>No row ran to a comparison (nothing to plot).</p>"
     series: list[tuple[str, list[tuple[float, float, bool, str]]]] = []
@@ -381,7 +480,7 @@ def _plots(run: Run) -> str:
             if math.isnan(r["worst_left_edge_f"]) or math.isnan(r["budget_frac_f"]):
                 undrawn += 1
                 continue
-            pts.append((r["worst_left_edge_f"], r["budget_frac_f"], r["verdict"] == "fail", _point_title(r)))
+            pts.append((r["worst_left_edge_f"], r["budget_frac_f"], _raw(r) == "fail", _point_title(r)))
         if pts:
             series.append((b, pts))
     edge = (
@@ -422,7 +521,7 @@ def _plots(run: Run) -> str:
         "Bugs at the window edge sit near x = 0; a point above the dashed line fails the budget. Hover a point for the case.</p>"
         f'<div id="plot-edge">{edge}</div>{note}'
         "<h3>Error-ratio distribution per backend</h3>"
-        '<p class="small">Box: quartiles, bar: median; green pass, red fail.</p>'
+        '<p class="small">Box: quartiles, bar: median; green pass, red fail, amber expected (a known divergence).</p>'
         f'<div id="plot-ratio">{ratio}</div>'
     )
 
@@ -614,6 +713,7 @@ def _rows(run: Run) -> str:
             "window_left",
             "window_right",
             "reasons",
+            "expected_id",
             "err_ratio",
             "detail",
             "repro",

@@ -1,8 +1,13 @@
 """``python -m parity report DIR``: (re)render the reports of an existing run folder.
 
-Writes ``report.html``, ``summary.md`` and ``junit.xml`` (into DIR, or ``--out``). Exit codes:
-0 written; 1 written and ``--strict`` and a row failed, errored, crashed or timed out;
-2 bad input (no such folder, no results.csv, a CSV without the needed columns).
+Writes ``report.html``, ``summary.md`` and ``junit.xml`` (into DIR, or ``--out``). Known
+divergences (:mod:`parity.expect`): rows the run judged keep their verdicts and rows of older
+runs are judged with the default expectations; ``--expect FILE`` / ``--expect none`` judges
+every row anew with those. results.csv is left as it is unless ``--rewrite-results``.
+
+Exit codes: 0 written; 1 written and ``--strict`` and a row failed, errored, crashed, timed out
+(no known divergence explaining it) or passed unexpectedly; 2 bad input (no such folder, no
+results.csv, a CSV without the needed columns, a bad expectations file).
 """
 
 from __future__ import annotations
@@ -13,23 +18,32 @@ from pathlib import Path
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    from .cli import add_expect_argument
+
     p = subparsers.add_parser("report", help="(re)render report.html, summary.md, junit.xml of a run folder")
     p.add_argument("dir", type=Path, metavar="DIR", help="a run folder (holding results.csv, environment.json)")
     p.add_argument("--out", type=Path, help="write the reports here instead of DIR")
-    p.add_argument("--strict", action="store_true", help="exit 1 when a row failed, errored, crashed or timed out")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a row failed, errored, crashed, timed out or passed unexpectedly")
+    add_expect_argument(p)
+    p.add_argument("--rewrite-results", action="store_true",
+                   help="also write the verdicts as judged now back into DIR's results.csv (default: only the reports show them)")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cli import UsageError
-    from .report import n_failing, write_all
-    from .runs import load_run
+    from .cli import UsageError, load_expectations
+    from .report import n_failing, write_reports
+    from .runs import load_run, save_results
 
+    expectations = load_expectations(args.expect)
+    run_ = load_run(args.dir, expectations, rejudge=bool(args.expect))
     try:
-        written = write_all(args.dir, args.out)
+        written = write_reports(run_, args.out or args.dir)
+        if args.rewrite_results:
+            written.append(save_results(run_))
     except OSError as exc:
         raise UsageError(f"cannot write the reports: {exc}") from None
     print("parity: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
-    if args.strict and n_failing(load_run(args.dir)):
+    if args.strict and n_failing(run_):
         return 1
     return 0

@@ -1,4 +1,17 @@
-"""The text reports of a run: ``summary.md`` (fit for a pull-request comment) and ``junit.xml``."""
+"""The text reports of a run: ``summary.md`` (fit for a pull-request comment) and ``junit.xml``.
+
+Known divergences (:mod:`parity.expect`) in the two:
+
+===================  =====================================  ==========================================
+verdict              summary.md                             junit.xml
+===================  =====================================  ==========================================
+``expected``         its own column; "known divergences:    ``<skipped type="parity.expected">``, the
+                     n rows expected (entry n, ...)"; a     message: entry id, explanation, the raw
+                     details table of the entries           verdict and reasons
+``unexpected-pass``  a failing column (bold), listed under  ``<failure type="parity.unexpected-pass">``
+                     the worst cases with its entry         naming the entry it contradicts
+===================  =====================================  ==========================================
+"""
 
 from __future__ import annotations
 
@@ -18,13 +31,14 @@ def md_cell(v: Any) -> str:
 
 
 def markdown_summary(run: Run) -> str:
-    from .report import counts_by, fmt, gpu_text, n_failing, status_line, worst_rows
+    from .report import counts_by, fmt, gpu_text, n_expected, n_failing, records, status_line, why_text, worst_rows
+    from .sweep import known_vs_new
 
     env = run.env
     total, bad = len(run.df), n_failing(run)
     kind, text = status_line(run)
     icon = {"fail": "❌", "pass": "✅"}.get(kind, "⚠️")
-    head = f"{bad} failing of {total} rows" if bad else text
+    head = f"{bad} failing of {total} rows" + (f" ({n_expected(run)} expected)" if n_expected(run) else "") if bad else text
     out = [f"## attn-parity {icon} {head}", ""]
     env_bits = [f"torch {env.get('torch', '?')}", f"GPU: {gpu_text(env)}"]
     if env.get("profile"):
@@ -44,6 +58,9 @@ def markdown_summary(run: Run) -> str:
         worst = fmt(ratios.max()) if ratios.notna().any() else "–"
         counts = [(f"**{c.get(v, 0)}**" if v in FAILING and c.get(v, 0) else str(c.get(v, 0))) for v in VERDICTS]
         out.append(f"| `{md_cell(b)}` | " + " | ".join(counts) + f" | {worst} |")
+    glance = known_vs_new(records(run))
+    if glance:
+        out += [""] + [f"- {md_cell(line)}" for line in glance]
     fams = family_order(run.df["family"])
     cells = counts_by(run, "backend", "family")
     if bad:
@@ -52,14 +69,14 @@ def markdown_summary(run: Run) -> str:
             row = []
             for f in fams:
                 c = cells.get((b, f), {})
-                ran = sum(c.get(v, 0) for v in ("pass", *FAILING))
+                ran = sum(c.get(v, 0) for v in ("pass", "expected", *FAILING))
                 failing = sum(c.get(v, 0) for v in FAILING)
                 row.append("–" if not ran else (f"**{failing}** / {ran}" if failing else f"0 / {ran}"))
             out.append(f"| `{md_cell(b)}` | " + " | ".join(row) + " |")
         out += ["", "### Worst cases", ""]
         for b, rows in worst_rows(run, per_backend=3).items():
             for r in rows:
-                why = r.get("reasons") or (r.get("detail") or "").split("\n")[0][:200]
+                why = why_text(r, run, 200)
                 line = f"- `{md_cell(b)}` **{r['verdict']}** [{md_cell(why)}] {md_cell(case_text(r))}"
                 if r["verdict"] == "fail":
                     line += f": err ratio {fmt(r.get('err_ratio'))}, budget used {fmt(r.get('budget_frac'))}x"
@@ -79,6 +96,7 @@ def markdown_summary(run: Run) -> str:
         if rest > 0:
             out += ["", f"… and {rest} more failing rows: see `report.html` / `results.csv`."]
     out += coverage_report.markdown(run)
+    out += _known_details(run)
     unavailable = [(k, v["unavailable"]) for k, v in (env.get("backends") or {}).items() if isinstance(v, dict) and v.get("unavailable")]
     if unavailable:
         out += ["", "<details><summary>Unavailable backends</summary>", ""]
@@ -105,11 +123,37 @@ def markdown_summary(run: Run) -> str:
     return text
 
 
+def _known_details(run: Run) -> list[str]:
+    """A collapsed table of the known divergences that matched rows (none: no lines)."""
+    from .report import known_rows
+
+    hit = [k for k in known_rows(run) if k["expected"] or k["unexpected"]]
+    if not hit:
+        return []
+    n = sum(k["expected"] for k in hit)
+    out = ["", f"<details><summary>Known divergences ({n} rows expected)</summary>", "",
+           "| entry | expected | unexpected passes | explanation | upstream |", "|---|---:|---:|---|---|"]
+    for k in hit:
+        e = k["entry"]
+        out.append(f"| `{md_cell(k['id'])}` | {k['expected']} | {k['unexpected']} | "
+                   f"{md_cell(e.explanation if e else '(not in the loaded files)')} | {md_cell(e.upstream if e else '')} |")
+    return out + ["", "</details>"]
+
+
+def _entry_text(run: Run, r: dict[str, Any]) -> tuple[str, str]:
+    """(entry id, "id: explanation") of an expected / unexpected-pass row."""
+    eid = r.get("expected_id") or "?"
+    e = run.expectations.get(eid) if run.expectations else None
+    return eid, e.describe() if e else eid
+
+
 def junit_xml(run: Run) -> str:
     """One ``<testsuite>`` per backend, one ``<testcase>`` per row.
 
     ``fail`` -> ``<failure>``; ``error`` / ``crash`` / ``timeout`` -> ``<error>``;
-    ``unsupported`` / ``unavailable`` -> ``<skipped>`` with the reason.
+    ``unsupported`` / ``unavailable`` -> ``<skipped>`` with the reason; ``expected`` ->
+    ``<skipped type="parity.expected">`` naming the known divergence; ``unexpected-pass`` ->
+    ``<failure type="parity.unexpected-pass">`` naming the strict entry that no longer fails.
     """
     from .report import records
 
@@ -130,7 +174,9 @@ def junit_xml(run: Run) -> str:
         st["tests"] += 1
         st["time"] += t
         v = r["verdict"]
-        if v == "fail":
+        if v in ("expected", "unexpected-pass"):
+            _junit_known(tc, st, run, r)
+        elif v == "fail":
             st["failures"] += 1
             msg = f"[{r.get('reasons', '')}] err ratio {r.get('err_ratio', '')}, budget used {r.get('budget_frac', '')}"
             el = ET.SubElement(tc, "failure", message=msg, type="parity.fail")
@@ -161,6 +207,22 @@ def junit_xml(run: Run) -> str:
         root.set(k, str(int(v)))
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _junit_known(tc: ET.Element, st: dict[str, float], run: Run, r: dict[str, Any]) -> None:
+    """An expected row as a skip with the entry's words; an unexpected pass as a failure naming the entry."""
+    eid, text = _entry_text(run, r)
+    if r["verdict"] == "expected":
+        st["skipped"] += 1
+        raw = r.get("raw_verdict") or "fail"
+        why = f" [{r['reasons']}]" if r.get("reasons") else (f": {r.get('detail', '')[:200]}" if r.get("detail") else "")
+        ET.SubElement(tc, "skipped", message=f"expected (known divergence {text}); raw verdict {raw}{why}", type="parity.expected")
+        return
+    st["failures"] += 1
+    e = run.expectations.get(eid) if run.expectations else None
+    el = ET.SubElement(tc, "failure", type="parity.unexpected-pass",
+                       message=f"unexpected pass: the strict known divergence {text} expects {e.verdict if e else 'a failure'}")
+    el.text = f"retire or narrow the entry {eid} ({e.source if e else 'its file'})\nrepro: {r.get('repro', '')}"
 
 
 #: Names a decode CSV may use for its step axis and its error measure (first match wins).

@@ -2,6 +2,20 @@
 
 Used by :mod:`parity.report` and :mod:`parity.diff`. pandas is imported lazily (it is in the
 ``report`` and ``test`` extras); bad input raises :class:`parity.cli.UsageError` with one line.
+
+Runs older than known divergences (:mod:`parity.expect`) have no ``raw_verdict`` /
+``expected_id`` columns: they are added empty, so those runs load, render and diff beside new
+ones. :func:`load_run` with ``expectations`` judges the rows that lack a ``raw_verdict``
+(or, with ``rejudge``, every row anew from its raw verdict):
+
+=================  ==============  ==========================================================
+``expectations``   ``rejudge``     rows judged
+=================  ==============  ==========================================================
+None               (ignored)       none: the verdicts as written
+given              False           rows without ``raw_verdict`` (older runs); the others keep
+                                   the verdicts the run gave them
+given              True            every row, from ``raw_verdict`` (``--expect`` on report / diff)
+=================  ==============  ==========================================================
 """
 
 from __future__ import annotations
@@ -15,12 +29,18 @@ from typing import Any
 from .case import DTYPES as _DTYPES
 from .case import FAMILIES
 from .cli import UsageError
+from .expect import Expectations
 from .sweep import FAIL_VERDICTS as FAILING  # noqa: F401 - re-exported for report and diff
-from .sweep import VERDICTS  # noqa: F401 - re-exported for report and diff
+from .sweep import (
+    RAW_FAIL_VERDICTS,  # noqa: F401 - re-exported for report and diff
+    VERDICTS,  # noqa: F401 - re-exported for report and diff
+)
 
 DTYPES = tuple(_DTYPES)
 #: A results.csv must have at least these columns to be reported on.
 REQUIRED = ("backend", "case_id", "family", "dtype", "verdict")
+#: Columns added by known divergences; older runs get them empty (so their schema matches).
+EXPECT_COLUMNS = ("raw_verdict", "expected_id")
 NUMERIC = (
     "max_abs_err",
     "max_rel_err",
@@ -46,6 +66,8 @@ class Run:
     decode_steps: Any | None = None  # pandas.DataFrame of decode_steps.csv beside decode.csv (per step), or None
     shrunk: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # shrunk.jsonl: smaller failing cases
     consistency: list[dict[str, str]] = dataclasses.field(default_factory=list)  # consistency.csv (parity.consistency)
+    expectations: Expectations | None = None  # the known divergences the verdicts were judged with (explanations)
+    results_path: Path | None = None  # results.csv or results.csv.gz
 
     @property
     def columns(self) -> list[str]:
@@ -80,12 +102,16 @@ def read_results(path: Path):
         raise UsageError(f"{path}: not a parity results.csv (missing columns: {', '.join(missing)})")
     # a run killed mid-write can leave a torn last row (no verdict yet): not a result
     df = df[df["verdict"] != ""].reset_index(drop=True)
+    for c in EXPECT_COLUMNS:
+        if c not in df.columns:
+            df[c] = ""
     for c in NUMERIC:
         df[c + "_f"] = pd.to_numeric(df[c], errors="coerce") if c in df.columns else float("nan")
     return df
 
 
-def load_run(folder: Path | str) -> Run:
+def load_run(folder: Path | str, expectations: Expectations | None = None, rejudge: bool = False) -> Run:
+    """The run in ``folder``; ``expectations`` / ``rejudge``: see the module docstring."""
     folder = Path(folder)
     if not folder.exists():
         raise UsageError(f"{folder}: no such folder")
@@ -126,7 +152,27 @@ def load_run(folder: Path | str) -> Run:
 
         with (folder / "consistency.csv").open(newline="") as fh:
             consistency = [r for r in csv.DictReader(fh) if r.get("backend")]
-    return Run(folder, df, env, masks, decode, decode_path, steps, _jsonl(folder / "shrunk.jsonl"), consistency)
+    run = Run(folder, df, env, masks, decode, decode_path, steps, _jsonl(folder / "shrunk.jsonl"), consistency, results_path=results)
+    return apply_expectations(run, expectations, rejudge) if expectations is not None else run
+
+
+def apply_expectations(run: Run, expectations: Expectations, rejudge: bool = False) -> Run:
+    """``run`` with its rows judged against ``expectations`` (the module docstring's table),
+    using the backend versions and torch version its ``environment.json`` recorded."""
+    pd = _pandas()
+    backends = run.env.get("backends") or {}
+    versions = {k: str(v.get("version") or "") for k, v in backends.items() if isinstance(v, dict)}
+    recs = run.df.to_dict("records")
+    judged = expectations.judge_rows(recs, versions, str(run.env.get("torch") or ""), only_unjudged=not rejudge)
+    df = pd.DataFrame(judged, columns=run.df.columns) if judged else run.df
+    return dataclasses.replace(run, df=df, expectations=expectations)
+
+
+def save_results(run: Run) -> Path:
+    """Write ``run``'s rows (verdicts as judged now) back over its results.csv (or .csv.gz)."""
+    path = run.results_path or run.path / "results.csv"
+    run.df[run.columns].to_csv(path, index=False)
+    return path
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

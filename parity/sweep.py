@@ -10,9 +10,14 @@ Verdicts:
 ``error``        the backend raised, or broke the interface
 ``crash``        the worker process died (signal, abort, out of memory)
 ``timeout``      no answer within the per-case timeout
+``expected``     failed as a known divergence describes (:mod:`parity.expect`): counted
+                 apart, never a pass and never a failure; ``raw_verdict`` keeps the verdict
+                 above, ``expected_id`` the entry
+``unexpected-pass``  passed, but a strict known divergence covers it: a failure (the entry
+                 is stale: fixed upstream?), ``expected_id`` names it
 ===============  =============================================================
 
-Only ``pass`` is a pass. Rows are appended to ``results.csv`` and flushed one by one,
+Only ``pass`` is a pass; :data:`FAIL_VERDICTS` make a run exit 1. Rows are appended to ``results.csv`` and flushed one by one,
 so an interrupted run keeps every finished row, and ``resume=True`` skips them.
 """
 
@@ -33,6 +38,7 @@ from typing import Any
 import torch
 
 from .case import Case, make_inputs
+from .expect import RAW_FAILS, Expectations
 from .maskcheck import DEFAULT_MAX_PASSES
 from .reference import attention_reference
 from .verdict import BUDGETS, Baseline, Budget, compare, make_baseline
@@ -85,10 +91,16 @@ COLUMNS = [
     "detail",
     "repro",
     "case_json",
+    # last, so that older results.csv files (without them) keep their column order: runs.read_results adds them
+    "raw_verdict",
+    "expected_id",
 ]
 
-VERDICTS = ("pass", "fail", "error", "crash", "timeout", "unsupported", "unavailable")
-FAIL_VERDICTS = ("fail", "error", "crash", "timeout")
+VERDICTS = ("pass", "fail", "error", "crash", "timeout", "expected", "unexpected-pass", "unsupported", "unavailable")
+#: What a backend's row can fail with before known divergences are applied (``raw_verdict``).
+RAW_FAIL_VERDICTS = RAW_FAILS
+#: Verdicts that make a run fail (exit 1): the raw failures and a strict entry's unexpected pass.
+FAIL_VERDICTS = (*RAW_FAIL_VERDICTS, "unexpected-pass")
 
 
 def case_columns(case: Case) -> dict[str, Any]:
@@ -124,6 +136,7 @@ def unavailable_row(case: Case, spec: str, info: dict[str, Any]) -> dict[str, An
         verdict="unavailable",
         detail=info["unavailable"],
         repro=case.repro(spec),
+        raw_verdict="unavailable",
     )
     return row
 
@@ -181,7 +194,7 @@ def judge(
     row["repro"] = case.repro(spec)
     status = res.get("status")
     if status != "ok":
-        row["verdict"] = status if status in ("unsupported", "error", "crash", "timeout") else "error"
+        row["verdict"] = row["raw_verdict"] = status if status in ("unsupported", "error", "crash", "timeout") else "error"
         row["detail"] = res.get("detail", "")
         return row
     base = baselines.get(case)
@@ -223,6 +236,7 @@ def judge(
             "time_ms": f"{res.get('time_ms', 0.0):.4g}",
         }
     )
+    row["raw_verdict"] = row["verdict"]  # parity.expect may turn it into expected / unexpected-pass
     row["_mask_image"] = mask.get("image")
     row["_comparison"] = cmp
     return row
@@ -242,6 +256,9 @@ class ResultsWriter:
                 reader = csv.DictReader(fh)
                 if reader.fieldnames and not {"backend", "case_id", "verdict"} <= set(reader.fieldnames):
                     raise ValueError(f"--resume: {self.path} is not a results.csv of this tool (no backend/case_id/verdict columns)")
+                if reader.fieldnames and list(reader.fieldnames) != COLUMNS:
+                    raise ValueError(f"--resume: {self.path} has other columns than this attn-parity writes "
+                                     "(an older version's run); finish it with that version, or start a new --out")
                 for r in reader:
                     if r.get("verdict"):  # a complete row
                         self.done.add((r["backend"], r["case_id"]))
@@ -440,8 +457,12 @@ def run_sweep(
     jobs: int = 1,
     time_limit: float | None = None,
     splits: dict[str, int] | None = None,
+    expectations: Expectations | None = None,
 ) -> SweepResult:
     """Run every case on every backend; see the module docstring for the verdicts.
+
+    ``expectations``: known divergences (:mod:`parity.expect`) applied to each row as it is
+    judged, with the backend's version string and this process's torch version.
 
     ``jobs > 1`` splits the backends over that many lanes that run at once (each lane:
     cases outer, its backends inner), so compile-bound backends (flex, JAX) do not hold
@@ -496,6 +517,8 @@ def run_sweep(
         # must not be charged for it (it would make a backend's cases/s depend on the backend order)
         baseline_s = baselines.ensure(case) if res.get("status") == "ok" else 0.0
         row = judge(case, spec, info, res, baselines, budgets)
+        if expectations:
+            row = expectations.judge(row, str(info.get("version") or ""), torch.__version__, case)
         with lock:
             timing.add(spec, case, res, wait_s, time.perf_counter() - t_judge - baseline_s, baseline_s, unit=unit, part=part)
         row["_summary"] = case.summary()
@@ -759,18 +782,43 @@ def _safe(name: str) -> str:
 
 
 def summary_table(result: SweepResult) -> str:
-    """A fixed-width summary: one line per backend."""
+    """A fixed-width summary: one line per backend, then known vs new failures at a glance."""
     cols = VERDICTS
     width = max([28, *(len(s) + 2 for s in result.infos)])
-    head = f"{'backend':<{width}}" + "".join(f"{c:>12}" for c in cols) + f"{'worst ratio':>13}"
+    widths = [max(len(c) + 2, 9) for c in cols]
+    head = f"{'backend':<{width}}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths)) + f"{'worst ratio':>13}"
     lines = [head, "-" * len(head)]
     counts = result.counts()
     for spec in result.infos:
         c = counts.get(spec, {})
         ratios = [float(r["err_ratio"]) for r in result.rows if r["backend"] == spec and r.get("err_ratio") not in ("", None)]
         worst = f"{max(ratios):.3g}" if ratios else "-"
-        lines.append(f"{spec:<{width}}" + "".join(f"{c.get(k, 0):>12}" for k in cols) + f"{worst:>13}")
+        lines.append(f"{spec:<{width}}" + "".join(f"{c.get(k, 0):>{w}}" for k, w in zip(cols, widths)) + f"{worst:>13}")
     for spec, info in result.infos.items():
         if info.get("unavailable"):
             lines.append(f"  {spec}: unavailable: {info['unavailable']}")
-    return "\n".join(lines)
+    return "\n".join([*lines, *known_vs_new(result.rows)])
+
+
+def known_vs_new(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """Lines saying how many failing rows are known divergences, how many are new, and which
+    strict entries passed (empty when there is nothing to say)."""
+    by_id: dict[str, dict[str, int]] = {}
+    new = 0
+    for r in rows:
+        if r["verdict"] in ("expected", "unexpected-pass"):
+            n = by_id.setdefault(r.get("expected_id") or "?", {"expected": 0, "unexpected-pass": 0})
+            n[r["verdict"]] += 1
+        elif r["verdict"] in RAW_FAIL_VERDICTS:
+            new += 1
+    expected = {k: v["expected"] for k, v in by_id.items() if v["expected"]}
+    xpass = {k: v["unexpected-pass"] for k, v in by_id.items() if v["unexpected-pass"]}
+    out = []
+    if expected or new or xpass:
+        out.append(f"known divergences: {sum(expected.values())} rows expected"
+                   + (" (" + ", ".join(f"{k} {n}" for k, n in expected.items()) + ")" if expected else ""))
+        out.append(f"new failures: {new} rows (failing, no known divergence explains them)")
+    if xpass:
+        out.append(f"unexpected passes: {sum(xpass.values())} rows covered by strict entries that passed ("
+                   + ", ".join(f"{k} {n}" for k, n in xpass.items()) + "): retire or narrow those entries")
+    return out

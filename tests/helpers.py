@@ -105,3 +105,30 @@ class SdpaWindowOneWider(SdpaBackend):
     def mask_window(self, case: Case) -> Window:
         w = case.window
         return w if w.left is None else Window(w.left + 1, w.right, w.align)
+
+
+class EmptyRowsSeeEveryKey(_Wrapped):
+    """Wrong in a known way (SDPA's cuDNN kernel on the H200): a query row whose window holds
+    no key attends to every key instead of returning 0. tests/test_expect.py gives it an entry."""
+
+    name = "bug-empty-rows-see-every-key"
+
+    def run(self, case, inputs, out):
+        super().run(case, inputs, out)
+        full = attention_reference(dataclasses.replace(inputs, case=dataclasses.replace(case, window=Window.full())))
+        cq, _ = case.cu_seqlens()
+        for b, (sq, sk) in enumerate(zip(case.q_lens, case.k_lens)):
+            lo, hi = case.window.band(sq, sk)
+            rows = (lo > hi).nonzero().flatten() + cq[b]
+            out[rows] = full[rows].to(out.dtype)
+        return out
+
+
+class EmptyRowsAndOffByOne(EmptyRowsSeeEveryKey):
+    """The known bug above plus one no entry describes: the left window edge one token too wide."""
+
+    name = "bug-empty-rows-and-off-by-one"
+
+    def seen_window(self, case):
+        w = case.window
+        return w if w.left is None else Window(w.left + 1, w.right, w.align)

@@ -170,3 +170,49 @@ def test_the_shared_baseline_is_not_charged_to_the_backend_that_meets_a_case_fir
     assert first["baseline_s"] >= 0.6 and other["baseline_s"] == 0  # three cases, computed once each, by the first
     assert t["reference_s"] == pytest.approx(first["baseline_s"], abs=0.01)
     assert first["small_s"] < 0.5 and first["judge_s"] < 0.5  # the 0.6 s of baseline is in neither
+
+
+# -- evaluate(worker_path=...): what pytest's --worker-path / PARITY_WORKER_PATH use ---------------
+
+_PATH_ONLY = '''
+from parity.backends.reference import ReferenceBackend
+
+
+class PathOnly(ReferenceBackend):
+    name = "path-only"
+'''
+
+
+def test_evaluate_with_a_worker_path_runs_a_backend_only_that_path_can_import(tmp_path):
+    from parity import evaluate
+    from parity.api import close_workers, worker_info
+
+    (tmp_path / "only_on_worker_path.py").write_text(_PATH_ONLY)
+    spec = "only_on_worker_path:PathOnly"
+    try:
+        assert worker_info(spec, [str(tmp_path)])["unavailable"] is None
+        row = evaluate(spec, CASES[0], worker_path=[str(tmp_path)])
+        assert row["verdict"] == "pass", row
+    finally:
+        close_workers()
+    with pytest.raises(Exception, match="only_on_worker_path"):  # not importable in this process
+        evaluate(spec, CASES[0])
+
+
+def test_evaluate_in_a_worker_turns_a_crash_into_a_row():
+    from parity import evaluate
+    from parity.api import close_workers
+
+    try:
+        row = evaluate("tests.test_isolation:AbortsOnSeed1", CASES[1], worker_path=[os.getcwd()])
+    finally:
+        close_workers()
+    assert row["verdict"] == "crash" and "SIGABRT" in row["detail"], row
+
+
+def test_worker_path_items_are_checked():
+    from parity.execute import parse_worker_paths
+
+    assert parse_worker_paths(["fa4-cuda=/a:/b", "fa4-cuda=/c"]) == {"fa4-cuda": ["/a", "/b", "/c"]}
+    with pytest.raises(ValueError, match="BACKEND=PATH"):
+        parse_worker_paths(["fa4-cuda"])

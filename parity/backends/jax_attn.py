@@ -115,6 +115,19 @@ def _attention_fn(implementation: str | None, is_causal: bool, local: tuple[int,
     return jax.jit(attend)
 
 
+#: Byte alignment XLA requires of a buffer it is handed (it failed on the H200 with "INTERNAL:
+#: Address of buffer 2 must be a multiple of 10" (hex) for a sequence's view into a packed batch).
+XLA_ALIGNMENT = 64
+
+
+def dlpack_ready(t: torch.Tensor) -> torch.Tensor:
+    """``t`` contiguous and starting on an :data:`XLA_ALIGNMENT`-byte boundary (a copy where the
+    view into the packed batch does not): JAX takes DLPack buffers without copying, and XLA then
+    refuses an unaligned one at run time instead of at import."""
+    t = t.contiguous()
+    return t if t.data_ptr() % XLA_ALIGNMENT == 0 else t.clone()
+
+
 class JaxBackend(Backend):
     name = "jax-cuda"
     device = "cuda"
@@ -166,7 +179,7 @@ class JaxBackend(Backend):
         import jax
 
         def to_jax(t: torch.Tensor):
-            return jax.dlpack.from_dlpack(t.contiguous())
+            return jax.dlpack.from_dlpack(dlpack_ready(t))
 
         if inputs.q.is_cuda:
             torch.cuda.synchronize()  # torch's stream must be done before JAX reads the buffers

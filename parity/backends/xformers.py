@@ -31,8 +31,11 @@ the operator's ``not_supported_reasons`` and raises ``ValueError("Operator
 `memory_efficient_attention` does not support inputs: ... `cutlassF-pt` is not supported
 because: attn_bias type is ...")``; without ``op=`` its dispatcher raises
 ``NotImplementedError("No operator found for `memory_efficient_attention_forward` with
-inputs: ...")``. Both are recorded with those words; any other ``ValueError`` (a mask that
-fails to build, a shape) stays an error.
+inputs: ...")``. Both are recorded with those words, and so is the precondition of its
+bottom-right block-diagonal masks, ``ValueError("Block #0 has num_keys=10 and num_queries=16.
+Expected `num_keys >= num_queries`")`` (a varlen batch with a sequence whose Sq > Sk, seen on
+the H200 with xformers 0.0.35); any other ``ValueError`` (a mask that fails to build, a shape)
+stays an error.
 
 Compatibility shim (explicit opt-in): the PyPI xformers wheel's C++ extension is built for
 one torch release; on another, ``xformers._cpp_lib`` fails to load and every operator
@@ -60,6 +63,7 @@ XFORMERS_REFUSALS: tuple[str, ...] = (
     "does not support inputs",
     "is not supported because",
     "No operator found for",
+    "Expected `num_keys >= num_queries`",
 )
 
 

@@ -21,6 +21,7 @@ import math
 import torch
 
 from ..backends.base import Backend
+from ..backends.torch_fa2 import TorchFa2Backend
 from ..case import Case, Inputs
 
 NEG_INF = float("-inf")
@@ -473,3 +474,23 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-pv-input-dtype-accumulator", "P @ V accumulated in the input dtype, 16 keys a step", PvAccumulatedInInputDtype),
     PlantedBug("bug-edge-wrong-after-first-tile", "window edge wrong from the second 128-row tile on", EdgeWrongFromSecondTile),
 )
+
+
+# ---------------------------------------------------------------- on a GPU
+
+
+class Fa2CudaWindowOneWider(TorchFa2Backend):
+    """A real CUDA kernel (PyTorch's vendored FlashAttention-2) handed a left window one token
+    wider than the case asks: the off-by-one of passing vLLM's / HF's ``sliding_window = W``
+    as flash-attn's ``left`` (``W`` instead of ``W - 1``). Not in :data:`BUGS` (the CPU
+    self-test); it proves on a GPU that the gate turns red:
+    ``PARITY_GPU_BACKENDS=parity.selftest.bugs:Fa2CudaWindowOneWider nox -s gpu``."""
+
+    name = "bug-fa2-cuda-window-one-wider"
+    description = "torch's FA2 with window_size_left one too large (planted bug)"
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        w = case.window
+        if w.left is not None:
+            case = dataclasses.replace(case, window=dataclasses.replace(w, left=w.left + 1))
+        return super().run(case, inputs, out)

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GPU gate on the H200, after flash-attn-4 and xformers were staged into /tmp/site-fa4 and
+# /tmp/site-xformers, and nox (with its pure-Python needs) into /tmp/site-nox:
+#   bash benchmarks/h200_gate.sh green       # `nox -s gpu` as a GPU runner runs it -> $OUT/nox_gpu_green.log
+#   bash benchmarks/h200_gate.sh red         # the same with a planted bug plugged in -> $OUT/nox_gpu_red.log
+#   bash benchmarks/h200_gate.sh repros      # the findings' standalone repro scripts and their controls
+# Each step writes its log under $OUT and prints a short tail last.
+set -u
+step=$1
+FA4=/tmp/site-fa4:/tmp/site-fa4/nvidia_cutlass_dsl/dsl_packages
+XF=/tmp/site-xformers
+export PYTHONUNBUFFERED=1 PARITY_XFORMERS_SHIM=1 PARITY_SHIMS=xformers_built_with_cuda_forced
+export PARITY_WORKER_PATH="fa4-cuda=$FA4 fa4-varlen-cuda=$FA4 xformers-cutlass-cuda=$XF xformers-flash-cuda=$XF"
+export PARITY_PROFILE=${PARITY_PROFILE:-quick} PARITY_GPU_JOBS=${PARITY_GPU_JOBS:-6} PARITY_PYTEST_ARGS=${PARITY_PYTEST_ARGS:--n 4}
+export PARITY_COMPILE_CACHE=/tmp/parity-cc
+nox() { PYTHONPATH=/tmp/site-nox python3 -m nox "$@"; }
+t0=$(date +%s)
+case "$step" in
+  green)
+    timeout "${LIMIT:-540}" bash -c "$(declare -f nox); nox -s gpu -- --out /tmp/gate-green -q" > "$OUT/nox_gpu_green.log" 2>&1
+    echo "nox -s gpu (green): rc=$? in $(( $(date +%s) - t0 )) s"
+    tar czf "$OUT/gate-green.tgz" -C /tmp gate-green 2>/dev/null
+    grep -E "^nox >|passed|failed|xfailed|known divergences|new failures|unexpected|Session gpu" "$OUT/nox_gpu_green.log" | tail -n 20 | cut -c1-220 ;;
+  red)
+    PARITY_GPU_BACKENDS=parity.selftest.bugs:Fa2CudaWindowOneWider timeout "${LIMIT:-300}" \
+      bash -c "$(declare -f nox); nox -s gpu -- --out /tmp/gate-red -q" > "$OUT/nox_gpu_red.log" 2>&1
+    echo "nox -s gpu with a planted bug (red): rc=$? in $(( $(date +%s) - t0 )) s"
+    grep -E "^nox >|^FAILED|passed|failed|Session gpu|ParityError" "$OUT/nox_gpu_red.log" | tail -n 14 | cut -c1-220 ;;
+  repros)
+    bash reports/findings-repros/run_all.sh /tmp/repro-results > "$OUT/repros.log" 2>&1
+    cp /tmp/repro-results/results.tsv "$OUT/repros_results.tsv"; tar czf "$OUT/repro-logs.tgz" -C /tmp repro-results
+    echo "== xformers refusals recheck"
+    python3 -m parity run -b xformers-cutlass-cuda -b xformers-flash-cuda --case-file reports/findings-repros/xformers-refusal-cases.jsonl \
+      --out /tmp/xf-recheck -q --no-report > "$OUT/xformers_recheck.log" 2>&1; echo "rc=$?"
+    cp /tmp/xf-recheck/results.csv "$OUT/xformers_recheck.csv"
+    cat "$OUT/repros.log"; grep -v "^\s*$" "$OUT/xformers_recheck.log" | tail -n 8 | cut -c1-200 ;;
+esac

@@ -1,0 +1,410 @@
+"""Known divergences: committed expectations that turn a known failing row into ``expected``.
+
+The data lives in ``parity/known_divergences.toml`` (:data:`DEFAULT_FILE`), one
+``[[divergence]]`` table per entry:
+
+===============  =============================================================================
+``id``           unique name, what reports, JUnit and pytest's xfail message show
+``backend``      :mod:`fnmatch` glob over the backend spec (``"fa4-*"``, ``"mypkg.k:Kernel"``)
+``versions``     optional ``"PACKAGE SPECIFIERS"``, e.g. ``"xformers>=0.0.35,<0.0.36"``: applies
+                 only where the backend's version string (``environment.json`` /
+                 ``parity backends``) holds ``PACKAGE <version>`` inside the range (for ``torch``
+                 also a bare version string, ``Backend.version()``'s default, else the run's
+                 torch version). A version that cannot be found
+                 is **not** in the range: the entry then matches nothing, never everything.
+                 Specifiers: ``>= > <= < == !=`` (``==2.11.*`` a prefix), comma = and.
+``condition``    coverage-model terms (:mod:`parity.coverage`): ``{dim = value or [values]}``,
+                 passed to :func:`parity.coverage.matches`; unknown dims / values are errors
+``verdict``      the failing verdict expected: ``fail`` (default), ``error``, ``crash``, ``timeout``
+``reasons``      optional, for ``fail``: reasons that must all be among the row's ``reasons``
+``detail``       optional: a regular expression that must be found in the row's ``detail``
+                 (the library's own words of an ``error``, as pytest's ``raises(match=)``)
+``explanation``  one sentence
+``upstream``     an issue URL, or ``"not reported"``
+``strict``       default true: a row the entry covers that *passes* is ``unexpected-pass``
+===============  =============================================================================
+
+How a row is judged (:meth:`Expectations.judge`; ``covers`` = backend, versions and condition
+match; the row's own verdict is kept in ``raw_verdict``, its reasons stay in ``reasons``):
+
+==========================  =====================================  =================  ===========
+raw verdict                 entries that cover the row             verdict            expected_id
+==========================  =====================================  =================  ===========
+fail / error / crash /      one whose ``verdict`` is the row's and  ``expected``       its id
+timeout                     whose ``reasons`` the row has
+fail / error / ...          only ones describing another failure    unchanged          ""
+pass                        a strict one                            ``unexpected-pass`` its id
+pass                        only non-strict ones                    ``pass``           ""
+any                         none                                    unchanged          ""
+unsupported / unavailable   (never covered)                         unchanged          ""
+==========================  =====================================  =================  ===========
+
+The first entry in file order wins. ``expected`` is never a pass and never a failure: a run
+whose only non-passing rows are ``expected`` exits 0; ``unexpected-pass`` makes it exit 1
+(pytest's strict xfail), so a fix upstream is noticed and the entry retired.
+
+Which files (:func:`load`): ``--expect FILE`` (repeatable; it replaces the default file;
+``default`` names it, ``none`` alone disables), else ``$PARITY_EXPECT`` (files separated by
+``os.pathsep``, same words), else :data:`DEFAULT_FILE`. Bad input raises
+:class:`ExpectationError` (a ``ValueError``), one line naming the file, the entry and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .case import Case
+from .coverage import DIMENSIONS, GRID_CELLS, matches
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - python 3.10
+    import tomli as tomllib
+
+DEFAULT_FILE = Path(__file__).with_name("known_divergences.toml")
+ENV_VAR = "PARITY_EXPECT"
+EXPECTED, UNEXPECTED_PASS = "expected", "unexpected-pass"
+#: The verdicts an entry can expect (the failing ones of :mod:`parity.sweep`).
+RAW_FAILS = ("fail", "error", "crash", "timeout")
+#: Failure reasons of :mod:`parity.verdict` and the probes.
+REASONS = ("max_err", "mean_err", "nan", "nan_masked_rows", "inf", "unwritten", "mask", "gqa")
+FIELDS = ("id", "backend", "versions", "condition", "verdict", "reasons", "detail", "explanation", "upstream", "strict")
+REQUIRED = ("id", "backend", "condition", "explanation", "upstream")
+
+
+class ExpectationError(ValueError):
+    """A bad expectations file or ``--expect`` value; the message is one line."""
+
+
+# ---------------------------------------------------------------- versions
+
+_VERSION = re.compile(r"v?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|rc|c)[-_.]?(\d*))?(?:[-_.]?(post|dev)[-_.]?(\d*))?(?:\+[\w.]+)?", re.I)
+_CLAUSE = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*([0-9][\w.+-]*?)(\.\*)?\s*$")
+_PRE_RANK = {"a": 0, "b": 1, "rc": 2, "c": 2}
+
+
+def version_key(text: str) -> tuple[Any, ...] | None:
+    """A sortable key of a PEP 440-like version (``4.0.0b36 < 4.0.0 < 4.0.0.post1``; ``+local``
+    ignored), or None when ``text`` does not start with one."""
+    m = _VERSION.fullmatch(text.strip()) or _VERSION.match(text.strip())
+    if not m:
+        return None
+    release = tuple(int(x) for x in m.group(1).split("."))
+    release = release + (0,) * (8 - len(release))
+    pre: tuple[float, int] = (_PRE_RANK[m.group(2).lower()], int(m.group(3) or 0)) if m.group(2) else (3, 0)
+    kind, n = (m.group(4) or "").lower(), int(m.group(5) or 0)
+    if kind == "dev":
+        pre = (pre[0] - 0.5, n) if m.group(2) else (-1, n)  # 1.0.dev1 < 1.0a1 < 1.0
+    post = n if kind == "post" else -1
+    return (release, pre, post)
+
+
+_OPS = {
+    ">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b,
+    "<": lambda a, b: a < b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+}
+
+
+def _holds(key: tuple[Any, ...], op: str, version: str, prefix: bool) -> bool:
+    """One specifier: ``key`` (of the found version) against ``op version`` (``prefix``: ``==X.*``)."""
+    if prefix:
+        want = tuple(int(x) for x in version.split("."))
+        same = tuple(key[0][: len(want)]) == want
+        return same if op == "==" else not same
+    return bool(_OPS[op](key, version_key(version)))
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionRange:
+    """``"PACKAGE SPECIFIERS"``: see the module docstring."""
+
+    package: str
+    clauses: tuple[tuple[str, str, bool], ...]  # (operator, version, prefix: "==X.*")
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> VersionRange:
+        """Raises ValueError with the reason (the caller adds file and entry)."""
+        m = re.match(r"\s*([A-Za-z][A-Za-z0-9._-]*?)\s*((?:[<>=!]=?).*)$", text)
+        if not m:
+            raise ValueError(f"{text!r} is not 'PACKAGE SPECIFIERS' (e.g. 'xformers>=0.0.35,<0.0.36')")
+        clauses = []
+        for part in m.group(2).split(","):
+            c = _CLAUSE.match(part)
+            if not c or version_key(c.group(2)) is None or (c.group(3) and c.group(1) not in ("==", "!=")):
+                raise ValueError(f"{part.strip()!r} in {text!r} is not a version specifier (>=, >, <=, <, ==, != and a version)")
+            clauses.append((c.group(1), c.group(2), bool(c.group(3))))
+        rng = cls(m.group(1), tuple(clauses), text.strip())
+        rng._check_satisfiable()
+        return rng
+
+    def _check_satisfiable(self) -> None:
+        lows = [(version_key(v), op == ">") for op, v, p in self.clauses if op in (">=", ">") or (op == "==" and not p)]
+        highs = [(version_key(v), op == "<") for op, v, p in self.clauses if op in ("<=", "<") or (op == "==" and not p)]
+        if lows and highs:
+            lo, lo_strict = max(lows, key=lambda x: (x[0], x[1]))
+            hi, hi_strict = min(highs, key=lambda x: (x[0], not x[1]))
+            assert lo is not None and hi is not None  # checked by parse
+            if lo > hi or (lo == hi and (lo_strict or hi_strict)):
+                raise ValueError(f"{self.text!r} matches no version")
+
+    def contains(self, version: str) -> bool:
+        key = version_key(version)
+        return key is not None and all(_holds(key, op, v, prefix) for op, v, prefix in self.clauses)
+
+    def find(self, version_text: str, torch_version: str = "") -> str | None:
+        """The package's version in a backend's version string, or None."""
+        m = re.search(rf"(?<![\w.-]){re.escape(self.package)}[\s=:]+v?(\d(?:[\w.+-]*\w)?)", version_text or "", re.I)
+        if m:
+            return m.group(1)
+        if self.package.lower() != "torch":
+            return None
+        bare = (version_text or "").strip()  # Backend.version()'s default: torch's version, bare
+        return bare if bare and re.fullmatch(r"v?\d[\w.+-]*", bare) else (torch_version or None)
+
+    def admits(self, version_text: str, torch_version: str = "") -> bool:
+        found = self.find(version_text, torch_version)
+        return found is not None and self.contains(found)
+
+
+# ---------------------------------------------------------------- entries
+
+
+@dataclasses.dataclass(frozen=True)
+class Expectation:
+    """One ``[[divergence]]`` entry (see the module docstring for the fields)."""
+
+    id: str
+    backend: str
+    condition: tuple[tuple[str, tuple[str, ...]], ...]
+    explanation: str
+    upstream: str
+    verdict: str = "fail"
+    reasons: tuple[str, ...] = ()
+    strict: bool = True
+    versions: VersionRange | None = None
+    detail: str = ""  # a regular expression searched in the row's detail ("": any)
+    source: str = ""
+
+    def covers(self, spec: str, case: Case, version_text: str = "", torch_version: str = "") -> bool:
+        """The entry speaks about this row: backend glob, version range and condition all match."""
+        if not fnmatch.fnmatchcase(spec, self.backend):
+            return False
+        if self.versions is not None and not self.versions.admits(version_text, torch_version):
+            return False
+        return matches(case, {dim: list(values) for dim, values in self.condition})
+
+    def explains(self, row: Mapping[str, Any]) -> bool:
+        """The row's raw verdict is the one expected, with every expected reason among its reasons."""
+        raw = row.get("raw_verdict") or row.get("verdict")
+        if self.detail and not re.search(self.detail, str(row.get("detail", ""))):
+            return False
+        return raw == self.verdict and set(self.reasons) <= set(str(row.get("reasons", "")).split())
+
+    def describe(self) -> str:
+        return f"{self.id}: {self.explanation}"
+
+    def condition_text(self) -> str:
+        return ", ".join(f"{d}={'|'.join(v)}" for d, v in self.condition)
+
+
+@dataclasses.dataclass(frozen=True)
+class Expectations:
+    """The entries of one or more files, in order; empty = ``--expect none``."""
+
+    entries: tuple[Expectation, ...] = ()
+    files: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def get(self, entry_id: str) -> Expectation | None:
+        return next((e for e in self.entries if e.id == entry_id), None)
+
+    def judge(self, row: dict[str, Any], version_text: str = "", torch_version: str = "", case: Case | None = None) -> dict[str, Any]:
+        """``row`` judged against the entries (the module docstring's table); a new dict.
+
+        The verdict is recomputed from ``raw_verdict`` (or ``verdict`` where that is empty)."""
+        out = dict(row)
+        raw = row.get("raw_verdict") or row.get("verdict", "")
+        out.update(raw_verdict=raw, verdict=raw, expected_id="")
+        if raw not in (*RAW_FAILS, "pass") or not self.entries:
+            return out
+        spec = str(row.get("backend", ""))
+        candidates = [e for e in self.entries if fnmatch.fnmatchcase(spec, e.backend)]
+        if not candidates:
+            return out
+        case = case or Case.from_json(row["case_json"])
+        covering = [e for e in candidates if e.covers(spec, case, version_text, torch_version)]
+        if raw == "pass":
+            hit = next((e for e in covering if e.strict), None)
+            if hit:
+                out.update(verdict=UNEXPECTED_PASS, expected_id=hit.id)
+            return out
+        hit = next((e for e in covering if e.explains(out)), None)
+        if hit:
+            out.update(verdict=EXPECTED, expected_id=hit.id)
+        return out
+
+    def judge_rows(
+        self, rows: Iterable[dict[str, Any]], versions: Mapping[str, str], torch_version: str = "", only_unjudged: bool = True
+    ) -> list[dict[str, Any]]:
+        """Judge results rows of a run folder; ``versions``: backend spec -> its version string.
+
+        ``only_unjudged``: rows whose ``raw_verdict`` is set (judged when the run ran) are kept as
+        they are; the others (runs older than this module) are judged. False: every row anew."""
+        cases: dict[str, Case] = {}
+        out = []
+        for r in rows:
+            if only_unjudged and r.get("raw_verdict"):
+                out.append(r)
+                continue
+            key = str(r.get("case_json", ""))
+            case = cases.get(key)
+            if case is None and key and any(fnmatch.fnmatchcase(str(r.get("backend", "")), e.backend) for e in self.entries):
+                case = cases[key] = Case.from_json(key)
+            out.append(self.judge(r, versions.get(str(r.get("backend", "")), ""), torch_version, case))
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """What environment.json records."""
+        return {"files": list(self.files), "entries": [e.id for e in self.entries]}
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _fail(path: Path, where: str, msg: str) -> ExpectationError:
+    return ExpectationError(f"{path}: {where}: {msg}")
+
+
+def _condition(path: Path, where: str, raw: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if not isinstance(raw, dict) or not raw:
+        raise _fail(path, where, "field 'condition' must be a non-empty table of coverage dimension = value or [values]")
+    out = []
+    for dim, want in raw.items():
+        values = [want] if isinstance(want, str) else want
+        if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
+            raise _fail(path, where, f"condition {dim!r} must be a string or a non-empty list of strings, got {want!r}")
+        known = GRID_CELLS if dim == "grid" else DIMENSIONS.get(dim)
+        if known is None:
+            raise _fail(path, where, f"condition: unknown coverage dimension {dim!r} (known: {', '.join([*DIMENSIONS, 'grid'])})")
+        bad = [v for v in values if v not in known]
+        if bad:
+            raise _fail(path, where, f"condition {dim!r}: unknown value(s) {bad} (known: {', '.join(known)})")
+        out.append((dim, tuple(values)))
+    return tuple(out)
+
+
+def _text(path: Path, where: str, raw: dict[str, Any], key: str) -> str:
+    v = raw.get(key)
+    if not isinstance(v, str) or not v.strip():
+        raise _fail(path, where, f"field {key!r} must be a non-empty string")
+    return v.strip()
+
+
+def _entry(path: Path, n: int, raw: Any, builtin: Sequence[str]) -> Expectation:
+    where = f"entry #{n}"
+    if not isinstance(raw, dict):
+        raise _fail(path, where, "each [[divergence]] must be a table")
+    if isinstance(raw.get("id"), str) and raw["id"].strip():
+        where = f"entry {raw['id'].strip()!r}"
+    unknown = sorted(set(raw) - set(FIELDS))
+    if unknown:
+        raise _fail(path, where, f"unknown field(s) {unknown} (known: {', '.join(FIELDS)})")
+    missing = [k for k in REQUIRED if k not in raw]
+    if missing:
+        raise _fail(path, where, f"missing field(s) {missing}")
+    backend = _text(path, where, raw, "backend")
+    if ":" not in backend and not fnmatch.filter(builtin, backend):
+        raise _fail(path, where, f"field 'backend': {backend!r} matches no known backend (a plugin spec has a ':')")
+    verdict = raw.get("verdict", "fail")
+    if verdict not in RAW_FAILS:
+        raise _fail(path, where, f"field 'verdict' must be one of {', '.join(RAW_FAILS)}, got {verdict!r}")
+    reasons = raw.get("reasons", [])
+    if not isinstance(reasons, list) or any(r not in REASONS for r in reasons):
+        raise _fail(path, where, f"field 'reasons' must be a list of {', '.join(REASONS)}, got {reasons!r}")
+    if reasons and verdict != "fail":
+        raise _fail(path, where, "field 'reasons' only applies to verdict 'fail'")
+    detail = raw.get("detail", "")
+    try:
+        re.compile(detail) if isinstance(detail, str) else None
+    except re.error as exc:
+        raise _fail(path, where, f"field 'detail' is not a regular expression ({exc})") from None
+    if not isinstance(detail, str):
+        raise _fail(path, where, f"field 'detail' must be a string (a regular expression), got {detail!r}")
+    strict = raw.get("strict", True)
+    if not isinstance(strict, bool):
+        raise _fail(path, where, f"field 'strict' must be true or false, got {strict!r}")
+    versions = None
+    if "versions" in raw:
+        if not isinstance(raw["versions"], str):
+            raise _fail(path, where, "field 'versions' must be a string such as 'xformers>=0.0.35,<0.0.36'")
+        try:
+            versions = VersionRange.parse(raw["versions"])
+        except ValueError as exc:
+            raise _fail(path, where, f"field 'versions': {exc}") from None
+    return Expectation(
+        id=_text(path, where, raw, "id"), backend=backend, condition=_condition(path, where, raw["condition"]),
+        explanation=_text(path, where, raw, "explanation"), upstream=_text(path, where, raw, "upstream"),
+        verdict=verdict, reasons=tuple(reasons), strict=strict, versions=versions, detail=detail, source=str(path),
+    )
+
+
+def load_file(path: Path | str) -> tuple[Expectation, ...]:
+    """The entries of one TOML file; :class:`ExpectationError` on anything wrong in it."""
+    from . import backends
+
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ExpectationError(f"{path}: no such expectations file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ExpectationError(f"{path}: cannot read it ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ExpectationError(f"{path}: not valid TOML ({exc})") from None
+    extra = sorted(set(data) - {"divergence"})
+    if extra:
+        raise ExpectationError(f"{path}: unknown top-level key(s) {extra}; entries are [[divergence]] tables")
+    raw = data.get("divergence", [])
+    if not isinstance(raw, list):
+        raise ExpectationError(f"{path}: 'divergence' must be an array of tables ([[divergence]])")
+    names = backends.names()
+    entries = tuple(_entry(path, n, r, names) for n, r in enumerate(raw, 1))
+    seen: set[str] = set()
+    for e in entries:
+        if e.id in seen:
+            raise ExpectationError(f"{path}: entry {e.id!r}: duplicate id")
+        seen.add(e.id)
+    return entries
+
+
+def load(specs: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Expectations:
+    """The expectations to use: ``specs`` (``--expect`` values), else ``$PARITY_EXPECT``, else the
+    default file. ``"default"`` names :data:`DEFAULT_FILE`; ``"none"`` alone means no entries."""
+    environ = os.environ if environ is None else environ
+    origin = "--expect"
+    if not specs:
+        env = environ.get(ENV_VAR, "").strip()
+        specs, origin = ([s for s in env.split(os.pathsep) if s.strip()], f"${ENV_VAR}") if env else (["default"], "")
+    specs = [s.strip() for s in specs]
+    if "none" in specs:
+        if len(specs) > 1:
+            raise ExpectationError(f"{origin} none cannot be combined with other files ({', '.join(s for s in specs if s != 'none')})")
+        return Expectations((), ())
+    paths = [DEFAULT_FILE if s == "default" else Path(s) for s in specs]
+    entries: list[Expectation] = []
+    for p in paths:
+        for e in load_file(p):
+            if any(x.id == e.id for x in entries):
+                raise ExpectationError(f"{p}: entry {e.id!r}: id already defined in {next(x.source for x in entries if x.id == e.id)}")
+            entries.append(e)
+    return Expectations(tuple(entries), tuple(str(p) for p in paths))
