@@ -25,7 +25,7 @@ import torch
 from parity import Case, Window, backends, cli
 from parity.backends.flash_attn import flash_window
 from parity.backends.flash_attn4 import fa4_window
-from parity.backends.flashinfer import flashinfer_window
+from parity.backends.flashinfer import flashinfer_decode_window, flashinfer_window
 from parity.backends.flex import bucket_band, bucket_len
 from parity.backends.jax_attn import jax_window
 from parity.backends.torch_fa2 import fa2_window
@@ -202,6 +202,13 @@ def _native_texts(spec: str, case: Case) -> list[str]:
     if spec.startswith("jax"):
         causal = spec == "jax-cudnn-causal-cuda"
         return [f"NATIVE = {[jax_window(w, sq, sk, causal) for sq, sk in pairs]!r}", f"implementation={spec.split('-')[1]!r}"]
+    if spec == "flashinfer-paged-cuda":
+        causal, left = flashinfer_window(w, ql[0], kl[0])
+        page = [] if case.page_size else ["PAGE = 16", "def paged_layout"]
+        return [f"causal={causal!r}, sm_scale=SCALE, window_left={left}", *page]
+    if spec == "flashinfer-decode-cuda":
+        page = [] if case.page_size else ["PAGE = 16", "def paged_layout"]
+        return [f"window_left={flashinfer_decode_window(w, 1, kl[0])}", *page]
     if spec == "flashinfer-cuda":
         return [f"NATIVE = {[flashinfer_window(w, sq, sk) for sq, sk in pairs]!r}"]
     if spec == "flex-cuda":
@@ -219,6 +226,8 @@ GPU_TEMPLATES = [
     ("xformers-cutlass-cuda", DENSE), ("xformers-flash-cuda", DECODE), ("xformers-cutlass-cuda", TOP_LEFT),
     ("jax-xla-cuda", DECODE), ("jax-cudnn-cuda", DENSE), ("jax-cudnn-causal-cuda", TOP_LEFT),
     ("flashinfer-cuda", DECODE), ("flex-cuda", DECODE),
+    ("flashinfer-paged-cuda", DENSE), ("flashinfer-paged-cuda", PAGED), ("flashinfer-decode-cuda", DECODE),
+    ("flashinfer-decode-cuda", PAGED256),
     ("vllm-fa2-cuda", DECODE), ("vllm-fa2-cuda", PAGED), ("vllm-fa3-cuda", DENSE), ("vllm-fa3-cuda", PAGED),
     ("sdpa-math-cuda", DENSE), ("sdpa-efficient-cuda", DECODE), ("sdpa-cudnn-cuda", DENSE), ("sdpa-flash-causal-cuda", TOP_LEFT),
 ]

@@ -222,7 +222,7 @@ def test_consistency_check_catches_a_decode_bug():
 
 GPU_BACKENDS = ["torch-fa2-cuda", "torch-fa2-varlen-cuda", "fa4-cuda", "fa4-varlen-cuda", "xformers-cutlass-cuda",
                 "xformers-flash-cuda", "jax-xla-cuda", "jax-cudnn-cuda", "fa2-cuda", "fa3-cuda", "flashinfer-cuda",
-                "vllm-fa2-cuda", "vllm-fa3-cuda"]
+                "flashinfer-paged-cuda", "flashinfer-decode-cuda", "vllm-fa2-cuda", "vllm-fa3-cuda"]
 
 
 def _available(spec: str):

@@ -257,6 +257,25 @@ def _setup_flashinfer(monkeypatch, exc):
     )
 
 
+class _RaisingWrapper:
+    exc: BaseException = RuntimeError()
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def plan(self, *args, **kwargs):
+        raise self.exc
+
+
+def _setup_flashinfer_wrapper(cls, case):
+    def setup(monkeypatch, exc):
+        wrapper = type("Wrapper", (_RaisingWrapper,), {"exc": exc})
+        _fake(monkeypatch, "flashinfer", BatchPrefillWithPagedKVCacheWrapper=wrapper, BatchDecodeWithPagedKVCacheWrapper=wrapper)
+        return _on_cpu(cls), case
+
+    return setup
+
+
 def _setup_vllm_fa2(monkeypatch, exc):
     _fake(monkeypatch, "vllm.vllm_flash_attn.flash_attn_interface", flash_attn_varlen_func=_raiser(exc))
     paged = Case(q_lens=(3, 1), k_lens=(70, 33), window=Window(19, 0), page_size=16, **BF16)
@@ -282,6 +301,15 @@ END_TO_END = {
         RuntimeError("INTERNAL: Sliding window attention is only supported with max_s_q <= max_s_kv."),
     ),
     "flashinfer-cuda": (_setup_flashinfer, RuntimeError("Unsupported head_dim: 80")),
+    "flashinfer-paged-cuda": (
+        _setup_flashinfer_wrapper(flashinfer.FlashInferPagedBackend, Case((16, 3), (16, 30), window=Window(7, 0), page_size=16, **BF16)),
+        RuntimeError("BatchPrefillWithPagedKVCache failed to dispatch with dtype BFloat16"),
+    ),
+    "flashinfer-decode-cuda": (
+        _setup_flashinfer_wrapper(flashinfer.FlashInferDecodeBackend, Case((1, 1), (40, 9), hq=4, hkv=2, head_dim=80, dtype="bfloat16",
+                                                                          window=Window(7, 0))),
+        RuntimeError("Unsupported head_dim: 80"),
+    ),
     "vllm-fa2-cuda": (_setup_vllm_fa2, RuntimeError("Paged KV cache block size must be divisible by 16")),
     "vllm-fa3-cuda": (_setup_vllm_fa3, RuntimeError("This flash attention build only supports varlen (for build size reasons).")),
 }

@@ -48,6 +48,8 @@ BUILTIN: dict[str, str] = {
     "jax-cudnn-cuda": ".jax_attn:JaxCudnn",
     "jax-cudnn-causal-cuda": ".jax_attn:JaxCudnnCausal",
     "flashinfer-cuda": ".flashinfer:FlashInferBackend",
+    "flashinfer-paged-cuda": ".flashinfer:FlashInferPagedBackend",
+    "flashinfer-decode-cuda": ".flashinfer:FlashInferDecodeBackend",
     "vllm-fa2-cuda": ".vllm_fa:VllmFa2Backend",
     "vllm-fa3-cuda": ".vllm_fa:VllmFa3Backend",
 }
