@@ -16,7 +16,7 @@ wp=/tmp/parity-stage/worker-paths.txt
 [ -f "$wp" ] || { echo "h200_seed_systems: $wp is missing: run bash device/install.sh first" >&2; exit 3; }
 args=()
 while read -r line; do [ -n "$line" ] && args+=(--worker-path "$line"); done < "$wp"
-paths=$(cut -d= -f2 "$wp" | tr '\n' ':' | tr -s ':' | sed 's/:$//')
+paths=/tmp/site-vllm-fa:/tmp/site-flashinfer  # the seed systems' folders (fa4 and xformers cannot share a path)
 
 {
   echo "== $(date -u '+%F %T') UTC  $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
@@ -26,14 +26,17 @@ paths=$(cut -d= -f2 "$wp" | tr '\n' ':' | tr -s ':' | sed 's/:$//')
   echo "== vllm_flash_attn"
   PYTHONPATH=/tmp/site-vllm-fa python3 - <<'EOF'
 import torch  # noqa: F401  the extensions link libtorch by soname
+import sys
 try:
     import vllm
-    from vllm.vllm_flash_attn import flash_attn_interface as f
     print("vllm", vllm.__version__, "stub" if getattr(vllm, "_parity_stub", False) else "full")
-    print("FA2", f.FA2_AVAILABLE, f.FA2_UNAVAILABLE_REASON)
-    print("FA3", f.FA3_AVAILABLE, f.FA3_UNAVAILABLE_REASON)
+    import vllm.vllm_flash_attn  # noqa: F401
 except Exception as exc:  # noqa: BLE001
     print("vllm_flash_attn import failed:", type(exc).__name__, exc)
+f = sys.modules.get("vllm.vllm_flash_attn.flash_attn_interface")  # loaded before __init__ raises
+if f is not None:
+    print("FA2", f.FA2_AVAILABLE, f.FA2_UNAVAILABLE_REASON)
+    print("FA3", f.FA3_AVAILABLE, f.FA3_UNAVAILABLE_REASON)
 EOF
   echo "== flashinfer"
   PYTHONPATH=/tmp/site-flashinfer python3 -c 'import flashinfer, flashinfer.jit.env as e; print("flashinfer", flashinfer.__version__, "cubin dir", e.FLASHINFER_CUBIN_DIR, "jit-cache", e.has_flashinfer_jit_cache())' 2>&1 | tail -3
