@@ -25,10 +25,11 @@ import torch
 from parity import Case, Window, backends, cli
 from parity.backends.flash_attn import flash_window
 from parity.backends.flash_attn4 import fa4_window
-from parity.backends.flashinfer import flashinfer_window
+from parity.backends.flashinfer import flashinfer_decode_window, flashinfer_window
 from parity.backends.flex import bucket_band, bucket_len
 from parity.backends.jax_attn import jax_window
 from parity.backends.torch_fa2 import fa2_window
+from parity.backends.vllm_fa import vllm_fa_window
 from parity.backends.xformers import bias_expr, xformers_bias_spec
 from parity.case import make_inputs
 from parity.regimes import REGIMES
@@ -191,6 +192,9 @@ def _native_texts(spec: str, case: Case) -> list[str]:
     if spec.startswith("torch-fa2"):
         left, right = fa2_window(w, ql, kl)
         return [f"window_size_left={left}, window_size_right={right}"]
+    if spec.startswith("vllm-fa"):
+        causal, window = vllm_fa_window(w, ql, kl)
+        return [f"causal={causal!r}", f"window_size={list(window)!r}", f"fa_version={spec[7]}"]
     if spec.startswith(("fa2", "fa3")):
         return [f"window_size={flash_window(w, ql, kl)!r}"]
     if spec.startswith("xformers"):
@@ -198,6 +202,13 @@ def _native_texts(spec: str, case: Case) -> list[str]:
     if spec.startswith("jax"):
         causal = spec == "jax-cudnn-causal-cuda"
         return [f"NATIVE = {[jax_window(w, sq, sk, causal) for sq, sk in pairs]!r}", f"implementation={spec.split('-')[1]!r}"]
+    if spec == "flashinfer-paged-cuda":
+        causal, left = flashinfer_window(w, ql[0], kl[0])
+        page = [] if case.page_size else ["PAGE = 16", "def paged_layout"]
+        return [f"causal={causal!r}, sm_scale=SCALE, window_left={left}", *page]
+    if spec == "flashinfer-decode-cuda":
+        page = [] if case.page_size else ["PAGE = 16", "def paged_layout"]
+        return [f"window_left={flashinfer_decode_window(w, 1, kl[0])}", *page]
     if spec == "flashinfer-cuda":
         return [f"NATIVE = {[flashinfer_window(w, sq, sk) for sq, sk in pairs]!r}"]
     if spec == "flex-cuda":
@@ -215,6 +226,9 @@ GPU_TEMPLATES = [
     ("xformers-cutlass-cuda", DENSE), ("xformers-flash-cuda", DECODE), ("xformers-cutlass-cuda", TOP_LEFT),
     ("jax-xla-cuda", DECODE), ("jax-cudnn-cuda", DENSE), ("jax-cudnn-causal-cuda", TOP_LEFT),
     ("flashinfer-cuda", DECODE), ("flex-cuda", DECODE),
+    ("flashinfer-paged-cuda", DENSE), ("flashinfer-paged-cuda", PAGED), ("flashinfer-decode-cuda", DECODE),
+    ("flashinfer-decode-cuda", PAGED256),
+    ("vllm-fa2-cuda", DECODE), ("vllm-fa2-cuda", PAGED), ("vllm-fa3-cuda", DENSE), ("vllm-fa3-cuda", PAGED),
     ("sdpa-math-cuda", DENSE), ("sdpa-efficient-cuda", DECODE), ("sdpa-cudnn-cuda", DENSE), ("sdpa-flash-causal-cuda", TOP_LEFT),
 ]
 

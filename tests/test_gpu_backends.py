@@ -24,6 +24,7 @@ from parity.backends.flash_attn4 import fa4_window
 from parity.backends.flashinfer import flashinfer_window
 from parity.backends.jax_attn import jax_window
 from parity.backends.torch_fa2 import fa2_window
+from parity.backends.vllm_fa import vllm_fa_window
 from parity.backends.xformers import xformers_bias_spec
 from parity.case import Case
 from parity.window import Window
@@ -155,6 +156,27 @@ def test_xformers_bias_choice_matches_its_documented_masks():
             assert torch.equal(xformers_rule(name, kw, sq, sk), w.mask(sq, sk)), (w, sq, sk, name)
 
 
+def test_vllm_fa_translation_matches_flash_attn_rule():
+    """vLLM's (causal, window_size) under flash-attn's documented rule: causal=True forces right = 0."""
+    checked = 0
+    for w in windows():
+        for sq, sk in SIZES:
+            try:
+                causal, (left, right) = vllm_fa_window(w, [sq], [sk])
+            except Unsupported:
+                assert w.align == "top_left" and sq != sk
+                continue
+            assert causal == (w.right == 0)
+            assert torch.equal(fa2_rule(sq, sk, left, 0 if causal else right), w.mask(sq, sk)), (w, sq, sk, causal, left, right)
+            checked += 1
+    assert checked > 400
+    # as vLLM's FlashAttention backend builds them: sliding_window=W -> (W - 1, 0) causal; full causal -> (-1, -1) causal
+    assert vllm_fa_window(Window.tokens(4096), [1], [9000]) == (True, (4095, 0))
+    assert vllm_fa_window(Window(None, 0), [5], [9]) == (True, (-1, -1))
+    assert vllm_fa_window(Window(None, None), [5], [9]) == (False, (-1, -1))
+    assert vllm_fa_window(Window(7, 7), [9], [9]) == (False, (7, 7))  # vLLM's encoder-only window
+
+
 def test_flashinfer_translation():
     for w in windows():
         for sq, sk in SIZES:
@@ -168,11 +190,12 @@ def test_flashinfer_translation():
 def test_gpu_backends_are_registered_and_constructible_without_imports():
     names = backends.expand("all-gpu")
     for n in ("torch-fa2-cuda", "fa4-cuda", "xformers-cutlass-cuda", "xformers-flash-cuda", "jax-xla-cuda",
-              "jax-cudnn-cuda", "fa2-cuda", "fa3-cuda", "fa2-kvcache-cuda", "flashinfer-cuda"):
+              "jax-cudnn-cuda", "fa2-cuda", "fa3-cuda", "fa2-kvcache-cuda", "flashinfer-cuda", "vllm-fa2-cuda", "vllm-fa3-cuda"):
         assert n in names
         assert backends.get(n).device == "cuda"
     assert backends.marker_for("torch-fa2-cuda") == "torch_fa2"
     assert backends.marker_for("fa4-cuda") == "flash_attn"
+    assert backends.marker_for("vllm-fa3-cuda") == "vllm"
 
 
 def test_unsupported_reasons_name_the_limit():
@@ -202,7 +225,8 @@ def test_consistency_check_catches_a_decode_bug():
 # -- on a GPU -----------------------------------------------------------------------------------
 
 GPU_BACKENDS = ["torch-fa2-cuda", "torch-fa2-varlen-cuda", "fa4-cuda", "fa4-varlen-cuda", "xformers-cutlass-cuda",
-                "xformers-flash-cuda", "jax-xla-cuda", "jax-cudnn-cuda", "fa2-cuda", "fa3-cuda", "flashinfer-cuda"]
+                "xformers-flash-cuda", "jax-xla-cuda", "jax-cudnn-cuda", "fa2-cuda", "fa3-cuda", "flashinfer-cuda",
+                "flashinfer-paged-cuda", "flashinfer-decode-cuda", "vllm-fa2-cuda", "vllm-fa3-cuda"]
 
 
 def _available(spec: str):
@@ -218,6 +242,7 @@ GPU_CASES = [
     Case((1, 1), (100, 37), 8, 2, 64, "bfloat16", Window.tokens(16), seed=2),
     Case((16,), (80,), 4, 1, 64, "bfloat16", Window(23, 0), seed=3),
     Case((30, 7, 64), (30, 7, 64), 4, 2, 64, "float16", Window(12, 0), seed=4),
+    Case((3, 1), (70, 33), 4, 1, 64, "bfloat16", Window(19, 0), page_size=16, seed=5),  # paged backends only
 ]
 
 
@@ -252,6 +277,8 @@ def test_gpu_backend_windowed_cases_pass(spec, case, expectations, worker_paths)
     path = worker_paths.get(spec)
     if not path:
         _available(spec)
+    if case.page_size is not None and not backends.get(spec).supports_paged:
+        pytest.skip(f"{spec} has no paged path")
     row = check(evaluate(spec, case, expectations=expectations, worker_path=path), expectations)
     if row["verdict"] in ("unavailable", "unsupported"):
         pytest.skip(f"{row['verdict']}: {row['detail']}")

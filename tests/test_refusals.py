@@ -19,7 +19,7 @@ import torch
 
 from parity import Case, Window
 from parity.api import evaluate
-from parity.backends import flash_attn, flash_attn4, flashinfer, jax_attn, sdpa, torch_fa2, xformers
+from parity.backends import flash_attn, flash_attn4, flashinfer, jax_attn, sdpa, torch_fa2, vllm_fa, xformers
 from parity.backends.base import Unsupported, refusal, refusals
 from parity.backends.cudnn import CUDNN_REFUSALS
 from parity.execute import execute
@@ -83,6 +83,16 @@ REAL_REFUSALS = [
     ),
     pytest.param(torch_fa2.FA2_REFUSALS, RuntimeError("Paged KV cache block size must be divisible by 256"), id="fa2-page-size"),
     pytest.param(torch_fa2.FA2_REFUSALS, RuntimeError("head_size should be a multiple of 8"), id="fa3-head-dim"),
+    pytest.param(
+        vllm_fa.VLLM_FA_REFUSALS,
+        RuntimeError("This flash attention build only supports varlen (for build size reasons)."),
+        id="vllm-fa3-varlen-only",
+    ),
+    pytest.param(
+        vllm_fa.VLLM_FA_REFUSALS, RuntimeError("FlashAttention only supports fp16, bf16, and fp8_e4m3 data type"), id="vllm-fa3-dtype"
+    ),
+    pytest.param(vllm_fa.VLLM_FA_REFUSALS, RuntimeError("Paged KV cache block size must be divisible by 16"), id="vllm-fa2-page-size"),
+    pytest.param(vllm_fa.VLLM_FA_REFUSALS, NotImplementedError("FA2 does not support num_splits > 1"), id="vllm-fa2-wrapper"),
     pytest.param(flashinfer.FLASHINFER_REFUSALS, RuntimeError("Unsupported head_dim: 80"), id="flashinfer-head-dim"),
     pytest.param(
         flashinfer.FLASHINFER_REFUSALS,
@@ -101,6 +111,7 @@ ALL_TUPLES = [
         ("xformers", xformers.XFORMERS_REFUSALS),
         ("fa2", torch_fa2.FA2_REFUSALS),
         ("flashinfer", flashinfer.FLASHINFER_REFUSALS),
+        ("vllm-fa", vllm_fa.VLLM_FA_REFUSALS),
     ]
 ]
 
@@ -246,6 +257,36 @@ def _setup_flashinfer(monkeypatch, exc):
     )
 
 
+class _RaisingWrapper:
+    exc: BaseException = RuntimeError()
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def plan(self, *args, **kwargs):
+        raise self.exc
+
+
+def _setup_flashinfer_wrapper(cls, case):
+    def setup(monkeypatch, exc):
+        wrapper = type("Wrapper", (_RaisingWrapper,), {"exc": exc})
+        _fake(monkeypatch, "flashinfer", BatchPrefillWithPagedKVCacheWrapper=wrapper, BatchDecodeWithPagedKVCacheWrapper=wrapper)
+        return _on_cpu(cls), case
+
+    return setup
+
+
+def _setup_vllm_fa2(monkeypatch, exc):
+    _fake(monkeypatch, "vllm.vllm_flash_attn.flash_attn_interface", flash_attn_varlen_func=_raiser(exc))
+    paged = Case(q_lens=(3, 1), k_lens=(70, 33), window=Window(19, 0), page_size=16, **BF16)
+    return _on_cpu(vllm_fa.VllmFa2Backend), paged
+
+
+def _setup_vllm_fa3(monkeypatch, exc):
+    _fake(monkeypatch, "vllm.vllm_flash_attn.flash_attn_interface", flash_attn_varlen_func=_raiser(exc))
+    return _on_cpu(vllm_fa.VllmFa3Backend), DENSE
+
+
 #: backend -> (set-up, the library's real refusal for that call)
 END_TO_END = {
     "sdpa-cudnn-cuda": (_setup_sdpa, RuntimeError("cuDNN Frontend error: [cudnn_frontend] Error: No execution plans support the graph.")),
@@ -260,6 +301,17 @@ END_TO_END = {
         RuntimeError("INTERNAL: Sliding window attention is only supported with max_s_q <= max_s_kv."),
     ),
     "flashinfer-cuda": (_setup_flashinfer, RuntimeError("Unsupported head_dim: 80")),
+    "flashinfer-paged-cuda": (
+        _setup_flashinfer_wrapper(flashinfer.FlashInferPagedBackend, Case((16, 3), (16, 30), window=Window(7, 0), page_size=16, **BF16)),
+        RuntimeError("BatchPrefillWithPagedKVCache failed to dispatch with dtype BFloat16"),
+    ),
+    "flashinfer-decode-cuda": (
+        _setup_flashinfer_wrapper(flashinfer.FlashInferDecodeBackend, Case((1, 1), (40, 9), hq=4, hkv=2, head_dim=80, dtype="bfloat16",
+                                                                          window=Window(7, 0))),
+        RuntimeError("Unsupported head_dim: 80"),
+    ),
+    "vllm-fa2-cuda": (_setup_vllm_fa2, RuntimeError("Paged KV cache block size must be divisible by 16")),
+    "vllm-fa3-cuda": (_setup_vllm_fa3, RuntimeError("This flash attention build only supports varlen (for build size reasons).")),
 }
 
 

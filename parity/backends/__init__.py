@@ -48,6 +48,10 @@ BUILTIN: dict[str, str] = {
     "jax-cudnn-cuda": ".jax_attn:JaxCudnn",
     "jax-cudnn-causal-cuda": ".jax_attn:JaxCudnnCausal",
     "flashinfer-cuda": ".flashinfer:FlashInferBackend",
+    "flashinfer-paged-cuda": ".flashinfer:FlashInferPagedBackend",
+    "flashinfer-decode-cuda": ".flashinfer:FlashInferDecodeBackend",
+    "vllm-fa2-cuda": ".vllm_fa:VllmFa2Backend",
+    "vllm-fa3-cuda": ".vllm_fa:VllmFa3Backend",
 }
 
 #: What ``python -m parity run`` sweeps when no --backend is given: the CPU backends.
@@ -115,6 +119,7 @@ _MARKERS = (
     ("xformers", "xformers"),
     ("jax", "jax"),
     ("flashinfer", "flashinfer"),
+    ("vllm", "vllm"),
 )
 
 

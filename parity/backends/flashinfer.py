@@ -1,6 +1,25 @@
-"""FlashInfer ``single_prefill_with_kv_cache``, per sequence, where FlashInfer is installed.
+"""FlashInfer, where installed (checked against flashinfer-python 0.7.2.post1's API):
 
-Layout NHD: ``q`` ``(Sq, hq, d)``, ``k``/``v`` ``(Sk, hkv, d)``; GQA native.
+* ``flashinfer-cuda``: ``single_prefill_with_kv_cache``, per sequence;
+* ``flashinfer-paged-cuda``: ``BatchPrefillWithPagedKVCacheWrapper`` (``plan`` then ``run``),
+  the whole batch over a paged cache: the path vLLM's and SGLang's FlashInfer backends take for
+  prefill and chunked prefill;
+* ``flashinfer-decode-cuda``: ``BatchDecodeWithPagedKVCacheWrapper``, cases whose every
+  sequence has ``Sq = 1``.
+
+Layout NHD: ``q`` ``(Sq, hq, d)``, ``k``/``v`` ``(Sk, hkv, d)``; GQA native. The paged
+backends take the harness's page layout (:meth:`parity.case.Inputs.paged`: ``(num_pages,
+page_size, hkv, d)`` caches, pages in a seeded random order) and, for cases without a page
+size, page the keys themselves at :data:`DEFAULT_PAGE` (vLLM's default block size); the
+layout becomes FlashInfer's CSR form in :func:`flashinfer_paged_args` (``paged_kv_indptr``,
+``paged_kv_indices``, ``paged_kv_last_page_len``).
+
+Kernels. FlashInfer builds its prefill / decode kernels just in time with nvcc (cached under
+``~/.cache/flashinfer``), or loads them from the ``flashinfer-jit-cache`` wheel (FlashInfer's
+own index, not PyPI); the ``flashinfer-cubin`` wheel only carries downloaded cubins for other
+kernels. So the backends are unavailable, with that reason, where neither nvcc
+(``$CUDA_HOME/bin/nvcc``, ``nvcc`` on ``PATH``, ``/usr/local/cuda/bin/nvcc``: FlashInfer's own
+search order), nor ``flashinfer_jit_cache``, nor an already built kernel is found.
 
 Window translation: FlashInfer has a left window only, ``window_left`` (keys
 ``i + Sk - Sq - window_left .. `` stay visible; ``-1`` = unbounded), bottom-right aligned,
@@ -8,7 +27,9 @@ combined with ``causal=True`` for ``right == 0``. So ``(L, 0)`` -> ``causal=True
 window_left=L``; ``(None, 0)`` -> ``causal=True, window_left=-1``; ``(None, None)`` ->
 ``causal=False, window_left=-1``. A bounded right side other than 0, a bounded left with
 an unbounded right, and ``top_left`` with ``Sq != Sk`` are unsupported. Softcap is
-``logits_soft_cap``.
+``logits_soft_cap``. Decode (``Sq = 1``, bottom-right): the query sees keys
+``Sk - 1 - window_left .. Sk - 1``, so any right side is exact (no key lies beyond
+``Sk - 1``) and only ``window_left`` is passed (:func:`flashinfer_decode_window`).
 
 Refusal phrases (:data:`FLASHINFER_REFUSALS`): FlashInfer's dispatch macros raise
 ``RuntimeError`` when no kernel was generated for a configuration:
@@ -25,11 +46,21 @@ is not a refusal.
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
 import torch
 
-from ..case import Case, Inputs
+from ..case import Case, Inputs, PagedKV
 from ..window import Window
 from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason, refusals
+
+#: Page size the paged backends use for cases that have none (vLLM's default block size).
+DEFAULT_PAGE = 16
+#: FlashInfer's float workspace for the batch wrappers (its examples use 128 MiB).
+WORKSPACE_BYTES = 128 << 20
 
 #: FlashInfer's own words when it has no kernel for a configuration; see the module docstring.
 FLASHINFER_REFUSALS: tuple[str, ...] = ("Unsupported head_dim", "failed to dispatch")
@@ -46,6 +77,50 @@ def flashinfer_window(window: Window, sq: int, sk: int) -> tuple[bool, int]:
     raise Unsupported(f"FlashInfer has a left window only (with causal); window {window.describe()} has no translation")
 
 
+def flashinfer_decode_window(window: Window, sq: int, sk: int) -> int:
+    """``window_left`` for a decode query (``Sq = 1``); raises :class:`Unsupported`."""
+    if sq != 1:
+        raise Unsupported(f"FlashInfer's batch decode takes one query per sequence, not Sq = {sq}")
+    if window.align == "top_left" and sk != 1:
+        raise Unsupported("FlashInfer's decode aligns bottom-right; top_left with Sq != Sk has no translation")
+    return -1 if window.left is None else window.left
+
+
+def flashinfer_paged_args(paged: PagedKV) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FlashInfer's CSR page table: ``(paged_kv_indptr (B + 1,), paged_kv_indices (pages,), paged_kv_last_page_len (B,))``, int32."""
+    seqlens = paged.seqlens_k.tolist()
+    n_pages = [-(-sk // paged.page_size) for sk in seqlens]
+    dev = paged.block_table.device
+    indptr = torch.tensor([0, *torch.tensor(n_pages).cumsum(0).tolist()], dtype=torch.int32, device=dev)
+    indices = torch.cat([paged.block_table[b, :n] for b, n in enumerate(n_pages)]).to(torch.int32)
+    last = torch.tensor([sk - (n - 1) * paged.page_size for sk, n in zip(seqlens, n_pages)], dtype=torch.int32, device=dev)
+    return indptr, indices, last
+
+
+def flashinfer_jit_reason() -> str | None:
+    """``None`` when FlashInfer can get its attention kernels here (nvcc, flashinfer-jit-cache, or built ones), else why not."""
+    if importlib.util.find_spec("flashinfer_jit_cache") is not None:
+        return None
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home is not None:  # FlashInfer's own order: CUDA_HOME / CUDA_PATH, else `which nvcc`, else /usr/local/cuda
+        if (Path(home) / "bin" / "nvcc").exists():
+            return None
+    elif shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists():
+        return None
+    try:
+        from flashinfer.jit import env
+
+        if any(Path(env.FLASHINFER_JIT_DIR).rglob("*.so")):
+            return None  # kernels built earlier on this machine
+    except Exception:  # noqa: BLE001 - then only nvcc counts
+        pass
+    where = f"CUDA_HOME={home}" if home else "nvcc on PATH, /usr/local/cuda"
+    return (
+        f"FlashInfer JIT-compiles its attention kernels with nvcc and none was found ({where}); "
+        "no flashinfer-jit-cache is installed and no kernel was built here before"
+    )
+
+
 class FlashInferBackend(Backend):
     name = "flashinfer-cuda"
     device = "cuda"
@@ -56,7 +131,7 @@ class FlashInferBackend(Backend):
             return r
         if r := import_error_reason("flashinfer"):
             return r + " (pip install flashinfer-python; it JIT-compiles its kernels with nvcc)"
-        return None
+        return flashinfer_jit_reason()
 
     def version(self) -> str:
         import flashinfer
@@ -118,5 +193,170 @@ class FlashInferBackend(Backend):
                 return out
             """,
             native=repr(native),
+            softcap=repr(case.softcap or 0.0),
+        )
+
+
+def _paged_template_head(case: Case) -> tuple[str, str]:
+    """``(module-level source, page-size name)`` for the paged templates: the case's ``PAGE_SIZE``, or
+    :data:`DEFAULT_PAGE` and a copy of ``paged_layout`` (the script has it only for paged cases)."""
+    import inspect
+
+    from ..case import paged_layout
+
+    if case.page_size is not None:
+        return "", "PAGE_SIZE"
+    src = f"PAGE = {DEFAULT_PAGE}  # the case has no page size: the backend pages the keys itself\n\n\n"
+    return src + inspect.getsource(paged_layout), "PAGE"
+
+
+class FlashInferPagedBackend(FlashInferBackend):
+    """``BatchPrefillWithPagedKVCacheWrapper``: one ``plan`` + ``run`` for the whole batch over a paged cache."""
+
+    name = "flashinfer-paged-cuda"
+    supports_paged = True
+    description = "flashinfer.BatchPrefillWithPagedKVCacheWrapper (plan + run, window_left), paged KV"
+    _workspace: torch.Tensor | None = None
+
+    def _paged(self, case: Case, inputs: Inputs) -> PagedKV:
+        return inputs.paged(case.page_size or DEFAULT_PAGE)
+
+    def _buffer(self, device: torch.device) -> torch.Tensor:
+        if self._workspace is None or self._workspace.device != device:
+            self._workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        return self._workspace
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        import flashinfer
+
+        causal, left = flashinfer_window(case.window, case.q_lens[0], case.k_lens[0])  # one (causal, left) for the batch
+        paged = self._paged(case, inputs)
+        indptr, indices, last = flashinfer_paged_args(paged)
+        with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
+            wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self._buffer(inputs.q.device), "NHD")
+            wrapper.plan(
+                inputs.cu_seqlens_q,  # qo_indptr (B + 1,) int32
+                indptr,  # paged_kv_indptr (B + 1,) int32
+                indices,  # paged_kv_indices (pages,) int32
+                last,  # paged_kv_last_page_len (B,) int32
+                case.hq,
+                case.hkv,
+                case.head_dim,
+                paged.page_size,
+                causal=causal,
+                sm_scale=case.softmax_scale,
+                window_left=left,
+                logits_soft_cap=case.softcap or 0.0,
+                q_data_type=inputs.q.dtype,
+                kv_data_type=paged.k_cache.dtype,
+            )
+            o = wrapper.run(inputs.q, (paged.k_cache, paged.v_cache), out=out)  # (total_q, hq, d)
+        if o.data_ptr() != out.data_ptr():
+            out.copy_(o)
+        return out
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: plan + run over the harness's page layout."""
+        from ..repro_script import fill
+
+        causal, left = flashinfer_window(case.window, case.q_lens[0], case.k_lens[0])
+        head, page = _paged_template_head(case)
+        return fill(
+            """\
+            import flashinfer
+
+            $head
+
+
+            def attention(q, k, v):
+                k_cache, v_cache, table, seqlens = paged_layout(k, v, K_LENS, $page, SEED)  # (pages, page, hkv, d) x2, (B, P), (B,)
+                n_pages = [-(-sk // $page) for sk in K_LENS]
+                indptr = torch.tensor([sum(n_pages[:b]) for b in range(len(n_pages) + 1)], dtype=torch.int32, device=q.device)
+                indices = torch.cat([table[b, :n] for b, n in enumerate(n_pages)]).to(torch.int32)
+                last = torch.tensor([sk - (n - 1) * $page for sk, n in zip(K_LENS, n_pages)], dtype=torch.int32, device=q.device)
+                wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(torch.empty(128 << 20, dtype=torch.uint8, device=q.device), "NHD")
+                # keys from i + Sk - Sq - window_left on (-1 = unbounded); causal: up to i + Sk - Sq
+                wrapper.plan(torch.tensor(CU_Q, dtype=torch.int32, device=q.device), indptr, indices, last, HQ, HKV, HEAD_DIM, $page,
+                             causal=$causal, sm_scale=SCALE, window_left=$left, logits_soft_cap=$softcap,
+                             q_data_type=q.dtype, kv_data_type=k.dtype)
+                return wrapper.run(q, (k_cache, v_cache))  # (total_q, hq, d)
+            """,
+            head=head,
+            page=page,
+            causal=repr(causal),
+            left=repr(left),
+            softcap=repr(case.softcap or 0.0),
+        )
+
+
+class FlashInferDecodeBackend(FlashInferPagedBackend):
+    """``BatchDecodeWithPagedKVCacheWrapper``: one query per sequence over a paged cache."""
+
+    name = "flashinfer-decode-cuda"
+    description = "flashinfer.BatchDecodeWithPagedKVCacheWrapper (plan + run, window_left), Sq = 1, paged KV"
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        if case.dtype not in ("float16", "bfloat16"):
+            return f"FlashInfer decode takes float16/bfloat16, not {case.dtype}"
+        try:
+            for sq, sk in zip(case.q_lens, case.k_lens):
+                flashinfer_decode_window(case.window, sq, sk)
+        except Unsupported as exc:
+            return str(exc)
+        return None
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        import flashinfer
+
+        left = flashinfer_decode_window(case.window, case.q_lens[0], case.k_lens[0])
+        paged = self._paged(case, inputs)
+        indptr, indices, last = flashinfer_paged_args(paged)
+        with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
+            wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(self._buffer(inputs.q.device), "NHD")
+            wrapper.plan(
+                indptr,  # (B + 1,) int32
+                indices,  # (pages,) int32
+                last,  # (B,) int32
+                case.hq,
+                case.hkv,
+                case.head_dim,
+                paged.page_size,
+                window_left=left,
+                logits_soft_cap=case.softcap or 0.0,
+                sm_scale=case.softmax_scale,
+                q_data_type=inputs.q.dtype,
+                kv_data_type=paged.k_cache.dtype,
+            )
+            o = wrapper.run(inputs.q, (paged.k_cache, paged.v_cache))  # (B, hq, d): one query per sequence
+        out.copy_(o.reshape(out.shape))
+        return out
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: decode plan + run over the harness's page layout."""
+        from ..repro_script import fill
+
+        head, page = _paged_template_head(case)
+        return fill(
+            """\
+            import flashinfer
+
+            $head
+
+
+            def attention(q, k, v):
+                k_cache, v_cache, table, seqlens = paged_layout(k, v, K_LENS, $page, SEED)  # (pages, page, hkv, d) x2, (B, P), (B,)
+                n_pages = [-(-sk // $page) for sk in K_LENS]
+                indptr = torch.tensor([sum(n_pages[:b]) for b in range(len(n_pages) + 1)], dtype=torch.int32, device=q.device)
+                indices = torch.cat([table[b, :n] for b, n in enumerate(n_pages)]).to(torch.int32)
+                last = torch.tensor([sk - (n - 1) * $page for sk, n in zip(K_LENS, n_pages)], dtype=torch.int32, device=q.device)
+                wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(torch.empty(128 << 20, dtype=torch.uint8, device=q.device), "NHD")
+                # the one query sees keys Sk - 1 - window_left .. Sk - 1 (-1 = unbounded)
+                wrapper.plan(indptr, indices, last, HQ, HKV, HEAD_DIM, $page, window_left=$left, logits_soft_cap=$softcap,
+                             sm_scale=SCALE, q_data_type=q.dtype, kv_data_type=k.dtype)
+                return wrapper.run(q, (k_cache, v_cache))  # (B, hq, d) = (total_q, hq, d)
+            """,
+            head=head,
+            page=page,
+            left=repr(flashinfer_decode_window(case.window, case.q_lens[0], case.k_lens[0])),
             softcap=repr(case.softcap or 0.0),
         )

@@ -1,0 +1,254 @@
+"""vLLM's own FlashAttention build: ``vllm.vllm_flash_attn`` (FA2 and FA3 in one wheel).
+
+vLLM ships its fork of flash-attention as compiled extensions inside its wheel
+(``vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so``, ``_vllm_fa3_C.abi3.so``) with a Python
+wrapper, ``vllm.vllm_flash_attn.flash_attn_interface.flash_attn_varlen_func(...,
+fa_version=2|3)``. These backends call that wrapper the way vLLM's FlashAttention attention
+backend (``vllm/v1/attention/backends/flash_attn.py``) does:
+
+* ``vllm-fa2-cuda`` (``fa_version=2``), ``vllm-fa3-cuda`` (``fa_version=3``, Hopper only);
+* packed ``q`` ``(total_q, hq, d)``, ``cu_seqlens_q``, ``max_seqlen_q`` / ``max_seqlen_k``;
+* paged cases (``page_size``): ``k`` / ``v`` are the ``(num_pages, page_size, hkv, d)`` cache,
+  ``block_table`` ``(B, max_pages)`` int32 and ``seqused_k`` ``(B,)`` int32, as vLLM's decoder
+  path passes them; cases without a page size: packed ``k`` / ``v`` with ``cu_seqlens_k``
+  (the wrapper's non-paged varlen path, vLLM's encoder path);
+* ``out=`` the harness's poisoned buffer (vLLM passes its own output buffer the same way), so
+  elements the kernel leaves unwritten are reported;
+* GQA native (``hq`` a multiple of ``hkv``), ``softcap`` (0 = off), ``softmax_scale``.
+
+Window translation (:func:`vllm_fa_window`): flash-attn's ``window_size=(left, right)``,
+inclusive, bottom-right aligned (query ``i`` sees keys ``i + Sk - Sq - left .. i + Sk - Sq +
+right``), ``-1`` = unbounded; ``causal=True`` forces ``right = 0``. As vLLM builds it:
+a decoder layer with ``sliding_window = W`` passes ``causal=True, window_size=(W - 1, 0)``,
+a full causal layer ``causal=True, window_size=(-1, -1)``, an encoder-only layer
+``causal=False, window_size=(W - 1, W - 1)``. So:
+
+=========================  ===============  =========================
+canonical ``Window``       ``causal``       ``window_size``
+=========================  ===============  =========================
+``(L, 0)``                 True             ``(L, 0)``
+``(None, 0)``              True             ``(-1, -1)``
+``(L, R)``, ``R > 0``      False            ``(L, R)``
+``(None, R)``              False            ``(-1, R)``
+``(L, None)``              False            ``(L, -1)``
+``(None, None)``           False            ``(-1, -1)``
+``top_left``, Sq == Sk     as above         as above (the offset is 0 either way)
+``top_left``, Sq != Sk     unsupported      no top-left alignment
+=========================  ===============  =========================
+
+What the kernels cannot do, recorded ``unsupported`` up front: dtypes other than float16 /
+bfloat16 (FA3 also takes fp8, not float32), head dims that are not a multiple of 8 or above
+256, top-left alignment with ``Sq != Sk``, and for FA2 a page size that is not a multiple of
+16 (vLLM's FA2 build: "Paged KV cache block size must be divisible by 16"; upstream FA2 wants
+256).
+
+Refusal phrases (:data:`VLLM_FA_REFUSALS`): the ``TORCH_CHECK`` sentences of the two
+extensions (read from the 0.26.0 wheel's binaries), FA2's shared with :data:`.torch_fa2.FA2_REFUSALS`
+("FlashAttention only supports Ampere GPUs or newer.", "FlashAttention only support fp16 and
+bf16 data type", FA3's "FlashAttention only supports fp16, bf16, and fp8_e4m3 data type",
+"FlashAttention forward only supports head dimension at most 256", "Paged KV cache block size
+must be divisible by 16", "head_size should be a multiple of 8", "This flash attention build
+does not support ..."), plus FA3's "This flash attention build only supports varlen (for build
+size reasons)." and the wrapper's own ``NotImplementedError("FA2 does not support ...")``.
+
+Loading without the rest of vLLM. ``vllm/vllm_flash_attn/__init__.py`` imports its
+interface as ``vllm.vllm_flash_attn.flash_attn_interface`` and the interface loads the
+extensions relatively (``from . import _vllm_fa2_C``); only ``is_fa_version_supported`` reaches
+into ``vllm.platforms``, and these backends never call it (they check the GPU themselves).
+``device/prepare.sh`` therefore stages just that subfolder with a stub ``vllm/__init__.py``
+(``__version__`` of the wheel it came from, ``_parity_stub = True``); with a full vLLM install
+the same import path works unchanged. The extensions link ``libtorch*`` and ``libcudart.so.13``
+by soname: they load into a process that imported torch 2.11 built for CUDA 13.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+
+import torch
+
+from ..case import Case, Inputs
+from ..window import Window
+from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason, refusals
+from .torch_fa2 import FA2_REFUSALS
+
+UNBOUNDED = -1
+INTERFACE = "vllm.vllm_flash_attn.flash_attn_interface"
+
+#: vLLM's FlashAttention builds' own words when they decline inputs; see the module docstring.
+VLLM_FA_REFUSALS: tuple[str, ...] = (
+    *FA2_REFUSALS,
+    "This flash attention build only supports",
+    "FA2 does not support",
+    "FA3 does not support",
+)
+
+
+def vllm_fa_window(window: Window, q_lens, k_lens) -> tuple[bool, tuple[int, int]]:
+    """``(causal, window_size)`` as vLLM passes them to ``flash_attn_varlen_func``; raises :class:`Unsupported`."""
+    if window.align == "top_left" and any(q != k for q, k in zip(q_lens, k_lens)):
+        raise Unsupported("vLLM's FlashAttention windows are bottom-right aligned; top_left with Sq != Sk has no translation")
+    if window.right == 0:
+        return True, ((UNBOUNDED, UNBOUNDED) if window.left is None else (window.left, 0))
+    left = UNBOUNDED if window.left is None else window.left
+    right = UNBOUNDED if window.right is None else window.right
+    return False, (left, right)
+
+
+def _interface():
+    """``vllm.vllm_flash_attn.flash_attn_interface`` (a function, so tests can stand in for it)."""
+    return importlib.import_module(INTERFACE)
+
+
+class VllmFa2Backend(Backend):
+    name = "vllm-fa2-cuda"
+    device = "cuda"
+    supports_paged = True
+    fa_version = 2
+    description = "vllm.vllm_flash_attn flash_attn_varlen_func(fa_version=2): cu_seqlens_q, block_table + seqused_k for paged KV"
+    install_hint = (
+        "stage the vllm/vllm_flash_attn subfolder of a vLLM wheel built for this torch "
+        "(device/prepare.sh vllm-fa), then --worker-path vllm-fa2-cuda=/tmp/site-vllm-fa"
+    )
+
+    def unavailable_reason(self) -> str | None:
+        if r := cuda_unavailable_reason():
+            return r
+        if r := import_error_reason(INTERFACE):
+            # vllm_flash_attn/__init__ raises when no extension loads; the interface module, loaded
+            # first, keeps the loader's own words (e.g. a missing libcudart.so.13)
+            why = getattr(sys.modules.get(INTERFACE), f"FA{self.fa_version}_UNAVAILABLE_REASON", None)
+            return f"{r}" + (f"; FA{self.fa_version}: {why}" if why else "") + f" ({self.install_hint})"
+        fai = _interface()
+        if not getattr(fai, f"FA{self.fa_version}_AVAILABLE", False):
+            why = getattr(fai, f"FA{self.fa_version}_UNAVAILABLE_REASON", None) or "unknown"
+            return f"vllm_flash_attn has no FA{self.fa_version} extension: {why}"
+        return self._gpu_reason()
+
+    def _gpu_reason(self) -> str | None:
+        major, minor = torch.cuda.get_device_capability()
+        if major < 8:
+            return f"vLLM's FA2 needs compute capability >= 8.0, this GPU has {major}.{minor}"
+        return None
+
+    def version(self) -> str:
+        try:
+            import vllm
+
+            ver = getattr(vllm, "__version__", "unknown")
+            how = " (vllm_flash_attn subpackage only)" if getattr(vllm, "_parity_stub", False) else ""
+        except Exception:  # noqa: BLE001 - a version string must not fail the run
+            ver, how = "unknown", ""
+        return f"vllm {ver} vllm_flash_attn FA{self.fa_version}{how}"
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        if case.dtype not in ("float16", "bfloat16"):
+            return f"vLLM's FlashAttention takes float16/bfloat16 here, not {case.dtype}"
+        if case.head_dim % 8 or case.head_dim > 256:
+            return f"head_dim {case.head_dim}: vLLM's FlashAttention needs a multiple of 8 up to 256"
+        if case.page_size is not None and self.fa_version == 2 and case.page_size % 16:
+            return f"vLLM's FA2 paged KV needs page_size % 16 == 0, got {case.page_size}"
+        try:
+            vllm_fa_window(case.window, case.q_lens, case.k_lens)
+        except Unsupported as exc:
+            return str(exc)
+        return None
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        causal, window = vllm_fa_window(case.window, case.q_lens, case.k_lens)
+        fai = _interface()
+        kw = dict(
+            max_seqlen_q=max(case.q_lens),
+            cu_seqlens_q=inputs.cu_seqlens_q,  # (B + 1,) int32
+            max_seqlen_k=max(case.k_lens),
+            softmax_scale=case.softmax_scale,
+            causal=causal,
+            window_size=list(window),
+            softcap=case.softcap or 0.0,
+            fa_version=self.fa_version,
+            out=out,  # (total_q, hq, d), poisoned
+        )
+        if case.page_size is not None:
+            paged = inputs.paged()
+            k, v = paged.k_cache, paged.v_cache  # (pages, page_size, hkv, d)
+            kw.update(seqused_k=paged.seqlens_k, block_table=paged.block_table)  # (B,), (B, max_pages) int32
+        else:
+            k, v = inputs.k, inputs.v  # (total_k, hkv, d)
+            kw.update(cu_seqlens_k=inputs.cu_seqlens_k)  # (B + 1,) int32
+        with refusals(VLLM_FA_REFUSALS, f"vllm_flash_attn FA{self.fa_version}"):
+            o = fai.flash_attn_varlen_func(inputs.q, k, v, **kw)  # (total_q, hq, d)
+        if isinstance(o, tuple):
+            o = o[0]
+        if o.data_ptr() != out.data_ptr():
+            out.copy_(o.reshape(out.shape))
+        return out
+
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: this call, ``(causal, window_size)`` from :func:`vllm_fa_window`."""
+        from ..repro_script import fill
+
+        causal, window = vllm_fa_window(case.window, case.q_lens, case.k_lens)
+        if case.page_size is not None:
+            call = """\
+                k_cache, v_cache, block_table, seqused_k = paged_layout(k, v, K_LENS, PAGE_SIZE, SEED)  # as the harness pages them
+                flash_attn_varlen_func(
+                    q,  # (total_q, hq, d)
+                    k_cache,  # (pages, page_size, hkv, d)
+                    v_cache,  # (pages, page_size, hkv, d)
+                    seqused_k=seqused_k,  # (B,) int32
+                    block_table=block_table,  # (B, max_pages) int32
+                    **kw,
+                )"""
+        else:
+            call = """\
+                flash_attn_varlen_func(
+                    q,  # (total_q, hq, d)
+                    k,  # (total_k, hkv, d)
+                    v,  # (total_k, hkv, d)
+                    cu_seqlens_k=torch.tensor(CU_K, dtype=torch.int32, device=q.device),  # (B + 1,)
+                    **kw,
+                )"""
+        return fill(
+            """\
+            # vLLM's flash-attention build; only its vllm/vllm_flash_attn subfolder is needed (with a stub vllm/__init__.py)
+            from vllm.vllm_flash_attn.flash_attn_interface import flash_attn_varlen_func
+
+
+            def attention(q, k, v):
+                out = torch.empty_like(q)  # (total_q, hq, d); vLLM passes its output buffer
+                # window_size: (left, right), inclusive, bottom-right aligned; -1 = unbounded; causal=True forces right = 0
+                kw = dict(
+                    max_seqlen_q=max(Q_LENS),
+                    cu_seqlens_q=torch.tensor(CU_Q, dtype=torch.int32, device=q.device),  # (B + 1,)
+                    max_seqlen_k=max(K_LENS),
+                    softmax_scale=SCALE,
+                    causal=$causal,
+                    window_size=$window,
+                    softcap=$softcap,
+                    fa_version=$fa_version,
+                    out=out,
+                )
+                $call
+                return out
+            """,
+            causal=repr(causal),
+            window=repr(list(window)),
+            softcap=repr(case.softcap or 0.0),
+            fa_version=repr(self.fa_version),
+            call=textwrap.dedent(call),
+        )
+
+
+class VllmFa3Backend(VllmFa2Backend):
+    name = "vllm-fa3-cuda"
+    fa_version = 3
+    description = "vllm.vllm_flash_attn flash_attn_varlen_func(fa_version=3, Hopper): cu_seqlens_q, block_table + seqused_k for paged KV"
+    install_hint = VllmFa2Backend.install_hint.replace("vllm-fa2-cuda", "vllm-fa3-cuda")
+
+    def _gpu_reason(self) -> str | None:
+        major, minor = torch.cuda.get_device_capability()
+        if major != 9:
+            return f"vLLM's FA3 runs on compute capability 9.x (Hopper) only, this GPU has {major}.{minor}"
+        return None

@@ -1,0 +1,171 @@
+"""FlashInfer's batch wrappers (``flashinfer-paged-cuda``, ``flashinfer-decode-cuda``) on the CPU.
+
+* the CSR page table (:func:`flashinfer_paged_args`) reads back the harness's keys;
+* the decode translation (``window_left`` only) against FlashInfer's documented decode rule;
+* the nvcc / jit-cache availability check, with the environment stood in for;
+* end to end through :func:`parity.api.evaluate` with ``flashinfer`` stood in for by a module
+  whose wrappers follow FlashInfer's documented semantics (NHD paged cache in CSR form; keys
+  ``j <= i + Sk - Sq`` when causal, ``j >= i + Sk - Sq - window_left`` when ``window_left >= 0``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import types
+
+import pytest
+import torch
+
+from parity import Case, Window, backends
+from parity.api import evaluate
+from parity.backends import flashinfer as fi
+from parity.backends.base import Unsupported
+from parity.case import make_inputs
+
+
+def test_csr_page_table_reads_back_the_keys():
+    case = Case((3, 1, 5), (70, 33, 16), 4, 2, 8, "float32", Window(7, 0), page_size=16, seed=3)
+    inputs = make_inputs(case)
+    paged = inputs.paged()
+    indptr, indices, last = fi.flashinfer_paged_args(paged)
+    assert indptr.tolist() == [0, 5, 8, 9] and indices.numel() == 9
+    assert last.tolist() == [6, 1, 16]
+    for b in range(case.batch):
+        pages = indices[indptr[b] : indptr[b + 1]].long()
+        n = (len(pages) - 1) * 16 + int(last[b])
+        got = paged.k_cache[pages].flatten(0, 1)[:n]
+        ck = inputs.cu_seqlens_k
+        assert torch.equal(got, inputs.k[ck[b] : ck[b + 1]])
+
+
+def test_decode_translation_matches_flashinfers_decode_rule():
+    sides = [None, 0, 1, 3, 8, 31]
+    checked = 0
+    for left, right, align in itertools.product(sides, sides, ("bottom_right", "top_left")):
+        w = Window(left, right, align)
+        for sk in (1, 2, 9, 40):
+            try:
+                wl = fi.flashinfer_decode_window(w, 1, sk)
+            except Unsupported:
+                assert align == "top_left" and sk != 1
+                continue
+            j = torch.arange(sk)[None, :]
+            want = (j <= sk - 1) & ((j >= sk - 1 - wl) if wl >= 0 else True)
+            assert torch.equal(want, w.mask(1, sk)), (w, sk, wl)
+            checked += 1
+    assert checked > 100
+    with pytest.raises(Unsupported):
+        fi.flashinfer_decode_window(Window(3, 0), 2, 9)
+
+
+def test_jit_reason_follows_flashinfers_nvcc_search(tmp_path, monkeypatch):
+    monkeypatch.setattr(fi.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setitem(sys.modules, "flashinfer.jit", None)  # no flashinfer here: only nvcc counts
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    why = fi.flashinfer_jit_reason()
+    assert why is not None and "nvcc" in why and str(tmp_path) in why
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").write_text("")
+    assert fi.flashinfer_jit_reason() is None
+    monkeypatch.setattr(fi.importlib.util, "find_spec", lambda name: object() if name == "flashinfer_jit_cache" else None)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "nothing"))
+    assert fi.flashinfer_jit_reason() is None
+
+
+# -- the wrappers, stood in for --------------------------------------------------------------------
+
+
+def _attend(q, kb, vb, causal, window_left, scale, softcap):
+    sq, sk = q.shape[0], kb.shape[0]
+    i, j, d = torch.arange(sq)[:, None], torch.arange(sk)[None, :], sk - sq
+    ok = torch.ones(sq, sk, dtype=torch.bool)
+    if causal:
+        ok &= j <= i + d
+    if window_left >= 0:
+        ok &= j >= i + d - window_left
+    g = q.shape[1] // kb.shape[1]
+    kx, vx = kb.double().repeat_interleave(g, 1), vb.double().repeat_interleave(g, 1)
+    s = torch.einsum("qhd,khd->hqk", q.double(), kx) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    p = torch.softmax(s.masked_fill(~ok, float("-inf")), -1).nan_to_num(0.0)
+    return torch.einsum("hqk,khd->qhd", p, vx)
+
+
+def _gather(cache, indptr, indices, last, b):
+    pages = indices[indptr[b] : indptr[b + 1]].long()
+    return cache[pages].flatten(0, 1)[: (len(pages) - 1) * cache.shape[1] + int(last[b])]
+
+
+class _Prefill:
+    def __init__(self, workspace, layout):
+        assert layout == "NHD" and workspace.dtype == torch.uint8
+
+    def plan(self, qo_indptr, indptr, indices, last, hq, hkv, d, page_size, causal=False, sm_scale=None, window_left=-1,
+             logits_soft_cap=None, q_data_type=None, kv_data_type=None):
+        self.p = (qo_indptr, indptr, indices, last, causal, sm_scale, window_left, logits_soft_cap or 0.0)
+
+    def run(self, q, kv, out=None):
+        qo, indptr, indices, last, causal, scale, wl, cap = self.p
+        out = torch.empty_like(q) if out is None else out
+        for b in range(qo.numel() - 1):
+            kb, vb = (_gather(c, indptr, indices, last, b) for c in kv)
+            out[qo[b] : qo[b + 1]] = _attend(q[qo[b] : qo[b + 1]], kb, vb, causal, wl, scale, cap).to(q.dtype)
+        return out
+
+
+class _Decode(_Prefill):
+    def plan(self, indptr, indices, last, hq, hkv, d, page_size, window_left=-1, logits_soft_cap=None, sm_scale=None,
+             q_data_type=None, kv_data_type=None):
+        self.p = (indptr, indices, last, sm_scale, window_left, logits_soft_cap or 0.0)
+
+    def run(self, q, kv):
+        indptr, indices, last, scale, wl, cap = self.p
+        return torch.cat([
+            _attend(q[b : b + 1], *(_gather(c, indptr, indices, last, b) for c in kv), True, wl, scale, cap).to(q.dtype)
+            for b in range(q.shape[0])
+        ])
+
+
+def _cpu(cls, monkeypatch):
+    mod = types.ModuleType("flashinfer")
+    mod.BatchPrefillWithPagedKVCacheWrapper = _Prefill  # type: ignore[attr-defined]
+    mod.BatchDecodeWithPagedKVCacheWrapper = _Decode  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "flashinfer", mod)
+    return type(f"Cpu{cls.__name__}", (cls,), {"device": "cpu", "unavailable_reason": lambda self: None})()
+
+
+PREFILL = [
+    Case((20, 3), (20, 40), 4, 2, 32, "bfloat16", Window(7, 0), seed=1),  # no page size: paged at DEFAULT_PAGE
+    Case((5, 9), (70, 9), 4, 1, 32, "float16", Window(None, 0), page_size=32, seed=3),
+    Case((16,), (16,), 2, 2, 32, "bfloat16", Window(None, None), softcap=20.0, page_size=8, seed=5),
+]
+DECODE = [
+    Case((1, 1), (100, 37), 8, 2, 32, "bfloat16", Window.tokens(16), page_size=16, seed=2),
+    Case((1, 1, 1), (5, 64, 1), 4, 4, 32, "float16", Window(None, 0), seed=4),
+    Case((1,), (40,), 4, 2, 32, "bfloat16", Window(3, 5), softcap=10.0, page_size=16, seed=6),  # any right side is exact
+]
+
+
+@pytest.mark.parametrize("case", PREFILL, ids=["varlen-default-page", "causal-paged", "full-softcap"])
+def test_paged_prefill_call_passes(case, monkeypatch):
+    be = _cpu(fi.FlashInferPagedBackend, monkeypatch)
+    assert be.unsupported_reason(case) is None
+    row = evaluate(be, case)
+    assert row["verdict"] == "pass", (row["reasons"], row["mask_detail"], row["detail"])
+
+
+@pytest.mark.parametrize("case", DECODE, ids=["window", "causal-no-page-size", "two-sided"])
+def test_batch_decode_call_passes(case, monkeypatch):
+    be = _cpu(fi.FlashInferDecodeBackend, monkeypatch)
+    assert be.unsupported_reason(case) is None
+    row = evaluate(be, case)
+    assert row["verdict"] == "pass", (row["reasons"], row["mask_detail"], row["detail"])
+
+
+def test_decode_refuses_prefill_and_float32():
+    be = backends.get("flashinfer-decode-cuda")
+    assert "one query per sequence" in be.unsupported_reason(Case((2,), (9,), 2, 2, 32, "bfloat16", Window(3, 0)))
+    assert "float16/bfloat16" in be.unsupported_reason(Case((1,), (9,), 2, 2, 32, "float32", Window(3, 0)))
+    assert backends.get("flashinfer-paged-cuda").supports_paged
