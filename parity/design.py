@@ -303,13 +303,16 @@ def _round8(d: int) -> int:
 
 
 #: What a sibling changes, one step after another, until the backend takes it: features that do
-#: not change which keys a query sees (the window, the lengths and the layout stay).
+#: not change which keys a query sees (the window and the layout stay; the lengths too, but for
+#: the last step, which keeps the first sequence of a varlen batch and its own lengths).
 LADDER: tuple[tuple[str, object], ...] = (
     ("softcap", lambda c: dataclasses.replace(c, softcap=None)),
     ("dtype", lambda c: dataclasses.replace(c, dtype=_half(c)) if c.dtype == "float32" else c),
     ("align", lambda c: dataclasses.replace(c, window=Window(c.window.left, c.window.right))),
     ("head_dim", lambda c: dataclasses.replace(c, head_dim=_round8(c.head_dim))),
     ("paged", lambda c: dataclasses.replace(c, page_size=None)),
+    # a varlen batch whose mask the backend cannot express for mixed shapes: its first sequence alone
+    ("batch", lambda c: dataclasses.replace(c, q_lens=c.q_lens[:1], k_lens=c.k_lens[:1]) if not c.is_uniform else c),
 )
 
 

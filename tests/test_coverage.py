@@ -154,6 +154,25 @@ def test_placement_gives_a_refused_trap_a_sibling_the_backend_takes():
     assert len(again) == 3  # idempotent: a case already served gets no second sibling
 
 
+class _NoMixedTwoSided:
+    """Like xformers' masks: a two-sided window only on a uniform batch."""
+
+    supports_paged = False
+
+    def unsupported_reason(self, case):
+        if not case.is_uniform and case.window.right not in (0, None):
+            return "no varlen mask with a right side"
+        return None
+
+
+def test_a_varlen_batch_the_backend_cannot_mask_gets_its_first_sequence_as_a_sibling():
+    mixed = Case((30, 7), (50, 9), 4, 2, 32, "bfloat16", Window(8, 3), seed=5)
+    out, added = place([mixed], {"xf": _NoMixedTwoSided()})
+    assert added == {"xf": 1}
+    sib = out[1]
+    assert (sib.q_lens, sib.k_lens, sib.window, sib.hq, sib.head_dim) == ((30,), (50,), mixed.window, 4, 32)
+
+
 @settings(max_examples=25, deadline=None)
 @given(design_cases(max_len=130, max_batch=2))
 def test_the_property_strategy_draws_from_the_model(case):
