@@ -2,6 +2,9 @@
 # The GPU gate on the H200, after flash-attn-4 and xformers were staged into /tmp/site-fa4 and
 # /tmp/site-xformers, and nox (with its pure-Python needs) into /tmp/site-nox:
 #   bash benchmarks/h200_gate.sh green       # `nox -s gpu` as a GPU runner runs it -> $OUT/nox_gpu_green.log
+#   bash benchmarks/h200_gate.sh start       # the same, detached (setsid): it outlives this device call ...
+#   bash benchmarks/h200_gate.sh wait        # ... and a later call on the same warm machine waits for it
+#                                            #     (up to $LIMIT s) and returns the log and the sweep
 #   bash benchmarks/h200_gate.sh red         # the same with a planted bug plugged in -> $OUT/nox_gpu_red.log
 #   bash benchmarks/h200_gate.sh repros      # the findings' standalone repro scripts and their controls
 # Each step writes its log under $OUT and prints a short tail last.
@@ -21,8 +24,20 @@ case "$step" in
     echo "nox -s gpu (green): rc=$? in $(( $(date +%s) - t0 )) s"
     tar czf "$OUT/gate-green.tgz" -C /tmp gate-green 2>/dev/null
     grep -E "^nox >|passed|failed|xfailed|known divergences|new failures|unexpected|Session gpu" "$OUT/nox_gpu_green.log" | tail -n 20 | cut -c1-220 ;;
+  start)
+    rm -f /tmp/nox_gpu_green.rc
+    setsid bash -c "$(declare -f nox); nox -s gpu -- --out /tmp/gate-green -q > /tmp/nox_gpu_green.log 2>&1; echo \$? > /tmp/nox_gpu_green.rc" \
+      < /dev/null > /dev/null 2>&1 &
+    echo "nox -s gpu started in the background (pid $!)" ;;
+  wait)
+    end=$(( t0 + ${LIMIT:-540} ))
+    while [ ! -f /tmp/nox_gpu_green.rc ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+    cp /tmp/nox_gpu_green.log "$OUT/nox_gpu_green.log"; tar czf "$OUT/gate-green.tgz" -C /tmp gate-green 2>/dev/null
+    if [ -f /tmp/nox_gpu_green.rc ]; then echo "nox -s gpu (green): rc=$(cat /tmp/nox_gpu_green.rc)"; else echo "nox -s gpu: still running"; fi
+    grep -E "^nox >|passed|failed|xfailed|known divergences|new failures|unexpected|Session gpu" "$OUT/nox_gpu_green.log" | tail -n 20 | cut -c1-220 ;;
   red)
-    PARITY_GPU_BACKENDS=parity.selftest.bugs:Fa2CudaWindowOneWider timeout "${LIMIT:-300}" \
+    # -x: the first failure is the evidence; the gate only has to turn red
+    PARITY_PYTEST_ARGS="$PARITY_PYTEST_ARGS -x" PARITY_GPU_BACKENDS=parity.selftest.bugs:Fa2CudaWindowOneWider timeout "${LIMIT:-300}" \
       bash -c "$(declare -f nox); nox -s gpu -- --out /tmp/gate-red -q" > "$OUT/nox_gpu_red.log" 2>&1
     echo "nox -s gpu with a planted bug (red): rc=$? in $(( $(date +%s) - t0 )) s"
     grep -E "^nox >|^FAILED|passed|failed|Session gpu|ParityError" "$OUT/nox_gpu_red.log" | tail -n 14 | cut -c1-220 ;;

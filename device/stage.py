@@ -104,6 +104,15 @@ GROUPS: dict[str, dict] = {
         "backends": ["flashinfer-cuda", "flashinfer-paged-cuda", "flashinfer-decode-cuda"],
         "note": "JIT-compiles its kernels with nvcc on first use (device/README.md, FlashInfer)",
     },
+    "nox": {
+        "tree": ["nox==2026.10.20", "argcomplete==3.7.2", "colorlog==6.12.0", "dependency-groups==1.3.2",
+                 "humanize==4.17.0", "python-discovery==1.9.9", "platformdirs==4.14.9", "filelock==4.3.2",
+                 "distlib==0.4.4", "packaging==26.4", "attrs==26.1.0"],
+        "site": "/tmp/site-nox",
+        "paths": [],
+        "backends": [],
+        "note": "nox for `nox -s gpu` (its gpu session needs no virtualenv): PYTHONPATH=/tmp/site-nox python3 -m nox -s gpu",
+    },
     "nvcc": {
         "tree": ["nvidia-cuda-nvcc==13.0.88", "nvidia-nvvm==13.0.88", "nvidia-cuda-crt==13.0.88"],
         "site": "/tmp/site-nvcc",
@@ -115,6 +124,7 @@ GROUPS: dict[str, dict] = {
 ALIASES = {
     "vllm-fa": ["vllm-fa2", "vllm-fa3"],
     "all": ["vllm-fa2", "vllm-fa3", "flashinfer", "fa4", "xformers"],
+    "gate": ["fa4", "xformers", "nox"],
 }
 DEFAULT = ["vllm-fa2", "vllm-fa3", "flashinfer"]
 
