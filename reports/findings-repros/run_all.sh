@@ -13,9 +13,16 @@ run() {  # backend script -> "exit status<TAB>last line"
   printf '%s\t%s' "$rc" "$(grep -v '^\s*$' "$dest/${2%.py}.log" | tail -n 1 | cut -c1-160)"
 }
 printf 'entry\tscript\texit\tlast line\tcontrol\texit\tlast line\n' > "$dest/results.tsv"
-tail -n +2 "$here/index.tsv" | while IFS=$'\t' read -r entry backend script control; do
-  a=$(run "$backend" "$script")
-  cb=${control%%_*}; b="-	-"; [ "$control" != "-" ] && b=$(run "$cb" "$control")
-  printf '%s\t%s\t%s\t%s\t%s\n' "$entry" "$script" "$a" "$control" "$b" >> "$dest/results.tsv"
-done
+n=0
+while IFS=$'\t' read -r entry backend script control; do
+  n=$((n + 1))
+  while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-4}" ]; do sleep 1; done  # a few at once: one GPU holds them all
+  (
+    a=$(run "$backend" "$script")
+    cb=${control%%_*}; b="-	-"; [ "$control" != "-" ] && b=$(run "$cb" "$control")
+    printf '%s\t%s\t%s\t%s\t%s\n' "$entry" "$script" "$a" "$control" "$b" > "$dest/row.$(printf %03d "$n")"
+  ) &
+done < <(tail -n +2 "$here/index.tsv")
+wait
+cat "$dest"/row.* >> "$dest/results.tsv" && rm -f "$dest"/row.*
 cut -f1,3,6 "$dest/results.tsv" | column -t
