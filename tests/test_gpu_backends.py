@@ -339,3 +339,14 @@ def test_jax_inputs_are_aligned_before_dlpack():
     aligned = torch.randn(64, 3, 16)
     if aligned.data_ptr() % XLA_ALIGNMENT == 0:
         assert dlpack_ready(aligned).data_ptr() == aligned.data_ptr()  # no copy when there is no need
+
+
+def test_xformers_varlen_bottom_right_with_sq_gt_sk_is_unsupported_up_front():
+    """xformers' own check refused these on the H200 ("Expected `num_keys >= num_queries`"); the
+    translation says so before the call, so the design can give xformers a sibling it takes."""
+    with pytest.raises(Unsupported, match="Sk >= Sq in every sequence"):
+        xformers_bias_spec(Window(None, 0), (256, 114), (145, 120))
+    with pytest.raises(Unsupported, match="Sk >= Sq in every sequence"):
+        xformers_bias_spec(Window(64, 0), (127, 138), (92, 138))
+    assert xformers_bias_spec(Window(64, 0), (92, 138), (127, 138))[0] == "BlockDiagonalCausalLocalAttentionFromBottomRightMask"
+    assert xformers_bias_spec(Window(64, 0, "top_left"), (127, 138), (92, 138))[0] == "BlockDiagonalCausalLocalAttentionMask"

@@ -98,6 +98,9 @@ def xformers_bias_spec(window: Window, q_lens, k_lens) -> tuple[str, dict]:
         }
     if right != 0:
         raise Unsupported(f"xformers has no block-diagonal (varlen) mask for window {window.describe()}")
+    if not tl and any(q > k for q, k in zip(q_lens, k_lens)):
+        # its own check: "Block #0 has num_keys=145 and num_queries=256. Expected `num_keys >= num_queries`"
+        raise Unsupported("xformers' bottom-right block-diagonal (varlen) masks need Sk >= Sq in every sequence")
     if left is None:
         return ("BlockDiagonalCausalMask", {}) if tl else ("BlockDiagonalCausalFromBottomRightMask", {})
     name = "BlockDiagonalCausalLocalAttentionMask" if tl else "BlockDiagonalCausalLocalAttentionFromBottomRightMask"
