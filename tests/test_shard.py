@@ -345,3 +345,24 @@ def test_unit_gpus_gives_each_lane_unit_its_gpu():
     got = shard.unit_gpus(lanes, costs, ["0", "1"])
     assert got["flex-cuda#1"] != got["flex-cuda#2"]  # the parts of a split backend on different GPUs
     assert got["fa4-cuda"] == got["reference-cuda"] == {"CUDA_VISIBLE_DEVICES": "0"}
+
+
+def _collect(*args: str) -> tuple[int, list[str], str]:
+    root = Path(__file__).resolve().parents[1]
+    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args,
+                          "tests/test_case.py", "tests/test_window.py"], cwd=root, capture_output=True, text=True, timeout=300)
+    return res.returncode, [line for line in res.stdout.splitlines() if "::" in line], res.stdout + res.stderr
+
+
+def test_pytest_parity_shard_option_partitions_the_collected_tests():
+    rc, everything, out = _collect()
+    assert rc == 0 and len(everything) > 20, out[-2000:]
+    parts = []
+    for k in (1, 2):
+        rc, got, out = _collect("--parity-shard", f"{k}/2")
+        assert rc == 0, out[-2000:]
+        assert set(got) == shard.keep_nodeids(everything, k, 2) and got
+        parts.append(got)
+    assert sorted(i for p in parts for i in p) == sorted(everything)
+    rc, _, out = _collect("--parity-shard", "4/3")
+    assert rc == 4 and "--parity-shard: shard '4/3': K must be between 1 and N=3" in out
