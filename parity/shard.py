@@ -82,38 +82,31 @@ Wiring (where each hook goes; to be done once parity/cli/ and parity/sweep/ have
 -----------------------------------------------------------------------------------------
 
 * ``parity run --shard K/N``: add the argument to the ``run`` parser
-  (``r.add_argument("--shard", metavar="K/N", help=...)``). In ``cmd_run``: parse it with
-  :func:`parse_shard` next to the other argument checks (``ValueError`` -> ``UsageError``),
-  before any case is generated. Right after ``cases, design = _load_cases(args, specs)`` and
-  **before** ``--list-cases`` (so ``--list-cases --shard`` lists the shard's cases)::
+  (``r.add_argument("--shard", metavar="K/N", help="run shard K of N of the cases (configurations
+  whole; parity merge joins the shards)")``). In ``cmd_run``, with the other argument checks
+  (before any case is generated): ``shard.parse_shard(args.shard)`` (``ValueError`` ->
+  ``UsageError(f"--shard: {exc}")``). Right after ``cases, design = _load_cases(args, specs)`` and
+  **before** ``if args.list_cases`` (so ``--list-cases --shard K/N`` lists the shard's cases)::
 
-      if shard:
-          all_ids = [c.case_id for c in cases]
-          costs = shard.cost_hints(specs)
+      shard_rec = None
+      if args.shard:
           try:
-              cases = shard.select(cases, k, n, specs, costs)
+              cases, shard_rec = shard.for_run(cases, args.shard, specs, profile=<the profile name
+                  recorded as environment.json "profile">, seed=args.seed, filters=shard.run_filters(args))
           except ValueError as exc:
               raise UsageError(f"--shard {args.shard}: {exc}") from None
-          shard_rec = shard.shard_record(k, n, profile=..., seed=args.seed,
-                                         filters={"dtype": args.dtype, "case": args.case,
-                                                  "case_file": str(args.case_file or ""),
-                                                  "no_siblings": args.no_siblings},
-                                         specs=specs, costs=costs, case_ids=all_ids,
-                                         shard_cases=len(cases))
 
-  and in the ``env.collect({...})`` dict add ``"shard": shard_rec`` (``None`` without
-  ``--shard``). ``--resume`` with ``--shard`` needs nothing more (the same K/N gives the same
-  cases).
-* ``parity merge``: in ``merge.merge``, after the ``envs`` list is read (before
-  ``out.mkdir``, so a bad set writes nothing) call
-  ``shard.check_shard_set([e for _, e in envs], names=[str(d) for d, _ in envs])`` (its
-  ``ValueError`` becomes ``UsageError("merge: ...")`` in ``merge.run`` already). Rows are then
-  united as now; set ``env["shard"] = None`` and ``env["shards"] = check result`` in the merged
-  ``environment.json``. For merging a shard set with a rerun folder, a ``--no-shard-check`` flag
-  would skip it.
-* pytest ``--parity-shard K/N`` (``conftest.py``): ``parser.addoption("--parity-shard", ...)``;
-  in ``pytest_configure`` parse it with :func:`parse_shard` (``ValueError`` ->
-  ``pytest.UsageError``); then::
+  and in the ``env.collect({...})`` dict add ``"shard": shard_rec``. ``--resume`` with
+  ``--shard`` needs nothing more (the same K/N gives the same cases). Run the same command
+  (backends, profile, seed, filters) on every machine, only K differing.
+* ``parity merge``: first thing in ``merge.merge`` after the ``OUT is one of the input
+  folders`` check (so a bad set writes nothing): ``shard_set = shard.check_shard_folders(dirs)``
+  (its ``ValueError`` already becomes ``UsageError("merge: ...")`` in ``merge.run``). Rows are then
+  united as now; in the merged ``environment.json`` set ``env["shard"] = None`` and
+  ``env["shards"] = shard_set``. To merge a shard set with a rerun folder, a
+  ``--no-shard-check`` flag would skip the call. ``--extra`` folders are not checked.
+* pytest ``--parity-shard K/N``: done in ``conftest.py`` (``pytest_addoption``, the check in
+  ``pytest_configure``, and)::
 
       def pytest_collection_modifyitems(config, items):
           spec = config.getoption("--parity-shard")
@@ -339,6 +332,46 @@ def check_shard_set(envs: Sequence[Mapping[str, Any]], names: Sequence[str] | No
     if problems:
         raise ValueError("incomplete shard set of " + f"{n} shards: " + "; ".join(problems))
     return {"n": n, "key": keys[0]}
+
+
+def check_shard_folders(dirs: Sequence[Any]) -> dict[str, Any] | None:
+    """:func:`check_shard_set` on run folders' ``environment.json`` (a folder without a readable
+    one counts as a plain run, so it cannot slip past the check); named by folder."""
+    import pathlib
+
+    envs: list[Mapping[str, Any]] = []
+    for d in dirs:
+        try:
+            env = json.loads((pathlib.Path(d) / "environment.json").read_text())
+        except (OSError, ValueError):
+            env = {}
+        envs.append(env if isinstance(env, Mapping) else {})
+    return check_shard_set(envs, names=[str(d) for d in dirs])
+
+
+def run_filters(args: Any) -> dict[str, Any]:
+    """What narrows a ``parity run``'s cases besides profile and seed (for :func:`shard_key`),
+    from its argparse namespace (missing attributes count as unset)."""
+    case_file = getattr(args, "case_file", None)
+    return {
+        "dtype": sorted(getattr(args, "dtype", None) or []),
+        "case": list(getattr(args, "case", None) or []),
+        "case_file": str(case_file) if case_file else "",
+        "no_siblings": bool(getattr(args, "no_siblings", False)),
+    }
+
+
+def for_run(cases: Sequence[Any], text: str, specs: Sequence[str], *, profile: str | None, seed: int,
+            filters: Mapping[str, Any], costs: Mapping[str, float] | None = None) -> tuple[list[Any], dict[str, Any]]:
+    """``parity run --shard TEXT`` in one call: (the shard's cases, its ``environment.json["shard"]``).
+    ``cases``: the whole sweep's; ``costs``: default :func:`cost_hints` of ``specs``. ValueError
+    on a bad ``K/N`` or too many shards."""
+    k, n = parse_shard(text)
+    costs = dict(costs) if costs is not None else cost_hints(specs)
+    chosen = select(cases, k, n, specs, costs)
+    rec = shard_record(k, n, profile=profile, seed=seed, filters=filters, specs=specs, costs=costs,
+                       case_ids=[c.case_id for c in cases], shard_cases=len(chosen))
+    return chosen, rec
 
 
 # -- pytest --------------------------------------------------------------------------------------

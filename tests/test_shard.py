@@ -366,3 +366,44 @@ def test_pytest_parity_shard_option_partitions_the_collected_tests():
     assert sorted(i for p in parts for i in p) == sorted(everything)
     rc, _, out = _collect("--parity-shard", "4/3")
     assert rc == 4 and "--parity-shard: shard '4/3': K must be between 1 and N=3" in out
+
+
+def test_for_run_gives_the_shard_and_records_that_make_a_complete_set():
+    cases = list(sweep_cases("quick", 0))
+    args = argparse.Namespace(dtype=["float16", "bfloat16"], case=None, case_file=None, no_siblings=False)
+    filters = shard.run_filters(args)
+    assert filters == {"dtype": ["bfloat16", "float16"], "case": [], "case_file": "", "no_siblings": False}
+    assert shard.run_filters(argparse.Namespace()) == {"dtype": [], "case": [], "case_file": "", "no_siblings": False}
+    recs, got = [], []
+    for k in (1, 2, 3):
+        chosen, rec = shard.for_run(cases, f"{k}/3", CPU_SPECS, profile="quick", seed=0, filters=filters)
+        assert [c.case_id for c in chosen] == [c.case_id for c in shard.select(cases, k, 3, CPU_SPECS, shard.cost_hints(CPU_SPECS))]
+        assert rec["k"] == k and rec["n"] == 3 and rec["cases"] == len(chosen)
+        recs.append(rec)
+        got += chosen
+    assert sorted(c.case_id for c in got) == sorted(c.case_id for c in cases)
+    assert shard.check_shard_set(_envs(*recs)) == {"n": 3, "key": recs[0]["key"]}
+    with pytest.raises(ValueError, match="want K/N"):
+        shard.for_run(cases, "3", CPU_SPECS, profile="quick", seed=0, filters=filters)
+    _, other = shard.for_run(cases, "1/3", CPU_SPECS, profile="quick", seed=1, filters=filters)
+    assert other["key"] != recs[0]["key"]
+
+
+def test_check_shard_folders_reads_environment_json(tmp_path):
+    dirs = []
+    for k in (1, 2):
+        d = tmp_path / f"runner-{k}"
+        d.mkdir()
+        (d / "environment.json").write_text(json.dumps({"shard": _record(k, 2)}))
+        dirs.append(d)
+    assert shard.check_shard_folders(dirs)["n"] == 2
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with pytest.raises(ValueError, match=f"{plain}: not a shard run"):
+        shard.check_shard_folders([*dirs, plain])  # no environment.json: not a shard
+    (plain / "environment.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not a shard run"):
+        shard.check_shard_folders([*dirs, plain])
+    with pytest.raises(ValueError, match=r"missing shard\(s\) 2/2"):
+        shard.check_shard_folders(dirs[:1])
+    assert shard.check_shard_folders([plain]) is None
