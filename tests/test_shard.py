@@ -407,3 +407,37 @@ def test_check_shard_folders_reads_environment_json(tmp_path):
     with pytest.raises(ValueError, match=r"missing shard\(s\) 2/2"):
         shard.check_shard_folders(dirs[:1])
     assert shard.check_shard_folders([plain]) is None
+
+
+def test_shard_runs_merge_into_the_unsharded_run(tmp_path):
+    """Each shard an ordinary sweep of its cases; check_shard_folders then merge's union of rows
+    equals the rows of one unsharded run (what `parity run --shard` + `parity merge` will do)."""
+    from parity.merge import merge
+    from parity.sweep import run_sweep
+
+    w = Window(3, 0)
+    cases = [Case(q_lens=(4 + s,), k_lens=(9,), hq=hq, hkv=1, head_dim=d, dtype="float32", window=w, seed=s)
+             for s in range(2) for hq, d in ((1, 8), (2, 8), (1, 16), (2, 16))]
+    specs = ["reference", "sdpa"]
+    kw = dict(isolate=False, progress=False, probes=False)
+    full = run_sweep(specs, cases, out_dir=tmp_path / "full", **kw)
+    dirs = []
+    for k in (1, 2, 3):
+        chosen, rec = shard.for_run(cases, f"{k}/3", specs, profile=None, seed=0, filters={})
+        d = tmp_path / f"shard-{k}"
+        run_sweep(specs, chosen, out_dir=d, **kw)
+        (d / "environment.json").write_text(json.dumps({"shard": rec, "backends": {}}))
+        dirs.append(d)
+    assert shard.check_shard_folders(dirs)["n"] == 3
+    merge(tmp_path / "merged", dirs)
+
+    def rows(path: Path) -> set:
+        import csv
+
+        with path.open(newline="") as fh:
+            return {(r["backend"], r["case_id"], r["verdict"], r["max_abs_err"]) for r in csv.DictReader(fh)}
+
+    assert rows(tmp_path / "merged" / "results.csv") == rows(tmp_path / "full" / "results.csv")
+    assert len(rows(tmp_path / "full" / "results.csv")) == len(full.rows) == 16
+    with pytest.raises(ValueError, match=r"missing shard\(s\) 3/3"):
+        shard.check_shard_folders(dirs[:2])
