@@ -51,11 +51,12 @@ of backend-call time against a median of 4.2 s for a small case (compiles domina
 ``2**35`` (that case: w = 5). A shard's cost is the sum over its configurations. LPT bounds the
 most loaded shard by ``mean + max cost(g)``.
 
-Balance (``tests/test_shard.py`` holds max/mean <= 1.05 for the default profile, N <= 5): the
-default profile (CPU backends, or all-gpu, seeds 0/1/7) gives model max/mean <= 1.016 for N = 2..8.
+Balance (``python benchmarks/shard_balance.py reports/h200-2026-12-04``; ``tests/test_shard.py``
+holds max/mean <= 1.05 for the default profile, N <= 5): the default profile (CPU backends, or
+all-gpu, seeds 0/1/7) gives model max/mean <= 1.009 for N = 2..5 and <= 1.021 for N = 8.
 Replaying the H200 run's measured per-case backend-call times (``time_ms`` summed over its 19
-backends, 365 cases, 181 configurations) through the split: max/mean 1.03 (N=2), 1.07 (3),
-1.09 (4), 1.09 (5), 1.32 (8).
+backends, 365 cases, 181 configurations; reference, probes and start-up not in ``time_ms``)
+through the split: max/mean 1.03 (N=2), 1.07 (3), 1.09 (4), 1.09 (5), 1.32 (8).
 
 ``N`` larger than the number of configurations is refused (a shard would be empty).
 
