@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import parity
+import parity.cli  # noqa: F401 - loaded before any case is drawn, as in `parity run` (hypothesis draws use local modules' literals)
 from parity import Case, Window, backends, shard
 from parity.design import place
 from parity.strategies import CPU_LONG_CAP, generate, profile
@@ -35,7 +36,7 @@ def sweep_cases(name: str, seed: int, specs: tuple[str, ...] = CPU_SPECS) -> tup
 
 
 def test_sweep_cases_are_those_of_the_run_command():
-    load = getattr(__import__("parity.cli", fromlist=["_load_cases"]), "_load_cases", None)
+    load = getattr(parity.cli, "_load_cases", None)
     if load is None:
         pytest.skip("parity.cli._load_cases moved (CLI restructure): point this test at its new home")
     args = argparse.Namespace(case=None, case_file=None, profile="quick", seed=1, dtype=None, no_siblings=False)
