@@ -7,6 +7,8 @@
   name in the test id (``pytest -k flex``) and its marker (``pytest -m sdpa``); GPU backends
   also carry ``gpu``. ``--backend NAME|module:Class`` (repeatable) narrows or extends the set.
   An unavailable backend is skipped with its reason, never passed.
+* ``--parity-shard K/N`` keeps shard K of N of the collected tests (sha256 of the node id mod N,
+  as pytest-shard: an item's shard does not depend on the other items), for CI matrices.
 * ``--expect FILE`` (repeatable; ``default``, ``none``) or ``PARITY_EXPECT`` picks the known
   divergences (:mod:`parity.expect`; default ``parity/known_divergences.toml``), the
   ``expectations`` fixture: a failing row one describes is an xfail (example tests) or an
@@ -38,6 +40,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "also $PARITY_WORKER_PATH, items separated by spaces or ';'), as `parity run --worker-path`")
     parser.addoption("--expect", action="append", default=None, metavar="FILE",
                      help="known divergences TOML (repeatable; 'default', 'none'; default: $PARITY_EXPECT, else the packaged file)")
+    parser.addoption("--parity-shard", default=None, metavar="K/N",
+                     help="run only shard K of N of the collected tests (by node id, as pytest-shard; parity.shard)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,6 +49,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if name not in ("quick", "default", "thorough"):
         raise pytest.UsageError(f"--parity-profile must be quick, default or thorough, got {name!r}")
     os.environ["PARITY_PROFILE"] = name
+    if config.getoption("--parity-shard"):
+        from parity.shard import parse_shard
+
+        try:
+            parse_shard(config.getoption("--parity-shard"))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--parity-shard: {exc}") from None
     settings.load_profile(name)
     from parity.expect import ExpectationError, load
 
@@ -98,3 +109,18 @@ def _backend_params(config: pytest.Config) -> list:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend_spec" in metafunc.fixturenames:
         metafunc.parametrize("backend_spec", _backend_params(metafunc.config))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """``--parity-shard K/N``: keep the items of shard K (sha256 of the node id mod N)."""
+    spec = config.getoption("--parity-shard")
+    if not spec:
+        return
+    from parity.shard import keep_nodeids, parse_shard
+
+    k, n = parse_shard(spec)
+    keep = keep_nodeids([i.nodeid for i in items], k, n)
+    dropped = [i for i in items if i.nodeid not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [i for i in items if i.nodeid in keep]
