@@ -44,12 +44,44 @@ class ParityError(AssertionError):
     """A backend disagreed with the reference; the message measures by how much and where."""
 
 
+def spec_of(backend: Backend) -> str:
+    """What loads ``backend`` again with ``--backend``: its registry name when that name resolves to its
+    class (built-in, registered, entry point), else ``module:Class`` when that path imports to its class
+    (a module run as ``python -m pkg.mod`` counts as ``pkg.mod``),
+    else its ``name`` (a class defined in a function or a script: no command can load it)."""
+    import importlib
+    import sys
+
+    cls, name = type(backend), str(getattr(backend, "name", ""))
+    if name and name in backends.names():
+        try:
+            if type(backends.get(name)) is cls:
+                return name
+        except Exception:  # noqa: BLE001 - a broken registry entry: fall back to the class's path
+            pass
+    mod, qual = cls.__module__, cls.__qualname__
+    if mod == "__main__":  # not imported again here: that would rerun the script
+        main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        main_name = getattr(main_spec, "name", None)
+        return f"{main_name}:{qual}" if main_name and "<locals>" not in qual else name or qual
+    if "<locals>" not in qual:
+        try:
+            obj: Any = importlib.import_module(mod)
+            for part in qual.split("."):
+                obj = getattr(obj, part)
+        except Exception:  # noqa: BLE001 - not importable by that path
+            obj = None
+        if obj is cls:
+            return f"{mod}:{qual}"
+    return name or f"{mod}:{qual}"
+
+
 def _resolve(backend: Backend | str) -> tuple[Backend, str, dict[str, Any]]:
     if isinstance(backend, str):
         inst = backends.get(backend)
         return inst, backend, backend_info(backend)
     info = {"name": backend.name, "device": backend.device, "unavailable": backend.unavailable_reason()}
-    return backend, backend.name, info
+    return backend, spec_of(backend), info
 
 
 def evaluate(
