@@ -133,7 +133,9 @@ def failure_message(row: dict[str, Any]) -> str:
     case = Case.from_json(row["case_json"])
     lines = [f"{row['backend']} {row['verdict'].upper()} on {case.summary()} [{row['reasons'] or row['detail']}]"]
     cmp = row.get("_comparison")
-    if cmp is not None:
+    if cmp is not None and cmp.unwritten:  # first: it explains the rest; alone when nothing was written
+        lines.append(f"  {cmp.unwritten} of {cmp.elements} output elements never written (poison left in the buffer)")
+    if cmp is not None and not (cmp.unwritten and cmp.unwritten == cmp.elements):
         lines.append(
             f"  error budget: max|err| {cmp.max_abs_err:.4g} vs allowed {cmp.threshold_max:.4g} "
             f"(k x same-dtype baseline {cmp.baseline_max:.4g} + floor); err ratio {cmp.err_ratio:.3g}; "
@@ -143,8 +145,6 @@ def failure_message(row: dict[str, Any]) -> str:
         lines.append(f"  {cmp.worst_text()}")
         if cmp.nan_count or cmp.inf_count:
             lines.append(f"  non-finite: {cmp.nan_count} NaN ({cmp.nan_masked_rows} in rows that see no key), {cmp.inf_count} Inf")
-        if cmp.unwritten:
-            lines.append(f"  {cmp.unwritten} output elements never written (poison left in the buffer)")
     if row.get("mask_check") == "mismatch":
         lines.append(f"  mask: {row['mask_detail']}")
     if row.get("gqa_check") == "mismatch":
