@@ -44,12 +44,44 @@ class ParityError(AssertionError):
     """A backend disagreed with the reference; the message measures by how much and where."""
 
 
+def spec_of(backend: Backend) -> str:
+    """What loads ``backend`` again with ``--backend``: its registry name when that name resolves to its
+    class (built-in, registered, entry point), else ``module:Class`` when that path imports to its class
+    (a module run as ``python -m pkg.mod`` counts as ``pkg.mod``),
+    else its ``name`` (a class defined in a function or a script: no command can load it)."""
+    import importlib
+    import sys
+
+    cls, name = type(backend), str(getattr(backend, "name", ""))
+    if name and name in backends.names():
+        try:
+            if type(backends.get(name)) is cls:
+                return name
+        except Exception:  # noqa: BLE001 - a broken registry entry: fall back to the class's path
+            pass
+    mod, qual = cls.__module__, cls.__qualname__
+    if mod == "__main__":  # not imported again here: that would rerun the script
+        main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        main_name = getattr(main_spec, "name", None)
+        return f"{main_name}:{qual}" if main_name and "<locals>" not in qual else name or qual
+    if "<locals>" not in qual:
+        try:
+            obj: Any = importlib.import_module(mod)
+            for part in qual.split("."):
+                obj = getattr(obj, part)
+        except Exception:  # noqa: BLE001 - not importable by that path
+            obj = None
+        if obj is cls:
+            return f"{mod}:{qual}"
+    return name or f"{mod}:{qual}"
+
+
 def _resolve(backend: Backend | str) -> tuple[Backend, str, dict[str, Any]]:
     if isinstance(backend, str):
         inst = backends.get(backend)
         return inst, backend, backend_info(backend)
     info = {"name": backend.name, "device": backend.device, "unavailable": backend.unavailable_reason()}
-    return backend, backend.name, info
+    return backend, spec_of(backend), info
 
 
 def evaluate(
@@ -101,7 +133,9 @@ def failure_message(row: dict[str, Any]) -> str:
     case = Case.from_json(row["case_json"])
     lines = [f"{row['backend']} {row['verdict'].upper()} on {case.summary()} [{row['reasons'] or row['detail']}]"]
     cmp = row.get("_comparison")
-    if cmp is not None:
+    if cmp is not None and cmp.unwritten:  # first: it explains the rest; alone when nothing was written
+        lines.append(f"  {cmp.unwritten} of {cmp.elements} output elements never written (poison left in the buffer)")
+    if cmp is not None and not (cmp.unwritten and cmp.unwritten == cmp.elements):
         lines.append(
             f"  error budget: max|err| {cmp.max_abs_err:.4g} vs allowed {cmp.threshold_max:.4g} "
             f"(k x same-dtype baseline {cmp.baseline_max:.4g} + floor); err ratio {cmp.err_ratio:.3g}; "
@@ -111,8 +145,6 @@ def failure_message(row: dict[str, Any]) -> str:
         lines.append(f"  {cmp.worst_text()}")
         if cmp.nan_count or cmp.inf_count:
             lines.append(f"  non-finite: {cmp.nan_count} NaN ({cmp.nan_masked_rows} in rows that see no key), {cmp.inf_count} Inf")
-        if cmp.unwritten:
-            lines.append(f"  {cmp.unwritten} output elements never written (poison left in the buffer)")
     if row.get("mask_check") == "mismatch":
         lines.append(f"  mask: {row['mask_detail']}")
     if row.get("gqa_check") == "mismatch":

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from .case import Case, Inputs, make_inputs
+from .verdict import POISON
 
 #: A key counts as visible when its weight exceeds this fraction of the row's largest.
 VISIBLE_FRACTION = 2.0**-20
@@ -194,14 +195,20 @@ def decode_mask(case: Case, outputs: list[torch.Tensor]) -> ProbeResult:
     small = case.hq * sum(sq * sk for sq, sk in zip(case.q_lens, case.k_lens)) <= CPU_DECODE_ELEMENTS
     outs = [o.detach().to("cpu" if small else o.device, torch.float32) for o in outputs]
     dev = outs[0].device
+    # (total_q, hq): (row, head) pairs some probe call left with poison in the buffer (compared in the
+    # output's own dtype): not judged, so an unwritten row is never described as a window error
+    unwritten = torch.stack([(o.detach() == POISON).any(-1).to(dev) for o in outputs]).any(0)
+    skipped = 0
     for b, (sq, sk) in enumerate(zip(case.q_lens, case.k_lens)):
         spec = case.window.mask(sq, sk).to(dev)  # (Sq, Sk)
         lo, hi = case.window.band(sq, sk)
         # weights[h, i, j]: what row i of head h gave key j
         w = torch.cat([o[cq[b] : cq[b + 1]] for o in outs], dim=-1)[..., :sk]  # (Sq, hq, Sk)
         w = w.permute(1, 0, 2)  # (hq, Sq, Sk)
-        if not torch.isfinite(w).all():
-            bad = int((~torch.isfinite(w)).any(-1).sum())
+        u = unwritten[cq[b] : cq[b + 1]].T  # (hq, Sq)
+        skipped += int(u.sum())
+        if not torch.isfinite(w[~u]).all():
+            bad = int(((~torch.isfinite(w)).any(-1) & ~u).sum())
             return ProbeResult(
                 "mismatch",
                 f"mask probe output has NaN/Inf in {bad} (head, row) pairs of seq {b}",
@@ -211,10 +218,11 @@ def decode_mask(case: Case, outputs: list[torch.Tensor]) -> ProbeResult:
         rowmax = w.abs().amax(dim=-1, keepdim=True)  # (hq, Sq, 1)
         eff = w.abs() > rowmax * VISIBLE_FRACTION  # (hq, Sq, Sk)
         eff &= rowmax > 0
-        partial = eff & (w.abs() < rowmax * UNIFORM_FRACTION)  # (hq, Sq, Sk)
+        eff = torch.where(u[..., None], spec[None], eff)  # unwritten pairs: drawn as the spec, not judged
+        partial = eff & (w.abs() < rowmax * UNIFORM_FRACTION) & ~u[..., None]  # (hq, Sq, Sk)
         diff = (eff != spec[None]) | partial  # (hq, Sq, Sk)
         row_bad = diff.any(dim=-1)  # (hq, Sq)
-        total_rows += sq * case.hq
+        total_rows += sq * case.hq - int(u.sum())
         n_bad = int(row_bad.sum())
         bad_rows += n_bad
         if not n_bad:
@@ -248,30 +256,41 @@ def decode_mask(case: Case, outputs: list[torch.Tensor]) -> ProbeResult:
             extra = f" (partial weight on {_ranges(pk)})" if pk else ""
             first = f"seq {b} head {h} row {i} sees keys {_ranges(keys)}{extra}, spec says {spec_txt}"
             image = {"seq": b, "head": h, **_image(spec.cpu(), eff[h].cpu(), partial[h].cpu())}
+    if total_rows == 0:
+        return ProbeResult("n/a", f"output not written: none of the {skipped} (head, row) pairs to judge")
+    note = f" ({skipped} unwritten (head, row) pairs not judged)" if skipped else ""
     if bad_rows == 0:
-        return ProbeResult("ok", f"all {total_rows} (head, row) pairs see exactly the spec's keys", 0, total_rows)
+        return ProbeResult("ok", f"all {total_rows} written (head, row) pairs see exactly the spec's keys{note}"
+                           if skipped else f"all {total_rows} (head, row) pairs see exactly the spec's keys", 0, total_rows)
     common = "; ".join(f"{n} x {p}" for p, n in patterns.most_common(3))
     head = patterns.most_common(1)[0][0]
-    detail = f"{head}: {bad_rows} of {total_rows} (head, row) pairs differ [{common}]. First: {first}"
+    detail = f"{head}: {bad_rows} of {total_rows} (head, row) pairs differ{note} [{common}]. First: {first}"
     return ProbeResult("mismatch", detail, bad_rows, total_rows, image)
 
 
 def decode_gqa(case: Case, out: torch.Tensor) -> ProbeResult:
     """Which kv head each query head read, from the GQA probe output."""
-    o = out.detach().to("cpu", torch.float64)  # (total_q, hq, d)
+    raw = out.detach().to("cpu")  # (total_q, hq, d), the output's dtype
+    written = ~(raw == POISON).any(-1)  # (total_q, hq): poison left in a row: not judged
+    o = raw.to(torch.float64)  # (total_q, hq, d)
     empty = []
     for sq, sk in zip(case.q_lens, case.k_lens):
         lo, hi = case.window.band(sq, sk)
         empty.append(lo > hi)
     seen = ~torch.cat(empty)  # (total_q,)
-    o = o[seen]  # (rows, hq, d)
+    o, written = o[seen], written[seen]  # (rows, hq, d), (rows, hq)
     if o.numel() == 0:
         return ProbeResult("n/a", "no row sees a key")
-    if not torch.isfinite(o).all():
+    if not written.any():
+        return ProbeResult("n/a", "output not written: no query head wrote a row that sees a key")
+    if not torch.isfinite(o[written]).all():
         return ProbeResult("mismatch", "GQA probe output has NaN/Inf", 1, case.hq)
-    wrong = []
+    wrong, unjudged = [], []
     for h in range(case.hq):
-        vals = o[:, h, :]  # (rows, d)
+        vals = o[written[:, h], h, :]  # (rows written, d)
+        if vals.numel() == 0:
+            unjudged.append(h)
+            continue
         want = h // case.group + 1
         used = torch.round(vals)
         mixed = (vals - used).abs().max() > 0.05
@@ -279,11 +298,13 @@ def decode_gqa(case: Case, out: torch.Tensor) -> ProbeResult:
             heads = sorted({int(x) - 1 for x in used.flatten().tolist()})
             what = f"a mix of kv heads (values {vals.min():.3g}..{vals.max():.3g})" if mixed else f"kv head(s) {heads}"
             wrong.append(f"query head {h} used {what}, expected kv head {want - 1}")
+    note = f" (query head(s) {unjudged} wrote no row: not judged)" if unjudged else ""
+    judged = case.hq - len(unjudged)
     if not wrong:
-        return ProbeResult("ok", f"all {case.hq} query heads read kv head h // {case.group}", 0, case.hq)
+        return ProbeResult("ok", f"all {judged} query heads read kv head h // {case.group}{note}", 0, case.hq)
     return ProbeResult(
         "mismatch",
-        f"{len(wrong)} of {case.hq} query heads read the wrong kv head. " + "; ".join(wrong[:4]),
+        f"{len(wrong)} of {judged} query heads read the wrong kv head{note}. " + "; ".join(wrong[:4]),
         len(wrong),
         case.hq,
     )

@@ -163,6 +163,7 @@ class Comparison:
     unwritten: int | None  # None: the backend returned its own buffer
     worst: dict[str, Any]
     reasons: list[str]
+    elements: int = 0  # output elements (unwritten ones included)
 
     @property
     def passed(self) -> bool:
@@ -171,7 +172,7 @@ class Comparison:
     def worst_text(self) -> str:
         w = self.worst
         if not w:
-            return "no finite element to compare"
+            return "no element written to compare" if self.unwritten and self.unwritten == self.elements else "no finite element to compare"
         return (
             f"worst |err| {w['err']:.3g} at head {w['head']} dim {w['dim']}, "
             f"{w['where']}: got {w['got']:.6g}, want {w['want']:.6g}"
@@ -187,7 +188,10 @@ def compare(
 ) -> Comparison:
     """Measure ``out`` (any float dtype, packed layout) against the float64 reference."""
     ref = base.ref
+    # elements left as the poison are the `unwritten` reason alone: the errors measure written elements only
+    written = (out != POISON).to(ref.device) if unwritten else torch.ones(ref.shape, dtype=torch.bool, device=ref.device)
     got = out.to(device=ref.device, dtype=torch.float64)  # (total_q, hq, d)
+    got = torch.where(written, got, ref)
     finite = torch.isfinite(got)
     nan = torch.isnan(got)
     nan_count = int(nan.sum())
@@ -198,15 +202,15 @@ def compare(
     floor_max = max(budget.abs_floor, 2.0 * base.rounding_max)
     thr_max = budget.k_max * base.baseline_max + floor_max
     thr_mean = budget.k_mean * base.baseline_mean + budget.mean_floor
-    n = err.numel()
+    n = int(written.sum())
     max_abs = float(err.max()) if n else 0.0
-    mean_abs = float(err.mean()) if n else 0.0
+    mean_abs = float(err.sum()) / n if n else 0.0
     rel = err / ref.abs().clamp(min=budget.rel_floor)
     max_rel = float(rel.max()) if n else 0.0
     mismatch = float((err > thr_max).sum()) / max(n, 1) * 100.0
     worst: dict[str, Any] = {}
     if n:
-        idx = int(err.argmax())
+        idx = int(torch.where(written, err, -1.0).argmax())
         t, h, c = idx // (case.hq * case.head_dim), (idx // case.head_dim) % case.hq, idx % case.head_dim
         loc = locate(case, t)
         worst = {
@@ -218,7 +222,7 @@ def compare(
             "want": float(ref[t, h, c]),
             "where": describe_position(case, t),
         }
-    reasons = []
+    reasons = ["unwritten"] if unwritten else []  # first: an unwritten output explains what follows
     if max_abs > thr_max:
         reasons.append("max_err")
     if mean_abs > thr_mean:
@@ -229,8 +233,6 @@ def compare(
         reasons.append("nan")
     if inf_count:
         reasons.append("inf")
-    if unwritten:
-        reasons.append("unwritten")
     return Comparison(
         max_abs_err=max_abs,
         max_rel_err=max_rel,
@@ -248,4 +250,5 @@ def compare(
         unwritten=unwritten,
         worst=worst,
         reasons=reasons,
+        elements=got.numel(),
     )

@@ -17,6 +17,7 @@ import importlib
 import importlib.metadata
 from collections.abc import Callable
 
+from ..markers import marker_for
 from .base import Backend, BackendError, Unsupported
 
 ENTRY_POINT_GROUP = "attn_parity.backends"
@@ -105,33 +106,6 @@ def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
 def names() -> list[str]:
     """Every known backend name: built-in, registered, and from entry points."""
     return [*BUILTIN, *[n for n in _EXTRA if n not in BUILTIN], *[n for n in _entry_points() if n not in BUILTIN and n not in _EXTRA]]
-
-
-_MARKERS = (
-    ("reference", "reference"),
-    ("sdpa", "sdpa"),
-    ("flex", "flex"),
-    ("flash-attn", "flash_attn"),
-    ("fa2", "flash_attn"),
-    ("fa3", "flash_attn"),
-    ("fa4", "flash_attn"),
-    ("torch-fa2", "torch_fa2"),
-    ("xformers", "xformers"),
-    ("jax", "jax"),
-    ("flashinfer", "flashinfer"),
-    ("vllm", "vllm"),
-)
-
-
-def marker_for(spec: str) -> str:
-    """The pytest marker of a backend (``pytest -m sdpa``): by name prefix, else ``plugin``."""
-    if ":" in spec:
-        return "plugin"
-    best = ""
-    for prefix, marker in _MARKERS:
-        if spec.startswith(prefix) and len(prefix) > len(best):
-            best, found = prefix, marker
-    return found if best else "plugin"
 
 
 def _load_path(path: str, package: str | None = None) -> object:
