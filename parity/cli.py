@@ -16,11 +16,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .errors import UserError
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
-class UsageError(Exception):
-    pass
+UsageError = UserError  # the old name, kept for callers
 
 
 #: Further subcommands, one module each, exposing ``add_parser(subparsers)`` (which sets
@@ -480,10 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command == name:
                 return int(_extra(module).run(args))
         raise UsageError(f"unknown command {args.command!r}")
-    except UsageError as exc:
-        print(f"parity: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ValueError as exc:  # SpecError and friends from case parsing
+    except UserError as exc:  # the user's own bad input (SpecError, BackendSpecError, ... are UserErrors)
         print(f"parity: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -62,6 +62,7 @@ from typing import Any
 
 from .case import Case
 from .coverage import DIMENSIONS, GRID_CELLS, matches
+from .errors import UserError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -79,7 +80,7 @@ FIELDS = ("id", "backend", "versions", "condition", "verdict", "reasons", "detai
 REQUIRED = ("id", "backend", "condition", "explanation", "upstream")
 
 
-class ExpectationError(ValueError):
+class ExpectationError(UserError):
     """A bad expectations file or ``--expect`` value; the message is one line."""
 
 

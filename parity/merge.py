@@ -172,7 +172,7 @@ def _complete(rows: dict[tuple[str, str], dict[str, str]]) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cli import UsageError
+    from .errors import UserError as UsageError
 
     try:
         counts = merge(args.out, args.dirs, args.prefer_last, args.extra)

@@ -1,7 +1,7 @@
 """Loading a run folder (``results.csv``, ``environment.json``, ``masks.jsonl``, decode results).
 
 Used by :mod:`parity.report` and :mod:`parity.diff`. pandas is imported lazily (it is in the
-``report`` and ``test`` extras); bad input raises :class:`parity.cli.UsageError` with one line.
+``report`` and ``test`` extras); bad input raises :class:`parity.errors.UserError` with one line.
 
 Runs older than known divergences (:mod:`parity.expect`) have no ``raw_verdict`` /
 ``expected_id`` columns: they are added empty, so those runs load, render and diff beside new
@@ -28,7 +28,7 @@ from typing import Any
 
 from .case import DTYPES as _DTYPES
 from .case import FAMILIES
-from .cli import UsageError
+from .errors import UserError as UsageError
 from .expect import Expectations
 from .sweep import FAIL_VERDICTS as FAILING  # noqa: F401 - re-exported for report and diff
 from .sweep import (

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from .case import Case, make_inputs
+from .errors import UserError
 from .expect import RAW_FAILS, Expectations
 from .maskcheck import DEFAULT_MAX_PASSES
 from .reference import attention_reference
@@ -255,9 +256,9 @@ class ResultsWriter:
             with self.path.open(newline="") as fh:
                 reader = csv.DictReader(fh)
                 if reader.fieldnames and not {"backend", "case_id", "verdict"} <= set(reader.fieldnames):
-                    raise ValueError(f"--resume: {self.path} is not a results.csv of this tool (no backend/case_id/verdict columns)")
+                    raise UserError(f"--resume: {self.path} is not a results.csv of this tool (no backend/case_id/verdict columns)")
                 if reader.fieldnames and list(reader.fieldnames) != COLUMNS:
-                    raise ValueError(f"--resume: {self.path} has other columns than this attn-parity writes "
+                    raise UserError(f"--resume: {self.path} has other columns than this attn-parity writes "
                                      "(an older version's run); finish it with that version, or start a new --out")
                 for r in reader:
                     if r.get("verdict"):  # a complete row

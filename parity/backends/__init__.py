@@ -17,6 +17,7 @@ import importlib
 import importlib.metadata
 from collections.abc import Callable
 
+from ..errors import UserError
 from .base import Backend, BackendError, Unsupported
 
 ENTRY_POINT_GROUP = "attn_parity.backends"
@@ -80,7 +81,7 @@ def expand(spec: str) -> list[str]:
     return out
 
 
-class BackendSpecError(ValueError):
+class BackendSpecError(UserError):
     """An unknown backend name or a malformed ``module:Class`` path."""
 
 

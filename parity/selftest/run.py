@@ -201,7 +201,7 @@ def _table(head: list[str], rows: list[list[str]], markdown: bool) -> str:
 
 def parse_seeds(text: str) -> list[int]:
     """``"0-4"`` or ``"0,3,7"`` (or a mix) -> seeds."""
-    from ..cli import UsageError
+    from ..errors import UserError as UsageError
 
     out: list[int] = []
     for part in text.split(","):
@@ -239,7 +239,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _select(names: list[str] | None, items: Sequence[Any], what: str) -> list[Any]:
-    from ..cli import UsageError
+    from ..errors import UserError as UsageError
 
     if not names:
         return list(items)
@@ -251,7 +251,7 @@ def _select(names: list[str] | None, items: Sequence[Any], what: str) -> list[An
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import UsageError
+    from ..errors import UserError as UsageError
 
     if args.seed < 0:
         raise UsageError(f"--seed must be >= 0, got {args.seed}")
