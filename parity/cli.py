@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import UserError
+from .results import DTYPES
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -83,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", type=Path, default=Path("reports/latest"), help="output folder (default reports/latest)")
     r.add_argument("--case", action="append", metavar="JSON", help="run only this case (repeatable); what repro commands use")
     r.add_argument("--case-file", type=Path, help="run the cases in this file (one JSON case per line, or a results.csv)")
-    r.add_argument("--dtype", action="append", choices=["float32", "float16", "bfloat16"], help="only these dtypes")
+    r.add_argument("--dtype", action="append", choices=DTYPES, help="only these dtypes")
     r.add_argument("--no-probes", action="store_true", help="skip the exact mask and GQA probes")
     r.add_argument("--max-mask-passes", type=int, default=64, help="mask probe limit: ceil(Sk / d) passes at most (default 64)")
     r.add_argument("--timeout", type=float, default=300.0, help="seconds per case before a worker is killed (default 300)")
@@ -171,7 +172,7 @@ def _load_cases(args: argparse.Namespace, specs: Sequence[str] = ()) -> tuple[li
     instances = {s: backends.get(s) for s in specs}
     gpu = any(getattr(b, "device", "cpu") == "cuda" for b in instances.values())
     long_len = prof.long_len if gpu else min(prof.long_len, CPU_LONG_CAP)
-    cases = generate(prof, args.seed, tuple(args.dtype) if args.dtype else ("float32", "float16", "bfloat16"), long_len)
+    cases = generate(prof, args.seed, tuple(args.dtype) if args.dtype else DTYPES, long_len)
     design = {"long_len": long_len, "long_capped": long_len < prof.long_len,
               "long_cap_why": "" if gpu else f"no GPU backend in the run: long key ranges capped at Sk={CPU_LONG_CAP}"}
     if not args.no_siblings:
