@@ -32,6 +32,7 @@ EXTRA_COMMANDS["decode"] = "parity.decode.cli"
 EXTRA_COMMANDS["selftest"] = "parity.selftest.run"  # planted bugs and honest variants (parity/selftest/)
 EXTRA_COMMANDS["merge"] = "parity.merge"  # several run folders (shards, resumed parts) into one
 EXTRA_COMMANDS["export-repro"] = "parity.export_repro"  # a standalone script per divergence (bug reports)
+EXTRA_COMMANDS["consistency"] = "parity.consistency"  # decode vs prefill, chunked vs one-shot (also python -m parity.consistency)
 
 
 def _extra(module: str):

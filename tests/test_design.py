@@ -160,3 +160,13 @@ def test_only_user_errors_are_exit_2(monkeypatch, capsys):
     monkeypatch.setattr(cli, "cmd_backends", bug)
     with pytest.raises(ValueError, match="a bug in the harness"):
         cli.main(["backends"])
+
+
+def test_consistency_is_a_subcommand(tmp_path, capsys):
+    from parity import cli
+
+    argv = ["-b", "sdpa", "--seq", "24", "--window", "8", "--dtype", "float32", "--hq", "2", "--hkv", "1",
+            "--head-dim", "8", "--out", str(tmp_path)]
+    assert cli.main(["consistency", *argv]) == 0
+    assert "pass" in capsys.readouterr().out
+    assert (tmp_path / "consistency.csv").read_text().startswith("backend,check,")
