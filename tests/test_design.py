@@ -170,3 +170,23 @@ def test_consistency_is_a_subcommand(tmp_path, capsys):
     assert cli.main(["consistency", *argv]) == 0
     assert "pass" in capsys.readouterr().out
     assert (tmp_path / "consistency.csv").read_text().startswith("backend,check,")
+
+
+def test_readme_architecture_names_every_module():
+    """The README's architecture tree names every module of parity/ (packages by their folder
+    line and their modules on it), and nothing that is not there."""
+    import re
+
+    text = (PKG.parent / "README.md").read_text()
+    tree = text.split("## Architecture", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    named = set(re.findall(r"^\s{2}(\S+\.py)\s", tree, re.M)) | {"__main__.py"}
+    folders = {f.rstrip("/"): line for f, line in re.findall(r"^\s{2}(\w+/)\s+(.*(?:\n\s{20,}.*)*)", tree, re.M)}
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG)
+        if len(rel.parts) == 1:
+            assert rel.name in named, f"README architecture lacks parity/{rel}"
+        else:
+            assert rel.parts[0] in folders, f"README architecture lacks parity/{rel.parts[0]}/"
+            assert rel.stem == "__init__" or rel.stem in folders[rel.parts[0]], f"README architecture lacks parity/{rel}"
+    for name in named:
+        assert (PKG / name).exists(), f"README architecture names parity/{name}, which does not exist"
