@@ -29,13 +29,10 @@ import torch
 
 from . import regimes
 from .regimes import apply as apply_regime
+from .results import DTYPES as DTYPE_NAMES
 from .window import SpecError, Window
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 _DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "half": "float16"}
 
 FAMILIES = ("dense", "varlen", "decode", "chunked", "prefill_long_q", "paged")

@@ -16,11 +16,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .errors import UserError
+from .results import DTYPES
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
-class UsageError(Exception):
-    pass
+UsageError = UserError  # the old name, kept for callers
 
 
 #: Further subcommands, one module each, exposing ``add_parser(subparsers)`` (which sets
@@ -30,6 +32,7 @@ EXTRA_COMMANDS["decode"] = "parity.decode.cli"
 EXTRA_COMMANDS["selftest"] = "parity.selftest.run"  # planted bugs and honest variants (parity/selftest/)
 EXTRA_COMMANDS["merge"] = "parity.merge"  # several run folders (shards, resumed parts) into one
 EXTRA_COMMANDS["export-repro"] = "parity.export_repro"  # a standalone script per divergence (bug reports)
+EXTRA_COMMANDS["consistency"] = "parity.consistency"  # decode vs prefill, chunked vs one-shot (also python -m parity.consistency)
 
 
 def _extra(module: str):
@@ -82,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", type=Path, default=Path("reports/latest"), help="output folder (default reports/latest)")
     r.add_argument("--case", action="append", metavar="JSON", help="run only this case (repeatable); what repro commands use")
     r.add_argument("--case-file", type=Path, help="run the cases in this file (one JSON case per line, or a results.csv)")
-    r.add_argument("--dtype", action="append", choices=["float32", "float16", "bfloat16"], help="only these dtypes")
+    r.add_argument("--dtype", action="append", choices=DTYPES, help="only these dtypes")
     r.add_argument("--no-probes", action="store_true", help="skip the exact mask and GQA probes")
     r.add_argument("--max-mask-passes", type=int, default=64, help="mask probe limit: ceil(Sk / d) passes at most (default 64)")
     r.add_argument("--timeout", type=float, default=300.0, help="seconds per case before a worker is killed (default 300)")
@@ -170,7 +173,7 @@ def _load_cases(args: argparse.Namespace, specs: Sequence[str] = ()) -> tuple[li
     instances = {s: backends.get(s) for s in specs}
     gpu = any(getattr(b, "device", "cpu") == "cuda" for b in instances.values())
     long_len = prof.long_len if gpu else min(prof.long_len, CPU_LONG_CAP)
-    cases = generate(prof, args.seed, tuple(args.dtype) if args.dtype else ("float32", "float16", "bfloat16"), long_len)
+    cases = generate(prof, args.seed, tuple(args.dtype) if args.dtype else DTYPES, long_len)
     design = {"long_len": long_len, "long_capped": long_len < prof.long_len,
               "long_cap_why": "" if gpu else f"no GPU backend in the run: long key ranges capped at Sk={CPU_LONG_CAP}"}
     if not args.no_siblings:
@@ -200,12 +203,9 @@ def _splits(items: Sequence[str] | None) -> dict[str, int]:
     return out
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    import torch
-
-    from . import backends, env
-    from .sweep import FAIL_VERDICTS, check_splits, run_sweep, summary_table
-    from .verdict import budgets_with
+def _run_specs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The backends of the run (selectors expanded, every name resolved) and those named explicitly."""
+    from . import backends
 
     requested = _split(args.backend)
     if args.backend and not requested:
@@ -219,6 +219,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             backends.get(spec)
         except backends.BackendSpecError as exc:
             raise UsageError(str(exc)) from None
+    return specs, explicit
+
+
+def _check_run_args(args: argparse.Namespace, specs: list[str]) -> tuple[dict, dict[str, int]]:
+    """The run's numeric arguments checked; its error budgets and its ``--split`` parts."""
+    from .sweep import check_splits
+    from .verdict import budgets_with
+
     try:
         budgets = budgets_with(args.budget)
     except ValueError as exc:
@@ -234,6 +242,40 @@ def cmd_run(args: argparse.Namespace) -> int:
         splits = check_splits(_splits(args.split), specs, args.jobs, not args.no_isolate)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    return budgets, splits
+
+
+def _reference_device(choice: str) -> str:
+    import torch
+
+    ref_dev = choice
+    if ref_dev == "auto":
+        ref_dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if ref_dev == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--reference-device cuda: no CUDA device here")
+    return ref_dev
+
+
+def _compile_cache(choice: str | None) -> tuple[Path | None, dict[str, dict[str, int]]]:
+    """``--compile-cache`` enabled; its folder (None: off) and what it held before the run."""
+    from . import compile_cache
+
+    cache_root = compile_cache.resolve(choice)
+    cache_before: dict[str, dict[str, int]] = {}
+    if cache_root is not None:
+        try:
+            compile_cache.enable(cache_root)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        cache_before = compile_cache.inventory(cache_root)
+    return cache_root, cache_before
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .sweep import run_sweep
+
+    specs, explicit = _run_specs(args)
+    budgets, splits = _check_run_args(args, specs)
     expectations = load_expectations(args.expect)
     cases, design = _load_cases(args, specs)
     if args.list_cases:
@@ -242,26 +284,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not cases:
         raise UsageError("no case selected (check --case / --case-file / --dtype)")
-    ref_dev = args.reference_device
-    if ref_dev == "auto":
-        ref_dev = "cuda" if torch.cuda.is_available() else "cpu"
-    if ref_dev == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--reference-device cuda: no CUDA device here")
+    ref_dev = _reference_device(args.reference_device)
     out = args.out
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--out {out}: cannot use it as the output folder ({exc.strerror or exc})") from None
-    from . import compile_cache
-
-    cache_root = compile_cache.resolve(args.compile_cache)
-    cache_before: dict[str, dict[str, int]] = {}
-    if cache_root is not None:
-        try:
-            compile_cache.enable(cache_root)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        cache_before = compile_cache.inventory(cache_root)
+    cache_root, cache_before = _compile_cache(args.compile_cache)
     print(f"parity: {len(cases)} cases x {len(specs)} backends -> {out}/results.csv", file=sys.stderr)
     result = run_sweep(
         specs,
@@ -282,26 +311,37 @@ def cmd_run(args: argparse.Namespace) -> int:
         splits=splits,
         expectations=expectations,
     )
+    _write_environment(args, out, result, {"cases": len(cases), "reference_device": ref_dev, "splits": splits,
+                                           "budgets": budgets, "design": design, "expectations": expectations,
+                                           "cache": (cache_root, cache_before)})
+    return _finish_run(args, out, result, explicit, budgets, ref_dev, expectations)
+
+
+def _write_environment(args: argparse.Namespace, out: Path, result, run: dict) -> None:
+    """OUT/environment.json: the machine, the backends and what the run was (earlier cut-short runs kept)."""
+    from . import compile_cache, env
+
+    cache_root, cache_before = run["cache"]
     environment = env.collect(
         {
             "backends": result.infos,
             "profile": args.profile or os.environ.get("PARITY_PROFILE") or "default",
             "seed": args.seed,
-            "cases": len(cases),
-            "reference_device": ref_dev,
+            "cases": run["cases"],
+            "reference_device": run["reference_device"],
             "jobs": args.jobs,
-            "splits": splits,
+            "splits": run["splits"],
             "partial": result.partial or result.already + len(result.rows) < result.total,
             "rows_planned": result.planned,
             "rows_run": len(result.rows),
             "rows_in_folder": result.already + len(result.rows),
             "rows_total": result.total,
-            "budgets": {k: vars(v) for k, v in budgets.items()},
+            "budgets": {k: vars(v) for k, v in run["budgets"].items()},
             "wall_seconds": round(result.seconds, 2),
             "reference_seconds": round(result.reference_seconds, 2),
             "compile_cache": None if cache_root is None else compile_cache.record(cache_root, cache_before),
-            "design": design,
-            "expectations": expectations.summary(),
+            "design": run["design"],
+            "expectations": run["expectations"].summary(),
         }
     )
     env_path = out / "environment.json"
@@ -313,6 +353,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (OSError, ValueError):
             pass
     env_path.write_text(json.dumps(environment, indent=2, default=str) + "\n")
+
+
+def _finish_run(args: argparse.Namespace, out: Path, result, explicit: list[str], budgets: dict, ref_dev: str,
+                expectations) -> int:
+    """Print the failures, shrink them, write the reports and the summary; the exit code."""
+    from .sweep import FAIL_VERDICTS, summary_table
+
     failures = [r for r in result.rows if r["verdict"] in FAIL_VERDICTS]
     shown = _print_failures(failures, expectations)
     to_shrink = [r for r in failures if r["verdict"] != "unexpected-pass"]  # a pass has nothing to shrink
@@ -480,10 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command == name:
                 return int(_extra(module).run(args))
         raise UsageError(f"unknown command {args.command!r}")
-    except UsageError as exc:
-        print(f"parity: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ValueError as exc:  # SpecError and friends from case parsing
+    except UserError as exc:  # the user's own bad input (SpecError, BackendSpecError, ... are UserErrors)
         print(f"parity: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

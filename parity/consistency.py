@@ -125,10 +125,7 @@ def _failed(exc: Exception) -> dict[str, str]:
 FIELDS = ["backend", "check", "where", "case", "max_diff_vs_prefill", "max_err_vs_reference", "tolerance", "verdict", "detail"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    from . import backends
-
-    p = argparse.ArgumentParser(prog="python -m parity.consistency", description=__doc__.split("\n\n")[0])
+def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", "-b", action="append", required=True)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--window", type=int, default=200, help="Window.tokens(W)")
@@ -137,7 +134,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hkv", type=int, default=2)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--out", type=Path)
-    args = p.parse_args(argv)
+
+
+def add_parser(subparsers) -> None:
+    """``python -m parity consistency``: the same command as ``python -m parity.consistency``."""
+    p = subparsers.add_parser("consistency", help="decode vs prefill and chunked vs one-shot prefill of one backend",
+                              description=(__doc__ or "").split("\n\n")[0])
+    _add_arguments(p)
+    p.set_defaults(command="consistency")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m parity.consistency", description=(__doc__ or "").split("\n\n")[0])
+    _add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    from . import backends
+
     case = Case((args.seq,), (args.seq,), args.hq, args.hkv, args.head_dim, args.dtype, Window.tokens(args.window), seed=7)
     rows: list[dict[str, Any]] = []
     for spec in args.backend:  # each backend's rows are printed and written as soon as they are in

@@ -38,7 +38,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from .cli import UsageError
+from .errors import UserError as UsageError
 from .runs import FAILING, Run, case_text, load_run
 
 SKIPPED = ("unsupported", "unavailable")

@@ -62,6 +62,8 @@ from typing import Any
 
 from .case import Case
 from .coverage import DIMENSIONS, GRID_CELLS, matches
+from .errors import UserError
+from .results import RAW_FAIL_VERDICTS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -72,14 +74,14 @@ DEFAULT_FILE = Path(__file__).with_name("known_divergences.toml")
 ENV_VAR = "PARITY_EXPECT"
 EXPECTED, UNEXPECTED_PASS = "expected", "unexpected-pass"
 #: The verdicts an entry can expect (the failing ones of :mod:`parity.sweep`).
-RAW_FAILS = ("fail", "error", "crash", "timeout")
+RAW_FAILS = RAW_FAIL_VERDICTS
 #: Failure reasons of :mod:`parity.verdict` and the probes.
 REASONS = ("max_err", "mean_err", "nan", "nan_masked_rows", "inf", "unwritten", "mask", "gqa")
 FIELDS = ("id", "backend", "versions", "condition", "verdict", "reasons", "detail", "explanation", "upstream", "strict")
 REQUIRED = ("id", "backend", "condition", "explanation", "upstream")
 
 
-class ExpectationError(ValueError):
+class ExpectationError(UserError):
     """A bad expectations file or ``--expect`` value; the message is one line."""
 
 

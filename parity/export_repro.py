@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli import UsageError
+from .errors import UserError as UsageError
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

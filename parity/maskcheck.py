@@ -227,26 +227,8 @@ def decode_mask(case: Case, outputs: list[torch.Tensor]) -> ProbeResult:
         bad_rows += n_bad
         if not n_bad:
             continue
-        # each differing row is named by (first key, last key, key count, partial?): one
-        # phrase per distinct tuple, not a Python pass over every row's keys
         hs, rs = row_bad.nonzero()[:MAX_DESCRIBED_ROWS].unbind(1)  # (n,), (n,) in (head, row) order
-        e = eff[hs, rs]  # (n, Sk)
-        cnt = e.sum(-1)  # (n,)
-        first_k = torch.where(cnt > 0, e.int().argmax(-1), -1)  # (n,)
-        last_k = torch.where(cnt > 0, sk - 1 - e.flip(-1).int().argmax(-1), -1)  # (n,)
-        has_partial = partial[hs, rs].any(-1)  # (n,)
-        sig = torch.stack([lo.to(dev)[rs], hi.to(dev)[rs], first_k, last_k, cnt, has_partial.long()], 1)  # (n, 6)
-        uniq, inv, counts = sig.cpu().unique(dim=0, return_inverse=True, return_counts=True)
-        first_at = torch.full((len(uniq),), len(inv), dtype=torch.long).scatter_reduce(
-            0, inv, torch.arange(len(inv)), "amin"
-        )  # (u,): where each tuple first occurs, so patterns are counted in row order (ties in row order)
-        order = first_at.argsort().tolist()
-        for (lo_i, hi_i, f_k, l_k, c, pp), n in zip(uniq[order].tolist(), counts[order].tolist()):
-            if pp:
-                pat = "keys get partial weight (non-uniform softmax over visible keys)"
-            else:
-                pat = _pattern(f_k, l_k, c, lo_i, hi_i, sk)
-            patterns[pat] += n
+        patterns.update(_row_patterns(eff[hs, rs], partial[hs, rs], lo.to(dev)[rs], hi.to(dev)[rs], sk))
         if first is None:
             h, i = int(hs[0]), int(rs[0])
             keys = eff[h, i].nonzero().flatten().tolist()
@@ -256,6 +238,30 @@ def decode_mask(case: Case, outputs: list[torch.Tensor]) -> ProbeResult:
             extra = f" (partial weight on {_ranges(pk)})" if pk else ""
             first = f"seq {b} head {h} row {i} sees keys {_ranges(keys)}{extra}, spec says {spec_txt}"
             image = {"seq": b, "head": h, **_image(spec.cpu(), eff[h].cpu(), partial[h].cpu())}
+    return _mask_verdict(total_rows, bad_rows, skipped, patterns, first, image)
+
+
+def _row_patterns(e: torch.Tensor, partial: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, sk: int) -> Counter[str]:
+    """Phrases for differing rows ``e`` ``(n, Sk)`` (their partial-weight keys, spec bounds ``(n,)``):
+    each row is named by (first key, last key, key count, partial?), one phrase per distinct tuple,
+    not a Python pass over every row's keys; counted in row order."""
+    cnt = e.sum(-1)  # (n,)
+    first_k = torch.where(cnt > 0, e.int().argmax(-1), -1)  # (n,)
+    last_k = torch.where(cnt > 0, sk - 1 - e.flip(-1).int().argmax(-1), -1)  # (n,)
+    sig = torch.stack([lo, hi, first_k, last_k, cnt, partial.any(-1).long()], 1)  # (n, 6)
+    uniq, inv, counts = sig.cpu().unique(dim=0, return_inverse=True, return_counts=True)
+    first_at = torch.full((len(uniq),), len(inv), dtype=torch.long).scatter_reduce(
+        0, inv, torch.arange(len(inv)), "amin"
+    )  # (u,): where each tuple first occurs, so patterns are counted in row order (ties in row order)
+    out: Counter[str] = Counter()
+    for (lo_i, hi_i, f_k, l_k, c, pp), n in zip(uniq[first_at.argsort()].tolist(), counts[first_at.argsort()].tolist()):
+        pat = "keys get partial weight (non-uniform softmax over visible keys)" if pp else _pattern(f_k, l_k, c, lo_i, hi_i, sk)
+        out[pat] += n
+    return out
+
+
+def _mask_verdict(total_rows: int, bad_rows: int, skipped: int, patterns: Counter[str], first: str | None, image) -> ProbeResult:
+    """The mask probe's result and words from its counts (unwritten pairs are not judged)."""
     if total_rows == 0:
         return ProbeResult("n/a", f"output not written: none of the {skipped} (head, row) pairs to judge")
     note = f" ({skipped} unwritten (head, row) pairs not judged)" if skipped else ""

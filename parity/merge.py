@@ -84,7 +84,7 @@ def _concat(paths: list[Path], key=None) -> tuple[list[str], list[dict[str, str]
 
 def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Path] | None = None) -> dict[str, Any]:
     """Merge ``dirs`` into ``out``; returns counts. Raises ``ValueError`` naming what is wrong."""
-    from .sweep import COLUMNS
+    from .results import COLUMNS
 
     dirs = [Path(d) for d in dirs]
     extra = [Path(d) for d in extra or []]
@@ -172,7 +172,7 @@ def _complete(rows: dict[tuple[str, str], dict[str, str]]) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cli import UsageError
+    from .errors import UserError as UsageError
 
     try:
         counts = merge(args.out, args.dirs, args.prefer_last, args.extra)

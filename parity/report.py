@@ -20,6 +20,22 @@ from typing import Any
 
 from . import coverage, coverage_report, svg
 from .expect import Expectations
+from .report_data import (  # noqa: F401 - re-exported: the data layer's names stay reachable as parity.report.X
+    WORST_PER_BACKEND,
+    _finite_or,
+    consistency_counts,
+    counts_by,
+    decode_series,
+    fmt,
+    gpu_text,
+    known_rows,
+    n_expected,
+    n_failing,
+    records,
+    status_line,
+    why_text,
+    worst_rows,
+)
 from .runs import FAILING, Run, case_text, dtype_order, family_order, load_run
 
 #: Chips in the matrix, in order: verdicts counted together, css class, label.
@@ -32,7 +48,6 @@ CHIPS = (
     (("unsupported",), "c-unsup", "unsupported"),
     (("unavailable",), "c-unav", "unavailable"),
 )
-WORST_PER_BACKEND = 5
 MAX_MASKS = 6
 MAX_ROWS_TABLE = 400
 MAX_POINTS = 1500  # per backend and plot: every failing row, a sample of the passing ones
@@ -79,129 +94,6 @@ def write_reports(run: Run, dest: Path | str) -> list[Path]:
         path.write_text(text, encoding="utf-8")
         written.append(path)
     return written
-
-
-# ---------------------------------------------------------------- helpers shared with report_text
-
-
-def records(run: Run) -> list[dict[str, Any]]:
-    return run.df.to_dict("records")
-
-
-def counts_by(run: Run, *keys: str) -> dict[tuple, dict[str, int]]:
-    out: dict[tuple, dict[str, int]] = {}
-    for r in records(run):
-        k = tuple(r[x] for x in keys)
-        out.setdefault(k, {}).setdefault(r["verdict"], 0)
-        out[k][r["verdict"]] += 1
-    return out
-
-
-def worst_rows(run: Run, per_backend: int = WORST_PER_BACKEND) -> dict[str, list[dict[str, Any]]]:
-    """Failing rows per backend, worst first: error / crash / timeout (no numbers to rank), then
-    the largest budget fraction. Rows failing with the same error message are shown once, with
-    ``_same`` = how many more rows failed that way."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for r in records(run):
-        if r["verdict"] in FAILING:
-            out.setdefault(r["backend"], []).append(r)
-    for b, rows in out.items():
-        rows.sort(key=lambda r: (-_finite_or(r["budget_frac_f"], math.inf),))
-        kept: list[dict[str, Any]] = []
-        first: dict[tuple[str, str], dict[str, Any]] = {}
-        for r in rows:
-            if r["verdict"] != "fail":
-                key = (r["verdict"], (r.get("detail") or "").strip().split("\n")[0][:300])
-                if key in first:
-                    first[key]["_same"] += 1
-                    continue
-                first[key] = r = {**r, "_same": 0}
-            kept.append(r)
-        out[b] = kept[:per_backend]
-    return out
-
-
-def status_line(run: Run) -> tuple[str, str]:
-    """("fail" | "pass" | "nothing", words) for the top of the reports.
-
-    ======================================  ========  ==========================================
-    rows                                    kind      words
-    ======================================  ========  ==========================================
-    any fail/error/crash/timeout/unexp.     fail      FAIL: n failing of N rows[, k expected ...]
-    only pass (and skipped)                 pass      PASS: n rows ran and passed, s skipped ...
-    pass and expected                       pass      PASS: n rows ran: p passed, k expected ...
-    none ran                                nothing   NOTHING RAN: ...
-    ======================================  ========  ==========================================
-    """
-    total, bad, known = len(run.df), n_failing(run), n_expected(run)
-    passed = int((run.df["verdict"] == "pass").sum())
-    ran = passed + bad + known
-    known_text = f", {known} expected (known divergences)" if known else ""
-    if bad:
-        return "fail", f"FAIL: {bad} failing of {total} rows{known_text}"
-    if not ran:
-        return "nothing", f"NOTHING RAN: {total} rows, none passed or failed (all unsupported / unavailable, or an empty run)"
-    if known:
-        return "pass", f"PASS: {ran} rows ran: {passed} passed{known_text}, {total - ran} skipped with a reason"
-    return "pass", f"PASS: {ran} rows ran and passed, {total - ran} skipped with a reason"
-
-
-def n_failing(run: Run) -> int:
-    """Rows that make the run fail: raw failures no known divergence explains, and unexpected passes."""
-    return int(run.df["verdict"].isin(FAILING).sum())
-
-
-def n_expected(run: Run) -> int:
-    return int((run.df["verdict"] == "expected").sum())
-
-
-def why_text(r: dict[str, Any], run: Run, limit: int = 160) -> str:
-    """What a failing row failed with: its reasons, its error's first line, or for an unexpected pass the entry."""
-    if r.get("verdict") == "unexpected-pass":
-        e = run.expectations.get(r.get("expected_id", "")) if run.expectations else None
-        return f"passed, but strict known divergence {r.get('expected_id')} expects {e.verdict if e else 'a failure'}"
-    return r.get("reasons") or (r.get("detail") or "").split("\n")[0][:limit]
-
-
-def known_rows(run: Run) -> list[dict[str, Any]]:
-    """Per known divergence: ``{"id", "entry" (or None: not in the loaded files), "expected", "unexpected"}``;
-    every loaded entry, then ids only the rows name."""
-    out: dict[str, dict[str, Any]] = {}
-    for e in run.expectations.entries if run.expectations else ():
-        out[e.id] = {"id": e.id, "entry": e, "expected": 0, "unexpected": 0}
-    for r in records(run):
-        if r["verdict"] in ("expected", "unexpected-pass"):
-            k = r.get("expected_id") or "?"
-            d = out.setdefault(k, {"id": k, "entry": None, "expected": 0, "unexpected": 0})
-            d["expected" if r["verdict"] == "expected" else "unexpected"] += 1
-    return list(out.values())
-
-
-def _finite_or(v: float, default: float) -> float:
-    return v if isinstance(v, float) and not math.isnan(v) else default
-
-
-def fmt(v: Any, digits: int = 3) -> str:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return str(v) if v not in (None, "") else "–"
-    if math.isnan(f):
-        return "–"
-    return f"{f:.{digits}g}"
-
-
-def gpu_text(env: dict[str, Any]) -> str:
-    g = env.get("gpu") or {}
-    if not g:
-        return "unknown"
-    if not g.get("available"):
-        return "none (CPU only)"
-    bits = [f"{g.get('count', 1)} x {g.get('name', '?')}"]
-    for k, label in (("memory_gib", "GiB"), ("capability", "sm"), ("cuda", "CUDA"), ("driver", "driver")):
-        if g.get(k):
-            bits.append(f"{g[k]} GiB" if k == "memory_gib" else f"{label} {g[k]}")
-    return ", ".join(bits)
 
 
 # ---------------------------------------------------------------- HTML
@@ -561,8 +453,6 @@ def _masks(run: Run) -> str:
 
 
 def _decode(run: Run) -> str:
-    from .report_text import decode_series
-
     if run.decode is None or run.decode_path is None:
         return f"<p>{escape(str(run.decode_path))} could not be read as CSV.</p>"
     df = run.decode
@@ -592,15 +482,6 @@ def _decode(run: Run) -> str:
         parts.append(f'<p class="small">Main columns shown; all {len(df.columns)} are in {escape(str(rel.name))}.</p>')
     parts.append(f'<div class="scroll">{_table(df.to_dict("records"), cols, MAX_ROWS_TABLE)}</div>')
     return "".join(parts)
-
-
-def consistency_counts(run: Run) -> dict[str, dict[str, int]]:
-    """Per backend, how many consistency rows got each verdict."""
-    out: dict[str, dict[str, int]] = {}
-    for r in run.consistency:
-        c = out.setdefault(r["backend"], {})
-        c[r.get("verdict", "")] = c.get(r.get("verdict", ""), 0) + 1
-    return out
 
 
 def _consistency(run: Run) -> str:

@@ -20,6 +20,19 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from . import coverage_report
+from .report_data import (
+    consistency_counts,
+    counts_by,
+    fmt,
+    gpu_text,
+    known_rows,
+    n_expected,
+    n_failing,
+    records,
+    status_line,
+    why_text,
+    worst_rows,
+)
 from .runs import FAILING, VERDICTS, Run, case_text, family_order, num
 
 #: GitHub refuses comments over 65536 characters.
@@ -31,7 +44,6 @@ def md_cell(v: Any) -> str:
 
 
 def markdown_summary(run: Run) -> str:
-    from .report import counts_by, fmt, gpu_text, n_expected, n_failing, records, status_line, why_text, worst_rows
     from .sweep import known_vs_new
 
     env = run.env
@@ -61,42 +73,59 @@ def markdown_summary(run: Run) -> str:
     glance = known_vs_new(records(run))
     if glance:
         out += [""] + [f"- {md_cell(line)}" for line in glance]
-    fams = family_order(run.df["family"])
-    cells = counts_by(run, "backend", "family")
     if bad:
-        out += ["", "Failing / ran, by case family:", "", "| backend | " + " | ".join(fams) + " |", "|---|" + "---:|" * len(fams)]
-        for b in run.backends():
-            row = []
-            for f in fams:
-                c = cells.get((b, f), {})
-                ran = sum(c.get(v, 0) for v in ("pass", "expected", *FAILING))
-                failing = sum(c.get(v, 0) for v in FAILING)
-                row.append("–" if not ran else (f"**{failing}** / {ran}" if failing else f"0 / {ran}"))
-            out.append(f"| `{md_cell(b)}` | " + " | ".join(row) + " |")
-        out += ["", "### Worst cases", ""]
-        for b, rows in worst_rows(run, per_backend=3).items():
-            for r in rows:
-                why = why_text(r, run, 200)
-                line = f"- `{md_cell(b)}` **{r['verdict']}** [{md_cell(why)}] {md_cell(case_text(r))}"
-                if r["verdict"] == "fail":
-                    line += f": err ratio {fmt(r.get('err_ratio'))}, budget used {fmt(r.get('budget_frac'))}x"
-                if r.get("_same"):
-                    line += f" (and {r['_same']} more rows with the same message)"
-                out.append(line)
-                if r.get("mask_check") == "mismatch":
-                    out.append(f"  - mask: {md_cell(r['mask_detail'][:400])}")
-                if r.get("gqa_check") == "mismatch":
-                    out.append(f"  - gqa: {md_cell(r['gqa_detail'][:400])}")
-                if r.get("repro"):
-                    out += ["", "  ```bash", f"  {r['repro']}", "  ```"]
-        for s in (x for x in run.shrunk if x.get("repro")):
-            out += ["", f"- `{md_cell(s.get('backend'))}` smallest failing case found by shrinking case {s.get('from')}:"]
-            out += ["", "  ```bash", f"  {s['repro']}", "  ```"]
-        rest = bad - sum(1 + r.get("_same", 0) for v in worst_rows(run, per_backend=3).values() for r in v)
-        if rest > 0:
-            out += ["", f"… and {rest} more failing rows: see `report.html` / `results.csv`."]
+        out += _md_failing(run, bad)
     out += coverage_report.markdown(run)
     out += _known_details(run)
+    out += _md_extras(run)
+    text = "\n".join(out) + "\n"
+    if len(text) > MAX_MARKDOWN:
+        text = text[: MAX_MARKDOWN - 80].rsplit("\n", 1)[0] + "\n\n… (truncated; see report.html)\n"
+    return text
+
+
+def _md_failing(run: Run, bad: int) -> list[str]:
+    """The failing part of summary.md: counts by case family, the worst cases, the shrunk repros."""
+    fams = family_order(run.df["family"])
+    cells = counts_by(run, "backend", "family")
+    out = ["", "Failing / ran, by case family:", "", "| backend | " + " | ".join(fams) + " |", "|---|" + "---:|" * len(fams)]
+    for b in run.backends():
+        row = []
+        for f in fams:
+            c = cells.get((b, f), {})
+            ran = sum(c.get(v, 0) for v in ("pass", "expected", *FAILING))
+            failing = sum(c.get(v, 0) for v in FAILING)
+            row.append("–" if not ran else (f"**{failing}** / {ran}" if failing else f"0 / {ran}"))
+        out.append(f"| `{md_cell(b)}` | " + " | ".join(row) + " |")
+    out += ["", "### Worst cases", ""]
+    for b, rows in worst_rows(run, per_backend=3).items():
+        for r in rows:
+            why = why_text(r, run, 200)
+            line = f"- `{md_cell(b)}` **{r['verdict']}** [{md_cell(why)}] {md_cell(case_text(r))}"
+            if r["verdict"] == "fail":
+                line += f": err ratio {fmt(r.get('err_ratio'))}, budget used {fmt(r.get('budget_frac'))}x"
+            if r.get("_same"):
+                line += f" (and {r['_same']} more rows with the same message)"
+            out.append(line)
+            if r.get("mask_check") == "mismatch":
+                out.append(f"  - mask: {md_cell(r['mask_detail'][:400])}")
+            if r.get("gqa_check") == "mismatch":
+                out.append(f"  - gqa: {md_cell(r['gqa_detail'][:400])}")
+            if r.get("repro"):
+                out += ["", "  ```bash", f"  {r['repro']}", "  ```"]
+    for s in (x for x in run.shrunk if x.get("repro")):
+        out += ["", f"- `{md_cell(s.get('backend'))}` smallest failing case found by shrinking case {s.get('from')}:"]
+        out += ["", "  ```bash", f"  {s['repro']}", "  ```"]
+    rest = bad - sum(1 + r.get("_same", 0) for v in worst_rows(run, per_backend=3).values() for r in v)
+    if rest > 0:
+        out += ["", f"… and {rest} more failing rows: see `report.html` / `results.csv`."]
+    return out
+
+
+def _md_extras(run: Run) -> list[str]:
+    """The tail of summary.md: unavailable backends, decode results, consistency counts."""
+    env = run.env
+    out: list[str] = []
     unavailable = [(k, v["unavailable"]) for k, v in (env.get("backends") or {}).items() if isinstance(v, dict) and v.get("unavailable")]
     if unavailable:
         out += ["", "<details><summary>Unavailable backends</summary>", ""]
@@ -109,23 +138,17 @@ def markdown_summary(run: Run) -> str:
             line += " (" + ", ".join(f"{k}: {v}" for k, v in sorted(vc.items())) + ")"
         out += ["", line + "."]
     if run.consistency:
-        from .report import consistency_counts
-
         parts = []
         for b, c in consistency_counts(run).items():
             not_pass = {k: v for k, v in c.items() if k != "pass"}
             extra = " (" + ", ".join(f"{k} {v}" for k, v in sorted(not_pass.items())) + ")" if not_pass else ""
             parts.append(f"`{md_cell(b)}` {c.get('pass', 0)}/{sum(c.values())}{extra}")
         out += ["", "Decode / chunked-prefill consistency (pass / rows): " + ", ".join(parts) + "."]
-    text = "\n".join(out) + "\n"
-    if len(text) > MAX_MARKDOWN:
-        text = text[: MAX_MARKDOWN - 80].rsplit("\n", 1)[0] + "\n\n… (truncated; see report.html)\n"
-    return text
+    return out
 
 
 def _known_details(run: Run) -> list[str]:
     """A collapsed table of the known divergences that matched rows (none: no lines)."""
-    from .report import known_rows
 
     hit = [k for k in known_rows(run) if k["expected"] or k["unexpected"]]
     if not hit:
@@ -155,7 +178,6 @@ def junit_xml(run: Run) -> str:
     ``<skipped type="parity.expected">`` naming the known divergence; ``unexpected-pass`` ->
     ``<failure type="parity.unexpected-pass">`` naming the strict entry that no longer fails.
     """
-    from .report import records
 
     root = ET.Element("testsuites", name="attn-parity")
     suites: dict[str, ET.Element] = {}
@@ -225,33 +247,3 @@ def _junit_known(tc: ET.Element, st: dict[str, float], run: Run, r: dict[str, An
     el.text = f"retire or narrow the entry {eid} ({e.source if e else 'its file'})\nrepro: {r.get('repro', '')}"
 
 
-#: Names a decode CSV may use for its step axis and its error measure (first match wins).
-DECODE_X = ("step", "decode_step", "position", "pos", "token", "t")
-DECODE_GROUP = ("backend", "name", "case_id")
-
-
-def decode_series(df) -> tuple[str, str, list[tuple[str, list[tuple[float, float]]]]] | None:
-    """Find (step column, error column, lines per backend) in a decode CSV, or None if it has no such shape."""
-    import pandas as pd
-
-    cols = list(df.columns)
-    xcol = next((c for c in DECODE_X if c in cols), None)
-    errs = [c for c in cols if c != xcol and any(w in c.lower() for w in ("diverg", "err", "diff"))]
-    errs = [c for c in errs if pd.to_numeric(df[c], errors="coerce").notna().any()]
-    if xcol is None or not errs:
-        return None
-    ycol = errs[0]
-    group = next((c for c in DECODE_GROUP if c in cols), None)
-    x = pd.to_numeric(df[xcol], errors="coerce")
-    y = pd.to_numeric(df[ycol], errors="coerce")
-    series: list[tuple[str, list[tuple[float, float]]]] = []
-    keys = list(dict.fromkeys(df[group])) if group else ["all"]
-    for k in keys[:8]:
-        sel = (df[group] == k) if group else pd.Series(True, index=df.index)
-        worst: dict[float, float] = {}  # the largest value per step (over models and prompts)
-        for a, b in zip(x[sel], y[sel]):
-            if not (math.isnan(a) or math.isnan(b)):
-                worst[float(a)] = max(worst.get(float(a), -math.inf), float(b))
-        if worst:
-            series.append((str(k), sorted(worst.items())))
-    return (xcol, ycol, series) if series else None

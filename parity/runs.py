@@ -1,7 +1,7 @@
 """Loading a run folder (``results.csv``, ``environment.json``, ``masks.jsonl``, decode results).
 
 Used by :mod:`parity.report` and :mod:`parity.diff`. pandas is imported lazily (it is in the
-``report`` and ``test`` extras); bad input raises :class:`parity.cli.UsageError` with one line.
+``report`` and ``test`` extras); bad input raises :class:`parity.errors.UserError` with one line.
 
 Runs older than known divergences (:mod:`parity.expect`) have no ``raw_verdict`` /
 ``expected_id`` columns: they are added empty, so those runs load, render and diff beside new
@@ -26,33 +26,20 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .case import DTYPES as _DTYPES
 from .case import FAMILIES
-from .cli import UsageError
+from .errors import UserError as UsageError
 from .expect import Expectations
-from .sweep import FAIL_VERDICTS as FAILING  # noqa: F401 - re-exported for report and diff
-from .sweep import (
+from .results import (
+    DTYPES,
+    EXPECT_COLUMNS,
+    NUMERIC,
     RAW_FAIL_VERDICTS,  # noqa: F401 - re-exported for report and diff
     VERDICTS,  # noqa: F401 - re-exported for report and diff
 )
+from .results import FAIL_VERDICTS as FAILING  # noqa: F401 - re-exported for report and diff
 
-DTYPES = tuple(_DTYPES)
 #: A results.csv must have at least these columns to be reported on.
 REQUIRED = ("backend", "case_id", "family", "dtype", "verdict")
-#: Columns added by known divergences; older runs get them empty (so their schema matches).
-EXPECT_COLUMNS = ("raw_verdict", "expected_id")
-NUMERIC = (
-    "max_abs_err",
-    "max_rel_err",
-    "mean_abs_err",
-    "err_ratio",
-    "budget_frac",
-    "mismatch_pct",
-    "threshold_max",
-    "baseline_max",
-    "worst_left_edge",
-    "time_ms",
-)
 
 
 @dataclasses.dataclass

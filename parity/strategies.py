@@ -28,9 +28,10 @@ from hypothesis import strategies as st
 
 from .case import Case
 from .design import Limits, covering_cases
+from .results import DTYPES
 from .window import Align, SpecError, Window
 
-ALL_DTYPES = ("float32", "float16", "bfloat16")
+ALL_DTYPES = DTYPES
 HEAD_DIMS = (16, 32, 64, 128)
 ODD_HEAD_DIMS = (24, 40, 72, 80, 96, 33)
 SOFTCAPS = (1.0, 5.0, 30.0)

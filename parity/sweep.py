@@ -38,69 +38,12 @@ from typing import Any
 import torch
 
 from .case import Case, make_inputs
-from .expect import RAW_FAILS, Expectations
+from .errors import UserError
+from .expect import Expectations
 from .maskcheck import DEFAULT_MAX_PASSES
 from .reference import attention_reference
+from .results import COLUMNS, FAIL_VERDICTS, RAW_FAIL_VERDICTS, VERDICTS  # noqa: F401 - also re-exported
 from .verdict import BUDGETS, Baseline, Budget, compare, make_baseline
-
-COLUMNS = [
-    "backend",
-    "backend_name",
-    "case_id",
-    "family",
-    "dtype",
-    "layout",
-    "hq",
-    "hkv",
-    "head_dim",
-    "batch",
-    "q_lens",
-    "k_lens",
-    "window_left",
-    "window_right",
-    "align",
-    "softcap",
-    "scale",
-    "page_size",
-    "seed",
-    "verdict",
-    "reasons",
-    "max_abs_err",
-    "max_rel_err",
-    "mean_abs_err",
-    "err_ratio",
-    "budget_frac",
-    "mismatch_pct",
-    "threshold_max",
-    "baseline_max",
-    "baseline_mean",
-    "nan_count",
-    "inf_count",
-    "nan_masked_rows",
-    "unwritten",
-    "mask_check",
-    "mask_detail",
-    "gqa_check",
-    "gqa_detail",
-    "worst_seq",
-    "worst_head",
-    "worst_row",
-    "worst_left_edge",
-    "worst_where",
-    "time_ms",
-    "detail",
-    "repro",
-    "case_json",
-    # last, so that older results.csv files (without them) keep their column order: runs.read_results adds them
-    "raw_verdict",
-    "expected_id",
-]
-
-VERDICTS = ("pass", "fail", "error", "crash", "timeout", "expected", "unexpected-pass", "unsupported", "unavailable")
-#: What a backend's row can fail with before known divergences are applied (``raw_verdict``).
-RAW_FAIL_VERDICTS = RAW_FAILS
-#: Verdicts that make a run fail (exit 1): the raw failures and a strict entry's unexpected pass.
-FAIL_VERDICTS = (*RAW_FAIL_VERDICTS, "unexpected-pass")
 
 
 def case_columns(case: Case) -> dict[str, Any]:
@@ -255,9 +198,9 @@ class ResultsWriter:
             with self.path.open(newline="") as fh:
                 reader = csv.DictReader(fh)
                 if reader.fieldnames and not {"backend", "case_id", "verdict"} <= set(reader.fieldnames):
-                    raise ValueError(f"--resume: {self.path} is not a results.csv of this tool (no backend/case_id/verdict columns)")
+                    raise UserError(f"--resume: {self.path} is not a results.csv of this tool (no backend/case_id/verdict columns)")
                 if reader.fieldnames and list(reader.fieldnames) != COLUMNS:
-                    raise ValueError(f"--resume: {self.path} has other columns than this attn-parity writes "
+                    raise UserError(f"--resume: {self.path} has other columns than this attn-parity writes "
                                      "(an older version's run); finish it with that version, or start a new --out")
                 for r in reader:
                     if r.get("verdict"):  # a complete row

@@ -53,11 +53,13 @@ from typing import Any, Literal
 
 import torch
 
+from .errors import UserError
+
 Align = Literal["bottom_right", "top_left"]
 ALIGNMENTS: tuple[str, ...] = ("bottom_right", "top_left")
 
 
-class SpecError(ValueError):
+class SpecError(UserError):
     """An invalid window or case specification. The message names the field and value."""
 
 

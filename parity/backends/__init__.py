@@ -17,6 +17,7 @@ import importlib
 import importlib.metadata
 from collections.abc import Callable
 
+from ..errors import UserError
 from ..markers import marker_for
 from .base import Backend, BackendError, Unsupported
 
@@ -81,7 +82,7 @@ def expand(spec: str) -> list[str]:
     return out
 
 
-class BackendSpecError(ValueError):
+class BackendSpecError(UserError):
     """An unknown backend name or a malformed ``module:Class`` path."""
 
 

@@ -13,6 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..results import DTYPES
+
 NAME = "decode"
 DEFAULT_CPU_BACKENDS = ("reference", "sdpa", "flex")
 
@@ -37,7 +39,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "gemma2 = local/global alternating with softcaps; hf-*: Hugging Face transformers architectures, "
                         "random init + the same short training, needs transformers)")
     p.add_argument("--hf-checkpoint", metavar="DIR", help="a local Hugging Face checkpoint directory (implies --model hf-checkpoint)")
-    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"],
+    p.add_argument("--dtype", choices=DTYPES,
                    help="model and attention dtype (default bfloat16 on a GPU, float32 on the CPU)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where the model runs (auto: cuda when available)")
     p.add_argument("--prompt-lens", type=_ints, default=None, metavar="N,N,...",

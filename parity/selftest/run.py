@@ -24,6 +24,7 @@ from typing import Any
 
 from ..api import evaluate
 from ..case import Case
+from ..results import DTYPES
 from ..sweep import BaselineCache
 from .bugs import BUGS, PlantedBug
 from .honest import HONEST, HonestVariant
@@ -171,7 +172,7 @@ def detection_table(dets: Sequence[Detection], markdown: bool = False) -> str:
         where = f"{d.first_case} (#{d.first_index} of {d.total})" if d.caught else f"none of {d.cases_run} cases"
         checks = " ".join(d.checks) if d.caught else "-"
         if d.failing > 1:  # exhaustive: how many cases fail, per dtype
-            per = ", ".join(f"{dt} {d.dtype_counts[dt]}" for dt in ("float32", "float16", "bfloat16") if d.dtype_counts[dt])
+            per = ", ".join(f"{dt} {d.dtype_counts[dt]}" for dt in DTYPES if d.dtype_counts[dt])
             checks += f" [{d.failing}/{d.total} cases fail: {per}]"
         rows.append([d.bug.klass, d.bug.name, "yes" if d.caught else "ESCAPED", checks, where])
     return _table(head, rows, markdown)
@@ -201,7 +202,7 @@ def _table(head: list[str], rows: list[list[str]], markdown: bool) -> str:
 
 def parse_seeds(text: str) -> list[int]:
     """``"0-4"`` or ``"0,3,7"`` (or a mix) -> seeds."""
-    from ..cli import UsageError
+    from ..errors import UserError as UsageError
 
     out: list[int] = []
     for part in text.split(","):
@@ -239,7 +240,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _select(names: list[str] | None, items: Sequence[Any], what: str) -> list[Any]:
-    from ..cli import UsageError
+    from ..errors import UserError as UsageError
 
     if not names:
         return list(items)
@@ -251,7 +252,7 @@ def _select(names: list[str] | None, items: Sequence[Any], what: str) -> list[An
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import UsageError
+    from ..errors import UserError as UsageError
 
     if args.seed < 0:
         raise UsageError(f"--seed must be >= 0, got {args.seed}")

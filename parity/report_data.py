@@ -1,0 +1,174 @@
+"""The data layer of a run's reports: counts, worst rows, status and the text of a cell.
+
+Shared by the renderers (:mod:`parity.report` for HTML, :mod:`parity.report_text` for
+Markdown and JUnit); neither renderer imports the other, both import this.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .runs import FAILING, Run
+
+WORST_PER_BACKEND = 5
+
+def records(run: Run) -> list[dict[str, Any]]:
+    return run.df.to_dict("records")
+
+
+def counts_by(run: Run, *keys: str) -> dict[tuple, dict[str, int]]:
+    out: dict[tuple, dict[str, int]] = {}
+    for r in records(run):
+        k = tuple(r[x] for x in keys)
+        out.setdefault(k, {}).setdefault(r["verdict"], 0)
+        out[k][r["verdict"]] += 1
+    return out
+
+
+def worst_rows(run: Run, per_backend: int = WORST_PER_BACKEND) -> dict[str, list[dict[str, Any]]]:
+    """Failing rows per backend, worst first: error / crash / timeout (no numbers to rank), then
+    the largest budget fraction. Rows failing with the same error message are shown once, with
+    ``_same`` = how many more rows failed that way."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in records(run):
+        if r["verdict"] in FAILING:
+            out.setdefault(r["backend"], []).append(r)
+    for b, rows in out.items():
+        rows.sort(key=lambda r: (-_finite_or(r["budget_frac_f"], math.inf),))
+        kept: list[dict[str, Any]] = []
+        first: dict[tuple[str, str], dict[str, Any]] = {}
+        for r in rows:
+            if r["verdict"] != "fail":
+                key = (r["verdict"], (r.get("detail") or "").strip().split("\n")[0][:300])
+                if key in first:
+                    first[key]["_same"] += 1
+                    continue
+                first[key] = r = {**r, "_same": 0}
+            kept.append(r)
+        out[b] = kept[:per_backend]
+    return out
+
+
+def status_line(run: Run) -> tuple[str, str]:
+    """("fail" | "pass" | "nothing", words) for the top of the reports.
+
+    ======================================  ========  ==========================================
+    rows                                    kind      words
+    ======================================  ========  ==========================================
+    any fail/error/crash/timeout/unexp.     fail      FAIL: n failing of N rows[, k expected ...]
+    only pass (and skipped)                 pass      PASS: n rows ran and passed, s skipped ...
+    pass and expected                       pass      PASS: n rows ran: p passed, k expected ...
+    none ran                                nothing   NOTHING RAN: ...
+    ======================================  ========  ==========================================
+    """
+    total, bad, known = len(run.df), n_failing(run), n_expected(run)
+    passed = int((run.df["verdict"] == "pass").sum())
+    ran = passed + bad + known
+    known_text = f", {known} expected (known divergences)" if known else ""
+    if bad:
+        return "fail", f"FAIL: {bad} failing of {total} rows{known_text}"
+    if not ran:
+        return "nothing", f"NOTHING RAN: {total} rows, none passed or failed (all unsupported / unavailable, or an empty run)"
+    if known:
+        return "pass", f"PASS: {ran} rows ran: {passed} passed{known_text}, {total - ran} skipped with a reason"
+    return "pass", f"PASS: {ran} rows ran and passed, {total - ran} skipped with a reason"
+
+
+def n_failing(run: Run) -> int:
+    """Rows that make the run fail: raw failures no known divergence explains, and unexpected passes."""
+    return int(run.df["verdict"].isin(FAILING).sum())
+
+
+def n_expected(run: Run) -> int:
+    return int((run.df["verdict"] == "expected").sum())
+
+
+def why_text(r: dict[str, Any], run: Run, limit: int = 160) -> str:
+    """What a failing row failed with: its reasons, its error's first line, or for an unexpected pass the entry."""
+    if r.get("verdict") == "unexpected-pass":
+        e = run.expectations.get(r.get("expected_id", "")) if run.expectations else None
+        return f"passed, but strict known divergence {r.get('expected_id')} expects {e.verdict if e else 'a failure'}"
+    return r.get("reasons") or (r.get("detail") or "").split("\n")[0][:limit]
+
+
+def known_rows(run: Run) -> list[dict[str, Any]]:
+    """Per known divergence: ``{"id", "entry" (or None: not in the loaded files), "expected", "unexpected"}``;
+    every loaded entry, then ids only the rows name."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in run.expectations.entries if run.expectations else ():
+        out[e.id] = {"id": e.id, "entry": e, "expected": 0, "unexpected": 0}
+    for r in records(run):
+        if r["verdict"] in ("expected", "unexpected-pass"):
+            k = r.get("expected_id") or "?"
+            d = out.setdefault(k, {"id": k, "entry": None, "expected": 0, "unexpected": 0})
+            d["expected" if r["verdict"] == "expected" else "unexpected"] += 1
+    return list(out.values())
+
+
+def _finite_or(v: float, default: float) -> float:
+    return v if isinstance(v, float) and not math.isnan(v) else default
+
+
+def fmt(v: Any, digits: int = 3) -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v) if v not in (None, "") else "–"
+    if math.isnan(f):
+        return "–"
+    return f"{f:.{digits}g}"
+
+
+def gpu_text(env: dict[str, Any]) -> str:
+    g = env.get("gpu") or {}
+    if not g:
+        return "unknown"
+    if not g.get("available"):
+        return "none (CPU only)"
+    bits = [f"{g.get('count', 1)} x {g.get('name', '?')}"]
+    for k, label in (("memory_gib", "GiB"), ("capability", "sm"), ("cuda", "CUDA"), ("driver", "driver")):
+        if g.get(k):
+            bits.append(f"{g[k]} GiB" if k == "memory_gib" else f"{label} {g[k]}")
+    return ", ".join(bits)
+
+
+def consistency_counts(run: Run) -> dict[str, dict[str, int]]:
+    """Per backend, how many consistency rows got each verdict."""
+    out: dict[str, dict[str, int]] = {}
+    for r in run.consistency:
+        c = out.setdefault(r["backend"], {})
+        c[r.get("verdict", "")] = c.get(r.get("verdict", ""), 0) + 1
+    return out
+
+
+#: Names a decode CSV may use for its step axis and its error measure (first match wins).
+DECODE_X = ("step", "decode_step", "position", "pos", "token", "t")
+DECODE_GROUP = ("backend", "name", "case_id")
+
+
+def decode_series(df) -> tuple[str, str, list[tuple[str, list[tuple[float, float]]]]] | None:
+    """Find (step column, error column, lines per backend) in a decode CSV, or None if it has no such shape."""
+    import pandas as pd
+
+    cols = list(df.columns)
+    xcol = next((c for c in DECODE_X if c in cols), None)
+    errs = [c for c in cols if c != xcol and any(w in c.lower() for w in ("diverg", "err", "diff"))]
+    errs = [c for c in errs if pd.to_numeric(df[c], errors="coerce").notna().any()]
+    if xcol is None or not errs:
+        return None
+    ycol = errs[0]
+    group = next((c for c in DECODE_GROUP if c in cols), None)
+    x = pd.to_numeric(df[xcol], errors="coerce")
+    y = pd.to_numeric(df[ycol], errors="coerce")
+    series: list[tuple[str, list[tuple[float, float]]]] = []
+    keys = list(dict.fromkeys(df[group])) if group else ["all"]
+    for k in keys[:8]:
+        sel = (df[group] == k) if group else pd.Series(True, index=df.index)
+        worst: dict[float, float] = {}  # the largest value per step (over models and prompts)
+        for a, b in zip(x[sel], y[sel]):
+            if not (math.isnan(a) or math.isnan(b)):
+                worst[float(a)] = max(worst.get(float(a), -math.inf), float(b))
+        if worst:
+            series.append((str(k), sorted(worst.items())))
+    return (xcol, ycol, series) if series else None
