@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                    help="run the backends in N lanes at once (compile-bound backends then do not hold up the rest; "
                         "per-case times are measured under that load); default 1")
+    r.add_argument("--shard", metavar="K/N",
+                   help="run only shard K of N of the cases (deterministic, configurations kept whole, balanced on the "
+                        "backends' cost hints; `parity merge` joins the N folders and refuses an incomplete set)")
     r.add_argument("--split", action="append", metavar="BACKEND=K",
                    help="run BACKEND in K worker processes at once, each taking the cases of its own configurations "
                         "(for backends that compile per configuration on the host: flex, JAX, cuDNN); needs --jobs >= K")
@@ -278,6 +281,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     budgets, splits = _check_run_args(args, specs)
     expectations = load_expectations(args.expect)
     cases, design = _load_cases(args, specs)
+    cases, shard_rec = _shard(args, cases, specs)
     if args.list_cases:
         for c in cases:
             print(c.to_json())
@@ -313,8 +317,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     _write_environment(args, out, result, {"cases": len(cases), "reference_device": ref_dev, "splits": splits,
                                            "budgets": budgets, "design": design, "expectations": expectations,
-                                           "cache": (cache_root, cache_before)})
+                                           "cache": (cache_root, cache_before), "shard": shard_rec})
     return _finish_run(args, out, result, explicit, budgets, ref_dev, expectations)
+
+
+def _shard(args: argparse.Namespace, cases: list, specs: Sequence[str]) -> tuple[list, dict | None]:
+    """``--shard K/N``: the shard's cases and its ``environment.json["shard"]`` (:mod:`parity.shard`)."""
+    if not args.shard:
+        return cases, None
+    from . import shard
+
+    profile = args.profile or os.environ.get("PARITY_PROFILE") or "default"
+    try:
+        return shard.for_run(cases, args.shard, specs, profile=profile, seed=args.seed, filters=shard.run_filters(args))
+    except ValueError as exc:
+        raise UsageError(f"--shard {args.shard}: {exc}") from None
 
 
 def _write_environment(args: argparse.Namespace, out: Path, result, run: dict) -> None:
@@ -342,6 +359,7 @@ def _write_environment(args: argparse.Namespace, out: Path, result, run: dict) -
             "compile_cache": None if cache_root is None else compile_cache.record(cache_root, cache_before),
             "design": run["design"],
             "expectations": run["expectations"].summary(),
+            "shard": run["shard"],
         }
     )
     env_path = out / "environment.json"

@@ -37,6 +37,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--extra", type=Path, action="append", default=[], metavar="DIR",
                    help="a folder with only consistency.csv and/or decode results to fold in (repeatable)")
     p.add_argument("--no-report", action="store_true", help="merge the data only")
+    p.add_argument("--no-shard-check", action="store_true",
+                   help="merge shard runs (parity run --shard) even when the set is incomplete or mixed with other runs")
     return p
 
 
@@ -82,15 +84,19 @@ def _concat(paths: list[Path], key=None) -> tuple[list[str], list[dict[str, str]
     return fields, rows
 
 
-def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Path] | None = None) -> dict[str, Any]:
-    """Merge ``dirs`` into ``out``; returns counts. Raises ``ValueError`` naming what is wrong."""
+def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Path] | None = None,
+          check_shards: bool = True) -> dict[str, Any]:
+    """Merge ``dirs`` into ``out``; returns counts. Raises ``ValueError`` naming what is wrong,
+    a shard set with a shard missing or repeated included (``check_shards``: :mod:`parity.shard`)."""
     from .results import COLUMNS
+    from .shard import check_shard_folders
 
     dirs = [Path(d) for d in dirs]
     extra = [Path(d) for d in extra or []]
     out = Path(out)
     if any(out.resolve() == d.resolve() for d in dirs + extra):
         raise ValueError(f"OUT {out} is one of the input folders; merge into a new folder")
+    shard_set = check_shard_folders(dirs) if check_shards else None
     rows: dict[tuple[str, str], dict[str, str]] = {}
     origin: dict[tuple[str, str], Path] = {}
     for d in dirs:
@@ -118,6 +124,7 @@ def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Pa
         lines = _lines([d / name for d in dirs])
         if lines:
             (out / name).write_text("\n".join(lines) + "\n")
+    _merge_environment(out, dirs, rows, shard_set)
     sources = dirs + extra
     cons = [p for d in sources for p in [d / "consistency.csv", *sorted(d.glob("*/consistency.csv"))] if p.exists()]
     n_cons = 0
@@ -138,6 +145,12 @@ def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Pa
         if steps:
             fields, srows = _concat(steps, base_key)
             _write_csv(out / "decode" / "decode_steps.csv", fields, srows)
+    return {"rows": len(rows), "folders": len(dirs), "consistency_rows": n_cons, "decode_rows": n_dec}
+
+
+def _merge_environment(out: Path, dirs: list[Path], rows: dict, shard_set: dict[str, Any] | None) -> None:
+    """OUT/environment.json: the first folder's, with every folder's backends and what each run was
+    (``shards``: the shard set it completes)."""
     envs = []
     for d in dirs:
         p = d / "environment.json"
@@ -160,8 +173,10 @@ def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Pa
         env["rows_in_folder"] = len(rows)
         walls = [e.get("wall_seconds") for _, e in envs if isinstance(e.get("wall_seconds"), (int, float))]
         env["wall_seconds"] = round(sum(walls), 2)  # summed over the merged runs (shards may have overlapped)
+        env.pop("shard", None)
+        if shard_set is not None:
+            env["shards"] = shard_set
         (out / "environment.json").write_text(json.dumps(env, indent=2, default=str) + "\n")
-    return {"rows": len(rows), "folders": len(dirs), "consistency_rows": n_cons, "decode_rows": n_dec}
 
 
 def _complete(rows: dict[tuple[str, str], dict[str, str]]) -> bool:
@@ -175,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     from .errors import UserError as UsageError
 
     try:
-        counts = merge(args.out, args.dirs, args.prefer_last, args.extra)
+        counts = merge(args.out, args.dirs, args.prefer_last, args.extra, check_shards=not args.no_shard_check)
     except (ValueError, OSError) as exc:
         raise UsageError(f"merge: {exc}") from None
     print(f"parity merge: {counts['rows']} rows from {counts['folders']} folders, {counts['consistency_rows']} consistency rows, "

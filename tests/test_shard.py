@@ -441,3 +441,33 @@ def test_shard_runs_merge_into_the_unsharded_run(tmp_path):
     assert len(rows(tmp_path / "full" / "results.csv")) == len(full.rows) == 16
     with pytest.raises(ValueError, match=r"missing shard\(s\) 3/3"):
         shard.check_shard_folders(dirs[:2])
+
+
+def test_parity_run_shard_and_merge_on_the_command_line(tmp_path):
+    """`parity run --shard K/N` twice, `parity merge` of both: the unsharded run's rows; one shard
+    alone is an incomplete set (exit 2, naming the missing shard); a bad K/N is exit 2."""
+    import csv
+
+    from parity import Case, Window
+
+    cases = [Case((n,), (n + 3,), 2, 1, 16, dt, Window(2, 0), seed=n) for n in (3, 5, 8) for dt in ("float32", "bfloat16")]
+    cf = tmp_path / "cases.jsonl"
+    cf.write_text("\n".join(c.to_json() for c in cases) + "\n")
+    base = [sys.executable, "-m", "parity", "run", "-b", "reference", "-b", "sdpa", "--case-file", str(cf), "-q",
+            "--no-report", "--shrink", "0", "--no-isolate"]
+
+    def rows(folder):
+        with (folder / "results.csv").open() as fh:
+            return sorted((r["backend"], r["case_id"], r["verdict"]) for r in csv.DictReader(fh))
+
+    for k in (1, 2):
+        assert subprocess.run([*base, "--shard", f"{k}/2", "--out", str(tmp_path / f"s{k}")]).returncode == 0
+    assert subprocess.run([*base, "--out", str(tmp_path / "whole")]).returncode == 0
+    assert rows(tmp_path / "s1") and rows(tmp_path / "s2")  # both shards hold work
+    merge = [sys.executable, "-m", "parity", "merge", "--no-report"]
+    p = subprocess.run([*merge, str(tmp_path / "half"), str(tmp_path / "s1")], capture_output=True, text=True)
+    assert p.returncode == 2 and "missing shard(s) 2/2" in p.stderr, p.stderr
+    assert subprocess.run([*merge, str(tmp_path / "all"), str(tmp_path / "s1"), str(tmp_path / "s2")]).returncode == 0
+    assert rows(tmp_path / "all") == rows(tmp_path / "whole")
+    p = subprocess.run([*base, "--shard", "3/2", "--out", str(tmp_path / "bad")], capture_output=True, text=True)
+    assert p.returncode == 2 and "--shard 3/2" in p.stderr and "Traceback" not in p.stderr
