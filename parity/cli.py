@@ -551,3 +551,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("parity: interrupted; finished rows are in results.csv (use --resume)", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `parity run --list-cases | head`: the reader left; no traceback
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - so the interpreter's final flush cannot fail again
+        except OSError:
+            pass
+        return EXIT_OK

@@ -236,3 +236,17 @@ def test_good_input_still_runs(tmp_path, capsys):
     """The control: the same base arguments without the fault pass (so the errors above are the faults')."""
     rc, err = run_main(["run", "--backend", "reference"], tmp_path, capsys)
     assert rc == 0, err
+
+
+def test_a_closed_pipe_is_not_a_traceback():
+    """`parity run --list-cases | head`: the reader leaves early; exit 0, nothing on stderr (was a
+    BrokenPipeError traceback, exit 1)."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-m", "parity", "run", "--list-cases", "--profile", "quick"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stdout.readline()
+    p.stdout.close()  # like `head -1`
+    err = p.stderr.read().decode() if p.stderr else ""
+    assert p.wait(timeout=120) == 0 and "Traceback" not in err, err
