@@ -10,10 +10,7 @@
 # Each step writes its log under $OUT and prints a short tail last.
 set -u
 step=$1
-FA4=/tmp/site-fa4:/tmp/site-fa4/nvidia_cutlass_dsl/dsl_packages
-XF=/tmp/site-xformers
-export PYTHONUNBUFFERED=1 PARITY_XFORMERS_SHIM=1 PARITY_SHIMS=xformers_built_with_cuda_forced
-export PARITY_WORKER_PATH="fa4-cuda=$FA4 fa4-varlen-cuda=$FA4 xformers-cutlass-cuda=$XF xformers-flash-cuda=$XF"
+source "$(dirname "$0")/h200_env.sh"  # FA4, XF, PARITY_WORKER_PATH, the xformers shim
 export PARITY_PROFILE=${PARITY_PROFILE:-quick} PARITY_GPU_JOBS=${PARITY_GPU_JOBS:-6} PARITY_PYTEST_ARGS=${PARITY_PYTEST_ARGS:--n 4}
 export PARITY_COMPILE_CACHE=/tmp/parity-cc
 nox() { PYTHONPATH=/tmp/site-nox python3 -m nox "$@"; }

@@ -8,12 +8,7 @@
 set -u
 prof=${1:-default}; sweep_t=${2:-380}; shift 2 || true
 work=/tmp/h200sweep; rm -rf "$work"; mkdir -p "$work"
-FA4=/tmp/site-fa4:/tmp/site-fa4/nvidia_cutlass_dsl/dsl_packages
-XF=/tmp/site-xformers
-export PYTHONUNBUFFERED=1
-# explicit opt-in: run xformers' -pt operators although its C++ extension does not load on this torch
-export PARITY_XFORMERS_SHIM=1 PARITY_SHIMS=xformers_built_with_cuda_forced
-export PARITY_WORKER_PATH="fa4-cuda=$FA4 fa4-varlen-cuda=$FA4 xformers-cutlass-cuda=$XF xformers-flash-cuda=$XF"
+source "$(dirname "$0")/h200_env.sh"  # FA4, XF, PARITY_WORKER_PATH, the xformers shim
 { nvidia-smi; python3 -m pip list 2>/dev/null | grep -i -E "^(flash|xformers|flashinfer|torch |triton|jax)"; } > "$work/nvidia-smi.txt" 2>&1
 t0=$(date +%s)
 echo "== $(date -u +%FT%TZ) pytest -m gpu (quick) in the background; sweep ($prof, ${JOBS:-6} lanes, rows started for ${sweep_t} s)"

@@ -187,10 +187,10 @@ def _load_cases(args: argparse.Namespace, specs: Sequence[str] = ()) -> tuple[li
 
 def _worker_paths(items: Sequence[str] | None) -> dict[str, list[str]]:
     """``--worker-path`` items, after those of ``PARITY_WORKER_PATH``."""
-    from .execute import env_worker_paths, parse_worker_paths
+    from .execute import worker_paths
 
     try:
-        return parse_worker_paths([*env_worker_paths(), *(items or [])])
+        return worker_paths(items)
     except ValueError as exc:
         raise UsageError(f"--worker-path wants BACKEND=PATH[{os.pathsep}PATH] (also in $PARITY_WORKER_PATH): {exc}") from None
 

@@ -208,6 +208,12 @@ def env_worker_paths() -> list[str]:
     return os.environ.get("PARITY_WORKER_PATH", "").replace(";", " ").split()
 
 
+def worker_paths(items: Iterable[str] | None) -> dict[str, list[str]]:
+    """The worker paths of a run or a pytest session: ``PARITY_WORKER_PATH``'s items, then
+    ``items`` (the command line's), parsed by :func:`parse_worker_paths` (``ValueError``)."""
+    return parse_worker_paths([*env_worker_paths(), *(items or [])])
+
+
 
 class InlineExecutor:
     """Runs the backend in this process (fast; a hard crash takes the run down)."""

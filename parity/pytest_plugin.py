@@ -145,10 +145,10 @@ def expectations(config: pytest.Config) -> Any:
 def worker_paths(config: pytest.Config) -> dict[str, list[str]]:
     """``{backend: [folders]}`` from ``--parity-worker-path`` / ``$PARITY_WORKER_PATH``."""
     if _PATHS not in config.stash:
-        from .execute import env_worker_paths, parse_worker_paths
+        from .execute import worker_paths as parse
 
         try:
-            config.stash[_PATHS] = parse_worker_paths([*env_worker_paths(), *(config.getoption("parity_worker_path") or [])])
+            config.stash[_PATHS] = parse(config.getoption("parity_worker_path"))
         except ValueError as exc:
             raise pytest.UsageError(f"--parity-worker-path: {exc}") from None
     return config.stash[_PATHS]

@@ -1,0 +1,8 @@
+# Sourced by the H200 scripts (h200_sweep.sh, h200_gate.sh): where device/install.sh (or the older
+# stage scripts) put flash-attn-4 and xformers, each backend's worker path, xformers' opt-in shim.
+FA4=/tmp/site-fa4:/tmp/site-fa4/nvidia_cutlass_dsl/dsl_packages
+XF=/tmp/site-xformers
+export PYTHONUNBUFFERED=1
+# explicit opt-in: run xformers' -pt operators although its C++ extension does not load on this torch
+export PARITY_XFORMERS_SHIM=1 PARITY_SHIMS=xformers_built_with_cuda_forced
+export PARITY_WORKER_PATH="fa4-cuda=$FA4 fa4-varlen-cuda=$FA4 xformers-cutlass-cuda=$XF xformers-flash-cuda=$XF"
