@@ -1,5 +1,6 @@
 """pytest wiring of this repository's own tests, on top of the attn-parity plugin
-(:mod:`parity.pytest_plugin`, loaded through the ``pytest11`` entry point: ``pip install -e .``).
+(:mod:`parity.pytest_plugin`, loaded through the ``pytest11`` entry point: ``pip install -e .``;
+registered here when the entry point is not installed, as on a bare GPU runner).
 
 The plugin brings ``--parity-profile``, ``--parity-backend``, ``--parity-expect``,
 ``--parity-worker-path`` and the markers. Here:
@@ -21,7 +22,12 @@ import pytest
 from parity import pytest_plugin
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    if not pluginmanager.has_plugin("attn_parity"):
+        # a checkout run without `pip install -e .` (a bare GPU runner, PYTEST_DISABLE_PLUGIN_AUTOLOAD):
+        # register the plugin under its entry-point name; pytest_addoption is historic, so its
+        # options are added now too
+        pluginmanager.register(pytest_plugin, "attn_parity")
     parser.addoption("--backend", action="append", default=None, dest="parity_backend", metavar="NAME|module:Class",
                      help="backend(s) for per-backend tests (default: all built-in); = --parity-backend")
     parser.addoption("--worker-path", action="append", default=None, dest="parity_worker_path", metavar="BACKEND=PATH",

@@ -103,3 +103,18 @@ def test_buggy_module_class_backend_fails_with_a_repro_naming_it(project):
     block = out[out.index("ParityError"):]
     lines = [ln for ln in block.splitlines() if ln.startswith("E ")]
     assert "repro: python -m parity run --backend mypkg.k:KOffByOne" in lines[-1], lines
+
+
+def test_checkout_without_installed_entry_point_still_has_the_options():
+    """A GPU runner that runs this checkout's tests without ``pip install -e .`` has no ``pytest11``
+    entry point (simulated by PYTEST_DISABLE_PLUGIN_AUTOLOAD): the root conftest registers the
+    plugin itself, so ``--parity-profile`` is still an option (on the H200, 2026-12-04, pytest
+    exited 4 "unrecognized arguments: --parity-profile" before this)."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--parity-profile", "quick", "-q", "-p", "no:cacheprovider",
+         "tests/test_window.py", "-k", "truth_table or from_"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout
