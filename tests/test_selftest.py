@@ -32,7 +32,7 @@ def quick() -> list:
 def honest_cases() -> list:
     """The whole quick sweep of seed 0, plus the drawn cases of seeds 1 and 2.
 
-    More seeds: ``python -m parity selftest --honest-seeds 0-9`` (figures in the README).
+    More seeds: ``python -m parity selftest --honest-seeds 0-9`` (figures in docs/selftest.md).
     """
     return selftest.seeds_cases("quick", [0, 1, 2])
 
