@@ -85,6 +85,35 @@ def probe_runner(backend: Backend, case: Case) -> tuple[Callable[[Inputs], torch
     return run, lambda: spent[0]
 
 
+#: Words of CUDA errors that leave the process's CUDA context unusable ("sticky" errors): every
+#: later call in the same process fails the same way, so the worker that saw one is restarted.
+CONTEXT_LOST_WORDS = (
+    "misaligned address",
+    "illegal memory access",
+    "unspecified launch failure",
+    "device-side assert",
+    "illegal instruction",
+)
+
+
+def context_lost(result: dict[str, Any]) -> bool:
+    """Whether an error ``result`` says the CUDA context is gone (a sticky CUDA error).
+
+    ==========================================================  =====
+    error detail                                                lost
+    ==========================================================  =====
+    ``AcceleratorError ...: CUDA error: misaligned address``     yes
+    ``RuntimeError ...: CUDA error: an illegal memory access``   yes
+    ``out of memory: CUDA out of memory``                        no
+    ``RuntimeError ...: head_dim must be 64``                    no
+    ==========================================================  =====
+    """
+    if result.get("status") != "error":
+        return False
+    detail = str(result.get("detail", "")).lower()
+    return "cuda" in detail and any(w in detail for w in CONTEXT_LOST_WORDS)
+
+
 def execute(
     backend: Backend,
     case: Case,
@@ -423,7 +452,10 @@ class ProcessExecutor:
         if not self._submitted:
             return {"status": "error", "detail": "collect() without a submitted case"}
         self._submitted = False
-        return self._reply(self.timeout)
+        reply = self._reply(self.timeout)
+        if reply.pop("restart", False):  # the worker saw a sticky CUDA error and is exiting
+            self._kill()
+        return reply
 
     def close(self) -> None:
         if self.proc is None:

@@ -37,7 +37,7 @@ def serve(spec_seen: list[str] | None = None) -> int:
     proto_in = sys.stdin.buffer
 
     from .case import Case
-    from .execute import backend_info, execute, recv, send
+    from .execute import backend_info, context_lost, execute, recv, send
 
     backend = None
     while True:
@@ -65,7 +65,14 @@ def serve(spec_seen: list[str] | None = None) -> int:
                 send(proto_out, {"status": "error", "detail": "worker has no backend"})
                 continue
             case = Case.from_json(req["case"])
-            send(proto_out, execute(backend, case, req["probes"], req["max_passes"], req.get("repeats", 1)))
+            result = execute(backend, case, req["probes"], req["max_passes"], req.get("repeats", 1))
+            if context_lost(result):
+                # the CUDA context is unusable: later rows would fail here for this row's fault
+                result["detail"] += " (CUDA context lost: the worker was restarted for the next row)"
+                result["restart"] = True
+            send(proto_out, result)
+            if result.get("restart"):
+                return 3
             continue
         send(proto_out, {"status": "error", "detail": f"unknown op {op!r}"})
 
