@@ -59,6 +59,18 @@ def test_decode_translation_matches_flashinfers_decode_rule():
         fi.flashinfer_decode_window(Window(3, 0), 2, 9)
 
 
+def test_causal_with_more_queries_than_keys_is_refused_up_front():
+    """FlashInfer raises "When mask_mode is set to MaskMode::kCausal, kv_len must be greater than or
+    equal to qo_len" (H200, 2026-12-04: 4 rows of flashinfer-cuda errored so): a refusal, checked
+    before the call."""
+    assert fi.flashinfer_window(Window(None, 0), 24, 24) == (True, -1)
+    assert fi.flashinfer_window(Window(8, 0), 24, 40) == (True, 8)
+    for w in (Window(None, 0), Window(8, 0)):
+        with pytest.raises(Unsupported, match="Sk >= Sq"):
+            fi.flashinfer_window(w, 40, 24)
+    assert fi.flashinfer_window(Window(None, None), 40, 24) == (False, -1)  # no causal mask: no check
+
+
 def test_jit_reason_follows_flashinfers_nvcc_search(tmp_path, monkeypatch):
     monkeypatch.setattr(fi.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setitem(sys.modules, "flashinfer.jit", None)  # no flashinfer here: only nvcc counts

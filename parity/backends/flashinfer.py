@@ -26,7 +26,9 @@ Window translation: FlashInfer has a left window only, ``window_left`` (keys
 combined with ``causal=True`` for ``right == 0``. So ``(L, 0)`` -> ``causal=True,
 window_left=L``; ``(None, 0)`` -> ``causal=True, window_left=-1``; ``(None, None)`` ->
 ``causal=False, window_left=-1``. A bounded right side other than 0, a bounded left with
-an unbounded right, and ``top_left`` with ``Sq != Sk`` are unsupported. Softcap is
+an unbounded right, ``top_left`` with ``Sq != Sk``, and ``right == 0`` with ``Sq > Sk``
+(FlashInfer's own check: "When mask_mode is set to MaskMode::kCausal, kv_len must be greater
+than or equal to qo_len") are unsupported. Softcap is
 ``logits_soft_cap``. Decode (``Sq = 1``, bottom-right): the query sees keys
 ``Sk - 1 - window_left .. Sk - 1``, so any right side is exact (no key lies beyond
 ``Sk - 1``) and only ``window_left`` is passed (:func:`flashinfer_decode_window`).
@@ -71,6 +73,8 @@ def flashinfer_window(window: Window, sq: int, sk: int) -> tuple[bool, int]:
     if window.align == "top_left" and sq != sk:
         raise Unsupported("FlashInfer aligns bottom-right; top_left with Sq != Sk has no translation")
     if window.right == 0:
+        if sq > sk:  # FlashInfer raises "When mask_mode is set to MaskMode::kCausal, kv_len must be >= qo_len"
+            raise Unsupported(f"FlashInfer's causal mask needs Sk >= Sq (kv_len >= qo_len); Sq={sq} > Sk={sk}")
         return True, -1 if window.left is None else window.left
     if window.right is None and window.left is None:
         return False, -1
