@@ -279,3 +279,17 @@ def test_xformers_bias_expr_is_the_mask_the_harness_builds():
         name, kw = xformers_bias_spec(w, ql, kl)
         assert list(eval(bias_expr(name, kw, ql, kl), {"ab": Rec()}).chain) == want, (w, name)
     assert bias_expr(*xformers_bias_spec(Window(None, None), (4, 4), (9, 9)), (4, 4), (9, 9)) == "None"
+
+
+def test_every_known_divergence_has_a_committed_repro_and_control():
+    """reports/findings-repros/index.tsv names a script and a control for each entry of the default
+    known-divergences file, and the files are there."""
+    from parity.expect import load
+
+    here = Path(__file__).resolve().parents[1] / "reports" / "findings-repros"
+    rows = [ln.split("\t") for ln in (here / "index.tsv").read_text().splitlines()[1:]]
+    by_entry = {r[0]: r for r in rows}
+    assert set(by_entry) == {e.id for e in load(["default"]).entries}
+    for entry, backend, script, control in by_entry.values():
+        assert script.startswith(backend + "_") and (here / script).is_file(), entry
+        assert control != "-" and (here / control).is_file(), entry

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Runs every script of index.tsv and its control on a GPU, each in its own process, with the
-# package folders flash-attn-4 and xformers need (FA4=..., XF=... override the defaults of the
+# package folders flash-attn-4, xformers, FlashInfer and vLLM need (FA4=, XF=, FI=, VF= override the defaults of the
 # staging in device/); writes results.tsv beside this file (or into $1) and prints it.
 #   bash reports/findings-repros/run_all.sh [RESULTS_DIR]
 set -u
 here=$(cd "$(dirname "$0")" && pwd); dest=${1:-$here}; mkdir -p "$dest"
 FA4=${FA4:-/tmp/site-fa4:/tmp/site-fa4/nvidia_cutlass_dsl/dsl_packages}; XF=${XF:-/tmp/site-xformers}
-path_for() { case "$1" in fa4-*) echo "$FA4" ;; xformers-*) echo "$XF" ;; *) echo "" ;; esac; }
+FI=${FI:-/tmp/site-flashinfer}; VF=${VF:-/tmp/site-vllm-fa}
+path_for() { case "$1" in fa4-*) echo "$FA4" ;; xformers-*) echo "$XF" ;; flashinfer-*) echo "$FI" ;; vllm-*) echo "$VF" ;; *) echo "" ;; esac; }
 run() {  # backend script -> "exit status<TAB>last line"
   local p; p=$(path_for "$1")
   PYTHONPATH=$p timeout 300 python3 "$here/$2" > "$dest/${2%.py}.log" 2>&1; local rc=$?
@@ -25,4 +26,4 @@ while IFS=$'\t' read -r entry backend script control; do
 done < <(tail -n +2 "$here/index.tsv")
 wait
 cat "$dest"/row.* >> "$dest/results.tsv" && rm -f "$dest"/row.*
-cut -f1,3,6 "$dest/results.tsv" | column -t
+if command -v column > /dev/null; then cut -f1,3,6 "$dest/results.tsv" | column -t; else cut -f1,3,6 "$dest/results.tsv"; fi
