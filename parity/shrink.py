@@ -4,12 +4,14 @@ hypothesis shrinks failures inside pytest; the sweep is not a pytest run, so its
 failures are shrunk here with a greedy, domain-aware search: drop sequences, shorten
 them, fewer heads, smaller head dim, narrower window, no softcap / scale. A candidate is
 kept when the backend still fails it with at least one of the original reasons (or the
-same error verdict). The result is printed as a reproduction command.
+same error verdict with the same error words: :func:`error_words`). The result is printed
+as a reproduction command.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -64,8 +66,31 @@ def _size(case: Case) -> tuple[int, ...]:
     return (sum(case.q_lens) * sum(case.k_lens) * case.hq * case.head_dim, case.batch, case.hq, case.head_dim)
 
 
+def error_words(detail: str, words: int = 8) -> str:
+    """The stable part of an error row's detail: code locations dropped, paths and numbers masked,
+    the first ``words`` words kept.
+
+    ================================================================================  ==============================================
+    detail                                                                            words
+    ================================================================================  ==============================================
+    ``RuntimeError at f.pxi:1038: Error in 'X' at /a/p.cuh:2854: Invalid ... NUM=1``  ``RuntimeError: Error in 'X': Invalid ... NUM=#``
+    ``RuntimeError at cpp_ext.py:445: Ninja build failed. Ninja output:``             ``RuntimeError: Ninja build failed. Ninja output:``
+    ``ValueError at k.py:12: head_dim 80 not supported``                              ``ValueError: head_dim # not supported``
+    ================================================================================  ==============================================
+    """
+    text = re.sub(r" at \S+:\d+:", ":", str(detail))  # "at file.py:NN:" locations
+    text = re.sub(r"\S*/\S*", "<path>", text)
+    text = re.sub(r"\d+", "#", text)
+    return " ".join(text.split()[:words])
+
+
 def same_failure(original: dict[str, Any], row: dict[str, Any]) -> bool:
+    """Whether ``row`` fails the way ``original`` did: a shared reason for ``fail``; the same
+    verdict for the others, and for ``error`` / ``crash`` also the same :func:`error_words` (a
+    smaller case that fails otherwise, e.g. a kernel that does not build, is another failure)."""
     if original["verdict"] != "fail":
+        if original["verdict"] in ("error", "crash") and row["verdict"] == original["verdict"]:
+            return error_words(row.get("detail", "")) == error_words(original.get("detail", ""))
         return row["verdict"] == original["verdict"]
     if row["verdict"] != "fail":
         return False

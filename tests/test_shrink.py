@@ -20,3 +20,29 @@ def test_honest_backend_does_not_shrink_into_a_failure():
     row = evaluate("reference", c)
     small, small_row, _ = shrink(c, {**row, "verdict": "fail", "reasons": "mask"}, lambda x: evaluate("reference", x), max_calls=10)
     assert small == c  # nothing smaller fails
+
+
+def test_an_error_shrinks_only_into_the_same_error():
+    """On the H200 a FlashInfer 'Invalid configuration' error (head dim 32) was shrunk into a case
+    that failed otherwise (head dim 8: 'Ninja build failed'); the shrinker now keeps the error's words."""
+    from parity import Case, Window
+    from parity.shrink import error_words, same_failure
+
+    orig = {"verdict": "error", "reasons": "", "detail": "RuntimeError at function.pxi:1038: Error in function 'P' at "
+            "/tmp/x/prefill.cuh:2854: FlashInfer Internal Error: Invalid configuration : NUM_MMA_Q=1"}
+    other = {"verdict": "error", "reasons": "", "detail": "RuntimeError at cpp_ext.py:445: Ninja build failed. Ninja output:"}
+    again = {**orig, "detail": orig["detail"].replace("1038", "1040").replace("2854", "4693")}
+    assert not same_failure(orig, other)
+    assert same_failure(orig, again)
+    assert error_words("ValueError at k.py:12: head_dim 80 not supported") == "ValueError: head_dim # not supported"
+
+    big = Case(q_lens=(40,), k_lens=(40,), hq=4, hkv=4, head_dim=32, dtype="float16", window=Window(5, 0), seed=3)
+
+    def judge(c):  # "Invalid configuration" at head_dim 32 only; smaller head dims fail to build
+        if c.head_dim == 32:
+            return {**orig, "case": c}
+        return {**other, "case": c}
+
+    small, row, _ = shrink(big, orig, judge, max_calls=40)
+    assert small.head_dim == 32 and "Invalid configuration" in row["detail"]
+    assert sum(small.q_lens) < 40  # it still shrank what kept the error
