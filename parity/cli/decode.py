@@ -1,4 +1,5 @@
-"""``python -m parity decode``: greedy-decode divergence of a small sliding-window model per backend.
+"""``python -m parity decode``: greedy-decode divergence of a small sliding-window model per backend
+(the library: :mod:`parity.decode`).
 
 Writes ``OUT/decode.csv`` (one row per backend x model x prompt; columns in
 :data:`parity.decode.run.COLUMNS`), ``OUT/decode_steps.csv`` (per step) and the
@@ -13,7 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..errors import UserError as UsageError
 from ..results import DTYPES
+from .common import split_list as _split
 
 NAME = "decode"
 DEFAULT_CPU_BACKENDS = ("reference", "sdpa", "flex")
@@ -63,8 +66,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from .. import backends
-    from ..cli import UsageError, _split
-    from .run import DEFAULT_PROMPT_LENS, DecodeConfig, run_decode
+    from ..decode.run import DEFAULT_PROMPT_LENS, DecodeConfig, run_decode, summary_table
 
     device = args.device
     if device == "auto":
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     if args.hf_checkpoint and not Path(args.hf_checkpoint).is_dir():
         raise UsageError(f"--hf-checkpoint {args.hf_checkpoint}: no such directory")
     if any(m.startswith("hf") for m in models):
-        from .hf import unavailable_reason
+        from ..decode.hf import unavailable_reason
 
         why = unavailable_reason()
         if why:
@@ -122,9 +124,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"parity decode: {result.seconds:.1f} s; wrote {args.out}/decode.csv, decode_steps.csv, decode.json", file=sys.stderr)
     if (args.out / "results.csv").exists():  # a sweep's folder: refresh its HTML report, which shows the decode section
         try:
-            from .. import report
+            from ..report.write import write_all
 
-            written = report.write_all(args.out)
+            written = write_all(args.out)
             print("parity decode: refreshed " + ", ".join(str(p) for p in written), file=sys.stderr)
         except Exception as exc:  # noqa: BLE001 - the report is a convenience; decode.csv is the result
             print(f"parity decode: report not refreshed ({type(exc).__name__}: {exc})", file=sys.stderr)
@@ -132,31 +134,3 @@ def run(args: argparse.Namespace) -> int:
     for s in unavailable:
         print(f"parity decode: requested backend {s} is unavailable", file=sys.stderr)
     return 1 if (result.failed or unavailable) else 0
-
-
-def summary_table(rows: list[dict]) -> str:
-    """Per backend and model: verdict counts, real / near-tie divergences, worst logit error."""
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in rows:
-        groups.setdefault((r["backend"], r["model"]), []).append(r)
-    head = f"{'backend':<38}{'model':<9}{'ok':>4}{'real':>6}{'tie':>5}{'other':>7}  {'min agree':>9}  {'max |dlogit|':>12}  {'/noise':>7}"
-    lines = [head + "  first real divergence"]
-    for (be, model), rs in groups.items():
-        ok = [r for r in rs if r["verdict"] in ("pass", "fail")]
-        real = [r for r in ok if r["div_class"] == "real" or int(r.get("tf_real_flips") or 0) > 0]
-        tie = [r for r in ok if r["div_class"] == "near_tie" and r not in real]
-        other = len(rs) - len(ok)
-        agree = min((float(r["token_agreement"]) for r in ok), default=float("nan"))
-        err = max((float(r["tf_max_abs_err"]) for r in ok), default=float("nan"))
-        ratio = max((float(r["err_over_noise"]) for r in ok if r.get("err_over_noise") not in (None, "")), default=float("nan"))
-        first = next((r for r in real if r["div_class"] == "real"), real[0] if real else None)
-        where = ""
-        if first is not None:
-            where = (f"prompt {first['prompt_len']} step {first['first_div_step']} (margin {first['ref_margin']}, "
-                     f"noise {first['noise']})")
-        if other:
-            kinds = sorted({r["verdict"] for r in rs if r not in ok})
-            where = (where + "; " if where else "") + "/".join(kinds) + ": " + next(r["detail"] for r in rs if r not in ok)[:80]
-        counts = f"{len(ok):>4}{len(real):>6}{len(tie):>5}{other:>7}"
-        lines.append(f"{be:<38}{model:<9}{counts}  {agree:>9.3f}  {err:>12.3g}  {ratio:>7.3g}  {where}")
-    return "\n".join(lines)
