@@ -221,6 +221,24 @@ def test_consistency_is_a_subcommand(tmp_path, capsys):
     assert (tmp_path / "consistency.csv").read_text().startswith("backend,check,")
 
 
+
+def test_python_m_parity_consistency_is_the_subcommand(tmp_path):
+    """The documented ``python -m parity.consistency`` runs ``python -m parity consistency``."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(PKG.parent)}
+    argv = ["-b", "sdpa", "--seq", "12", "--window", "4", "--dtype", "float32", "--hq", "1", "--hkv", "1",
+            "--head-dim", "8", "--out", str(tmp_path)]
+    res = subprocess.run([sys.executable, "-m", "parity.consistency", *argv], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (tmp_path / "consistency.csv").read_text().startswith("backend,check,")
+    bad = subprocess.run([sys.executable, "-m", "parity.consistency", "--seq", "x"], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == "parity: error: argument --seq: invalid int value: 'x'"
+
 def architecture_tree() -> set[str]:
     """The modules the README's architecture tree names, as paths under parity/: a line
     ``  name.py`` at the top, ``  folder/`` opens a package and ``    name.py`` is one of its modules."""
