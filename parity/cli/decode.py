@@ -65,7 +65,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from .. import backends
     from ..decode.run import DEFAULT_PROMPT_LENS, DecodeConfig, run_decode, summary_table
 
     device = args.device
@@ -74,34 +73,11 @@ def run(args: argparse.Namespace) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device here")
     on_gpu = device == "cuda"
-    requested = _split(args.backend)
-    explicit = [s for s in requested if s not in backends.SELECTORS]
-    specs: list[str] = []
-    for s in requested or (["all-gpu"] if on_gpu else list(DEFAULT_CPU_BACKENDS)):
-        specs.extend(x for x in backends.expand(s) if x not in specs)
-    for spec in specs:
-        try:
-            backends.get(spec)
-        except backends.BackendSpecError as exc:
-            raise UsageError(str(exc)) from None
-    if not specs:
-        raise UsageError("no backend selected")
+    specs, explicit = _specs(args, on_gpu)
     steps = args.steps if args.steps is not None else (32 if on_gpu else 24)
     if steps < 1 or args.window < 2 or args.tie_factor <= 0 or (args.page_size is not None and args.page_size < 1):
         raise UsageError("--steps >= 1, --window >= 2, --tie-factor > 0 and --page-size >= 1 are required")
-    models = list(dict.fromkeys(args.model or ([] if args.hf_checkpoint else ["mistral", "gemma2"])))
-    if args.hf_checkpoint and "hf-checkpoint" not in models:
-        models.append("hf-checkpoint")
-    if "hf-checkpoint" in models and not args.hf_checkpoint:
-        raise UsageError("--model hf-checkpoint needs --hf-checkpoint DIR")
-    if args.hf_checkpoint and not Path(args.hf_checkpoint).is_dir():
-        raise UsageError(f"--hf-checkpoint {args.hf_checkpoint}: no such directory")
-    if any(m.startswith("hf") for m in models):
-        from ..decode.hf import unavailable_reason
-
-        why = unavailable_reason()
-        if why:
-            raise UsageError(why)
+    models = _models(args)
     cfg = DecodeConfig(
         models=tuple(models),
         hf_checkpoint=args.hf_checkpoint,
@@ -134,3 +110,40 @@ def run(args: argparse.Namespace) -> int:
     for s in unavailable:
         print(f"parity decode: requested backend {s} is unavailable", file=sys.stderr)
     return 1 if (result.failed or unavailable) else 0
+
+
+def _specs(args: argparse.Namespace, on_gpu: bool) -> tuple[list[str], list[str]]:
+    """The backends of the run (selectors expanded, each resolved) and those named explicitly."""
+    from .. import backends
+
+    requested = _split(args.backend)
+    explicit = [s for s in requested if s not in backends.SELECTORS]
+    specs: list[str] = []
+    for s in requested or (["all-gpu"] if on_gpu else list(DEFAULT_CPU_BACKENDS)):
+        specs.extend(x for x in backends.expand(s) if x not in specs)
+    for spec in specs:
+        try:
+            backends.get(spec)
+        except backends.BackendSpecError as exc:
+            raise UsageError(str(exc)) from None
+    if not specs:
+        raise UsageError("no backend selected")
+    return specs, explicit
+
+
+def _models(args: argparse.Namespace) -> list[str]:
+    """The models of ``--model`` / ``--hf-checkpoint``, checked (an HF model needs transformers)."""
+    models = list(dict.fromkeys(args.model or ([] if args.hf_checkpoint else ["mistral", "gemma2"])))
+    if args.hf_checkpoint and "hf-checkpoint" not in models:
+        models.append("hf-checkpoint")
+    if "hf-checkpoint" in models and not args.hf_checkpoint:
+        raise UsageError("--model hf-checkpoint needs --hf-checkpoint DIR")
+    if args.hf_checkpoint and not Path(args.hf_checkpoint).is_dir():
+        raise UsageError(f"--hf-checkpoint {args.hf_checkpoint}: no such directory")
+    if any(m.startswith("hf") for m in models):
+        from ..decode.hf import unavailable_reason
+
+        why = unavailable_reason()
+        if why:
+            raise UsageError(why)
+    return models
