@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing it
 
-from parity.cli import UsageError  # noqa: E402
-from parity.runs import load_run  # noqa: E402
+from parity.errors import UserError as UsageError  # noqa: E402
+from parity.report.runs import load_run  # noqa: E402
 
 
 def load(folder: Path) -> dict:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from parity.case import Case
 from parity.expect import load
-from parity.runs import load_run
+from parity.report.runs import load_run
 
 #: the control backend of each failing backend: the same library's other path where there is
 #: one, else a backend that passed every case it ran in the 2026-12-04 run

@@ -14,17 +14,15 @@ Rows are compared with the case's error budget: ``|decode - prefill| <= 2 * thre
 reference), and each side is also compared with the reference. Only bottom-right windows
 are meaningful here (decode and chunked prefill are bottom-right by construction).
 
-``python -m parity.consistency --backend NAME [--seq 2048] [--window 256] [--out DIR]``
-prints one line per check and writes ``DIR/consistency.csv``.
+``python -m parity consistency --backend NAME [--seq 2048] [--window 256] [--out DIR]`` (also
+``python -m parity.consistency``; :mod:`parity.cli.consistency`) prints one line per check and
+writes ``DIR/consistency.csv``.
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
 import dataclasses
 import sys
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,7 +31,6 @@ from .backends.base import Unsupported
 from .case import Case, Inputs, make_inputs
 from .reference import attention_reference
 from .verdict import BUDGETS, POISON, compare, make_baseline
-from .window import Window
 
 
 def _sub_inputs(full: Inputs, case: Case, q0: int, q1: int, k1: int) -> Inputs:
@@ -125,58 +122,8 @@ def _failed(exc: Exception) -> dict[str, str]:
 FIELDS = ["backend", "check", "where", "case", "max_diff_vs_prefill", "max_err_vs_reference", "tolerance", "verdict", "detail"]
 
 
-def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", "-b", action="append", required=True)
-    p.add_argument("--seq", type=int, default=1024)
-    p.add_argument("--window", type=int, default=200, help="Window.tokens(W)")
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--hq", type=int, default=8)
-    p.add_argument("--hkv", type=int, default=2)
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--out", type=Path)
+if __name__ == "__main__":  # python -m parity.consistency ARGS is python -m parity consistency ARGS (parity.cli.consistency)
+    import runpy
 
-
-def add_parser(subparsers) -> None:
-    """``python -m parity consistency``: the same command as ``python -m parity.consistency``."""
-    p = subparsers.add_parser("consistency", help="decode vs prefill and chunked vs one-shot prefill of one backend",
-                              description=(__doc__ or "").split("\n\n")[0])
-    _add_arguments(p)
-    p.set_defaults(command="consistency")
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m parity.consistency", description=(__doc__ or "").split("\n\n")[0])
-    _add_arguments(p)
-    return run(p.parse_args(argv))
-
-
-def run(args: argparse.Namespace) -> int:
-    from . import backends
-
-    case = Case((args.seq,), (args.seq,), args.hq, args.hkv, args.head_dim, args.dtype, Window.tokens(args.window), seed=7)
-    rows: list[dict[str, Any]] = []
-    for spec in args.backend:  # each backend's rows are printed and written as soon as they are in
-        be = backends.get(spec)
-        why = be.unavailable_reason()
-        if why:
-            got = [{"backend": spec, "check": "all", "verdict": "unavailable", "detail": why, "case": case.summary()}]
-        else:
-            got = check(be, case)
-        rows.extend(got)
-        for r in got:
-            print(f"{r['backend']:<24} {r['check']:<8} {r.get('where', ''):<10} {r['verdict']:<12} "
-                  f"diff={r.get('max_diff_vs_prefill', '-')} tol={r.get('tolerance', '-')} {r.get('detail', '')}", flush=True)
-        if args.out:
-            args.out.mkdir(parents=True, exist_ok=True)
-            path = args.out / "consistency.csv"
-            new = not path.exists()
-            with path.open("a", newline="") as fh:
-                w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
-                if new:
-                    w.writeheader()
-                w.writerows(got)
-    return 1 if any(r["verdict"] in ("fail", "error") for r in rows) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.argv[1:1] = ["consistency"]
+    runpy.run_module("parity", run_name="__main__", alter_sys=True)

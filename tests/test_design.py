@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import parity
 
 PKG = Path(parity.__file__).resolve().parent
@@ -144,26 +146,69 @@ def test_all_is_what_parity_exports():
 
 def test_only_user_errors_are_exit_2(monkeypatch, capsys):
     """Bad input is one line and exit 2; a bug in the harness itself keeps its traceback."""
-    import pytest
-
     from parity import cli
+    from parity.cli import backends as backends_command
     from parity.errors import UserError
-
-    assert cli.UsageError is UserError
 
     def user_error(args):
         raise UserError("bad input")
 
-    monkeypatch.setattr(cli, "cmd_backends", user_error)
+    monkeypatch.setattr(backends_command, "run", user_error)
     assert cli.main(["backends"]) == 2
     assert capsys.readouterr().err.strip() == "parity: error: bad input"
 
     def bug(args):
         raise ValueError("a bug in the harness")
 
-    monkeypatch.setattr(cli, "cmd_backends", bug)
+    monkeypatch.setattr(backends_command, "run", bug)
     with pytest.raises(ValueError, match="a bug in the harness"):
         cli.main(["backends"])
+
+
+#: A command line that parses, per subcommand (its run is replaced below).
+_ARGV = {"run": [], "backends": [], "report": ["dir"], "diff": ["base", "head"], "merge": ["out", "dir"],
+         "export-repro": ["dir"], "decode": [], "selftest": [], "consistency": ["-b", "sdpa"]}
+
+
+def _command_names() -> dict[str, object]:
+    import argparse
+
+    from parity import cli
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    return {module.add_parser(sub).prog.split()[-1]: module for module in cli.COMMANDS}
+
+
+def test_every_command_is_here():
+    assert sorted(_command_names()) == sorted(_ARGV)
+
+
+@pytest.mark.parametrize("name", sorted(_ARGV))
+def test_a_value_error_in_any_command_keeps_its_traceback(name, monkeypatch):
+    """Every subcommand: a plain ValueError (a bug in the harness) is not turned into exit 2."""
+    from parity import cli
+
+    def bug(args):
+        raise ValueError(f"a bug in {name}")
+
+    monkeypatch.setattr(_command_names()[name], "run", bug)
+    with pytest.raises(ValueError, match=f"a bug in {name}"):
+        cli.main([name, *_ARGV[name]])
+
+
+def test_every_cli_module_is_a_command():
+    """Each module of parity/cli/ (but the package and its shared helpers, common.py) is a
+    subcommand: ``add_parser(subparsers)`` and ``run(args)``, listed in ``parity.cli.COMMANDS``."""
+    import importlib
+
+    from parity import cli
+
+    names = sorted(p.stem for p in (PKG / "cli").glob("*.py") if p.stem not in ("__init__", "common"))
+    assert names == sorted(m.__name__.rsplit(".", 1)[1] for m in cli.COMMANDS)
+    for name in names:
+        module = importlib.import_module(f"parity.cli.{name}")
+        assert callable(getattr(module, "add_parser", None)), f"parity/cli/{name}.py has no add_parser"
+        assert callable(getattr(module, "run", None)), f"parity/cli/{name}.py has no run"
 
 
 def test_consistency_is_a_subcommand(tmp_path, capsys):
@@ -176,21 +221,65 @@ def test_consistency_is_a_subcommand(tmp_path, capsys):
     assert (tmp_path / "consistency.csv").read_text().startswith("backend,check,")
 
 
-def test_readme_architecture_names_every_module():
-    """The README's architecture tree names every module of parity/ (packages by their folder
-    line and their modules on it), and nothing that is not there."""
+
+def test_python_m_parity_consistency_is_the_subcommand(tmp_path):
+    """The documented ``python -m parity.consistency`` runs ``python -m parity consistency``."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(PKG.parent)}
+    argv = ["-b", "sdpa", "--seq", "12", "--window", "4", "--dtype", "float32", "--hq", "1", "--hkv", "1",
+            "--head-dim", "8", "--out", str(tmp_path)]
+    res = subprocess.run([sys.executable, "-m", "parity.consistency", *argv], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (tmp_path / "consistency.csv").read_text().startswith("backend,check,")
+    bad = subprocess.run([sys.executable, "-m", "parity.consistency", "--seq", "x"], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == "parity: error: argument --seq: invalid int value: 'x'"
+
+def architecture_tree() -> set[str]:
+    """The modules the README's architecture tree names, as paths under parity/: a line
+    ``  name.py`` at the top, ``  folder/`` opens a package and ``    name.py`` is one of its modules."""
     import re
 
     text = (PKG.parent / "README.md").read_text()
     tree = text.split("## Architecture", 1)[1].split("```text", 1)[1].split("```", 1)[0]
-    named = set(re.findall(r"^\s{2}(\S+\.py)\s", tree, re.M)) | {"__main__.py"}
-    folders = {f.rstrip("/"): line for f, line in re.findall(r"^\s{2}(\w+/)\s+(.*(?:\n\s{20,}.*)*)", tree, re.M)}
-    for path in PKG.rglob("*.py"):
-        rel = path.relative_to(PKG)
-        if len(rel.parts) == 1:
-            assert rel.name in named, f"README architecture lacks parity/{rel}"
-        else:
-            assert rel.parts[0] in folders, f"README architecture lacks parity/{rel.parts[0]}/"
-            assert rel.stem == "__init__" or rel.stem in folders[rel.parts[0]], f"README architecture lacks parity/{rel}"
-    for name in named:
-        assert (PKG / name).exists(), f"README architecture names parity/{name}, which does not exist"
+    named, folder = set(), None
+    for line in tree.splitlines():
+        top = re.match(r"^ {2}(\w+/|\S+\.py)(\s|$)", line)
+        sub = re.match(r"^ {4}(\S+\.py)(\s|$)", line)
+        if top and top.group(1).endswith("/"):
+            folder = top.group(1)
+        elif top:
+            named.add(top.group(1))
+            folder = None
+        elif sub:
+            assert folder, f"README architecture: {line.strip()!r} is under no folder"
+            named.add(folder + sub.group(1))
+    return named
+
+
+def test_readme_architecture_names_every_module():
+    """The README's architecture tree names every module of parity/ (a package's __init__.py may
+    go unnamed), and names no module that does not exist."""
+    named = architecture_tree()
+    actual = {p.relative_to(PKG).as_posix() for p in PKG.rglob("*.py")}
+    lacking = {m for m in actual - named if not (m.endswith("/__init__.py"))}
+    assert not lacking, f"README architecture lacks {sorted(lacking)}"
+    assert not named - actual, f"README architecture names modules that do not exist: {sorted(named - actual)}"
+
+
+def test_the_tree_reader_reads_packages():
+    assert {"report/html.py", "cli/run.py", "errors.py", "backends/__init__.py"} <= architecture_tree()
+
+
+def test_the_layers_of_the_reports_and_the_command_line():
+    """Neither report renderer imports the other; nothing but ``python -m parity`` imports the command line."""
+    graph = import_graph()
+    assert "parity.report.text" not in graph["parity.report.html"]
+    assert "parity.report.html" not in graph["parity.report.text"]
+    above_cli = {m for m, deps in graph.items() if not m.startswith("parity.cli") and m != "parity.__main__"
+                 and any(d == "parity.cli" or d.startswith("parity.cli.") for d in deps)}
+    assert not above_cli, f"library modules import the command line: {sorted(above_cli)}"

@@ -74,8 +74,8 @@ def test_planted_changes_land_in_the_right_categories(base, tmp_path, capsys):
         return pd.concat([df[df["backend"] != NEEDS_GPU], extra])  # and one vanishes
 
     head = _head(base, tmp_path, edit)
-    from parity.diff import compare_runs
-    from parity.runs import load_run
+    from parity.report.diff import compare_runs
+    from parity.report.runs import load_run
 
     d = compare_runs(load_run(base), load_run(head))
     keys = lambda changes: sorted((c.backend, c.case_id) for c in changes)  # noqa: E731
@@ -165,7 +165,7 @@ def test_missing_folder_and_bad_csv(base, tmp_path, capsys):
 def test_a_run_folder_with_gzipped_results_reads_as_the_same_run(base, tmp_path, capsys):
     import gzip
 
-    from parity.runs import load_run
+    from parity.report.runs import load_run
 
     packed = tmp_path / "packed"
     shutil.copytree(base, packed)

@@ -15,7 +15,7 @@ import pytest
 from parity import Case, Window, expect
 from parity.cli import main
 from parity.expect import ExpectationError, Expectations, VersionRange, load, load_file
-from parity.runs import load_run
+from parity.report.runs import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "reports" / "h200-2026-12-02"
@@ -310,7 +310,7 @@ def test_diff_an_old_run_against_its_rejudged_copy(tmp_path, capsys):
 def test_diff_sections_for_known_divergences(tmp_path, capsys):
     """pass -> expected and fail -> expected are visible, not regressions; expected -> fail and a
     new unexpected pass are regressions."""
-    from parity.diff import _classify
+    from parity.report.diff import _classify
 
     assert _classify("pass", "expected") == "newly_expected" and _classify("fail", "expected") == "newly_expected"
     assert _classify(None, "expected") == "newly_expected" and _classify("expected", "expected") == "still_expected"

@@ -7,7 +7,7 @@ import pytest
 
 from parity import Case, Window
 from parity.cli import main
-from parity.merge import merge
+from parity.report.merge import merge
 
 CASES = [Case((12,), (12,), 2, 1, 8, "float32", Window(3, 0), seed=s) for s in range(3)]
 

@@ -17,9 +17,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from parity import report, svg
 from parity.cli import main
-from parity.report_text import MAX_MARKDOWN
+from parity.report import html as html_report
+from parity.report import svg
+from parity.report.text import MAX_MARKDOWN
+from parity.report.write import write_all
 from parity.sweep import COLUMNS
 from tests.report_fixtures import CASES, NEEDS_GPU, OFF_BY_ONE, RAISES, shared_run
 
@@ -33,7 +35,7 @@ def run_dir(tmp_path_factory, tmp_path) -> Path:
 
 @pytest.fixture
 def rendered(run_dir) -> Path:
-    report.write_all(run_dir)
+    write_all(run_dir)
     return run_dir
 
 
@@ -51,7 +53,7 @@ def test_readme_results_table_matches_the_csv_columns(run_dir):
 
 
 def test_write_all_writes_self_contained_files(rendered):
-    names = sorted(p.name for p in report.write_all(rendered))
+    names = sorted(p.name for p in write_all(rendered))
     assert names == ["coverage.csv", "junit.xml", "report.html", "summary.md"]
     page = (rendered / "report.html").read_text()
     # nothing fetched from anywhere: no remote src/href/url(), no script
@@ -78,7 +80,7 @@ def test_matrix_counts_match_the_csv(rendered):
             got = _chip_counts(cell)
             part = sub[(sub["family"] == fam) & (sub["dtype"] == dt)]["verdict"].value_counts().to_dict()
             want = {}
-            for verdicts, _, label in report.CHIPS:
+            for verdicts, _, label in html_report.CHIPS:
                 n = sum(part.get(v, 0) for v in verdicts)
                 if n:
                     want[label] = n
@@ -110,7 +112,7 @@ def test_shrunk_cases_are_shown_with_their_repro(rendered):
         "repro": small.repro(OFF_BY_ONE),
     }
     (rendered / "shrunk.jsonl").write_text(json.dumps(entry) + "\n" + '{"cut short')
-    report.write_all(rendered)
+    write_all(rendered)
     worst = html.unescape((rendered / "report.html").read_text().split('id="worst"', 1)[1].split("</section>", 1)[0])
     assert f"Smallest failing case found by shrinking case {CASES[0].case_id} (7 calls)" in worst
     assert small.repro(OFF_BY_ONE) in worst
@@ -142,7 +144,7 @@ def test_environment_of_a_gpu_run_is_shown(rendered):
         "driver": "570.86",
     }
     (rendered / "environment.json").write_text(json.dumps(env))
-    report.write_all(rendered)
+    write_all(rendered)
     want = "8 x NVIDIA H200, 139.8 GiB, sm 9.0, CUDA 12.8, driver 570.86"
     assert want in (rendered / "report.html").read_text().split('id="environment"', 1)[1]
     assert f"GPU: {want}" in (rendered / "summary.md").read_text()
@@ -151,7 +153,7 @@ def test_environment_of_a_gpu_run_is_shown(rendered):
 def test_plots_keep_every_failing_row_when_thinned():
     rows = [{"backend": "a", "verdict": "pass", "i": i} for i in range(100)] + [{"backend": "a", "verdict": "fail", "i": -1}] * 7
     rows += [{"backend": "b", "verdict": "pass", "i": i} for i in range(5)]
-    kept, left_out = report.thin(rows, 20)
+    kept, left_out = html_report.thin(rows, 20)
     a = [r for r in kept if r["backend"] == "a"]
     assert len(a) == 20 and sum(r["verdict"] == "fail" for r in a) == 7
     assert sorted(r["i"] for r in a if r["verdict"] == "pass")[:3] == [0, 7, 15]  # an even sample
@@ -177,7 +179,7 @@ def test_failing_case_mask_is_drawn_from_masks_jsonl(rendered):
     masks = [json.loads(x) for x in (rendered / "masks.jsonl").read_text().splitlines()]
     assert masks and all(m["backend"] == OFF_BY_ONE for m in masks)
     section = page.split('id="masks"', 1)[1].split("</section>", 1)[0]
-    assert section.count("<figure") == min(len(masks), report.MAX_MASKS)
+    assert section.count("<figure") == min(len(masks), html_report.MAX_MASKS)
     assert 'class="mx"' in section and f'fill="{svg.MASK_COLOURS["+"]}"' in section  # the extra key, in red
     assert "one token wider on the left" in html.unescape(section)
 
@@ -215,7 +217,7 @@ def test_decode_section_appears_with_decode_csv(rendered):
     rows = ["backend,case_id,step,max_abs_err,diverged"]
     rows += [f"sdpa,c1,{s},{1e-3 * (1 + s)},0" for s in range(6)] + [f"my-kernel,c1,{s},{0.01 * 2**s},{int(s > 3)}" for s in range(6)]
     (rendered / "decode" / "decode.csv").write_text("\n".join(rows) + "\n")
-    report.write_all(rendered)
+    write_all(rendered)
     page = (rendered / "report.html").read_text()
     section = page.split('id="decode"', 1)[1].split("</section>", 1)[0]
     assert 'id="plot-decode"' in section and section.count("<path ") == 2  # one line per backend
@@ -237,7 +239,7 @@ def test_decode_section_reads_parity_decode_output(rendered):
         for s in range(5)
     ]
     pd.DataFrame(steps, columns=run_mod.STEP_COLUMNS).to_csv(rendered / "decode_steps.csv", index=False)
-    report.write_all(rendered)
+    write_all(rendered)
     section = (rendered / "report.html").read_text().split('id="decode"', 1)[1].split("</section>", 1)[0]
     assert "Verdicts per backend" in section and "From decode_steps.csv" in section
     assert section.count("<path ") == 2 and "all tokens agree" in section
@@ -248,7 +250,7 @@ def test_a_torn_last_row_is_not_reported(run_dir):
     text = (run_dir / "results.csv").read_text()
     last = text.rstrip("\n").rsplit("\n", 1)[1]
     (run_dir / "results.csv").write_text(text + last[:40])  # killed while writing a row
-    report.write_all(run_dir)
+    write_all(run_dir)
     root = ET.parse(run_dir / "junit.xml").getroot()
     assert root.get("tests") == str(len(CASES) * 4) and root.get("errors") == str(len(CASES) - 1)
 
@@ -288,11 +290,11 @@ def test_run_command_writes_the_reports(tmp_path):
 def test_a_run_where_nothing_ran_is_not_called_a_pass(run_dir):
     df = pd.read_csv(run_dir / "results.csv", dtype=str, keep_default_na=False)
     df[df["verdict"].isin(["unsupported", "unavailable"])].to_csv(run_dir / "results.csv", index=False)
-    report.write_all(run_dir)
+    write_all(run_dir)
     assert (run_dir / "summary.md").read_text().startswith("## attn-parity ⚠️ NOTHING RAN")
     assert 'class="status bad">NOTHING RAN' in (run_dir / "report.html").read_text()
     df.head(0).to_csv(run_dir / "results.csv", index=False)  # header only: an empty run
-    report.write_all(run_dir)
+    write_all(run_dir)
     assert "NOTHING RAN: 0 rows" in (run_dir / "summary.md").read_text()
 
 

@@ -26,7 +26,7 @@ CPU_SPECS = tuple(backends.DEFAULT_CPU)
 
 @functools.cache
 def sweep_cases(name: str, seed: int, specs: tuple[str, ...] = CPU_SPECS) -> tuple[Case, ...]:
-    """The run command's cases (what ``cli._load_cases`` does without --case / --dtype)."""
+    """The run command's cases (what ``parity.cli.run._load_cases`` does without --case / --dtype)."""
     prof = profile(name)
     instances = {s: backends.get(s) for s in specs}
     gpu = any(getattr(b, "device", "cpu") == "cuda" for b in instances.values())
@@ -36,9 +36,8 @@ def sweep_cases(name: str, seed: int, specs: tuple[str, ...] = CPU_SPECS) -> tup
 
 
 def test_sweep_cases_are_those_of_the_run_command():
-    load = getattr(parity.cli, "_load_cases", None)
-    if load is None:
-        pytest.skip("parity.cli._load_cases moved (CLI restructure): point this test at its new home")
+    from parity.cli.run import _load_cases as load
+
     args = argparse.Namespace(case=None, case_file=None, profile="quick", seed=1, dtype=None, no_siblings=False)
     cases, _ = load(args, list(CPU_SPECS))
     assert [c.case_id for c in cases] == [c.case_id for c in sweep_cases("quick", 1)]
@@ -412,7 +411,7 @@ def test_check_shard_folders_reads_environment_json(tmp_path):
 def test_shard_runs_merge_into_the_unsharded_run(tmp_path):
     """Each shard an ordinary sweep of its cases; check_shard_folders then merge's union of rows
     equals the rows of one unsharded run (what `parity run --shard` + `parity merge` will do)."""
-    from parity.merge import merge
+    from parity.report.merge import merge
     from parity.sweep import run_sweep
 
     w = Window(3, 0)

@@ -472,3 +472,31 @@ def summarize(rows: list[dict]) -> str:
         key = r["verdict"] if r["verdict"] not in ("pass", "fail") else f"{r['verdict']}/{r.get('div_class')}"
         by[key] = by.get(key, 0) + 1
     return ", ".join(f"{k} {v}" for k, v in sorted(by.items()))
+
+
+def summary_table(rows: list[dict]) -> str:
+    """Per backend and model: verdict counts, real / near-tie divergences, worst logit error."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["backend"], r["model"]), []).append(r)
+    head = f"{'backend':<38}{'model':<9}{'ok':>4}{'real':>6}{'tie':>5}{'other':>7}  {'min agree':>9}  {'max |dlogit|':>12}  {'/noise':>7}"
+    lines = [head + "  first real divergence"]
+    for (be, model), rs in groups.items():
+        ok = [r for r in rs if r["verdict"] in ("pass", "fail")]
+        real = [r for r in ok if r["div_class"] == "real" or int(r.get("tf_real_flips") or 0) > 0]
+        tie = [r for r in ok if r["div_class"] == "near_tie" and r not in real]
+        other = len(rs) - len(ok)
+        agree = min((float(r["token_agreement"]) for r in ok), default=float("nan"))
+        err = max((float(r["tf_max_abs_err"]) for r in ok), default=float("nan"))
+        ratio = max((float(r["err_over_noise"]) for r in ok if r.get("err_over_noise") not in (None, "")), default=float("nan"))
+        first = next((r for r in real if r["div_class"] == "real"), real[0] if real else None)
+        where = ""
+        if first is not None:
+            where = (f"prompt {first['prompt_len']} step {first['first_div_step']} (margin {first['ref_margin']}, "
+                     f"noise {first['noise']})")
+        if other:
+            kinds = sorted({r["verdict"] for r in rs if r not in ok})
+            where = (where + "; " if where else "") + "/".join(kinds) + ": " + next(r["detail"] for r in rs if r not in ok)[:80]
+        counts = f"{len(ok):>4}{len(real):>6}{len(tie):>5}{other:>7}"
+        lines.append(f"{be:<38}{model:<9}{counts}  {agree:>9.3f}  {err:>12.3g}  {ratio:>7.3g}  {where}")
+    return "\n".join(lines)

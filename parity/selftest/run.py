@@ -5,17 +5,15 @@ the exact mask and GQA probes, the poisoned buffer) over
 :func:`parity.strategies.generate` for the profile (``quick`` by default: the curated
 edge cases, then the hypothesis-drawn cases) - nothing here is written for one bug.
 
-``python -m parity selftest`` prints the detection table (bug class, the checks that
-flagged the first failing case, that case) and the honest variants' figures; it exits
-1 if a bug escapes or an honest variant does not pass every case it supports.
+``python -m parity selftest`` (:mod:`parity.cli.selftest`) prints the detection table (bug
+class, the checks that flagged the first failing case, that case) and the honest variants'
+figures; it exits 1 if a bug escapes or an honest variant does not pass every case it supports.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
-import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -26,8 +24,8 @@ from ..api import evaluate
 from ..case import Case
 from ..results import DTYPES
 from ..sweep import BaselineCache
-from .bugs import BUGS, PlantedBug
-from .honest import HONEST, HonestVariant
+from .bugs import PlantedBug
+from .honest import HonestVariant
 
 
 def profile_cases(profile: str = "quick", seed: int = 0) -> list[Case]:
@@ -197,113 +195,7 @@ def _table(head: list[str], rows: list[list[str]], markdown: bool) -> str:
     return "\n".join([fmt(head), "-" * (sum(widths) + 2 * (len(widths) - 1)), *map(fmt, rows)])
 
 
-# -- the subcommand ----------------------------------------------------------------------------------------
-
-
-def parse_seeds(text: str) -> list[int]:
-    """``"0-4"`` or ``"0,3,7"`` (or a mix) -> seeds."""
-    from ..errors import UserError as UsageError
-
-    out: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        lo, dash, hi = part.partition("-")
-        try:
-            if dash:
-                a, b = int(lo), int(hi)
-                if b < a:
-                    raise ValueError
-                out.extend(range(a, b + 1))
-            else:
-                out.append(int(part))
-        except ValueError:
-            raise UsageError(f"--seeds wants N, A-B or a comma-separated list of them, got {text!r}") from None
-    if any(s < 0 for s in out) or not out:
-        raise UsageError(f"--seeds must be non-negative, got {text!r}")
-    return list(dict.fromkeys(out))
-
-
-def add_parser(subparsers: Any) -> None:
-    s = subparsers.add_parser("selftest", help="planted bugs must be caught, honest variants must pass")
-    s.add_argument(
-        "--profile", choices=["quick", "default", "thorough"], default="quick", help="the sweep bugs must not escape (default quick)"
-    )
-    s.add_argument("--seed", type=int, default=0, help="seed of the drawn cases the bugs run on (default 0)")
-    s.add_argument("--honest-seeds", default="0-2", metavar="SEEDS", help="seeds for the honest variants, e.g. 0-9 or 0,4 (default 0-2)")
-    s.add_argument("--bug", action="append", metavar="NAME", help="only these planted bugs (repeatable)")
-    s.add_argument("--honest", action="append", metavar="NAME", help="only these honest variants (repeatable)")
-    s.add_argument("--no-bugs", action="store_true", help="skip the planted bugs")
-    s.add_argument("--no-honest", action="store_true", help="skip the honest variants")
-    s.add_argument("--exhaustive", action="store_true", help="run every bug on every case (counts failing cases)")
-    s.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
-    s.add_argument("--out", type=Path, help="also write detection.csv and honest.csv here")
-
-
-def _select(names: list[str] | None, items: Sequence[Any], what: str) -> list[Any]:
-    from ..errors import UserError as UsageError
-
-    if not names:
-        return list(items)
-    by_name = {i.name: i for i in items}
-    unknown = [n for n in names if n not in by_name]
-    if unknown:
-        raise UsageError(f"unknown {what} {', '.join(map(repr, unknown))}; known: {', '.join(by_name)}")
-    return [by_name[n] for n in names]
-
-
-def run(args: argparse.Namespace) -> int:
-    from ..errors import UserError as UsageError
-
-    if args.seed < 0:
-        raise UsageError(f"--seed must be >= 0, got {args.seed}")
-    bugs = [] if args.no_bugs else _select(args.bug, BUGS, "planted bug")
-    variants = [] if args.no_honest else _select(args.honest, HONEST, "honest variant")
-    seeds = parse_seeds(args.honest_seeds)
-    t0 = time.perf_counter()
-    ok = True
-    dets: list[Detection] = []
-    if bugs:
-        cases = profile_cases(args.profile, args.seed)
-        print(f"selftest: {len(bugs)} planted bugs on the '{args.profile}' sweep, seed {args.seed} ({len(cases)} cases)", file=sys.stderr)
-        baselines = BaselineCache("cpu", keep=len(cases) + 1)
-        for bug in bugs:
-            dets.append(detect(bug, cases, baselines, exhaustive=args.exhaustive))
-        print(detection_table(dets, args.markdown))
-        for d in dets:
-            if not d.caught:
-                ok = False
-                print(f"selftest: ESCAPED: {d.bug.name} ({d.bug.klass}) passed all {d.cases_run} cases", file=sys.stderr)
-            for p in d.problems:
-                ok = False
-                print(f"selftest: planted bug {d.bug.name} is broken (it should compute, not raise): {p}", file=sys.stderr)
-        print()
-    results: list[HonestResult] = []
-    if variants:
-        hcases = seeds_cases(args.profile, seeds)
-        print(
-            f"selftest: {len(variants)} honest variants on the '{args.profile}' sweep, seeds {args.honest_seeds} "
-            f"({len(hcases)} distinct cases)",
-            file=sys.stderr,
-        )
-        results = check_honest(variants, hcases)
-        print(honest_table(results, args.markdown))
-        for r in results:
-            for row in r.failed[:5]:
-                ok = False
-                print(
-                    f"selftest: FALSE ALARM: {r.variant.name} {row['verdict']} [{row['reasons'] or row['detail']}] "
-                    f"{Case.from_json(row['case_json']).summary()}\n  {row.get('worst_where', '')}\n  repro: {row['repro']}",
-                    file=sys.stderr,
-                )
-            if r.failed:
-                ok = False
-    if args.out:
-        _write(args.out, dets, results)
-    print(f"\nselftest: {'OK' if ok else 'FAILED'} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    return 0 if ok else 1
-
-
-def _write(out: Path, dets: Sequence[Detection], results: Sequence[HonestResult]) -> None:
+def write_csvs(out: Path, dets: Sequence[Detection], results: Sequence[HonestResult]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with (out / "detection.csv").open("w", newline="") as fh:
         w = csv.writer(fh)

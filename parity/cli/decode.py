@@ -1,4 +1,5 @@
-"""``python -m parity decode``: greedy-decode divergence of a small sliding-window model per backend.
+"""``python -m parity decode``: greedy-decode divergence of a small sliding-window model per backend
+(the library: :mod:`parity.decode`).
 
 Writes ``OUT/decode.csv`` (one row per backend x model x prompt; columns in
 :data:`parity.decode.run.COLUMNS`), ``OUT/decode_steps.csv`` (per step) and the
@@ -13,7 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..errors import UserError as UsageError
 from ..results import DTYPES
+from .common import split_list as _split
 
 NAME = "decode"
 DEFAULT_CPU_BACKENDS = ("reference", "sdpa", "flex")
@@ -62,9 +65,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from .. import backends
-    from ..cli import UsageError, _split
-    from .run import DEFAULT_PROMPT_LENS, DecodeConfig, run_decode
+    from ..decode.run import DEFAULT_PROMPT_LENS, DecodeConfig, run_decode, summary_table
 
     device = args.device
     if device == "auto":
@@ -72,34 +73,11 @@ def run(args: argparse.Namespace) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device here")
     on_gpu = device == "cuda"
-    requested = _split(args.backend)
-    explicit = [s for s in requested if s not in backends.SELECTORS]
-    specs: list[str] = []
-    for s in requested or (["all-gpu"] if on_gpu else list(DEFAULT_CPU_BACKENDS)):
-        specs.extend(x for x in backends.expand(s) if x not in specs)
-    for spec in specs:
-        try:
-            backends.get(spec)
-        except backends.BackendSpecError as exc:
-            raise UsageError(str(exc)) from None
-    if not specs:
-        raise UsageError("no backend selected")
+    specs, explicit = _specs(args, on_gpu)
     steps = args.steps if args.steps is not None else (32 if on_gpu else 24)
     if steps < 1 or args.window < 2 or args.tie_factor <= 0 or (args.page_size is not None and args.page_size < 1):
         raise UsageError("--steps >= 1, --window >= 2, --tie-factor > 0 and --page-size >= 1 are required")
-    models = list(dict.fromkeys(args.model or ([] if args.hf_checkpoint else ["mistral", "gemma2"])))
-    if args.hf_checkpoint and "hf-checkpoint" not in models:
-        models.append("hf-checkpoint")
-    if "hf-checkpoint" in models and not args.hf_checkpoint:
-        raise UsageError("--model hf-checkpoint needs --hf-checkpoint DIR")
-    if args.hf_checkpoint and not Path(args.hf_checkpoint).is_dir():
-        raise UsageError(f"--hf-checkpoint {args.hf_checkpoint}: no such directory")
-    if any(m.startswith("hf") for m in models):
-        from .hf import unavailable_reason
-
-        why = unavailable_reason()
-        if why:
-            raise UsageError(why)
+    models = _models(args)
     cfg = DecodeConfig(
         models=tuple(models),
         hf_checkpoint=args.hf_checkpoint,
@@ -122,9 +100,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"parity decode: {result.seconds:.1f} s; wrote {args.out}/decode.csv, decode_steps.csv, decode.json", file=sys.stderr)
     if (args.out / "results.csv").exists():  # a sweep's folder: refresh its HTML report, which shows the decode section
         try:
-            from .. import report
+            from ..report.write import write_all
 
-            written = report.write_all(args.out)
+            written = write_all(args.out)
             print("parity decode: refreshed " + ", ".join(str(p) for p in written), file=sys.stderr)
         except Exception as exc:  # noqa: BLE001 - the report is a convenience; decode.csv is the result
             print(f"parity decode: report not refreshed ({type(exc).__name__}: {exc})", file=sys.stderr)
@@ -134,29 +112,38 @@ def run(args: argparse.Namespace) -> int:
     return 1 if (result.failed or unavailable) else 0
 
 
-def summary_table(rows: list[dict]) -> str:
-    """Per backend and model: verdict counts, real / near-tie divergences, worst logit error."""
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in rows:
-        groups.setdefault((r["backend"], r["model"]), []).append(r)
-    head = f"{'backend':<38}{'model':<9}{'ok':>4}{'real':>6}{'tie':>5}{'other':>7}  {'min agree':>9}  {'max |dlogit|':>12}  {'/noise':>7}"
-    lines = [head + "  first real divergence"]
-    for (be, model), rs in groups.items():
-        ok = [r for r in rs if r["verdict"] in ("pass", "fail")]
-        real = [r for r in ok if r["div_class"] == "real" or int(r.get("tf_real_flips") or 0) > 0]
-        tie = [r for r in ok if r["div_class"] == "near_tie" and r not in real]
-        other = len(rs) - len(ok)
-        agree = min((float(r["token_agreement"]) for r in ok), default=float("nan"))
-        err = max((float(r["tf_max_abs_err"]) for r in ok), default=float("nan"))
-        ratio = max((float(r["err_over_noise"]) for r in ok if r.get("err_over_noise") not in (None, "")), default=float("nan"))
-        first = next((r for r in real if r["div_class"] == "real"), real[0] if real else None)
-        where = ""
-        if first is not None:
-            where = (f"prompt {first['prompt_len']} step {first['first_div_step']} (margin {first['ref_margin']}, "
-                     f"noise {first['noise']})")
-        if other:
-            kinds = sorted({r["verdict"] for r in rs if r not in ok})
-            where = (where + "; " if where else "") + "/".join(kinds) + ": " + next(r["detail"] for r in rs if r not in ok)[:80]
-        counts = f"{len(ok):>4}{len(real):>6}{len(tie):>5}{other:>7}"
-        lines.append(f"{be:<38}{model:<9}{counts}  {agree:>9.3f}  {err:>12.3g}  {ratio:>7.3g}  {where}")
-    return "\n".join(lines)
+def _specs(args: argparse.Namespace, on_gpu: bool) -> tuple[list[str], list[str]]:
+    """The backends of the run (selectors expanded, each resolved) and those named explicitly."""
+    from .. import backends
+
+    requested = _split(args.backend)
+    explicit = [s for s in requested if s not in backends.SELECTORS]
+    specs: list[str] = []
+    for s in requested or (["all-gpu"] if on_gpu else list(DEFAULT_CPU_BACKENDS)):
+        specs.extend(x for x in backends.expand(s) if x not in specs)
+    for spec in specs:
+        try:
+            backends.get(spec)
+        except backends.BackendSpecError as exc:
+            raise UsageError(str(exc)) from None
+    if not specs:
+        raise UsageError("no backend selected")
+    return specs, explicit
+
+
+def _models(args: argparse.Namespace) -> list[str]:
+    """The models of ``--model`` / ``--hf-checkpoint``, checked (an HF model needs transformers)."""
+    models = list(dict.fromkeys(args.model or ([] if args.hf_checkpoint else ["mistral", "gemma2"])))
+    if args.hf_checkpoint and "hf-checkpoint" not in models:
+        models.append("hf-checkpoint")
+    if "hf-checkpoint" in models and not args.hf_checkpoint:
+        raise UsageError("--model hf-checkpoint needs --hf-checkpoint DIR")
+    if args.hf_checkpoint and not Path(args.hf_checkpoint).is_dir():
+        raise UsageError(f"--hf-checkpoint {args.hf_checkpoint}: no such directory")
+    if any(m.startswith("hf") for m in models):
+        from ..decode.hf import unavailable_reason
+
+        why = unavailable_reason()
+        if why:
+            raise UsageError(why)
+    return models

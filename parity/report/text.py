@@ -19,10 +19,11 @@ import math
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from . import coverage_report
-from .report_data import (
+from .. import coverage
+from .data import (
     consistency_counts,
     counts_by,
+    coverage_data,
     fmt,
     gpu_text,
     known_rows,
@@ -44,7 +45,7 @@ def md_cell(v: Any) -> str:
 
 
 def markdown_summary(run: Run) -> str:
-    from .sweep import known_vs_new
+    from ..sweep import known_vs_new
 
     env = run.env
     total, bad = len(run.df), n_failing(run)
@@ -75,7 +76,7 @@ def markdown_summary(run: Run) -> str:
         out += [""] + [f"- {md_cell(line)}" for line in glance]
     if bad:
         out += _md_failing(run, bad)
-    out += coverage_report.markdown(run)
+    out += _md_coverage(run)
     out += _known_details(run)
     out += _md_extras(run)
     text = "\n".join(out) + "\n"
@@ -247,3 +248,13 @@ def _junit_known(tc: ET.Element, st: dict[str, float], run: Run, r: dict[str, An
     el.text = f"retire or narrow the entry {eid} ({e.source if e else 'its file'})\nrepro: {r.get('repro', '')}"
 
 
+def _md_coverage(run: Run) -> list[str]:
+    d = coverage_data(run)
+    out: list[str] = ["", "### Coverage", ""]
+    out += ["| backend | window-grid cells run (of 100) | ran none of (its family did) |", "|---|---:|---|"]
+    for b in (b for b in d.backends if b in d.never):
+        gap = coverage.describe_gap(b, d.gaps[b]).split(" ran none of: ", 1)[1] if b in d.gaps else ""
+        out.append(f"| `{b}` | {d.grid[b]} | {gap.replace('|', '/')} |")
+    if d.note:
+        out += ["", f"Sizes capped: {d.note}."]
+    return out

@@ -1,6 +1,6 @@
 """Loading a run folder (``results.csv``, ``environment.json``, ``masks.jsonl``, decode results).
 
-Used by :mod:`parity.report` and :mod:`parity.diff`. pandas is imported lazily (it is in the
+Used by the reports (:mod:`parity.report`) and :mod:`parity.report.diff`. pandas is imported lazily (it is in the
 ``report`` and ``test`` extras); bad input raises :class:`parity.errors.UserError` with one line.
 
 Runs older than known divergences (:mod:`parity.expect`) have no ``raw_verdict`` /
@@ -26,17 +26,17 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .case import FAMILIES
-from .errors import UserError as UsageError
-from .expect import Expectations
-from .results import (
+from ..case import FAMILIES
+from ..errors import UserError as UsageError
+from ..expect import Expectations
+from ..results import (
     DTYPES,
     EXPECT_COLUMNS,
     NUMERIC,
     RAW_FAIL_VERDICTS,  # noqa: F401 - re-exported for report and diff
     VERDICTS,  # noqa: F401 - re-exported for report and diff
 )
-from .results import FAIL_VERDICTS as FAILING  # noqa: F401 - re-exported for report and diff
+from ..results import FAIL_VERDICTS as FAILING  # noqa: F401 - re-exported for report and diff
 
 #: A results.csv must have at least these columns to be reported on.
 REQUIRED = ("backend", "case_id", "family", "dtype", "verdict")

@@ -1,14 +1,17 @@
-"""The data layer of a run's reports: counts, worst rows, status and the text of a cell.
+"""The data layer of a run's reports: counts, worst rows, status, coverage and the text of a cell.
 
-Shared by the renderers (:mod:`parity.report` for HTML, :mod:`parity.report_text` for
+Shared by the renderers (:mod:`parity.report.html` for HTML, :mod:`parity.report.text` for
 Markdown and JUnit); neither renderer imports the other, both import this.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
+from .. import coverage
+from ..backends import marker_for
 from .runs import FAILING, Run
 
 WORST_PER_BACKEND = 5
@@ -172,3 +175,26 @@ def decode_series(df) -> tuple[str, str, list[tuple[str, list[tuple[float, float
         if worst:
             series.append((str(k), sorted(worst.items())))
     return (xcol, ycol, series) if series else None
+
+
+@dataclasses.dataclass
+class CoverageData:
+    backends: list[str]
+    tally: coverage.Tally
+    grid: dict[str, int]  # backend -> window-grid cells run (of 100)
+    never: dict[str, list[coverage.Cell]]  # backend -> model values (not grid) it ran none of
+    gaps: dict[str, dict[str, list[coverage.Cell]]]  # backend -> family member -> cells only the member ran
+    note: str  # the long-case cap, when the run had one
+
+
+def coverage_data(run: Run) -> CoverageData:
+    """Which cells of the coverage model (:mod:`parity.coverage`) each backend ran; gaps within a family."""
+    t = coverage.tally(run.df.to_dict("records"))
+    ran_any = [b for b in run.backends() if any(n["ran"] for n in t.get(b, {}).values())]
+    never = {}
+    for b in ran_any:
+        per = t.get(b, {})
+        never[b] = [(d, v) for d, vs in coverage.DIMENSIONS.items() for v in vs if not per.get((d, v), {}).get("ran")]
+    design = run.env.get("design") or {}
+    return CoverageData(run.backends(), t, {b: coverage.grid_count(t, b) for b in run.backends()}, never,
+                        coverage.gaps(t, marker_for), str(design.get("long_cap_why") or ""))

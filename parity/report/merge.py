@@ -1,4 +1,4 @@
-"""``python -m parity merge OUT DIR [DIR ...]``: one run folder from several.
+"""One run folder from several (``python -m parity merge OUT DIR [DIR ...]``, :mod:`parity.cli.merge`).
 
 For sweeps sharded over machines or processes (one folder per GPU runner, per sys.path
 group, per resumed part) that a reviewer wants as one report. What is merged:
@@ -15,31 +15,16 @@ group, per resumed part) that a reviewer wants as one report. What is merged:
                        every folder's date, command, wall time and partial flag
 =====================  ==========================================================================
 
-Then ``report.html``, ``summary.md`` and ``junit.xml`` are written for OUT. Exit 0; 2 on bad
-input (a folder without results.csv, mismatched columns, conflicting rows).
+The command then writes ``report.html``, ``summary.md`` and ``junit.xml`` for OUT; it exits 0, 2 on
+bad input (a folder without results.csv, mismatched columns, conflicting rows).
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
-import sys
 from pathlib import Path
 from typing import Any
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("merge", help="merge several run folders (shards, resumed parts) into one, with its reports")
-    p.add_argument("out", type=Path, metavar="OUT", help="the merged folder (created; must not be one of the inputs)")
-    p.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="run folders, each with results.csv")
-    p.add_argument("--prefer-last", action="store_true", help="on a (backend, case) pair in two folders keep the later one")
-    p.add_argument("--extra", type=Path, action="append", default=[], metavar="DIR",
-                   help="a folder with only consistency.csv and/or decode results to fold in (repeatable)")
-    p.add_argument("--no-report", action="store_true", help="merge the data only")
-    p.add_argument("--no-shard-check", action="store_true",
-                   help="merge shard runs (parity run --shard) even when the set is incomplete or mixed with other runs")
-    return p
 
 
 def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -88,8 +73,8 @@ def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Pa
           check_shards: bool = True) -> dict[str, Any]:
     """Merge ``dirs`` into ``out``; returns counts. Raises ``ValueError`` naming what is wrong,
     a shard set with a shard missing or repeated included (``check_shards``: :mod:`parity.shard`)."""
-    from .results import COLUMNS
-    from .shard import check_shard_folders
+    from ..results import COLUMNS
+    from ..shard import check_shard_folders
 
     dirs = [Path(d) for d in dirs]
     extra = [Path(d) for d in extra or []]
@@ -184,20 +169,3 @@ def _complete(rows: dict[tuple[str, str], dict[str, str]]) -> bool:
     backends = {b for b, _ in rows}
     cases = {c for _, c in rows}
     return len(rows) == len(backends) * len(cases)
-
-
-def run(args: argparse.Namespace) -> int:
-    from .errors import UserError as UsageError
-
-    try:
-        counts = merge(args.out, args.dirs, args.prefer_last, args.extra, check_shards=not args.no_shard_check)
-    except (ValueError, OSError) as exc:
-        raise UsageError(f"merge: {exc}") from None
-    print(f"parity merge: {counts['rows']} rows from {counts['folders']} folders, {counts['consistency_rows']} consistency rows, "
-          f"{counts['decode_rows']} decode rows -> {args.out}", file=sys.stderr)
-    if not args.no_report:
-        from .report import write_all
-
-        written = write_all(args.out)
-        print("parity: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
-    return 0

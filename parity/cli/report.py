@@ -16,10 +16,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..errors import UserError as UsageError
+from .common import add_expect_argument, load_expectations
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from .cli import add_expect_argument
-
     p = subparsers.add_parser("report", help="(re)render report.html, summary.md, junit.xml of a run folder")
     p.add_argument("dir", type=Path, metavar="DIR", help="a run folder (holding results.csv, environment.json)")
     p.add_argument("--out", type=Path, help="write the reports here instead of DIR")
@@ -31,9 +32,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cli import UsageError, load_expectations
-    from .report import n_failing, write_reports
-    from .runs import load_run, save_results
+    from ..report.data import n_failing
+    from ..report.runs import load_run, save_results
+    from ..report.write import write_reports
 
     expectations = load_expectations(args.expect)
     run_ = load_run(args.dir, expectations, rejudge=bool(args.expect))

@@ -1,4 +1,4 @@
-"""``python -m parity``: run a parity sweep, list backends.
+"""``python -m parity run``: the parity sweep (cases x backends -> results.csv, the reports).
 
 Exit codes: 0 every case that ran passed or failed as a known divergence (``expected``,
 see :mod:`parity.expect`); 1 a case failed, errored, crashed or timed out with no known
@@ -16,66 +16,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import UserError
-from .results import DTYPES
-
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-
-
-UsageError = UserError  # the old name, kept for callers
+from ..errors import UserError as UsageError
+from ..results import DTYPES
+from .common import EXIT_FAIL, EXIT_OK, add_expect_argument, load_expectations
+from .common import split_list as _split
+from .common import worker_paths as _worker_paths
 
 
-#: Further subcommands, one module each, exposing ``add_parser(subparsers)`` (which sets
-#: ``command`` to its name) and ``run(args) -> int``; raise :class:`UsageError` for bad input.
-EXTRA_COMMANDS: dict[str, str] = {"report": "parity.report_cli", "diff": "parity.diff"}
-EXTRA_COMMANDS["decode"] = "parity.decode.cli"
-EXTRA_COMMANDS["selftest"] = "parity.selftest.run"  # planted bugs and honest variants (parity/selftest/)
-EXTRA_COMMANDS["merge"] = "parity.merge"  # several run folders (shards, resumed parts) into one
-EXTRA_COMMANDS["export-repro"] = "parity.export_repro"  # a standalone script per divergence (bug reports)
-EXTRA_COMMANDS["consistency"] = "parity.consistency"  # decode vs prefill, chunked vs one-shot (also python -m parity.consistency)
-
-
-def _extra(module: str):
-    import importlib
-
-    return importlib.import_module(module)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's own errors: one line, exit 2
-        self.print_usage(sys.stderr)
-        raise UsageError(message)
-
-
-def _split(values: Sequence[str] | None) -> list[str]:
-    out: list[str] = []
-    for v in values or []:
-        out.extend(x.strip() for x in v.split(",") if x.strip())
-    return out
-
-
-def add_expect_argument(p: argparse.ArgumentParser) -> None:
-    """``--expect FILE`` (repeatable), shared by run, report and diff."""
-    p.add_argument("--expect", action="append", metavar="FILE",
-                   help="known divergences (TOML, see parity/expect.py); repeatable; replaces the default file "
-                        "('default' names it, 'none' disables); default: $PARITY_EXPECT, else parity/known_divergences.toml")
-
-
-def load_expectations(values: Sequence[str] | None):
-    """``--expect`` values as :class:`parity.expect.Expectations`; a bad file is a :class:`UsageError`."""
-    from .expect import ExpectationError, load
-
-    try:
-        return load(values)
-    except ExpectationError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m parity", description="Do attention backends with sliding windows compute the same function?")
-    sub = p.add_subparsers(dest="command", parser_class=_Parser)
-
-    r = sub.add_parser("run", help="run the parity sweep")
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    r = subparsers.add_parser("run", help="run the parity sweep")
     r.add_argument("--backend", "-b", action="append", metavar="NAME|module:Class",
                    help="backend to test (repeatable, or comma-separated); 'all', 'all-cpu', 'all-gpu' select groups; "
                         "default: the CPU backends")
@@ -123,24 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--require-coverage", action="store_true",
                    help="exit 1 when a backend ran none of a coverage cell that another backend of its family ran")
     add_expect_argument(r)
-
-    for name, module in EXTRA_COMMANDS.items():
-        try:
-            _extra(module).add_parser(sub)
-        except ImportError as exc:  # one broken optional command must not take the CLI down
-            broken = sub.add_parser(name, help=f"(unavailable: {exc})")
-            broken.set_defaults(_broken=f"'{name}' is unavailable: {exc}")
-
-    b = sub.add_parser("backends", help="list every backend, its availability and reason")
-    b.add_argument("--json", action="store_true", help="machine-readable output")
-    b.add_argument("--no-isolate", action="store_true", help="probe availability in this process")
-    return p
+    return r
 
 
 def _load_cases(args: argparse.Namespace, specs: Sequence[str] = ()) -> tuple[list, dict]:
     """The run's cases, and what the design did (long-case cap, siblings per backend) for environment.json."""
-    from .case import Case
-    from .strategies import CPU_LONG_CAP, generate, profile
+    from ..case import Case
+    from ..strategies import CPU_LONG_CAP, generate, profile
 
     if args.case or args.case_file:
         cases = [Case.from_json(text) for text in args.case or []]
@@ -170,8 +108,8 @@ def _load_cases(args: argparse.Namespace, specs: Sequence[str] = ()) -> tuple[li
         prof = profile(args.profile)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    from . import backends
-    from .design import place
+    from .. import backends
+    from ..design import place
 
     instances = {s: backends.get(s) for s in specs}
     gpu = any(getattr(b, "device", "cpu") == "cuda" for b in instances.values())
@@ -183,16 +121,6 @@ def _load_cases(args: argparse.Namespace, specs: Sequence[str] = ()) -> tuple[li
         cases, added = place(cases, instances)
         design["siblings"] = {s: n for s, n in added.items() if n}
     return cases, design
-
-
-def _worker_paths(items: Sequence[str] | None) -> dict[str, list[str]]:
-    """``--worker-path`` items, after those of ``PARITY_WORKER_PATH``."""
-    from .execute import worker_paths
-
-    try:
-        return worker_paths(items)
-    except ValueError as exc:
-        raise UsageError(f"--worker-path wants BACKEND=PATH[{os.pathsep}PATH] (also in $PARITY_WORKER_PATH): {exc}") from None
 
 
 def _splits(items: Sequence[str] | None) -> dict[str, int]:
@@ -208,7 +136,7 @@ def _splits(items: Sequence[str] | None) -> dict[str, int]:
 
 def _run_specs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The backends of the run (selectors expanded, every name resolved) and those named explicitly."""
-    from . import backends
+    from .. import backends
 
     requested = _split(args.backend)
     if args.backend and not requested:
@@ -227,8 +155,8 @@ def _run_specs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 def _check_run_args(args: argparse.Namespace, specs: list[str]) -> tuple[dict, dict[str, int]]:
     """The run's numeric arguments checked; its error budgets and its ``--split`` parts."""
-    from .sweep import check_splits
-    from .verdict import budgets_with
+    from ..sweep import check_splits
+    from ..verdict import budgets_with
 
     try:
         budgets = budgets_with(args.budget)
@@ -261,7 +189,7 @@ def _reference_device(choice: str) -> str:
 
 def _compile_cache(choice: str | None) -> tuple[Path | None, dict[str, dict[str, int]]]:
     """``--compile-cache`` enabled; its folder (None: off) and what it held before the run."""
-    from . import compile_cache
+    from .. import compile_cache
 
     cache_root = compile_cache.resolve(choice)
     cache_before: dict[str, dict[str, int]] = {}
@@ -274,8 +202,8 @@ def _compile_cache(choice: str | None) -> tuple[Path | None, dict[str, dict[str,
     return cache_root, cache_before
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from .sweep import run_sweep
+def run(args: argparse.Namespace) -> int:
+    from ..sweep import run_sweep
 
     specs, explicit = _run_specs(args)
     budgets, splits = _check_run_args(args, specs)
@@ -325,7 +253,7 @@ def _shard(args: argparse.Namespace, cases: list, specs: Sequence[str]) -> tuple
     """``--shard K/N``: the shard's cases and its ``environment.json["shard"]`` (:mod:`parity.shard`)."""
     if not args.shard:
         return cases, None
-    from . import shard
+    from .. import shard
 
     profile = args.profile or os.environ.get("PARITY_PROFILE") or "default"
     try:
@@ -336,7 +264,7 @@ def _shard(args: argparse.Namespace, cases: list, specs: Sequence[str]) -> tuple
 
 def _write_environment(args: argparse.Namespace, out: Path, result, run: dict) -> None:
     """OUT/environment.json: the machine, the backends and what the run was (earlier cut-short runs kept)."""
-    from . import compile_cache, env
+    from .. import compile_cache, env
 
     cache_root, cache_before = run["cache"]
     environment = env.collect(
@@ -376,7 +304,7 @@ def _write_environment(args: argparse.Namespace, out: Path, result, run: dict) -
 def _finish_run(args: argparse.Namespace, out: Path, result, explicit: list[str], budgets: dict, ref_dev: str,
                 expectations) -> int:
     """Print the failures, shrink them, write the reports and the summary; the exit code."""
-    from .sweep import FAIL_VERDICTS, summary_table
+    from ..sweep import FAIL_VERDICTS, summary_table
 
     failures = [r for r in result.rows if r["verdict"] in FAIL_VERDICTS]
     shown = _print_failures(failures, expectations)
@@ -385,9 +313,9 @@ def _finish_run(args: argparse.Namespace, out: Path, result, explicit: list[str]
         _shrink_failures(args, to_shrink, budgets, ref_dev, out)
     if not args.no_report:  # after shrinking, so the report shows the shrunk cases
         try:
-            from . import report
+            from ..report.write import write_all
 
-            written = report.write_all(out, expectations=expectations)
+            written = write_all(out, expectations=expectations)
             print("parity: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
         except ImportError as exc:
             print(f"parity: reports not written ({exc}); pip install 'attn-parity[report]'", file=sys.stderr)
@@ -411,7 +339,7 @@ def _finish_run(args: argparse.Namespace, out: Path, result, explicit: list[str]
 
 def _coverage_warnings(out: Path) -> int:
     """Write OUT/coverage.csv; warn, per backend, about cells its family ran and it did not. The count warned."""
-    from . import backends, coverage
+    from .. import backends, coverage
 
     coverage.write_csv(out)
     gaps = coverage.gaps(coverage.tally(coverage.read_rows(out)), backends.marker_for)
@@ -448,9 +376,9 @@ def _print_failures(failures: list[dict], expectations) -> dict[str, int]:
 
 def _shrink_failures(args: argparse.Namespace, failures: list[dict], budgets: dict, ref_dev: str, out: Path) -> None:
     """Shrink the first failure of each backend; print and record the smaller reproduction."""
-    from .case import Case
-    from .shrink import shrink
-    from .sweep import BaselineCache, judge, make_executor
+    from ..case import Case
+    from ..shrink import shrink
+    from ..sweep import BaselineCache, judge, make_executor
 
     firsts: dict[str, dict] = {}
     for r in failures:
@@ -477,83 +405,3 @@ def _shrink_failures(args: argparse.Namespace, failures: list[dict], budgets: di
                 if small_row.get("mask_check") == "mismatch":
                     print(f"  mask: {small_row['mask_detail']}")
                 print(f"  repro: {small.repro(spec)}")
-
-
-def cmd_backends(args: argparse.Namespace) -> int:
-    from . import backends
-    from .execute import backend_info
-
-    paths = _worker_paths(None)  # PARITY_WORKER_PATH: such a backend is checked where it will run
-    names = backends.names()
-    if args.no_isolate:
-        rows = [_inline_info(backend_info, n) if n not in paths else None for n in names]
-    else:
-        rows = [None] * len(names)
-    todo = [i for i, r in enumerate(rows) if r is None]
-    infos = _infos_in_workers([names[i] for i in todo], paths)
-    for i, info in zip(todo, infos):
-        rows[i] = info
-    return _print_backends(rows, args.json)
-
-
-def _inline_info(backend_info, name: str) -> dict:
-    try:
-        return backend_info(name)
-    except Exception as exc:  # noqa: BLE001
-        return {"spec": name, "name": name, "device": "?", "unavailable": f"{type(exc).__name__}: {exc}", "version": ""}
-
-
-def _infos_in_workers(names: list[str], paths: dict[str, list[str]], at_once: int = 8) -> list[dict]:
-    """Each backend's info from its own worker process (a crash costs that row only), ``at_once``
-    workers starting together instead of one after another."""
-    from .execute import ProcessExecutor
-
-    out: list[dict] = []
-    for start in range(0, len(names), at_once):
-        batch = [ProcessExecutor(n, timeout=120, extra_path=paths.get(n), wait=False) for n in names[start:start + at_once]]
-        for ex in batch:
-            out.append(ex.info)
-            ex.close()
-    return out
-
-
-def _print_backends(rows: list, as_json: bool) -> int:
-    if as_json:
-        print(json.dumps(rows, indent=2))
-        return EXIT_OK
-    print(f"{'backend':<26}{'device':<8}{'status':<12}version / reason")
-    for info in rows:
-        status = "available" if not info.get("unavailable") else "unavailable"
-        print(f"{info['spec']:<26}{info.get('device', '?'):<8}{status:<12}{info.get('unavailable') or info.get('version', '')}")
-    return EXIT_OK
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-        if args.command is None:
-            parser.print_help(sys.stderr)
-            return EXIT_USAGE
-        if args.command == "run":
-            return cmd_run(args)
-        if args.command == "backends":
-            return cmd_backends(args)
-        if getattr(args, "_broken", None):
-            raise UsageError(args._broken)
-        for name, module in EXTRA_COMMANDS.items():
-            if args.command == name:
-                return int(_extra(module).run(args))
-        raise UsageError(f"unknown command {args.command!r}")
-    except UserError as exc:  # the user's own bad input (SpecError, BackendSpecError, ... are UserErrors)
-        print(f"parity: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("parity: interrupted; finished rows are in results.csv (use --resume)", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `parity run --list-cases | head`: the reader left; no traceback
-        try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - so the interpreter's final flush cannot fail again
-        except OSError:
-            pass
-        return EXIT_OK

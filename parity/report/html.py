@@ -1,8 +1,7 @@
-"""Reports of a run folder: ``report.html`` (one self-contained file, inline SVG plots, no
-JavaScript, no network), ``summary.md`` (a pull-request comment) and ``junit.xml`` (CI).
-
-``write_all(out_dir)`` is what ``python -m parity run`` calls after a sweep, and what
-``python -m parity report DIR`` calls on an existing folder (e.g. one copied from a GPU machine).
+"""``report.html`` of a run folder: one self-contained file, inline SVG plots, no JavaScript, no
+network. Renders the data layer (:mod:`parity.report.data`) and the loaded run
+(:mod:`parity.report.runs`); it does not import the text renderer (:mod:`parity.report.text`).
+:mod:`parity.report.write` writes it beside summary.md and junit.xml.
 
 Known divergences (:mod:`parity.expect`): rows a run judged keep their verdicts; rows of older
 runs are judged with the expectations given (default: ``$PARITY_EXPECT`` or the packaged file),
@@ -15,28 +14,26 @@ from __future__ import annotations
 
 import math
 from html import escape
-from pathlib import Path
 from typing import Any
 
-from . import coverage, coverage_report, svg
-from .expect import Expectations
-from .report_data import (  # noqa: F401 - re-exported: the data layer's names stay reachable as parity.report.X
-    WORST_PER_BACKEND,
+from .. import coverage
+from . import svg
+from .data import (
     _finite_or,
     consistency_counts,
     counts_by,
+    coverage_data,
     decode_series,
     fmt,
     gpu_text,
     known_rows,
     n_expected,
-    n_failing,
     records,
     status_line,
     why_text,
     worst_rows,
 )
-from .runs import FAILING, Run, case_text, dtype_order, family_order, load_run
+from .runs import FAILING, Run, case_text, dtype_order, family_order
 
 #: Chips in the matrix, in order: verdicts counted together, css class, label.
 CHIPS = (
@@ -67,33 +64,6 @@ DECODE_COLUMNS = (
     "margin_over_noise",
     "detail",
 )
-
-
-def write_all(
-    out_dir: Path | str, dest: Path | str | None = None, expectations: Expectations | None = None, rejudge: bool = False
-) -> list[Path]:
-    """Render the reports of the run in ``out_dir`` into ``dest`` (default: ``out_dir``).
-
-    ``expectations`` (None: :func:`parity.expect.load`'s default) judge the rows that lack a
-    verdict from them, or every row with ``rejudge`` (see :mod:`parity.runs`)."""
-    from .expect import load
-
-    run = load_run(out_dir, load() if expectations is None else expectations, rejudge)
-    return write_reports(run, dest if dest is not None else out_dir)
-
-
-def write_reports(run: Run, dest: Path | str) -> list[Path]:
-    """Write report.html, summary.md and junit.xml of a loaded ``run`` into ``dest``."""
-    from .report_text import junit_xml, markdown_summary
-
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    written = [coverage.write_csv(run.path, dest)]
-    for name, text in (("report.html", render_html(run)), ("summary.md", markdown_summary(run)), ("junit.xml", junit_xml(run))):
-        path = dest / name
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-    return written
 
 
 # ---------------------------------------------------------------- HTML
@@ -150,7 +120,7 @@ def render_html(run: Run) -> str:
     )
     sections = [
         ("matrix", "Matrix", _matrix(run)),
-        ("coverage", "Coverage", coverage_report.html(run)),
+        ("coverage", "Coverage", _coverage(run)),
         ("known", "Known divergences", _known(run)),
         ("worst", "Worst cases", _worst(run)),
         ("plots", "Error plots", _plots(run)),
@@ -606,4 +576,42 @@ def _rows(run: Run) -> str:
     )
 
 
-__all__ = ["write_all", "render_html", "load_run"]
+__all__ = ["render_html"]
+
+
+def _coverage_cell(n: dict[str, int] | None, gap: bool) -> str:
+    if not n or not (n["ran"] or n["unsupported"]):
+        return '<td class="none">·</td>'
+    cls = "good" if n["ran"] else ("bad" if gap else "none")
+    unsup = f' <span class="small">/{n["unsupported"]}</span>' if n["unsupported"] else ""
+    return f'<td class="{cls}">{n["ran"]}{unsup}</td>'
+
+
+def _coverage(run: Run) -> str:
+    """The coverage section: a matrix of cells x backends, the window grid, what a backend never ran."""
+    d = coverage_data(run)
+    cols = [b for b in d.backends if b in d.never]
+    head = "".join(f'<th class="vert"><code>{escape(b)}</code></th>' for b in cols)
+    body = [f"<tr><td>window grid</td>{''.join(f'<td class=num>{d.grid[b]}/100</td>' for b in cols)}</tr>"]
+    for dim, values in coverage.DIMENSIONS.items():
+        for v in values:
+            tds = "".join(_coverage_cell(d.tally.get(b, {}).get((dim, v)), (dim, v) in {c for cs in d.gaps.get(b, {}).values() for c in cs})
+                          for b in cols)
+            body.append(f"<tr><td>{escape(dim)} = <code>{escape(v)}</code></td>{tds}</tr>")
+    words = []
+    for b in cols:
+        line = f"<li><code>{escape(b)}</code>: {d.grid[b]} of 100 window-grid cells"
+        if d.never[b]:
+            line += "; never ran " + ", ".join(escape(f"{x}={y}") for x, y in d.never[b])
+        if b in d.gaps:
+            line += f'. <b>Gap</b>: {escape(coverage.describe_gap(b, d.gaps[b]))}'
+        words.append(line + "</li>")
+    note = f"<p><b>Sizes capped:</b> {escape(d.note)}.</p>" if d.note else ""
+    return (
+        "<p>Rows each backend <b>ran</b> (any verdict but unsupported / unavailable) per value of the coverage model "
+        "(<code>parity/coverage.py</code>), <span class=small>/unsupported</span>; red: it ran none while a backend of its "
+        "family did. The window grid counts left x right x length cells (5 x 5 x 4) of bottom-right fp16/bf16 rows. "
+        f"Full table: <code>coverage.csv</code>.</p>{note}"
+        f'<div class="scroll"><table id="coverage-table"><thead><tr><th>cell</th>{head}</tr></thead>'
+        f'<tbody>{"".join(body)}</tbody></table></div><ul>{"".join(words)}</ul>'
+    )

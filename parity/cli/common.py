@@ -1,0 +1,49 @@
+"""What several subcommands share: exit codes, ``--expect``, comma lists, ``--worker-path``.
+
+Not a subcommand (it has no ``add_parser`` / ``run``); bad input raises :class:`parity.errors.UserError`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+
+from ..errors import UserError
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def split_list(values: Sequence[str] | None) -> list[str]:
+    """Repeatable, comma-separated option values (``-b a,b -b c``) as one list."""
+    out: list[str] = []
+    for v in values or []:
+        out.extend(x.strip() for x in v.split(",") if x.strip())
+    return out
+
+
+def add_expect_argument(p: argparse.ArgumentParser) -> None:
+    """``--expect FILE`` (repeatable), shared by run, report and diff."""
+    p.add_argument("--expect", action="append", metavar="FILE",
+                   help="known divergences (TOML, see parity/expect.py); repeatable; replaces the default file "
+                        "('default' names it, 'none' disables); default: $PARITY_EXPECT, else parity/known_divergences.toml")
+
+
+def load_expectations(values: Sequence[str] | None):
+    """``--expect`` values as :class:`parity.expect.Expectations`; a bad file is a :class:`UserError`."""
+    from ..expect import ExpectationError, load
+
+    try:
+        return load(values)
+    except ExpectationError as exc:
+        raise UserError(str(exc)) from None
+
+
+def worker_paths(items: Sequence[str] | None) -> dict[str, list[str]]:
+    """``--worker-path`` items, after those of ``PARITY_WORKER_PATH``."""
+    from ..execute import worker_paths as parse
+
+    try:
+        return parse(items)
+    except ValueError as exc:
+        raise UserError(f"--worker-path wants BACKEND=PATH[{os.pathsep}PATH] (also in $PARITY_WORKER_PATH): {exc}") from None
