@@ -50,7 +50,6 @@ import pytest
 
 from .markers import MARKERS
 
-PROFILES = ("quick", "default", "thorough")
 _EXPECT = pytest.StashKey[Any]()  # parity.expect.Expectations of the session
 _PATHS = pytest.StashKey[dict]()  # {backend: [folders]}
 _PROFILE = pytest.StashKey[str]()  # the hypothesis profile loaded (absent: none)
@@ -114,16 +113,18 @@ def load_profile(config: pytest.Config, default: str = "default") -> str:
     if _PROFILE in config.stash:
         return config.stash[_PROFILE]
     name = config.getoption("parity_profile") or os.environ.get("PARITY_PROFILE") or default
+    from .strategies import PROFILES  # the one profile table (imports torch and hypothesis: only when a profile is asked for)
+
     if name not in PROFILES:
-        raise pytest.UsageError(f"--parity-profile must be quick, default or thorough, got {name!r}")
+        raise pytest.UsageError(f"--parity-profile must be one of {', '.join(PROFILES)}, got {name!r}")
     from hypothesis import HealthCheck, settings
     from hypothesis.database import DirectoryBasedExampleDatabase
 
     db = DirectoryBasedExampleDatabase(str(Path(config.rootpath) / ".hypothesis" / "examples"))
     common: dict[str, Any] = dict(database=db, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
                                   print_blob=True)
-    for prof, n in (("quick", 12), ("default", 40), ("thorough", 300)):
-        settings.register_profile(f"parity-{prof}", max_examples=n, **common)
+    for prof in PROFILES.values():
+        settings.register_profile(f"parity-{prof.name}", max_examples=prof.test_examples, **common)
     settings.load_profile(f"parity-{name}")
     os.environ["PARITY_PROFILE"] = name
     config.stash[_PROFILE] = name
