@@ -240,7 +240,7 @@ def parity_cases(pytestconfig: pytest.Config) -> list[Any]:
     return cases(pytestconfig)
 
 
-def check_row(row: dict[str, Any], expectations: Any = None) -> dict[str, Any]:
+def check_row(row: dict[str, Any], expectations: Any = None, comparison: Any = None) -> dict[str, Any]:
     """A judged row as a pytest outcome: ``pass`` returns it; ``unsupported`` / ``unavailable`` skip with
     the reason; ``expected`` xfails naming the known divergence; anything else fails with the measured
     miss and its ``repro:`` line (an ``unexpected-pass`` names the strict entry)."""
@@ -258,19 +258,20 @@ def check_row(row: dict[str, Any], expectations: Any = None) -> dict[str, Any]:
     if v == "unexpected-pass":
         raise ParityError(f"{row['backend']} UNEXPECTED PASS: the strict known divergence {words} expects a failure; "
                           f"retire or narrow the entry\n  repro: {row['repro']}")
-    raise ParityError(failure_message(row))
+    raise ParityError(failure_message(row, comparison))
 
 
 @pytest.fixture
 def assert_parity(pytestconfig: pytest.Config) -> Any:
     """``assert_parity(backend, case, **evaluate_kw) -> row``: :func:`parity.evaluate` with the session's
     known divergences and worker paths, turned into a pytest outcome by :func:`check_row`."""
-    from .api import evaluate
+    from .api import evaluate_record
 
     def check(backend: Any, case: Any, **kw: Any) -> dict[str, Any]:
         exp = kw.pop("expectations", expectations(pytestconfig))
         if isinstance(backend, str) and "worker_path" not in kw:
             kw["worker_path"] = worker_paths(pytestconfig).get(backend)
-        return check_row(evaluate(backend, case, expectations=exp, **kw), exp)
+        judged = evaluate_record(backend, case, expectations=exp, **kw)
+        return check_row(judged.row, exp, judged.comparison)
 
     return check

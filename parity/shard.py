@@ -14,7 +14,7 @@ case, as pytest-shard / pytest-split users expect). Not by (backend, configurati
 differ between shards of one backend. By case, each shard folder is an ordinary run of a
 smaller sweep, and merging is the union of rows with no (backend, case) pair twice.
 
-Cases move in **configurations** (:func:`parity.sweep.config_key`: dtype, heads, head dim,
+Cases move in **configurations** (:func:`config_key`: dtype, heads, head dim,
 softcap, paged; what ``--split`` keeps together too): every case of one configuration is in
 the same shard, so no compile-bound backend (flex, FA4, JAX/XLA, cuDNN) builds the same kernel
 on two machines.
@@ -175,10 +175,9 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def config_key(case: Any) -> tuple[Any, ...]:
-    """The case's configuration, as :func:`parity.sweep.config_key` (``--split``) has it."""
-    from .sweep import config_key as key
-
-    return key(case)
+    """The case's configuration: what a compiling backend builds a kernel for, lengths aside (their
+    buckets compile within it). Shards and ``--split`` parts keep a configuration whole."""
+    return (case.dtype, case.hq, case.hkv, case.head_dim, case.softcap, case.page_size is not None)
 
 
 def _key_text(key: tuple[Any, ...]) -> str:

@@ -18,7 +18,7 @@ PKG = Path(parity.__file__).resolve().parent
 MAX_LINES = 80
 #: Functions still over MAX_LINES, with their length when this test was written: each may only
 #: shrink (then lower or drop its entry); no other function may pass MAX_LINES.
-OVER_LONG_ALLOWED = {"parity/sweep.py:run_sweep": 208}
+OVER_LONG_ALLOWED: dict[str, int] = {}
 
 
 def _modules() -> dict[str, Path]:
