@@ -63,6 +63,17 @@ def test_one_profile_table_for_the_sweep_and_the_property_tests():
     assert [p.test_examples for p in PROFILES.values()] == [12, 40, 300]
 
 
+def test_tests_reuse_the_planted_bugs_of_selftest():
+    from parity.selftest import bugs
+    from tests import helpers
+
+    planted = {n for n, v in vars(bugs).items() if isinstance(v, type)}
+    planted_names = {getattr(v, "name", None) for v in vars(bugs).values() if isinstance(v, type)}
+    mine = {n: v for n, v in vars(helpers).items() if isinstance(v, type) and v.__module__ == helpers.__name__}
+    assert not set(mine) & planted
+    assert not ({getattr(v, "name", None) for v in mine.values()} & planted_names) - {"unnamed"}
+
+
 # -- --gpus, faked on the CPU: the ids reach the workers, no GPU is touched -------------------------
 
 

@@ -10,7 +10,7 @@ from parity import Case, Window
 from parity.api import evaluate_record, failure_message
 from parity.reference import attention_reference
 
-from .helpers import OffByOneLeft, _Wrapped
+from .helpers import _Wrapped, one_wider_on_the_left
 
 CASE = Case(q_lens=(40, 24), k_lens=(40, 30), hq=4, hkv=2, head_dim=16, dtype="bfloat16", window=Window(6, 0), seed=5)
 POISON_WORDS = ("window ignored", "sees every key", "-30001", "kv head(s) [-", "mix of kv heads")
@@ -34,8 +34,11 @@ class WritesFirstHeads(_Wrapped):
         return out
 
 
-class WritesFirstHeadsOffByOne(WritesFirstHeads, OffByOneLeft):
+class WritesFirstHeadsOffByOne(WritesFirstHeads):
     name = "bug-writes-first-heads-off-by-one"
+
+    def seen_window(self, case):
+        return one_wider_on_the_left(case.window)
 
 
 def evaluate(backend, case):

@@ -1,9 +1,10 @@
 import pytest
 
 from parity import Case, Window, evaluate
+from parity.selftest.bugs import NanOnEmptyRows, WindowOneWider
 from parity.verdict import budgets_with
 
-from .helpers import NanOnEmptyRows, Noisy, OffByOneLeft, SkipsLastRow
+from .helpers import Noisy, SkipsLastRow
 
 CASE = Case(q_lens=(40,), k_lens=(40,), hq=4, hkv=2, head_dim=32, dtype="bfloat16", window=Window(6, 0), seed=5)
 
@@ -21,7 +22,7 @@ def test_honest_rounding_differences_pass(dtype):
 
 
 def test_off_by_one_fails_budget_and_mask_with_words():
-    row = evaluate(OffByOneLeft(), CASE)
+    row = evaluate(WindowOneWider(), CASE)
     assert row["verdict"] == "fail"
     assert {"max_err", "mask"} <= set(row["reasons"].split())
     assert "one token wider on the left" in row["mask_detail"]
