@@ -15,6 +15,8 @@ from typing import Any
 
 #: The dtypes a case can have, in report order.
 DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
+#: The half-precision dtypes (what flash-style kernels take).
+HALF_DTYPES: tuple[str, ...] = ("float16", "bfloat16")
 
 COLUMNS = [
     "backend",

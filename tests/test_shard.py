@@ -17,10 +17,11 @@ import parity
 import parity.cli  # noqa: F401 - loaded before any case is drawn, as in `parity run` (hypothesis draws use local modules' literals)
 from parity import Case, Window, backends, shard
 from parity.design import place
+from parity.results import DTYPES
 from parity.strategies import CPU_LONG_CAP, generate, profile
 from parity.sweep import config_key
 
-ALL_DTYPES = ("float32", "float16", "bfloat16")
+ALL_DTYPES = DTYPES
 CPU_SPECS = tuple(backends.DEFAULT_CPU)
 
 

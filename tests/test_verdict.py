@@ -1,6 +1,7 @@
 import pytest
 
 from parity import Case, Window, evaluate
+from parity.results import DTYPES
 from parity.selftest.bugs import NanOnEmptyRows, WindowOneWider
 from parity.verdict import budgets_with
 
@@ -15,7 +16,7 @@ def test_reference_backend_passes_with_rounding_only():
     assert float(row["err_ratio"]) <= 1.0
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_honest_rounding_differences_pass(dtype):
     row = evaluate(Noisy(), Case(**{**CASE.to_dict(), "window": Window(6, 0), "dtype": dtype}))
     assert row["verdict"] == "pass", row["worst_where"]
