@@ -309,7 +309,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = run_sweep(specs, cases, out, options)
     _write_environment(args, out, result, {"cases": len(cases), "reference_device": ref_dev, "splits": splits,
                                            "budgets": budgets, "design": design, "expectations": expectations,
-                                           "cache": (cache_root, cache_before), "shard": shard_rec})
+                                           "cache": (cache_root, cache_before), "shard": shard_rec, "gpus": list(options.gpus)})
     return _finish_run(args, out, result, explicit, options)
 
 
@@ -339,6 +339,7 @@ def _write_environment(args: argparse.Namespace, out: Path, result, run: dict) -
             "cases": run["cases"],
             "reference_device": run["reference_device"],
             "jobs": args.jobs,
+            "gpus": run["gpus"],  # --gpus: the GPUs the lanes were pinned to ([]: none)
             "splits": run["splits"],
             "partial": result.partial or result.already + len(result.rows) < result.total,
             "rows_planned": result.planned,

@@ -130,3 +130,4 @@ def test_the_cli_pins_lanes_and_refuses_several_gpus_in_one_process(tmp_path, mo
     out = capsys.readouterr().out
     rows = list(csv.DictReader((tmp_path / "z" / "results.csv").open()))
     assert sorted(r["gpu"] for r in rows) == ["0", "1"] and "work split: 2 lane(s) on 2 GPU(s)" in out
+    assert json.loads((tmp_path / "z" / "environment.json").read_text())["gpus"] == ["0", "1"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -96,7 +97,7 @@ def judge(
     info: dict[str, Any],
     res: dict[str, Any],
     baselines: BaselineCache,
-    budgets: dict[str, Budget],
+    budgets: Mapping[str, Budget],
 ) -> Judged:
     """Turn one execution result into a judged record (its ``row`` is the results.csv row)."""
     row = _head(case, spec, info)

@@ -137,7 +137,7 @@ def plan(specs: Sequence[str], cases: list[Case], options: SweepOptions) -> Lane
     for s in specs:
         parts = splits.get(s)
         units.update({f"{s}#{i + 1}": (s, i) for i in range(parts)} if parts else {s: (s, None)})
-    hints = shard.cost_hints(specs) if options.jobs > 1 or len(options.gpus) > 1 else {}
+    hints = shard.cost_hints(specs) if options.jobs > 1 else {}  # one lane: nothing to balance
     costs = {u: hints.get(s, 1.0) / splits.get(s, 1) for u, (s, _) in units.items()}
     if options.jobs <= 1:
         lanes = [list(units)]

@@ -183,7 +183,7 @@ class Sweep:
         # the baseline is shared by the backends (of a GPU's lanes): whichever meets a case first must not
         # be charged for it (it would make a backend's cases/s depend on the backend order)
         baseline_s = baselines.ensure(case) if res.get("status") == "ok" else 0.0
-        judged = judge(case, spec, info, res, baselines, dict(self.options.budgets))
+        judged = judge(case, spec, info, res, baselines, self.options.budgets)
         judged = apply_expectations(judged, self.options.expectations, str(info.get("version") or ""), case)
         with self.lock:
             self.timing.add(spec, case, res, wait_s, time.perf_counter() - t_judge - baseline_s, baseline_s, unit=unit, part=part)

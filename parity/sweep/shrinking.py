@@ -42,7 +42,7 @@ def _shrink_one(spec: str, case: Case, row: dict[str, Any], options: SweepOption
     ex = make_executor(spec, dataclasses.replace(options, repeats=1))
     try:
         def judge_one(c: Case) -> dict[str, Any]:
-            return judge(c, spec, ex.info, ex.run(c), baselines, dict(options.budgets)).row
+            return judge(c, spec, ex.info, ex.run(c), baselines, options.budgets).row
 
         return shrink(case, row, judge_one, options.shrink_calls)
     finally:

@@ -47,6 +47,10 @@ class SweepTiming:
     part that finished its cases last); ``median_case_s_upto_4096`` = the median of one
     such case's exec_s + judge_s: what a case costs once its kernel is compiled, for the
     backends that compile per configuration (most cases then reuse a compiled kernel).
+
+    ``gpus`` / ``per_gpu`` (``--gpus``): per GPU, its lanes, their units, the rows they wrote, the
+    longest of its lanes' wall times and their backends' call time; ``shard``: the ``--shard``
+    record of the run (``parity merge`` writes each merged run's in its ``timing.json``).
     """
 
     KEYS = ("cases", "exec_s", "judge_s", "baseline_s", "call_s", "probe_call_s", "probe_s", "gen_s")
@@ -166,9 +170,29 @@ class SweepTiming:
 
 
 
+def merged_timing(dirs: list[Path]) -> dict[str, Any] | None:
+    """``timing.json`` of a folder merged from ``dirs`` (``parity merge``): each input run's shard,
+    wall time, rows and GPUs, the longest wall and the rows summed; None when no input has one."""
+    runs = []
+    for d in dirs:
+        try:
+            t = json.loads((Path(d) / "timing.json").read_text())
+        except (OSError, ValueError):
+            continue
+        runs.append({"folder": str(d), "shard": t.get("shard"), "wall_s": t.get("wall_s", 0.0), "rows_run": t.get("rows_run", 0),
+                     "lanes": len(t.get("lanes") or []), "gpus": t.get("gpus") or [], "per_gpu": t.get("per_gpu") or {}})
+    if not runs:
+        return None
+    return {"merged": True, "wall_s": max(r["wall_s"] for r in runs), "rows_run": sum(r["rows_run"] for r in runs), "runs": runs}
+
+
 def split_line(timing: dict[str, Any]) -> str:
     """How the work of a run was split, in one line (from its timing.json): the shard, the lanes and
-    the GPUs they ran on; empty for one lane on no GPU and no shard."""
+    the GPUs they ran on (of each merged run, for a merged folder); empty for one lane on no GPU."""
+    if timing.get("merged"):
+        each = [f"{(r['shard'] or {}).get('k', '?')}/{(r['shard'] or {}).get('n', '?')}: {r['rows_run']} rows, "
+                f"{r['wall_s']:g} s" + (f" on {len(r['gpus'])} GPU(s)" if r["gpus"] else "") for r in timing["runs"]]
+        return f"work split: {len(each)} runs merged ({'; '.join(each)})"
     parts = []
     shard = timing.get("shard")
     if shard:
