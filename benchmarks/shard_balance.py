@@ -22,13 +22,14 @@ from pathlib import Path
 def _cases(name: str, seed: int, specs: list[str]) -> list:
     from parity import backends
     from parity.design import place
+    from parity.results import DTYPES
     from parity.strategies import CPU_LONG_CAP, generate, profile
 
     prof = profile(name)
     inst = {s: backends.get(s) for s in specs}
     gpu = any(getattr(b, "device", "cpu") == "cuda" for b in inst.values())
     long_len = prof.long_len if gpu else min(prof.long_len, CPU_LONG_CAP)
-    return place(generate(prof, seed, ("float32", "float16", "bfloat16"), long_len), inst)[0]
+    return place(generate(prof, seed, DTYPES, long_len), inst)[0]
 
 
 def model(name: str, seeds: list[int], ns: list[int]) -> None:

@@ -12,7 +12,8 @@ from .case import Case
 from .execute import ProcessExecutor, backend_info, execute
 from .expect import Expectations
 from .maskcheck import DEFAULT_MAX_PASSES, ProbeResult, run_gqa_probe, run_mask_probe
-from .sweep import BaselineCache, judge, unavailable_row
+from .results import Judged
+from .sweep.judging import BaselineCache, apply_expectations, judge, unavailable_row
 from .verdict import BUDGETS, Budget
 
 _BASELINES = BaselineCache("cpu", keep=16)
@@ -103,36 +104,52 @@ def evaluate(
     ``expectations``: known divergences (:mod:`parity.expect`) applied to the row, with the
     backend's ``version()`` string: a failure one describes comes back ``expected``, a pass a
     strict one covers ``unexpected-pass`` (``expected_id`` names the entry)."""
+    return evaluate_record(backend, case, probes, budgets, max_passes, baselines, expectations, worker_path).row
+
+
+def evaluate_record(
+    backend: Backend | str,
+    case: Case,
+    probes: bool = True,
+    budgets: dict[str, Budget] | None = None,
+    max_passes: int = DEFAULT_MAX_PASSES,
+    baselines: BaselineCache | None = None,
+    expectations: Expectations | None = None,
+    worker_path: Sequence[str] | None = None,
+) -> Judged:
+    """:func:`evaluate`, as the judged record: the row and the comparison (for :func:`failure_message`)."""
     if worker_path and isinstance(backend, str):
         worker = _worker(backend, worker_path, probes, max_passes)
         inst, spec, info = None, backend, worker.info
         if info.get("unavailable"):
-            return unavailable_row(case, spec, info)
+            return Judged(unavailable_row(case, spec, info), summary=case.summary())
         res = worker.run(case)
     else:
         inst, spec, info = _resolve(backend)
         if info.get("unavailable"):
-            return unavailable_row(case, spec, info)
+            return Judged(unavailable_row(case, spec, info), summary=case.summary())
         res = execute(inst, case, probes, max_passes)
-    row = judge(case, spec, info, res, baselines or _BASELINES, budgets or BUDGETS)
-    if expectations:
-        import torch
-
-        version = info.get("version")
-        if version is None and inst is not None:  # a Backend instance: _resolve did not ask
-            try:
-                version = str(inst.version())
-            except Exception:  # noqa: BLE001 - an unknown version matches no version range
-                version = ""
-        row = expectations.judge(row, str(version), torch.__version__, case)
-    return row
+    judged = judge(case, spec, info, res, baselines or _BASELINES, budgets or BUDGETS)
+    if not expectations:
+        return judged
+    version = info.get("version")
+    if version is None and inst is not None:  # a Backend instance: _resolve did not ask
+        try:
+            version = str(inst.version())
+        except Exception:  # noqa: BLE001 - an unknown version matches no version range
+            version = ""
+    return apply_expectations(judged, expectations, str(version), case)
 
 
-def failure_message(row: dict[str, Any]) -> str:
-    """A multi-line account of a failing row: what, by how much, where, and how to rerun it."""
+def failure_message(row: dict[str, Any] | Judged, comparison: Any = None) -> str:
+    """A multi-line account of a failing row: what, by how much, where, and how to rerun it. Given a
+    :class:`parity.results.Judged` record (or the row and its ``comparison``), the error budget's
+    figures too."""
+    if isinstance(row, Judged):
+        row, comparison = row.row, row.comparison
     case = Case.from_json(row["case_json"])
     lines = [f"{row['backend']} {row['verdict'].upper()} on {case.summary()} [{row['reasons'] or row['detail']}]"]
-    cmp = row.get("_comparison")
+    cmp = comparison
     if cmp is not None and cmp.unwritten:  # first: it explains the rest; alone when nothing was written
         lines.append(f"  {cmp.unwritten} of {cmp.elements} output elements never written (poison left in the buffer)")
     if cmp is not None and not (cmp.unwritten and cmp.unwritten == cmp.elements):
@@ -161,10 +178,10 @@ def assert_parity(backend: Backend | str, case: Case, **kw: Any) -> dict[str, An
     ``unsupported`` and ``unavailable`` raise too: call sites that expect them should
     check :func:`evaluate`'s verdict instead (pytest tests skip on them).
     """
-    row = evaluate(backend, case, **kw)
-    if row["verdict"] != "pass":
-        raise ParityError(failure_message(row))
-    return row
+    judged = evaluate_record(backend, case, **kw)
+    if judged.row["verdict"] != "pass":
+        raise ParityError(failure_message(judged))
+    return judged.row
 
 
 def check_mask(

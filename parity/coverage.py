@@ -44,6 +44,7 @@ from pathlib import Path
 
 from .case import Case
 from .regimes import REGIMES
+from .results import HALF_DTYPES
 
 TILE = 64
 TILES = (64, 128, 256)
@@ -59,7 +60,7 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "align": ("bottom_right", "top_left"),
     "layout": ("MHA", "GQA-pow2", "GQA-other", "MQA"),
     "head_dim": ("d<=32", "d64", "d128", "d256", "odd8", "irregular"),
-    "dtype": ("float16", "bfloat16", "float32"),
+    "dtype": (*HALF_DTYPES, "float32"),
     "softcap": ("none", "on"),
     "scale": ("default", "explicit"),
     "paged": ("no", "yes"),
@@ -70,7 +71,7 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
 GRID_SIDES = ("unbounded", "0", "inside", "sk-1", ">=sk")
 GRID_LENGTHS = DIMENSIONS["length"]
 GRID_CELLS = tuple(f"{a}/{b}/{n}" for a in GRID_SIDES for b in GRID_SIDES for n in GRID_LENGTHS)
-HALF = ("float16", "bfloat16")
+HALF = HALF_DTYPES
 
 
 def side_class(value: int | None, sk: int, left: bool) -> str:

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from .case import Case
 from .coverage import DIMENSIONS, GRID_LENGTHS, GRID_SIDES, TILE, TILE_VALUES
+from .results import HALF_DTYPES
 from .window import SpecError, Window
 
 DESIGN_DIMS = ("left", "right", "length", "batch", "tile", "align", "layout", "head_dim", "dtype", "softcap", "scale", "paged", "regime")
@@ -212,7 +213,7 @@ def _build(preset: Mapping[str, str], values, open_pairs: set[Pair], rng: random
 def grid_rows(limits: Limits, rng: random.Random, open_pairs: set[Pair], tries: int = 8) -> list[Case]:
     """One flash-acceptable case per window-grid cell (see the module docstring)."""
     values = design_values(limits)
-    half = tuple(d for d in ("float16", "bfloat16") if d in values["dtype"]) or values["dtype"]
+    half = tuple(d for d in HALF_DTYPES if d in values["dtype"]) or values["dtype"]
     values = {**values, "dtype": half, "head_dim": FLASH_HEAD_DIMS,
               **{d: (v,) for d, v in FLASH_FIXED.items()}}
     out = []

@@ -50,7 +50,6 @@ import pytest
 
 from .markers import MARKERS
 
-PROFILES = ("quick", "default", "thorough")
 _EXPECT = pytest.StashKey[Any]()  # parity.expect.Expectations of the session
 _PATHS = pytest.StashKey[dict]()  # {backend: [folders]}
 _PROFILE = pytest.StashKey[str]()  # the hypothesis profile loaded (absent: none)
@@ -114,16 +113,18 @@ def load_profile(config: pytest.Config, default: str = "default") -> str:
     if _PROFILE in config.stash:
         return config.stash[_PROFILE]
     name = config.getoption("parity_profile") or os.environ.get("PARITY_PROFILE") or default
+    from .strategies import PROFILES  # the one profile table (imports torch and hypothesis: only when a profile is asked for)
+
     if name not in PROFILES:
-        raise pytest.UsageError(f"--parity-profile must be quick, default or thorough, got {name!r}")
+        raise pytest.UsageError(f"--parity-profile must be one of {', '.join(PROFILES)}, got {name!r}")
     from hypothesis import HealthCheck, settings
     from hypothesis.database import DirectoryBasedExampleDatabase
 
     db = DirectoryBasedExampleDatabase(str(Path(config.rootpath) / ".hypothesis" / "examples"))
     common: dict[str, Any] = dict(database=db, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
                                   print_blob=True)
-    for prof, n in (("quick", 12), ("default", 40), ("thorough", 300)):
-        settings.register_profile(f"parity-{prof}", max_examples=n, **common)
+    for prof in PROFILES.values():
+        settings.register_profile(f"parity-{prof.name}", max_examples=prof.test_examples, **common)
     settings.load_profile(f"parity-{name}")
     os.environ["PARITY_PROFILE"] = name
     config.stash[_PROFILE] = name
@@ -239,7 +240,7 @@ def parity_cases(pytestconfig: pytest.Config) -> list[Any]:
     return cases(pytestconfig)
 
 
-def check_row(row: dict[str, Any], expectations: Any = None) -> dict[str, Any]:
+def check_row(row: dict[str, Any], expectations: Any = None, comparison: Any = None) -> dict[str, Any]:
     """A judged row as a pytest outcome: ``pass`` returns it; ``unsupported`` / ``unavailable`` skip with
     the reason; ``expected`` xfails naming the known divergence; anything else fails with the measured
     miss and its ``repro:`` line (an ``unexpected-pass`` names the strict entry)."""
@@ -257,19 +258,20 @@ def check_row(row: dict[str, Any], expectations: Any = None) -> dict[str, Any]:
     if v == "unexpected-pass":
         raise ParityError(f"{row['backend']} UNEXPECTED PASS: the strict known divergence {words} expects a failure; "
                           f"retire or narrow the entry\n  repro: {row['repro']}")
-    raise ParityError(failure_message(row))
+    raise ParityError(failure_message(row, comparison))
 
 
 @pytest.fixture
 def assert_parity(pytestconfig: pytest.Config) -> Any:
     """``assert_parity(backend, case, **evaluate_kw) -> row``: :func:`parity.evaluate` with the session's
     known divergences and worker paths, turned into a pytest outcome by :func:`check_row`."""
-    from .api import evaluate
+    from .api import evaluate_record
 
     def check(backend: Any, case: Any, **kw: Any) -> dict[str, Any]:
         exp = kw.pop("expectations", expectations(pytestconfig))
         if isinstance(backend, str) and "worker_path" not in kw:
             kw["worker_path"] = worker_paths(pytestconfig).get(backend)
-        return check_row(evaluate(backend, case, expectations=exp, **kw), exp)
+        judged = evaluate_record(backend, case, expectations=exp, **kw)
+        return check_row(judged.row, exp, judged.comparison)
 
     return check

@@ -10,8 +10,13 @@ known divergence passed); ``unsupported`` (the backend refused the case) and ``u
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 #: The dtypes a case can have, in report order.
 DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
+#: The half-precision dtypes (what flash-style kernels take).
+HALF_DTYPES: tuple[str, ...] = ("float16", "bfloat16")
 
 COLUMNS = [
     "backend",
@@ -64,6 +69,7 @@ COLUMNS = [
     # last, so that older results.csv files (without them) keep their column order: runs.read_results adds them
     "raw_verdict",
     "expected_id",
+    "gpu",  # the GPU (CUDA_VISIBLE_DEVICES id) the row's worker was pinned to (--gpus); empty without one
 ]
 
 VERDICTS = ("pass", "fail", "error", "crash", "timeout", "expected", "unexpected-pass", "unsupported", "unavailable")
@@ -74,6 +80,9 @@ FAIL_VERDICTS = (*RAW_FAIL_VERDICTS, "unexpected-pass")
 
 #: Columns added by known divergences; older runs get them empty (so their schema matches).
 EXPECT_COLUMNS = ("raw_verdict", "expected_id")
+#: Columns appended after the first release of the schema, in order: older results.csv files lack
+#: them and load with them empty (``runs.read_results``).
+ADDED_COLUMNS = (*EXPECT_COLUMNS, "gpu")
 #: Columns that hold numbers (the report loader adds a float column ``<name>_f`` for each).
 NUMERIC = (
     "max_abs_err",
@@ -87,3 +96,21 @@ NUMERIC = (
     "worst_left_edge",
     "time_ms",
 )
+
+
+def blank_row() -> dict[str, Any]:
+    """A row with every column empty."""
+    return {c: "" for c in COLUMNS}
+
+
+@dataclasses.dataclass
+class Judged:
+    """One judged (backend, case): ``row`` is the results.csv row (:data:`COLUMNS`, nothing else);
+    the rest lives in memory only: ``comparison`` (:class:`parity.verdict.Comparison`, None when the
+    backend did not run), ``mask_image`` (the mask probe's picture, written to ``masks.jsonl``) and
+    ``summary`` (the case in a few words, for the progress line)."""
+
+    row: dict[str, Any]
+    comparison: Any = None
+    mask_image: dict[str, Any] | None = None
+    summary: str = ""

@@ -14,7 +14,7 @@ case, as pytest-shard / pytest-split users expect). Not by (backend, configurati
 differ between shards of one backend. By case, each shard folder is an ordinary run of a
 smaller sweep, and merging is the union of rows with no (backend, case) pair twice.
 
-Cases move in **configurations** (:func:`parity.sweep.config_key`: dtype, heads, head dim,
+Cases move in **configurations** (:func:`config_key`: dtype, heads, head dim,
 softcap, paged; what ``--split`` keeps together too): every case of one configuration is in
 the same shard, so no compile-bound backend (flex, FA4, JAX/XLA, cuDNN) builds the same kernel
 on two machines.
@@ -88,8 +88,8 @@ GPU, ties by lane order then GPU order; each lane's workers get ``CUDA_VISIBLE_D
 GPU. The ids are those ``CUDA_VISIBLE_DEVICES`` takes (indices or ``GPU-``/``MIG-`` UUIDs), passed
 to the workers verbatim.
 
-Wiring (where each hook goes; to be done once parity/cli/ and parity/sweep/ have landed)
------------------------------------------------------------------------------------------
+Wiring (where each hook goes)
+-----------------------------
 
 * ``parity run --shard K/N``: add the argument to the ``run`` parser
   (``r.add_argument("--shard", metavar="K/N", help="run shard K of N of the cases (configurations
@@ -128,15 +128,14 @@ Wiring (where each hook goes; to be done once parity/cli/ and parity/sweep/ have
 
   (:func:`shard_of_nodeid`: sha256 of the node id mod N, as pytest-shard: an item's shard
   does not depend on which other items were collected.)
-* ``--gpus``: a ``run`` argument; ``gpus = shard.parse_gpus(args.gpus, shard.visible_gpus())``
-  (default: ``visible_gpus()``), passed to ``run_sweep(..., gpus=gpus)``. In ``run_sweep``
-  the lanes must be planned **before** the executors start (``CUDA_VISIBLE_DEVICES`` is read
-  when a worker starts): plan them with ``cost_hint / splits`` only (availability is not known
-  yet; an unavailable backend's lane then just runs fast), then
-  ``env_of = shard.unit_gpus(lanes, unit_costs, gpus)`` and, in the ``make_executor(...)`` call
-  of the executor loop, ``env={**worker_env, **env_of.get(unit, {})}`` instead of
-  ``env=worker_env``; record ``timing.lane_gpus``. With ``--jobs 1`` and several GPUs, only
-  the first is used (say so). ``--no-isolate`` with ``--gpus`` is a usage error (one process).
+* ``--gpus`` (wired): :func:`parity.sweep.options.read_gpus` reads it (default
+  :func:`visible_gpus`; several GPUs with ``--no-isolate``: a usage error, one process) into
+  ``SweepOptions.gpus``; :func:`parity.sweep.lanes.plan` plans the lanes **before** the executors
+  start (``CUDA_VISIBLE_DEVICES`` is read when a worker starts), from ``cost_hint / splits`` only
+  (availability is not known yet; an unavailable backend's lane then just runs fast), places them
+  with :func:`unit_gpus` and gives each worker its lane's GPU; a lane's reference runs on that GPU
+  (the sweep process's device of the same id); rows record it (``gpu``), ``timing.json`` has
+  ``gpus`` / ``per_gpu``. Fewer lanes than GPUs (``--jobs 1``): the rest are left idle, said once.
 """
 
 from __future__ import annotations
@@ -175,10 +174,9 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def config_key(case: Any) -> tuple[Any, ...]:
-    """The case's configuration, as :func:`parity.sweep.config_key` (``--split``) has it."""
-    from .sweep import config_key as key
-
-    return key(case)
+    """The case's configuration: what a compiling backend builds a kernel for, lengths aside (their
+    buckets compile within it). Shards and ``--split`` parts keep a configuration whole."""
+    return (case.dtype, case.hq, case.hkv, case.head_dim, case.softcap, case.page_size is not None)
 
 
 def _key_text(key: tuple[Any, ...]) -> str:

@@ -42,7 +42,7 @@ CASE_FAMILIES = ("dense", "varlen", "decode", "chunked", "prefill_long_q")
 @dataclasses.dataclass(frozen=True)
 class Profile:
     name: str
-    examples: int  # hypothesis-drawn cases per sweep / examples per property test
+    examples: int  # hypothesis-drawn cases per sweep (``generate``)
     max_len: int  # longest sequence drawn
     max_batch: int
     odd_head_dims: bool
@@ -50,16 +50,21 @@ class Profile:
     grid: bool = False  # one case per window-grid cell (parity.coverage), flash-acceptable
     long_len: int = 0  # longest Sk of the long-key-range cases (0: none)
     long_count: int = 0
+    test_examples: int = 40  # max_examples of a ``@given`` property test (the pytest plugin's hypothesis profile)
 
     def limits(self, dtypes: Sequence[str] = ALL_DTYPES, long_len: int | None = None) -> Limits:
         return Limits(self.max_len, self.max_batch, self.long_len if long_len is None else long_len, tuple(dtypes))
 
 
+#: The one profile table: the sweep's cases (``python -m parity run --profile``, the pytest plugin's
+#: ``parity_case``) and the hypothesis settings of property tests (``--parity-profile``).
 PROFILES: dict[str, Profile] = {
-    "quick": Profile("quick", examples=16, max_len=160, max_batch=3, odd_head_dims=True, long_len=2048, long_count=2),
-    "default": Profile("default", examples=80, max_len=600, max_batch=4, odd_head_dims=True, grid=True, long_len=16384, long_count=8),
+    "quick": Profile("quick", examples=16, max_len=160, max_batch=3, odd_head_dims=True, long_len=2048, long_count=2,
+                     test_examples=12),
+    "default": Profile("default", examples=80, max_len=600, max_batch=4, odd_head_dims=True, grid=True, long_len=16384, long_count=8,
+                       test_examples=40),
     "thorough": Profile("thorough", examples=800, max_len=2048, max_batch=6, odd_head_dims=True, grid=True, long_len=16384,
-                        long_count=16),
+                        long_count=16, test_examples=300),
 }
 #: Longest key range of the long cases when no backend of the run is on a GPU (the CPU reference
 #: and CPU backends would take minutes per case beyond it); environment.json records the cap.

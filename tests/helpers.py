@@ -1,4 +1,8 @@
-"""Deliberately wrong backends used by the core tests (the full planted-bug suite is parity.selftest)."""
+"""Test-only backends: honest noise, an unwritten row, a wrong SDPA, known-divergence fixtures.
+
+The planted window / alignment / decode / GQA / empty-row bugs are :mod:`parity.selftest.bugs`'
+(``WindowOneWider``, ``TopLeftAlignment``, ``DecodeDropsWindow``, ``GqaRepeatNotInterleave``,
+``NanOnEmptyRows``); tests import them from there."""
 
 from __future__ import annotations
 
@@ -9,6 +13,11 @@ import torch
 from parity import Backend, Case, Inputs, Window
 from parity.backends.sdpa import SdpaBackend
 from parity.reference import attention_reference
+
+
+def one_wider_on_the_left(w: Window) -> Window:
+    """The window a kernel with the classic off-by-one sees: one key more on the left."""
+    return w if w.left is None else Window(w.left + 1, w.right, w.align)
 
 
 class _Wrapped(Backend):
@@ -22,55 +31,6 @@ class _Wrapped(Backend):
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         bad = dataclasses.replace(case, window=self.seen_window(case))
         out.copy_(attention_reference(dataclasses.replace(inputs, case=bad)))
-        return out
-
-
-class OffByOneLeft(_Wrapped):
-    name = "bug-off-by-one"
-
-    def seen_window(self, case):
-        w = case.window
-        return w if w.left is None else Window(w.left + 1, w.right, w.align)
-
-
-class TopLeft(_Wrapped):
-    name = "bug-top-left"
-
-    def seen_window(self, case):
-        return Window(case.window.left, case.window.right, "top_left")
-
-
-class DropWindowInDecode(_Wrapped):
-    name = "bug-decode-drops-window"
-
-    def seen_window(self, case):
-        return Window(None, case.window.right, case.window.align) if max(case.q_lens) == 1 else case.window
-
-
-class WrongGqaMapping(Backend):
-    """Query head h reads kv head h % hkv instead of h // (hq // hkv)."""
-
-    name = "bug-gqa"
-
-    def run(self, case, inputs, out):
-        idx = torch.arange(case.hq) % case.hkv
-        k = inputs.k[:, idx]
-        v = inputs.v[:, idx]
-        mha = dataclasses.replace(case, hkv=case.hq)
-        out.copy_(attention_reference(dataclasses.replace(inputs, case=mha, k=k, v=v)))
-        return out
-
-
-class NanOnEmptyRows(_Wrapped):
-    name = "bug-nan-empty-rows"
-
-    def run(self, case, inputs, out):
-        super().run(case, inputs, out)
-        cq, _ = case.cu_seqlens()
-        for b, (sq, sk) in enumerate(zip(case.q_lens, case.k_lens)):
-            lo, hi = case.window.band(sq, sk)
-            rows = (lo > hi).nonzero().flatten() + cq[b]
-            out[rows] = float("nan")
         return out
 
 
@@ -103,8 +63,7 @@ class SdpaWindowOneWider(SdpaBackend):
     name = "bug-sdpa-window-one-wider"
 
     def mask_window(self, case: Case) -> Window:
-        w = case.window
-        return w if w.left is None else Window(w.left + 1, w.right, w.align)
+        return one_wider_on_the_left(case.window)
 
 
 class EmptyRowsSeeEveryKey(_Wrapped):
@@ -130,5 +89,4 @@ class EmptyRowsAndOffByOne(EmptyRowsSeeEveryKey):
     name = "bug-empty-rows-and-off-by-one"
 
     def seen_window(self, case):
-        w = case.window
-        return w if w.left is None else Window(w.left + 1, w.right, w.align)
+        return one_wider_on_the_left(case.window)

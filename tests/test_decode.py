@@ -50,7 +50,7 @@ class PagedGather(Backend):
 
 
 HONEST = ["examples.my_kernel:MyKernel", "sdpa", "reference"]
-BUGGY = ["examples.my_kernel:MyKernelOffByOne", "tests.helpers:DropWindowInDecode"]
+BUGGY = ["examples.my_kernel:MyKernelOffByOne", "parity.selftest.bugs:DecodeDropsWindow"]
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,7 @@ def test_window_bug_shows_real_divergence_beyond_the_window(mistral_run, backend
         assert float(r["ref_margin"]) > float(r["tie_threshold"])
         assert float(r["token_agreement"]) < 1.0
     beyond = next(r for r in rows if r["prompt_len"] == 40)
-    if backend.endswith("DropWindowInDecode"):
+    if backend.endswith("DecodeDropsWindow"):
         assert beyond["first_div_step"] >= 1  # its prefill is right; decode is where it breaks
     else:
         assert beyond["first_div_step"] == 0  # the prefill of a 40-token prompt already sees one key too many

@@ -211,12 +211,12 @@ def test_unsupported_reasons_name_the_limit():
 
 def test_consistency_check_catches_a_decode_bug():
     from parity.consistency import check
-    from tests.helpers import DropWindowInDecode
+    from parity.selftest.bugs import DecodeDropsWindow
 
     case = Case((40,), (40,), 2, 1, 16, "float32", Window.tokens(8), seed=3)
     good = check(backends.get("reference"), case)
     assert good and all(r["verdict"] == "pass" for r in good)
-    bad = check(DropWindowInDecode(), case, chunk=10)  # chunks of 10: no Sq = 1 call in the chunked check
+    bad = check(DecodeDropsWindow(), case, chunk=10)  # chunks of 10: no Sq = 1 call in the chunked check
     decode = [r for r in bad if r["check"] == "decode"]
     assert any(r["verdict"] == "fail" for r in decode)  # positions past the window see all keys
     assert all(r["verdict"] == "pass" for r in bad if r["check"] == "chunked")

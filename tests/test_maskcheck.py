@@ -1,6 +1,5 @@
 from parity import Case, Window, check_gqa, check_mask
-
-from .helpers import DropWindowInDecode, OffByOneLeft, TopLeft, WrongGqaMapping
+from parity.selftest.bugs import DecodeDropsWindow, GqaRepeatNotInterleave, TopLeftAlignment, WindowOneWider
 
 
 def test_reference_mask_is_exact():
@@ -11,7 +10,7 @@ def test_reference_mask_is_exact():
 
 def test_off_by_one_is_described():
     c = Case(q_lens=(32,), k_lens=(32,), hq=2, hkv=2, head_dim=16, dtype="float32", window=Window(7, 0), seed=0)
-    r = check_mask(OffByOneLeft(), c)
+    r = check_mask(WindowOneWider(), c)
     assert r.status == "mismatch"
     assert r.detail.startswith("window is one token wider on the left")
     assert "row 8 sees keys 0..8, spec says 1..8" in r.detail
@@ -19,21 +18,21 @@ def test_off_by_one_is_described():
 
 def test_alignment_slip_is_a_shift():
     c = Case(q_lens=(8,), k_lens=(40,), hq=1, hkv=1, head_dim=8, dtype="float16", window=Window(3, 0), seed=0)
-    r = check_mask(TopLeft(), c)
+    r = check_mask(TopLeftAlignment(), c)
     assert r.status == "mismatch" and "shifted" in r.detail
 
 
 def test_window_dropped_in_decode():
     c = Case(q_lens=(1,), k_lens=(50,), hq=2, hkv=1, head_dim=16, dtype="bfloat16", window=Window.tokens(8), seed=0)
-    r = check_mask(DropWindowInDecode(), c)
+    r = check_mask(DecodeDropsWindow(), c)
     assert r.status == "mismatch" and "window ignored" in r.detail
-    assert check_mask(DropWindowInDecode(), Case(**{**c.to_dict(), "q_lens": [5], "window": Window.tokens(8)})).status == "ok"
+    assert check_mask(DecodeDropsWindow(), Case(**{**c.to_dict(), "q_lens": [5], "window": Window.tokens(8)})).status == "ok"
 
 
 def test_wrong_gqa_mapping_is_named():
     c = Case(q_lens=(10,), k_lens=(10,), hq=4, hkv=2, head_dim=8, dtype="bfloat16", window=Window(3, 0), seed=0)
     assert check_gqa("reference", c).status == "ok"
-    r = check_gqa(WrongGqaMapping(), c)
+    r = check_gqa(GqaRepeatNotInterleave(), c)
     assert r.status == "mismatch"
     assert "query head 1 used kv head(s) [1], expected kv head 0" in r.detail
 
@@ -74,7 +73,7 @@ class Counting(ReferenceBackend):
         return super().run(case, inputs, out)
 
 
-class CountingOffByOne(OffByOneLeft):
+class CountingOffByOne(WindowOneWider):
     def __init__(self):
         self.batches: list[int] = []
 
@@ -84,7 +83,7 @@ class CountingOffByOne(OffByOneLeft):
 
 
 @pytest.mark.parametrize("case", BATCH_CASES, ids=lambda c: c.summary())
-@pytest.mark.parametrize("backend", [ReferenceBackend, OffByOneLeft, TopLeft, DropWindowInDecode], ids=lambda b: b.__name__)
+@pytest.mark.parametrize("backend", [ReferenceBackend, WindowOneWider, TopLeftAlignment, DecodeDropsWindow], ids=lambda b: b.__name__)
 def test_batched_probe_agrees_with_one_pass_per_call(case, backend):
     batched = check_mask(backend(), case)
     single = check_mask(backend(), case, batch_passes=False)

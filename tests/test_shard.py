@@ -17,10 +17,11 @@ import parity
 import parity.cli  # noqa: F401 - loaded before any case is drawn, as in `parity run` (hypothesis draws use local modules' literals)
 from parity import Case, Window, backends, shard
 from parity.design import place
+from parity.results import DTYPES
 from parity.strategies import CPU_LONG_CAP, generate, profile
-from parity.sweep import config_key
+from parity.sweep import config_key, split_line
 
-ALL_DTYPES = ("float32", "float16", "bfloat16")
+ALL_DTYPES = DTYPES
 CPU_SPECS = tuple(backends.DEFAULT_CPU)
 
 
@@ -468,5 +469,10 @@ def test_parity_run_shard_and_merge_on_the_command_line(tmp_path):
     assert p.returncode == 2 and "missing shard(s) 2/2" in p.stderr, p.stderr
     assert subprocess.run([*merge, str(tmp_path / "all"), str(tmp_path / "s1"), str(tmp_path / "s2")]).returncode == 0
     assert rows(tmp_path / "all") == rows(tmp_path / "whole")
+    for k in (1, 2):  # per-shard timing: each shard's timing.json says which it was, the merged one lists them
+        assert json.loads((tmp_path / f"s{k}" / "timing.json").read_text())["shard"]["k"] == k
+    merged = json.loads((tmp_path / "all" / "timing.json").read_text())
+    assert [r["shard"]["k"] for r in merged["runs"]] == [1, 2] and merged["rows_run"] == len(rows(tmp_path / "whole"))
+    assert split_line(merged).startswith("work split: 2 runs merged (1/2: ")
     p = subprocess.run([*base, "--shard", "3/2", "--out", str(tmp_path / "bad")], capture_output=True, text=True)
     assert p.returncode == 2 and "--shard 3/2" in p.stderr and "Traceback" not in p.stderr

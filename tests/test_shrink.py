@@ -1,12 +1,11 @@
 from parity import Case, Window, evaluate
+from parity.selftest.bugs import WindowOneWider
 from parity.shrink import shrink
-
-from .helpers import OffByOneLeft
 
 
 def test_failing_case_shrinks_and_still_fails_the_same_way():
     big = Case(q_lens=(90, 31), k_lens=(90, 60), hq=6, hkv=2, head_dim=64, dtype="bfloat16", window=Window(12, 0), softcap=5.0, seed=4)
-    bug = OffByOneLeft()
+    bug = WindowOneWider()
     row = evaluate(bug, big)
     assert row["verdict"] == "fail"
     small, small_row, calls = shrink(big, row, lambda c: evaluate(bug, c), max_calls=60)

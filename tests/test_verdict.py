@@ -1,9 +1,11 @@
 import pytest
 
 from parity import Case, Window, evaluate
+from parity.results import DTYPES
+from parity.selftest.bugs import NanOnEmptyRows, WindowOneWider
 from parity.verdict import budgets_with
 
-from .helpers import NanOnEmptyRows, Noisy, OffByOneLeft, SkipsLastRow
+from .helpers import Noisy, SkipsLastRow
 
 CASE = Case(q_lens=(40,), k_lens=(40,), hq=4, hkv=2, head_dim=32, dtype="bfloat16", window=Window(6, 0), seed=5)
 
@@ -14,14 +16,14 @@ def test_reference_backend_passes_with_rounding_only():
     assert float(row["err_ratio"]) <= 1.0
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_honest_rounding_differences_pass(dtype):
     row = evaluate(Noisy(), Case(**{**CASE.to_dict(), "window": Window(6, 0), "dtype": dtype}))
     assert row["verdict"] == "pass", row["worst_where"]
 
 
 def test_off_by_one_fails_budget_and_mask_with_words():
-    row = evaluate(OffByOneLeft(), CASE)
+    row = evaluate(WindowOneWider(), CASE)
     assert row["verdict"] == "fail"
     assert {"max_err", "mask"} <= set(row["reasons"].split())
     assert "one token wider on the left" in row["mask_detail"]

@@ -41,6 +41,7 @@ import textwrap
 import torch
 
 from ..case import Case, Inputs
+from ..results import HALF_DTYPES
 from ..window import Window
 from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason, refusals
 
@@ -90,7 +91,7 @@ class Fa4Backend(Backend):
             return f"flash_attn.cute {getattr(cute, '__version__', 'unknown')}"
 
     def unsupported_reason(self, case: Case) -> str | None:
-        if case.dtype not in ("float16", "bfloat16"):
+        if case.dtype not in HALF_DTYPES:
             return f"FA4 takes float16/bfloat16 only, not {case.dtype}"
         if case.head_dim % 8 or not 8 <= case.head_dim <= 256:
             return f"head_dim {case.head_dim}: FA4 on SM90 needs a multiple of 8 in 8..256"

@@ -56,6 +56,7 @@ from pathlib import Path
 import torch
 
 from ..case import Case, Inputs, PagedKV
+from ..results import HALF_DTYPES
 from ..window import Window
 from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason, refusals
 
@@ -143,7 +144,7 @@ class FlashInferBackend(Backend):
         return f"flashinfer {getattr(flashinfer, '__version__', 'unknown')}"
 
     def unsupported_reason(self, case: Case) -> str | None:
-        if case.dtype not in ("float16", "bfloat16"):
+        if case.dtype not in HALF_DTYPES:
             return f"FlashInfer prefill takes float16/bfloat16, not {case.dtype}"
         try:
             for sq, sk in zip(case.q_lens, case.k_lens):
@@ -300,7 +301,7 @@ class FlashInferDecodeBackend(FlashInferPagedBackend):
     description = "flashinfer.BatchDecodeWithPagedKVCacheWrapper (plan + run, window_left), Sq = 1, paged KV"
 
     def unsupported_reason(self, case: Case) -> str | None:
-        if case.dtype not in ("float16", "bfloat16"):
+        if case.dtype not in HALF_DTYPES:
             return f"FlashInfer decode takes float16/bfloat16, not {case.dtype}"
         try:
             for sq, sk in zip(case.q_lens, case.k_lens):

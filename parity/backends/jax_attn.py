@@ -52,6 +52,7 @@ import os
 import torch
 
 from ..case import Case, Inputs
+from ..results import HALF_DTYPES
 from ..window import Window
 from .base import Backend, Unsupported, cuda_unavailable_reason, refusals
 from .cudnn import CUDNN_REFUSALS
@@ -165,7 +166,7 @@ class JaxBackend(Backend):
     def unsupported_reason(self, case: Case) -> str | None:
         if case.softcap is not None:
             return "jax.nn.dot_product_attention has no softcap"
-        if self.implementation == "cudnn" and case.dtype not in ("float16", "bfloat16"):
+        if self.implementation == "cudnn" and case.dtype not in HALF_DTYPES:
             return f"the cuDNN implementation takes float16/bfloat16, not {case.dtype}"
         try:
             for sq, sk in zip(case.q_lens, case.k_lens):

@@ -35,6 +35,7 @@ import textwrap
 import torch
 
 from ..case import Case, Inputs
+from ..results import HALF_DTYPES
 from ..window import Window
 from .base import Backend, Unsupported, cuda_unavailable_reason, refusals
 
@@ -66,7 +67,7 @@ def fa2_window(window: Window, q_lens, k_lens) -> tuple[int, int]:
 
 def fa2_case_reason(case: Case, softcap_ok: bool = False, max_head_dim: int = 256) -> str | None:
     """Limits FlashAttention-2 (and 3) document for the forward pass."""
-    if case.dtype not in ("float16", "bfloat16"):
+    if case.dtype not in HALF_DTYPES:
         return f"FlashAttention takes float16/bfloat16 only, not {case.dtype}"
     if case.head_dim % 8 or case.head_dim > max_head_dim:
         return f"head_dim {case.head_dim}: FlashAttention needs a multiple of 8 up to {max_head_dim}"

@@ -70,6 +70,7 @@ import textwrap
 import torch
 
 from ..case import Case, Inputs
+from ..results import HALF_DTYPES
 from ..window import Window
 from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason, refusals
 from .torch_fa2 import FA2_REFUSALS
@@ -144,7 +145,7 @@ class VllmFa2Backend(Backend):
         return f"vllm {ver} vllm_flash_attn FA{self.fa_version}{how}"
 
     def unsupported_reason(self, case: Case) -> str | None:
-        if case.dtype not in ("float16", "bfloat16"):
+        if case.dtype not in HALF_DTYPES:
             return f"vLLM's FlashAttention takes float16/bfloat16 here, not {case.dtype}"
         if case.head_dim % 8 or case.head_dim > 256:
             return f"head_dim {case.head_dim}: vLLM's FlashAttention needs a multiple of 8 up to 256"

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import EXIT_OK, worker_paths
+from ..sweep.options import read_worker_paths as worker_paths
+from .common import EXIT_OK
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

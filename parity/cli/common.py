@@ -1,4 +1,5 @@
-"""What several subcommands share: exit codes, ``--expect``, comma lists, ``--worker-path``.
+"""What several subcommands share: exit codes, ``--expect``, comma lists (``--worker-path``:
+:func:`parity.sweep.options.read_worker_paths`).
 
 Not a subcommand (it has no ``add_parser`` / ``run``); bad input raises :class:`parity.errors.UserError`.
 """
@@ -6,7 +7,6 @@ Not a subcommand (it has no ``add_parser`` / ``run``); bad input raises :class:`
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 
 from ..errors import UserError
@@ -37,13 +37,3 @@ def load_expectations(values: Sequence[str] | None):
         return load(values)
     except ExpectationError as exc:
         raise UserError(str(exc)) from None
-
-
-def worker_paths(items: Sequence[str] | None) -> dict[str, list[str]]:
-    """``--worker-path`` items, after those of ``PARITY_WORKER_PATH``."""
-    from ..execute import worker_paths as parse
-
-    try:
-        return parse(items)
-    except ValueError as exc:
-        raise UserError(f"--worker-path wants BACKEND=PATH[{os.pathsep}PATH] (also in $PARITY_WORKER_PATH): {exc}") from None

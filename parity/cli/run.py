@@ -20,7 +20,6 @@ from ..errors import UserError as UsageError
 from ..results import DTYPES
 from .common import EXIT_FAIL, EXIT_OK, add_expect_argument, load_expectations
 from .common import split_list as _split
-from .common import worker_paths as _worker_paths
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -49,6 +48,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                    help="run the backends in N lanes at once (compile-bound backends then do not hold up the rest; "
                         "per-case times are measured under that load); default 1")
+    r.add_argument("--gpus", metavar="ID[,ID...]",
+                   help="pin each lane's workers to one of these GPUs (CUDA_VISIBLE_DEVICES ids), lanes placed by cost; "
+                        "default: every visible GPU (none on a machine without one); use with --jobs >= the GPUs")
     r.add_argument("--shard", metavar="K/N",
                    help="run only shard K of N of the cases (deterministic, configurations kept whole, balanced on the "
                         "backends' cost hints; `parity merge` joins the N folders and refuses an incomplete set)")
@@ -203,10 +205,12 @@ def _compile_cache(choice: str | None) -> tuple[Path | None, dict[str, dict[str,
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..sweep import run_sweep
+    from ..sweep import SweepOptions, run_sweep
+    from ..sweep.options import read_gpus
 
     specs, explicit = _run_specs(args)
     budgets, splits = _check_run_args(args, specs)
+    gpus = read_gpus(args.gpus, not args.no_isolate)  # before any case is generated: a bad --gpus costs nothing
     expectations = load_expectations(args.expect)
     cases, design = _load_cases(args, specs)
     cases, shard_rec = _shard(args, cases, specs)
@@ -224,29 +228,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out}: cannot use it as the output folder ({exc.strerror or exc})") from None
     cache_root, cache_before = _compile_cache(args.compile_cache)
     print(f"parity: {len(cases)} cases x {len(specs)} backends -> {out}/results.csv", file=sys.stderr)
-    result = run_sweep(
-        specs,
-        cases,
-        out_dir=out,
-        isolate=not args.no_isolate,
-        probes=not args.no_probes,
-        max_passes=args.max_mask_passes,
-        timeout=args.timeout,
-        budgets=budgets,
-        reference_device=ref_dev,
-        resume=args.resume,
-        progress=not args.quiet,
-        repeats=args.repeats,
-        worker_paths=_worker_paths(args.worker_path),
-        jobs=args.jobs,
-        time_limit=args.time_limit,
-        splits=splits,
-        expectations=expectations,
-    )
+    options = SweepOptions.from_args(args, budgets=budgets, splits=splits, expectations=expectations,
+                                     reference_device=ref_dev, shard=shard_rec, gpus=tuple(gpus))
+    result = run_sweep(specs, cases, out, options)
     _write_environment(args, out, result, {"cases": len(cases), "reference_device": ref_dev, "splits": splits,
                                            "budgets": budgets, "design": design, "expectations": expectations,
-                                           "cache": (cache_root, cache_before), "shard": shard_rec})
-    return _finish_run(args, out, result, explicit, budgets, ref_dev, expectations)
+                                           "cache": (cache_root, cache_before), "shard": shard_rec, "gpus": list(options.gpus)})
+    return _finish_run(args, out, result, explicit, options)
 
 
 def _shard(args: argparse.Namespace, cases: list, specs: Sequence[str]) -> tuple[list, dict | None]:
@@ -275,6 +263,7 @@ def _write_environment(args: argparse.Namespace, out: Path, result, run: dict) -
             "cases": run["cases"],
             "reference_device": run["reference_device"],
             "jobs": args.jobs,
+            "gpus": run["gpus"],  # --gpus: the GPUs the lanes were pinned to ([]: none)
             "splits": run["splits"],
             "partial": result.partial or result.already + len(result.rows) < result.total,
             "rows_planned": result.planned,
@@ -301,16 +290,17 @@ def _write_environment(args: argparse.Namespace, out: Path, result, run: dict) -
     env_path.write_text(json.dumps(environment, indent=2, default=str) + "\n")
 
 
-def _finish_run(args: argparse.Namespace, out: Path, result, explicit: list[str], budgets: dict, ref_dev: str,
-                expectations) -> int:
+def _finish_run(args: argparse.Namespace, out: Path, result, explicit: list[str], options) -> int:
     """Print the failures, shrink them, write the reports and the summary; the exit code."""
     from ..sweep import FAIL_VERDICTS, summary_table
+
+    expectations = options.expectations
 
     failures = [r for r in result.rows if r["verdict"] in FAIL_VERDICTS]
     shown = _print_failures(failures, expectations)
     to_shrink = [r for r in failures if r["verdict"] != "unexpected-pass"]  # a pass has nothing to shrink
     if args.shrink > 0 and to_shrink:
-        _shrink_failures(args, to_shrink, budgets, ref_dev, out)
+        _shrink_failures(to_shrink, options, out)
     if not args.no_report:  # after shrinking, so the report shows the shrunk cases
         try:
             from ..report.write import write_all
@@ -374,34 +364,15 @@ def _print_failures(failures: list[dict], expectations) -> dict[str, int]:
     return shown
 
 
-def _shrink_failures(args: argparse.Namespace, failures: list[dict], budgets: dict, ref_dev: str, out: Path) -> None:
-    """Shrink the first failure of each backend; print and record the smaller reproduction."""
-    from ..case import Case
-    from ..shrink import shrink
-    from ..sweep import BaselineCache, judge, make_executor
+def _shrink_failures(failures: list[dict], options, out: Path) -> None:
+    """Shrink the first failure of each backend (:func:`parity.sweep.shrinking.shrink_failures`); print the smaller reproductions."""
+    from ..sweep.shrinking import shrink_failures
 
-    firsts: dict[str, dict] = {}
-    for r in failures:
-        firsts.setdefault(r["backend"], r)
-    baselines = BaselineCache(ref_dev)
-    with (out / "shrunk.jsonl").open("a" if args.resume else "w") as fh:
-        for spec, row in firsts.items():
-            ex = make_executor(spec, not args.no_isolate, probes=not args.no_probes, max_passes=args.max_mask_passes,
-                               timeout=args.timeout, log_path=None,
-                               extra_path=_worker_paths(args.worker_path).get(spec))  # the sweep's sys.path for it
-            try:
-                case = Case.from_json(row["case_json"])
-                def judge_one(c: Case, spec: str = spec, ex=ex) -> dict:
-                    return judge(c, spec, ex.info, ex.run(c), baselines, budgets)
-
-                small, small_row, calls = shrink(case, row, judge_one, args.shrink)
-            finally:
-                ex.close()
-            fh.write(json.dumps({"backend": spec, "from": row["case_id"], "case": small.to_dict(), "verdict": small_row["verdict"],
-                                 "reasons": small_row.get("reasons", ""), "calls": calls, "repro": small.repro(spec)}) + "\n")
-            if small.case_id != case.case_id:
-                print(f"\nSHRUNK {spec} [{small_row.get('reasons') or small_row.get('detail')}] {case.summary()}  ->  {small.summary()}"
-                      f" ({calls} calls)")
-                if small_row.get("mask_check") == "mismatch":
-                    print(f"  mask: {small_row['mask_detail']}")
-                print(f"  repro: {small.repro(spec)}")
+    for rec in shrink_failures(failures, options, out):
+        small_row, spec = rec["row"], rec["backend"]
+        if rec["small"].case_id != rec["original"].case_id:
+            print(f"\nSHRUNK {spec} [{small_row.get('reasons') or small_row.get('detail')}] {rec['original'].summary()}  ->  "
+                  f"{rec['small'].summary()} ({rec['calls']} calls)")
+            if small_row.get("mask_check") == "mismatch":
+                print(f"  mask: {small_row['mask_detail']}")
+            print(f"  repro: {rec['repro']}")

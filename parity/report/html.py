@@ -79,6 +79,7 @@ h3{font-size:15px;margin:16px 0 6px}
 table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #d0d7de;padding:4px 7px;vertical-align:top;text-align:left}
 th{background:#f6f8fa;font-weight:600}td.num{text-align:right;font-variant-numeric:tabular-nums}
 #matrix td{text-align:center;white-space:nowrap}#matrix td.be{text-align:left}
+#known-table td{overflow-wrap:anywhere}#known-table td:nth-child(3){min-width:9em}
 #matrix td.bad{background:#ffebe9}#matrix td.good{background:#dafbe1}#matrix td.none{background:#f6f8fa}
 .chip{display:inline-block;min-width:18px;padding:0 5px;margin:1px;border-radius:9px;font-size:12px;font-weight:600;text-align:center}
 .c-pass{background:#1a7f37;color:#fff}.c-fail{background:#cf222e;color:#fff}.c-err{background:#8250df;color:#fff}

@@ -110,6 +110,7 @@ def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Pa
         if lines:
             (out / name).write_text("\n".join(lines) + "\n")
     _merge_environment(out, dirs, rows, shard_set)
+    _merge_timing(out, dirs)
     sources = dirs + extra
     cons = [p for d in sources for p in [d / "consistency.csv", *sorted(d.glob("*/consistency.csv"))] if p.exists()]
     n_cons = 0
@@ -131,6 +132,15 @@ def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Pa
             fields, srows = _concat(steps, base_key)
             _write_csv(out / "decode" / "decode_steps.csv", fields, srows)
     return {"rows": len(rows), "folders": len(dirs), "consistency_rows": n_cons, "decode_rows": n_dec}
+
+
+def _merge_timing(out: Path, dirs: list[Path]) -> None:
+    """OUT/timing.json: each merged run's shard, wall time, rows and GPUs (:func:`parity.sweep.timing.merged_timing`)."""
+    from .sweep.timing import merged_timing, write_timing
+
+    timing = merged_timing(dirs)
+    if timing:
+        write_timing(out, timing)
 
 
 def _merge_environment(out: Path, dirs: list[Path], rows: dict, shard_set: dict[str, Any] | None) -> None:

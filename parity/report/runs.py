@@ -30,8 +30,8 @@ from ..case import FAMILIES
 from ..errors import UserError as UsageError
 from ..expect import Expectations
 from ..results import (
+    ADDED_COLUMNS,
     DTYPES,
-    EXPECT_COLUMNS,
     NUMERIC,
     RAW_FAIL_VERDICTS,  # noqa: F401 - re-exported for report and diff
     VERDICTS,  # noqa: F401 - re-exported for report and diff
@@ -89,7 +89,7 @@ def read_results(path: Path):
         raise UsageError(f"{path}: not a parity results.csv (missing columns: {', '.join(missing)})")
     # a run killed mid-write can leave a torn last row (no verdict yet): not a result
     df = df[df["verdict"] != ""].reset_index(drop=True)
-    for c in EXPECT_COLUMNS:
+    for c in ADDED_COLUMNS:
         if c not in df.columns:
             df[c] = ""
     for c in NUMERIC:

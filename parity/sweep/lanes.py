@@ -1,0 +1,185 @@
+"""Lanes: how a sweep's backends are spread over workers that run at once (``--jobs``), over the
+parts of a split backend (``--split``) and over GPUs (``--gpus``). Planned before any worker
+starts, from the backends' cost hints alone, because a worker reads ``CUDA_VISIBLE_DEVICES`` when
+it starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import shard
+from ..case import Case
+from ..execute import InlineExecutor, ProcessExecutor
+from ..shard import config_key
+from .options import SweepOptions
+
+__all__ = ["THREAD_VARS", "LanePlan", "check_splits", "config_key", "lane_thread_env", "make_executor", "plan",
+           "plan_lanes", "run_lanes", "split_cases"]
+
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def lane_thread_env(jobs: int, n_specs: int, cpus: int | None = None) -> dict[str, str]:
+    """CPU threads per worker when ``jobs`` lanes run at once: the machine's CPUs shared
+    between the lanes (each torch process would otherwise start one thread per CPU, and
+    lanes decoding probes on the CPU at the same time then slow each other several-fold).
+    Empty for one lane, or where the user set any of :data:`THREAD_VARS` themselves."""
+    lanes = max(1, min(jobs, n_specs))
+    if lanes <= 1 or any(v in os.environ for v in THREAD_VARS):
+        return {}
+    n = str(max(1, (cpus or os.cpu_count() or 1) // lanes))
+    return {v: n for v in THREAD_VARS}
+
+
+def plan_lanes(specs: list[str], jobs: int, costs: dict[str, float], group: dict[str, str] | None = None) -> list[list[str]]:
+    """Split backends over ``jobs`` lanes, heaviest first onto the least loaded lane (LPT).
+
+    ``group``: the parts of one split backend (``--split``) share a group and go to different
+    lanes while there are lanes without one of them (they exist to run at once).
+    """
+    group = group or {}
+    jobs = max(1, min(jobs, len(specs)))
+    lanes: list[list[str]] = [[] for _ in range(jobs)]
+    load = [0.0] * jobs
+    for spec in sorted(specs, key=lambda s: -costs.get(s, 1.0)):
+        g = group.get(spec, spec)
+        free = [i for i in range(jobs) if all(group.get(o, o) != g for o in lanes[i])] or list(range(jobs))
+        i = min(free, key=lambda j: (load[j], j))
+        lanes[i].append(spec)
+        load[i] += costs.get(spec, 1.0)
+    order = {s: n for n, s in enumerate(specs)}
+    return [sorted(lane, key=order.__getitem__) for lane in lanes if lane]
+
+
+def check_splits(splits: dict[str, int] | None, specs: list[str], jobs: int, isolate: bool) -> dict[str, int]:
+    """The backends really split (K > 1) of ``splits`` (``--split``); ValueError naming what cannot be."""
+    for s, k in (splits or {}).items():
+        if k < 1:
+            raise ValueError(f"--split {s}={k}: K must be >= 1")
+        if s not in specs:
+            raise ValueError(f"--split {s}={k}: {s!r} is not among the backends of this run ({', '.join(specs)})")
+    out = {s: k for s, k in (splits or {}).items() if k > 1}
+    if out and not isolate:
+        raise ValueError("--split runs a backend in several worker processes; it cannot be used with --no-isolate")
+    if out and jobs < max(out.values()):
+        k = max(out.values())
+        raise ValueError(f"--split into {k} parts needs --jobs {k} or more (at least {k} lanes: each part runs in its own lane)")
+    return out
+
+
+def split_cases(cases: list[Case], parts: int) -> dict[str, int]:
+    """Case id -> part (0 .. parts-1) for a backend split over ``parts`` workers (``--split``).
+
+    Every case of one :func:`config_key` goes to the same part, so no two workers compile the
+    same kernel; configurations are dealt out largest first onto the part with the fewest cases.
+    """
+    groups: dict[tuple[Any, ...], list[Case]] = {}
+    for c in cases:
+        groups.setdefault(config_key(c), []).append(c)
+    load = [0] * parts
+    out: dict[str, int] = {}
+    for members in sorted(groups.values(), key=len, reverse=True):  # stable: ties keep first-seen order
+        i = load.index(min(load))
+        load[i] += len(members)
+        for c in members:
+            out[c.case_id] = i
+    return out
+
+
+
+
+def make_executor(spec: str, options: SweepOptions, log_path: Path | None = None, env: Mapping[str, str] | None = None,
+                  wait: bool = True) -> InlineExecutor | ProcessExecutor:
+    """``spec``'s executor as ``options`` say: a worker process (``isolate``), else in this process."""
+    if not options.isolate:
+        return InlineExecutor(spec, options.probes, options.max_passes, options.repeats)
+    return ProcessExecutor(spec, probes=options.probes, max_passes=options.max_passes, repeats=options.repeats,
+                           timeout=options.timeout, log_path=log_path, extra_path=options.worker_paths.get(spec),
+                           env=dict(env or {}), wait=wait)
+
+
+@dataclasses.dataclass(frozen=True)
+class LanePlan:
+    """What runs where. A unit is a backend, or one part of a split backend (``spec#k``)."""
+
+    units: dict[str, tuple[str, int | None]]  # unit -> (backend, part or None)
+    part_of: dict[str, dict[str, int]]  # split backend -> case id -> its part
+    lanes: list[list[str]]  # units, one list per lane
+    gpu_of: dict[str, str]  # unit -> GPU id (empty without --gpus)
+    splits: dict[str, int]
+    thread_env: dict[str, str]  # CPU threads per worker (lanes share the CPUs)
+    note: str = ""  # GPUs left idle, said once
+
+    def runs(self, unit: str, case: Case) -> bool:
+        """Does ``unit`` run ``case``? (A part of a split backend runs its own configurations only.)"""
+        spec, part = self.units[unit]
+        return part is None or self.part_of[spec][case.case_id] == part
+
+    def worker_env(self, unit: str) -> dict[str, str]:
+        env = dict(self.thread_env)
+        if unit in self.gpu_of:
+            env["CUDA_VISIBLE_DEVICES"] = self.gpu_of[unit]
+        return env
+
+
+def plan(specs: Sequence[str], cases: list[Case], options: SweepOptions) -> LanePlan:
+    """The sweep's units, lanes and their GPUs, before any worker starts: lanes from the backends'
+    cost hints (:func:`parity.shard.cost_hints`) over their parts, placed on ``options.gpus``
+    by :func:`parity.shard.unit_gpus`."""
+    splits = check_splits(dict(options.splits), list(specs), options.jobs, options.isolate)
+    units: dict[str, tuple[str, int | None]] = {}
+    for s in specs:
+        parts = splits.get(s)
+        units.update({f"{s}#{i + 1}": (s, i) for i in range(parts)} if parts else {s: (s, None)})
+    hints = shard.cost_hints(specs) if options.jobs > 1 else {}  # one lane: nothing to balance
+    costs = {u: hints.get(s, 1.0) / splits.get(s, 1) for u, (s, _) in units.items()}
+    if options.jobs <= 1:
+        lanes = [list(units)]
+    else:
+        lanes = plan_lanes(list(units), options.jobs, costs, {u: s for u, (s, _) in units.items()})
+    gpus = list(options.gpus[: len(lanes)])
+    note = ""
+    if len(options.gpus) > len(lanes):
+        idle = ", ".join(options.gpus[len(lanes):])
+        note = f"{len(lanes)} lane(s) for {len(options.gpus)} GPUs: GPU {idle} left idle (--jobs {len(options.gpus)} uses them all)"
+    gpu_of = {u: env["CUDA_VISIBLE_DEVICES"] for u, env in shard.unit_gpus(lanes, costs, gpus).items()} if gpus else {}
+    return LanePlan(units, {s: split_cases(cases, k) for s, k in splits.items()}, lanes, gpu_of, splits,
+                    lane_thread_env(options.jobs, len(units)), note)
+
+
+def run_lanes(lanes: list[list[str]], lane: Callable[[list[str]], None], stop: threading.Event,
+              on_interrupt: Callable[[], None]) -> None:
+    """Run ``lane(units)`` for every lane, one thread each (in this thread for one lane). The first
+    error of a lane stops the others and is raised here; Ctrl-C calls ``on_interrupt`` (close the
+    workers, so lanes waiting on one return) and is raised."""
+    if len(lanes) == 1:
+        lane(lanes[0])
+        return
+    errors: list[BaseException] = []
+
+    def guarded(units: list[str]) -> None:
+        try:
+            lane(units)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=guarded, args=(units,), daemon=True) for units in lanes]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)  # short joins: Ctrl-C reaches this thread
+    except BaseException:
+        stop.set()
+        on_interrupt()
+        raise
+    if errors:
+        raise errors[0]

@@ -1,0 +1,99 @@
+"""The options of a sweep, built once (from the command line, or by a caller of
+:func:`parity.sweep.run_sweep`) and passed down unchanged: to the executors, the lanes, the
+judge and the shrinker. Nothing below re-reads the command line."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .. import shard
+from ..errors import UserError
+from ..execute import worker_paths
+from ..expect import Expectations
+from ..maskcheck import DEFAULT_MAX_PASSES
+from ..verdict import BUDGETS, Budget
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepOptions:
+    """How a sweep runs. ``gpus``: the GPU ids (``CUDA_VISIBLE_DEVICES`` values) the lanes are
+    placed on, empty for none (CPU: the workers' environment is left alone)."""
+
+    isolate: bool = True  # each backend in a worker process (False: in this process)
+    probes: bool = True  # the exact mask and GQA probes
+    max_passes: int = DEFAULT_MAX_PASSES
+    timeout: float = 300.0  # seconds per case before a worker is killed
+    repeats: int = 1  # timed calls per case (the median is reported)
+    budgets: Mapping[str, Budget] = dataclasses.field(default_factory=lambda: dict(BUDGETS))
+    reference_device: str = "cpu"  # where the float64 reference runs ("cuda": the lane's GPU, when gpus are given)
+    resume: bool = False
+    progress: bool = True
+    worker_paths: Mapping[str, list[str]] = dataclasses.field(default_factory=dict)
+    jobs: int = 1  # lanes that run at once
+    time_limit: float | None = None
+    splits: Mapping[str, int] = dataclasses.field(default_factory=dict)  # backend -> workers (--split)
+    expectations: Expectations | None = None
+    gpus: tuple[str, ...] = ()
+    shrink_calls: int = 0  # backend calls the shrinker may spend per failing backend (0: off)
+    shard: Mapping[str, Any] | None = None  # --shard: this run's shard record (timing.json says it)
+
+    def __post_init__(self) -> None:
+        # None where a mapping is meant: the default (as run_sweep's keyword arguments always took it)
+        for name, default in (("budgets", BUDGETS), ("worker_paths", {}), ("splits", {})):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, dict(default))
+        object.__setattr__(self, "gpus", tuple(str(g) for g in self.gpus or ()))
+        if self.gpus and not self.isolate and len(self.gpus) > 1:
+            raise ValueError("several GPUs need one worker process per lane: drop --no-isolate or give one GPU")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **checked: Any) -> SweepOptions:
+        """``parity run``'s options from its argparse namespace; ``checked``: what the command
+        already checked and resolved (``budgets``, ``splits``, ``expectations``, ``reference_device``,
+        ``shard``; ``gpus`` and ``worker_paths`` when read already, else they are read here: a bad
+        one is a :class:`UserError`)."""
+        isolate = not args.no_isolate
+        fields: dict[str, Any] = dict(
+            isolate=isolate,
+            probes=not args.no_probes,
+            max_passes=args.max_mask_passes,
+            timeout=args.timeout,
+            repeats=args.repeats,
+            resume=args.resume,
+            progress=not args.quiet,
+            jobs=args.jobs,
+            time_limit=args.time_limit,
+            shrink_calls=args.shrink,
+        )
+        if "worker_paths" not in checked:
+            fields["worker_paths"] = read_worker_paths(args.worker_path)
+        if "gpus" not in checked:
+            fields["gpus"] = tuple(read_gpus(getattr(args, "gpus", None), isolate))
+        return cls(**fields, **checked)
+
+
+def read_worker_paths(items: list[str] | None) -> dict[str, list[str]]:
+    """``--worker-path`` items, after those of ``PARITY_WORKER_PATH``."""
+    try:
+        return worker_paths(items)
+    except ValueError as exc:
+        raise UserError(f"--worker-path wants BACKEND=PATH[{os.pathsep}PATH] (also in $PARITY_WORKER_PATH): {exc}") from None
+
+
+def read_gpus(text: str | None, isolate: bool) -> list[str]:
+    """``--gpus`` (default: every visible GPU; none on a machine without one); a usage error for a
+    bad list, and for several GPUs with ``--no-isolate`` (one process cannot be pinned to two)."""
+    visible = shard.visible_gpus()
+    try:
+        gpus = visible if text is None else shard.parse_gpus(text, visible)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if not isolate:
+        if text is not None and len(gpus) > 1:
+            raise UserError(f"--gpus {text} with --no-isolate: one process cannot be pinned to several GPUs")
+        return []  # in this process: the backends use the GPU the process has
+    return list(gpus)

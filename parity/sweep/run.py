@@ -1,0 +1,236 @@
+"""Running a sweep: :class:`Sweep` starts one executor per unit (:mod:`.lanes`), runs the lanes,
+judges each result (:mod:`.judging`) while the next backend computes, and writes rows, masks and
+timing as it goes (:mod:`.writers`, :mod:`.timing`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from .. import shard
+from ..case import Case
+from ..results import FAIL_VERDICTS, Judged
+from .judging import BaselineCache, apply_expectations, judge, unavailable_row
+from .lanes import LanePlan, make_executor, plan, run_lanes
+from .options import SweepOptions
+from .timing import SweepTiming, split_line, write_timing
+from .writers import Progress, ResultsWriter
+
+#: One backend's answer waiting to be judged: (case, unit, backend info, result, seconds waited on the worker).
+Pending = tuple[Case, str, dict[str, Any], dict[str, Any], float]
+
+
+@dataclasses.dataclass
+class SweepResult:
+    rows: list[dict[str, Any]]
+    infos: dict[str, dict[str, Any]]
+    seconds: float
+    reference_seconds: float
+    out_dir: Path | None
+    partial: bool = False  # stopped by the time limit before every row ran
+    already: int = 0  # rows found in the folder on --resume
+    total: int = 0  # backends x cases
+    split: str = ""  # how the work was split (lanes, GPUs, shard), one line; empty for one plain lane
+
+    @property
+    def planned(self) -> int:
+        """Rows this run set out to produce."""
+        return self.total - self.already
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        table: dict[str, dict[str, int]] = {}
+        for r in self.rows:
+            table.setdefault(r["backend"], {}).setdefault(r["verdict"], 0)
+            table[r["backend"]][r["verdict"]] += 1
+        return table
+
+    @property
+    def failed(self) -> bool:
+        return any(r["verdict"] in FAIL_VERDICTS for r in self.rows)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def reference_caches(lane_plan: LanePlan, options: SweepOptions) -> dict[str | None, BaselineCache]:
+    """The baseline caches: one per GPU the lanes are pinned to (the reference of a lane's cases
+    runs on its GPU: this process's device of the same id), else one shared by every lane."""
+    keep = 64 if options.jobs <= 1 else 512
+    gpus = sorted(set(lane_plan.gpu_of.values()))
+    if options.reference_device == "cpu" or not gpus:
+        return {None: BaselineCache(options.reference_device, keep)}
+    visible = shard.visible_gpus()
+    return {g: BaselineCache(f"cuda:{visible.index(g)}" if g in visible else options.reference_device, keep) for g in gpus}
+
+
+class Sweep:
+    """One run of ``cases`` x ``specs`` with ``options``; :meth:`run` once."""
+
+    def __init__(self, specs: Iterable[str], cases: list[Case], options: SweepOptions, out_dir: Path | None = None,
+                 on_row: Callable[[dict[str, Any]], None] | None = None):
+        self.specs, self.cases, self.options, self.out_dir, self.on_row = list(dict.fromkeys(specs)), cases, options, out_dir, on_row
+        self.plan = plan(self.specs, cases, options)
+        self.writer = ResultsWriter(out_dir, options.resume) if out_dir else None
+        self.baselines = reference_caches(self.plan, options)
+        self.rows: list[dict[str, Any]] = []
+        self.infos: dict[str, dict[str, Any]] = {}
+        self.executors: dict[str, Any] = {}  # per unit
+        self.unit_infos: dict[str, dict[str, Any]] = {}
+        self.timing = SweepTiming()
+        self.timing.jobs, self.timing.lanes, self.timing.parts = options.jobs, self.plan.lanes, dict(self.plan.splits)
+        self.timing.unit_gpu, self.timing.shard = dict(self.plan.gpu_of), options.shard
+        self.bar = Progress(len(self.specs) * len(cases), enabled=options.progress)
+        self.lock = threading.RLock()  # rows, writer, progress bar, timing
+        self.stop, self.timed_out = threading.Event(), threading.Event()
+        self.t0 = time.perf_counter()
+        self.deadline = None if options.time_limit is None else self.t0 + options.time_limit
+
+    def run(self) -> SweepResult:
+        if self.plan.note and self.options.progress:
+            print(f"parity: {self.plan.note}", file=sys.stderr)
+        try:
+            self._start_executors()
+            run_lanes(self.plan.lanes, self._lane, self.stop, self._close_executors)
+        finally:
+            self._close_executors()
+            if self.writer:
+                self.writer.close()
+        return self._result(time.perf_counter() - self.t0)
+
+    def _start_executors(self) -> None:
+        """Every unit's executor, started at once (workers start in parallel), then their infos."""
+        env = self.plan.thread_env
+        self.timing.worker_threads = int(env["OMP_NUM_THREADS"]) if env else None
+        for unit, (spec, _) in self.plan.units.items():
+            log = self.out_dir / "logs" / f"{_safe(unit)}.log" if self.out_dir else None
+            if log:
+                log.parent.mkdir(parents=True, exist_ok=True)
+            self.executors[unit] = make_executor(spec, self.options, log, self.plan.worker_env(unit), wait=False)
+        for unit, ex in self.executors.items():
+            self.unit_infos[unit] = ex.info
+            self.infos.setdefault(self.plan.units[unit][0], ex.info)  # a split backend: its first part's
+        self.timing.startup_s = time.perf_counter() - self.t0
+
+    def _close_executors(self) -> None:
+        for ex in self.executors.values():
+            ex.close()
+
+    def _lane(self, lane_units: list[str]) -> None:
+        """Cases outer, units inner; unit k+1 computes while the lane judges unit k's answer."""
+        pending: list[Pending] = []
+        t_lane = time.perf_counter()
+        try:
+            for case in self.cases:
+                for unit in lane_units:
+                    if not self.plan.runs(unit, case):
+                        continue  # another part's case
+                    if self._should_stop() or not self._step(case, unit, pending):
+                        return
+                self._finish(pending)
+                if self.out_dir:  # after every case, so a run cut short still says where its time went
+                    with self.lock:
+                        write_timing(self.out_dir, self._timing_summary(partial=True))
+        finally:
+            self._finish(pending)  # a result already in is never lost, even on Ctrl-C
+            with self.lock:
+                self.timing.lane_wall[tuple(lane_units)] = time.perf_counter() - t_lane
+
+    def _should_stop(self) -> bool:
+        if self.stop.is_set():
+            return True
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.timed_out.set()
+            return True
+        return False
+
+    def _step(self, case: Case, unit: str, pending: list[Pending]) -> bool:
+        """Send ``case`` to ``unit``, judge the previous answer meanwhile, collect; False: interrupted."""
+        spec, _ = self.plan.units[unit]
+        ex, info = self.executors[unit], self.unit_infos[unit]
+        if self.writer and (spec, case.case_id) in self.writer.done:
+            with self.lock:
+                self.bar.update("skipped", spec)
+            return True
+        if info.get("unavailable"):
+            self._finish(pending)
+            self._emit(Judged(unavailable_row(case, spec, info), summary=case.summary()), unit)
+            return True
+        t_ex = time.perf_counter()
+        failed = ex.submit(case)
+        t_sent = time.perf_counter()
+        self._finish(pending)  # the previous row, overlapped with this backend's work
+        t_wait = time.perf_counter()
+        res = failed if failed is not None else ex.collect()
+        if self.stop.is_set():  # interrupted: this answer may be the worker being shut down
+            return False
+        pending.append((case, unit, info, res, (t_sent - t_ex) + (time.perf_counter() - t_wait)))
+        return True
+
+    def _finish(self, pending: list[Pending]) -> None:
+        while pending:
+            self._judge_and_emit(*pending.pop())
+
+    def _judge_and_emit(self, case: Case, unit: str, info: dict[str, Any], res: dict[str, Any], wait_s: float) -> None:
+        spec, part = self.plan.units[unit]
+        baselines = self.baselines.get(self.plan.gpu_of.get(unit)) or next(iter(self.baselines.values()))
+        t_judge = time.perf_counter()
+        # the baseline is shared by the backends (of a GPU's lanes): whichever meets a case first must not
+        # be charged for it (it would make a backend's cases/s depend on the backend order)
+        baseline_s = baselines.ensure(case) if res.get("status") == "ok" else 0.0
+        judged = judge(case, spec, info, res, baselines, self.options.budgets)
+        judged = apply_expectations(judged, self.options.expectations, str(info.get("version") or ""), case)
+        with self.lock:
+            self.timing.add(spec, case, res, wait_s, time.perf_counter() - t_judge - baseline_s, baseline_s, unit=unit, part=part)
+        self._emit(judged, unit)
+
+    def _emit(self, judged: Judged, unit: str) -> None:
+        row = judged.row
+        row["gpu"] = self.plan.gpu_of.get(unit, "")
+        with self.lock:
+            self.rows.append(row)
+            self.timing.note_row(unit)
+            if self.writer:
+                self.writer.write(judged)
+            if self.on_row:
+                self.on_row(row)
+            self.bar.update(row["verdict"], f"{row['backend']} {judged.summary}")
+
+    def _reference_s(self) -> float:
+        return sum(b.seconds for b in self.baselines.values())
+
+    def _timing_summary(self, partial: bool) -> dict[str, Any]:
+        return {"partial": partial, **self.timing.summary(time.perf_counter() - self.t0, self._reference_s())}
+
+    def _result(self, wall: float) -> SweepResult:
+        partial = self.timed_out.is_set()
+        summary = {"partial": partial, **self.timing.summary(wall, self._reference_s())}
+        if self.out_dir:
+            write_timing(self.out_dir, summary)
+        ids = {c.case_id for c in self.cases}
+        already = sum(1 for b, c in self.writer.done if b in self.specs and c in ids) if self.writer else 0
+        return SweepResult(self.rows, self.infos, wall, self._reference_s(), self.out_dir, partial=partial,
+                           already=already, total=len(self.specs) * len(self.cases), split=split_line(summary))
+
+
+def run_sweep(specs: Iterable[str], cases: list[Case], out_dir: Path | None = None, options: SweepOptions | None = None,
+              on_row: Callable[[dict[str, Any]], None] | None = None, **fields: Any) -> SweepResult:
+    """Run every case on every backend with ``options`` (:class:`SweepOptions`); see
+    :mod:`parity.sweep` for the verdicts. ``fields``: :class:`SweepOptions` fields given one by
+    one (``run_sweep(specs, cases, jobs=2, isolate=False)``), over ``options``.
+
+    ``jobs > 1`` splits the backends over that many lanes that run at once (each lane: cases
+    outer, its backends inner), so compile-bound backends (flex, JAX) do not hold up the rest;
+    per-case times are then measured while other lanes run. ``gpus`` pins each lane's workers to
+    one GPU (``CUDA_VISIBLE_DEVICES``), lanes placed by cost; the row's ``gpu`` column says which.
+    ``time_limit``: seconds after which no new row is started; the result is then ``partial`` and
+    ``resume=True`` on the same folder runs the rest. ``splits``: ``{backend: K}`` runs that backend
+    in K workers at once, each in its own lane, each taking the cases of its own configurations
+    (:func:`parity.sweep.lanes.split_cases`). Rows are the same whatever the lanes."""
+    options = dataclasses.replace(options or SweepOptions(), **fields) if fields else options or SweepOptions()
+    return Sweep(specs, cases, options, out_dir, on_row).run()

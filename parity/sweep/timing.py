@@ -1,0 +1,207 @@
+"""Where a sweep's wall time goes (``OUT/timing.json``): per backend, per lane, per GPU, and the
+shard the run was (``--shard``)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from ..case import Case
+
+
+def write_timing(out_dir: Path, summary: dict[str, Any]) -> None:
+    """``OUT/timing.json``, written atomically (a kill never leaves half a file)."""
+    tmp = out_dir / "timing.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.replace(out_dir / "timing.json")
+
+
+def _median(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 5) if xs else None
+
+
+class SweepTiming:
+    """Where a sweep's wall time goes: backend calls vs the harness (written as OUT/timing.json).
+
+    Per backend, from the worker: ``call_s`` its time around the timed backend calls
+    (warm-up and repeats), ``probe_call_s`` inside backend calls made by the mask/GQA
+    probes, ``probe_s`` the probes in all (building inputs, decoding included),
+    ``gen_s`` input generation. From the sweep: ``exec_s`` the time it waited on the
+    worker (sending the case, then blocked until the answer: IPC included), ``judge_s``
+    the comparison, ``baseline_s`` the float64 reference and same-dtype baseline computed
+    while judging this backend's rows: computed once per case and shared by all backends,
+    it falls to whichever backend met the case first, so it is kept out of ``judge_s`` and
+    of the rates below (the sweep's total is ``reference_s``). Judging backend k's row
+    overlaps backend k+1's work, so ``exec_s + judge_s + baseline_s`` summed over backends
+    bounds the loop's wall time from above.
+
+    Harness overhead = wall - call_s - probe_call_s: start-up, generation, probe
+    building and decoding, reference, comparison, IPC, writing rows.
+
+    ``cases_per_s_upto_4096`` = cases the backend ran (not declined as unsupported) with
+    every length <= 4096 / their exec_s + judge_s
+    (every first-use compile included); for a backend split over K workers (``--split``),
+    which run at once, the divisor is the largest of its parts' sums (``part_small_s``: the
+    part that finished its cases last); ``median_case_s_upto_4096`` = the median of one
+    such case's exec_s + judge_s: what a case costs once its kernel is compiled, for the
+    backends that compile per configuration (most cases then reuse a compiled kernel).
+
+    ``gpus`` / ``per_gpu`` (``--gpus``): per GPU, its lanes, their units, the rows they wrote, the
+    longest of its lanes' wall times and their backends' call time; ``shard``: the ``--shard``
+    record of the run (``parity merge`` writes each merged run's in its ``timing.json``).
+    """
+
+    KEYS = ("cases", "exec_s", "judge_s", "baseline_s", "call_s", "probe_call_s", "probe_s", "gen_s")
+
+    def __init__(self) -> None:
+        self.per: dict[str, dict[str, float]] = {}
+        self.startup_s = 0.0
+        self.jobs = 1
+        self.lanes: list[list[str]] = []
+        self.lane_wall: dict[tuple[str, ...], float] = {}  # each lane's own wall time (after start-up)
+        self.worker_threads: int | None = None  # OMP_NUM_THREADS given to each worker (lanes), None: their default
+        self.small_times: dict[str, list[float]] = {}  # per backend: each S <= 4096 case's exec_s + judge_s
+        self.parts: dict[str, int] = {}  # split backends: number of parts
+        self.part_small: dict[str, dict[int, float]] = {}  # split backends: per part, the sum of small_times
+        self.unit_calls: dict[str, float] = {}  # per lane unit (a backend or one part): call_s + probe_call_s
+        self.unit_rows: dict[str, int] = {}  # per lane unit: rows written (unavailable ones included)
+        self.unit_gpu: dict[str, str] = {}  # per lane unit: the GPU its worker was pinned to (--gpus)
+        self.shard: dict[str, Any] | None = None  # --shard: the shard record (k, n, key, cases)
+
+    def add(
+        self,
+        spec: str,
+        case: Case,
+        res: dict[str, Any],
+        exec_s: float,
+        judge_s: float,
+        baseline_s: float = 0.0,
+        unit: str | None = None,
+        part: int | None = None,
+    ) -> None:
+        t = self.per.setdefault(spec, {k: 0.0 for k in self.KEYS})
+        w = res.get("timing") or {}
+        unit = unit or spec
+        self.unit_calls[unit] = self.unit_calls.get(unit, 0.0) + float(w.get("call_s", 0.0)) + float(w.get("probe_call_s", 0.0))
+        t["cases"] += 1
+        t["exec_s"] += exec_s
+        t["judge_s"] += judge_s
+        t["baseline_s"] += baseline_s
+        for k in ("call_s", "probe_call_s", "probe_s", "gen_s"):
+            t[k] += float(w.get(k, 0.0))
+        # a case the backend declines costs it nothing: it would only inflate the rate
+        if res.get("status") != "unsupported" and max(max(case.q_lens), max(case.k_lens)) <= 4096:
+            self.small_times.setdefault(spec, []).append(exec_s + judge_s)
+            if part is not None:
+                sums = self.part_small.setdefault(spec, {})
+                sums[part] = sums.get(part, 0.0) + exec_s + judge_s
+
+    def _lane_shares(self) -> dict[str, Any]:
+        """Per lane (``--jobs``): 1 - its backends' call time / the lane's wall time. Each lane is
+        serial, so this is the harness's share of that lane; with one lane it is the sweep's share
+        after start-up."""
+        out = {}
+        for lane, wall in self.lane_wall.items():
+            calls = sum(self.unit_calls.get(u, 0.0) for u in lane)
+            out[" ".join(lane)] = {"wall_s": round(wall, 3), "backend_calls_s": round(calls, 3),
+                                   "overhead_share": round((wall - calls) / wall, 4) if wall > 0 else None}
+        return out
+
+    def note_row(self, unit: str) -> None:
+        self.unit_rows[unit] = self.unit_rows.get(unit, 0) + 1
+
+    def _gpu_shares(self) -> dict[str, Any]:
+        """Per GPU (``--gpus``): its lanes, units, rows, the longest of its lanes' wall times and its
+        backends' call time."""
+        out: dict[str, Any] = {}
+        for lane in self.lanes:
+            gpu = self.unit_gpu.get(lane[0]) if lane else None
+            if gpu is None:
+                continue
+            g = out.setdefault(gpu, {"lanes": 0, "units": [], "rows": 0, "wall_s": 0.0, "backend_calls_s": 0.0})
+            g["lanes"] += 1
+            g["units"] += list(lane)
+            g["rows"] += sum(self.unit_rows.get(u, 0) for u in lane)
+            g["wall_s"] = round(max(g["wall_s"], self.lane_wall.get(tuple(lane), 0.0)), 3)
+            g["backend_calls_s"] = round(g["backend_calls_s"] + sum(self.unit_calls.get(u, 0.0) for u in lane), 3)
+        return out
+
+    def summary(self, wall: float, reference_s: float) -> dict[str, Any]:
+        calls = sum(t["call_s"] + t["probe_call_s"] for t in self.per.values())
+        per: dict[str, dict[str, Any]] = {}
+        for spec, t in self.per.items():
+            small = self.small_times.get(spec, [])
+            small_s = sum(small)
+            parts = self.part_small.get(spec)
+            span = max(parts.values()) if parts else small_s  # split: its parts ran at once
+            per[spec] = {**{k: round(v, 4) for k, v in t.items()},
+                         "small_cases": len(small),
+                         "small_s": round(small_s, 4),
+                         "cases_per_s_upto_4096": round(len(small) / span, 2) if span else None,
+                         "median_case_s_upto_4096": _median(small)}
+            if spec in self.parts:
+                per[spec]["parts"] = self.parts[spec]
+                per[spec]["part_small_s"] = [round((parts or {}).get(i, 0.0), 4) for i in range(self.parts[spec])]
+        rows = sum(t["cases"] for t in self.per.values())
+        loop = wall - self.startup_s
+        serial = self.jobs <= 1  # with lanes running at once, backend calls overlap and wall - calls means nothing
+        return {
+            "jobs": self.jobs,
+            "lanes": self.lanes,
+            "worker_threads": self.worker_threads,
+            "wall_s": round(wall, 3),
+            "startup_s": round(self.startup_s, 3),
+            "reference_s": round(reference_s, 3),
+            "backend_calls_s": round(calls, 3),
+            "harness_overhead_s": round(wall - calls, 3) if serial else None,
+            "harness_overhead_share": round((wall - calls) / wall, 4) if wall and serial else None,
+            "harness_overhead_share_after_startup": round((loop - calls) / loop, 4) if loop > 0 and serial else None,
+            "lane_overhead_share": self._lane_shares(),
+            "rows_run": int(rows),
+            "rows_per_s_after_startup": round(rows / loop, 2) if loop > 0 and rows else None,
+            "gpus": sorted(set(self.unit_gpu.values()), key=lambda g: (len(g), g)),
+            "per_gpu": self._gpu_shares(),
+            "shard": self.shard,
+            "per_backend": per,
+        }
+
+
+
+
+def merged_timing(dirs: list[Path]) -> dict[str, Any] | None:
+    """``timing.json`` of a folder merged from ``dirs`` (``parity merge``): each input run's shard,
+    wall time, rows and GPUs, the longest wall and the rows summed; None when no input has one."""
+    runs = []
+    for d in dirs:
+        try:
+            t = json.loads((Path(d) / "timing.json").read_text())
+        except (OSError, ValueError):
+            continue
+        runs.append({"folder": str(d), "shard": t.get("shard"), "wall_s": t.get("wall_s", 0.0), "rows_run": t.get("rows_run", 0),
+                     "lanes": len(t.get("lanes") or []), "gpus": t.get("gpus") or [], "per_gpu": t.get("per_gpu") or {}})
+    if not runs:
+        return None
+    return {"merged": True, "wall_s": max(r["wall_s"] for r in runs), "rows_run": sum(r["rows_run"] for r in runs), "runs": runs}
+
+
+def split_line(timing: dict[str, Any]) -> str:
+    """How the work of a run was split, in one line (from its timing.json): the shard, the lanes and
+    the GPUs they ran on (of each merged run, for a merged folder); empty for one lane on no GPU."""
+    if timing.get("merged"):
+        each = [f"{(r['shard'] or {}).get('k', '?')}/{(r['shard'] or {}).get('n', '?')}: {r['rows_run']} rows, "
+                f"{r['wall_s']:g} s" + (f" on {len(r['gpus'])} GPU(s)" if r["gpus"] else "") for r in timing["runs"]]
+        return f"work split: {len(each)} runs merged ({'; '.join(each)})"
+    parts = []
+    shard = timing.get("shard")
+    if shard:
+        parts.append(f"shard {shard.get('k')}/{shard.get('n')} ({shard.get('cases', '?')} cases)")
+    lanes = timing.get("lanes") or []
+    per_gpu = timing.get("per_gpu") or {}
+    if per_gpu:
+        each = "; ".join(f"GPU {g}: {v['lanes']} lane(s), {v['rows']} rows, {v['wall_s']:g} s" for g, v in per_gpu.items())
+        parts.append(f"{len(lanes)} lane(s) on {len(per_gpu)} GPU(s) ({each})")
+    elif len(lanes) > 1:
+        parts.append(f"{len(lanes)} lanes on the CPU")
+    return "work split: " + "; ".join(parts) if parts else ""
