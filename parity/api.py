@@ -146,7 +146,8 @@ def failure_message(row: dict[str, Any] | Judged, comparison: Any = None) -> str
     :class:`parity.results.Judged` record (or the row and its ``comparison``), the error budget's
     figures too."""
     if isinstance(row, Judged):
-        row, comparison = row.row, row.comparison
+        comparison = row.comparison
+        row = row.row
     case = Case.from_json(row["case_json"])
     lines = [f"{row['backend']} {row['verdict'].upper()} on {case.summary()} [{row['reasons'] or row['detail']}]"]
     cmp = comparison

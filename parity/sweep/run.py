@@ -84,7 +84,8 @@ class Sweep:
         self.unit_infos: dict[str, dict[str, Any]] = {}
         self.timing = SweepTiming()
         self.timing.jobs, self.timing.lanes, self.timing.parts = options.jobs, self.plan.lanes, dict(self.plan.splits)
-        self.timing.unit_gpu, self.timing.shard = dict(self.plan.gpu_of), options.shard
+        self.timing.unit_gpu = dict(self.plan.gpu_of)
+        self.timing.shard = dict(options.shard) if options.shard else None
         self.bar = Progress(len(self.specs) * len(cases), enabled=options.progress)
         self.lock = threading.RLock()  # rows, writer, progress bar, timing
         self.stop, self.timed_out = threading.Event(), threading.Event()

@@ -200,8 +200,8 @@ def split_line(timing: dict[str, Any]) -> str:
     lanes = timing.get("lanes") or []
     per_gpu = timing.get("per_gpu") or {}
     if per_gpu:
-        each = "; ".join(f"GPU {g}: {v['lanes']} lane(s), {v['rows']} rows, {v['wall_s']:g} s" for g, v in per_gpu.items())
-        parts.append(f"{len(lanes)} lane(s) on {len(per_gpu)} GPU(s) ({each})")
+        gpus = "; ".join(f"GPU {g}: {v['lanes']} lane(s), {v['rows']} rows, {v['wall_s']:g} s" for g, v in per_gpu.items())
+        parts.append(f"{len(lanes)} lane(s) on {len(per_gpu)} GPU(s) ({gpus})")
     elif len(lanes) > 1:
         parts.append(f"{len(lanes)} lanes on the CPU")
     return "work split: " + "; ".join(parts) if parts else ""
