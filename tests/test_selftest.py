@@ -102,7 +102,7 @@ def test_selftest_command_exit_0_and_prints_the_table(monkeypatch, capsys):
 def test_selftest_command_exit_1_when_a_bug_escapes(monkeypatch, capsys):
     # a "bug" that is really the honest kernel must escape, and the self-test must say so
     fake = PlantedBug("bug-not-a-bug", "no bug at all", EagerAttention)
-    monkeypatch.setattr(selftest, "BUGS", (fake,))
+    monkeypatch.setattr("parity.selftest.bugs.BUGS", (fake,))  # parity.cli.selftest reads it at run time
     monkeypatch.setattr(selftest, "profile_cases", lambda profile, seed: quick()[:6])
     assert main(["selftest", "--no-honest"]) == 1
     out = capsys.readouterr()
@@ -112,7 +112,7 @@ def test_selftest_command_exit_1_when_a_bug_escapes(monkeypatch, capsys):
 def test_selftest_command_exit_1_on_a_false_alarm(monkeypatch, capsys):
     # a wrong kernel listed as honest must make the self-test fail
     fake = HonestVariant("honest-but-not", "one token wider", WindowOneWider)
-    monkeypatch.setattr(selftest, "HONEST", (fake,))
+    monkeypatch.setattr("parity.selftest.honest.HONEST", (fake,))  # parity.cli.selftest reads it at run time
     monkeypatch.setattr(selftest, "seeds_cases", lambda profile, seeds: quick()[:3])
     assert main(["selftest", "--no-bugs", "--honest-seeds", "0"]) == 1
     assert "FALSE ALARM: honest-but-not" in capsys.readouterr().err
