@@ -310,3 +310,21 @@ def test_no_module_imports_from_a_later_layer():
     up = [(m, d) for m, deps in import_graph().items() if m != "parity"
           for d in deps if d != "parity" and layer(d) > layer(m)]
     assert not up, f"imports from a later layer: {sorted(up)}"
+
+
+def test_every_relative_import_names_a_module_that_exists():
+    """A relative import inside parity/ (function-level ones included) names an existing module: after
+    the move to parity/report/, a leftover ``from .sweep.timing import ...`` in report/merge.py
+    broke `parity merge` at run time only."""
+    known = _modules()
+    missing = []
+    for mod, path in known.items():
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+                if target not in known:
+                    missing.append(f"{path.relative_to(PKG.parent)}:{node.lineno} {target}")
+    assert not missing, missing

@@ -474,5 +474,8 @@ def test_parity_run_shard_and_merge_on_the_command_line(tmp_path):
     merged = json.loads((tmp_path / "all" / "timing.json").read_text())
     assert [r["shard"]["k"] for r in merged["runs"]] == [1, 2] and merged["rows_run"] == len(rows(tmp_path / "whole"))
     assert split_line(merged).startswith("work split: 2 runs merged (1/2: ")
+    assert subprocess.run([sys.executable, "-m", "parity", "report", str(tmp_path / "all")]).returncode == 0
+    for name in ("summary.md", "report.html"):  # the reports say how the work was split
+        assert "work split: 2 runs merged (1/2: " in (tmp_path / "all" / name).read_text(), name
     p = subprocess.run([*base, "--shard", "3/2", "--out", str(tmp_path / "bad")], capture_output=True, text=True)
     assert p.returncode == 2 and "--shard 3/2" in p.stderr and "Traceback" not in p.stderr

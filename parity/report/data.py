@@ -198,3 +198,13 @@ def coverage_data(run: Run) -> CoverageData:
     design = run.env.get("design") or {}
     return CoverageData(run.backends(), t, {b: coverage.grid_count(t, b) for b in run.backends()}, never,
                         coverage.gaps(t, marker_for), str(design.get("long_cap_why") or ""))
+
+
+def work_split(run: Run) -> str:
+    """How the run's work was split (shard, lanes, GPUs; merged shards), from its timing.json: one
+    line, or "" for one lane on no GPU (:func:`parity.sweep.timing.split_line`)."""
+    if not run.timing:
+        return ""
+    from ..sweep.timing import split_line
+
+    return split_line(run.timing)

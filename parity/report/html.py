@@ -31,6 +31,7 @@ from .data import (
     records,
     status_line,
     why_text,
+    work_split,
     worst_rows,
 )
 from .runs import FAILING, Run, case_text, dtype_order, family_order
@@ -508,6 +509,7 @@ def _environment(run: Run) -> str:
         ("reference device", env.get("reference_device")),
         ("wall / reference seconds", f"{env.get('wall_seconds')} / {env.get('reference_seconds')}"),
         ("lanes (--jobs)", env.get("jobs")),
+        ("work split", work_split(run)),
         ("PARTIAL", f"stopped by --time-limit: {env.get('rows_in_folder', env.get('rows_run'))} of "
                     f"{env.get('rows_total', env.get('rows_planned'))} rows ran" if env.get("partial") else None),
         ("resumed", f"completed by {len(env['earlier_runs'])} earlier run(s) into this folder plus this one"

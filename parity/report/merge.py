@@ -136,7 +136,7 @@ def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Pa
 
 def _merge_timing(out: Path, dirs: list[Path]) -> None:
     """OUT/timing.json: each merged run's shard, wall time, rows and GPUs (:func:`parity.sweep.timing.merged_timing`)."""
-    from .sweep.timing import merged_timing, write_timing
+    from ..sweep.timing import merged_timing, write_timing
 
     timing = merged_timing(dirs)
     if timing:

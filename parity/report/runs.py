@@ -55,6 +55,7 @@ class Run:
     consistency: list[dict[str, str]] = dataclasses.field(default_factory=list)  # consistency.csv (parity.consistency)
     expectations: Expectations | None = None  # the known divergences the verdicts were judged with (explanations)
     results_path: Path | None = None  # results.csv or results.csv.gz
+    timing: dict[str, Any] = dataclasses.field(default_factory=dict)  # timing.json (how the work was split), or {}
 
     @property
     def columns(self) -> list[str]:
@@ -139,7 +140,14 @@ def load_run(folder: Path | str, expectations: Expectations | None = None, rejud
 
         with (folder / "consistency.csv").open(newline="") as fh:
             consistency = [r for r in csv.DictReader(fh) if r.get("backend")]
-    run = Run(folder, df, env, masks, decode, decode_path, steps, _jsonl(folder / "shrunk.jsonl"), consistency, results_path=results)
+    timing: dict[str, Any] = {}
+    if (folder / "timing.json").exists():
+        try:
+            timing = json.loads((folder / "timing.json").read_text())
+        except json.JSONDecodeError:
+            timing = {}  # rewritten after every case: a run killed mid-write may leave it torn; it only feeds one line
+    run = Run(folder, df, env, masks, decode, decode_path, steps, _jsonl(folder / "shrunk.jsonl"), consistency,
+              results_path=results, timing=timing)
     return apply_expectations(run, expectations, rejudge) if expectations is not None else run
 
 

@@ -32,6 +32,7 @@ from .data import (
     records,
     status_line,
     why_text,
+    work_split,
     worst_rows,
 )
 from .runs import FAILING, VERDICTS, Run, case_text, family_order, num
@@ -61,6 +62,8 @@ def markdown_summary(run: Run) -> str:
     if env.get("partial"):
         ran_rows, all_rows = env.get("rows_in_folder", env.get("rows_run")), env.get("rows_total", env.get("rows_planned"))
         env_bits.append(f"**PARTIAL** (time limit: {ran_rows} of {all_rows} rows ran)")
+    if work_split(run):
+        env_bits.append(work_split(run))
     out += [" · ".join(env_bits), ""]
     totals = counts_by(run, "backend")
     out.append("| backend | " + " | ".join(VERDICTS) + " | worst err ratio |")
