@@ -20,6 +20,7 @@ from .. import coverage
 from . import svg
 from .data import (
     _finite_or,
+    case_dict_text,
     consistency_counts,
     counts_by,
     coverage_data,
@@ -29,6 +30,7 @@ from .data import (
     known_rows,
     n_expected,
     records,
+    smallest_failing,
     status_line,
     why_text,
     worst_rows,
@@ -210,15 +212,19 @@ def _worst(run: Run) -> str:
         return f"<p>No failing rows{known}. Closest to the budget:</p><ul>{items}</ul>"
     out = []
     counts = run.df[run.df["verdict"].isin(FAILING)].groupby("backend").size().to_dict()
+    smallest = smallest_failing(run)
     for b, rows in worst.items():
         more = counts.get(b, 0) - len(rows)
         out.append(f"<h3><code>{escape(b)}</code>: {counts.get(b, 0)} failing rows{f' (worst {len(rows)} shown)' if more else ''}</h3>")
+        if b in smallest:
+            out.append(_smallest_html(smallest[b]))
         for s in (x for x in run.shrunk if x.get("backend") == b and x.get("repro")):
             case = s.get("case")
-            shape = _case_dict_text(case if isinstance(case, dict) else {})
+            shape = case_dict_text(case if isinstance(case, dict) else {})
             out.append(
                 f'<div class="worst shrunk"><div class="why">Smallest failing case found by shrinking case {escape(str(s.get("from")))} '
-                f"({escape(str(s.get('calls')))} calls): {escape(str(s.get('verdict')))} [{escape(str(s.get('reasons', '')))}]</div>"
+                f"({escape(str(s.get('calls')))} calls{'; ' + escape(s['note']) if s.get('note') else ''}): "
+                f"{escape(str(s.get('verdict')))} [{escape(str(s.get('reasons', '')))}]</div>"
                 f'<div class="small">{escape(shape)}</div><pre class="repro">{escape(str(s["repro"]))}</pre></div>'
             )
         for r in rows:
@@ -246,6 +252,16 @@ def _worst(run: Run) -> str:
     return "".join(out)
 
 
+def _smallest_html(s: dict[str, Any]) -> str:
+    """The smallest failing case of the run for one backend (failing rows and shrunk cases alike)."""
+    repro = f'<pre class="repro">{escape(s["repro"])}</pre>' if s.get("repro") else ""
+    return (
+        f'<div class="worst smallest"><div class="why">Smallest failing case of the run: {escape(s["text"])} '
+        f'({s["size"]} query x key elements x heads) {escape(str(s["verdict"]).upper())} [{escape(str(s["why"]))}] '
+        f'<span class="small">{escape(s["source"])}</span></div>{repro}</div>'
+    )
+
+
 def _known(run: Run) -> str:
     """The known divergences the rows were judged with: per entry, rows expected and unexpected passes."""
     known = known_rows(run)
@@ -271,29 +287,6 @@ def _known(run: Run) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("entry", "backend", "condition", "expected rows", "unexpected passes",
                                                "strict", "explanation", "upstream"))
     return intro + f'<table id="known-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
-
-
-def _case_dict_text(case: dict[str, Any]) -> str:
-    """A shrunk.jsonl case (Case.to_dict) in the words of case_text."""
-    if not case:
-        return ""
-    w = case.get("window") or {}
-    lens = lambda k: " ".join(str(x) for x in case.get(k) or [])  # noqa: E731
-    row = {
-        "family": "",
-        "dtype": case.get("dtype", ""),
-        "q_lens": lens("q_lens"),
-        "k_lens": lens("k_lens"),
-        "hq": str(case.get("hq", "")),
-        "hkv": str(case.get("hkv", "")),
-        "head_dim": str(case.get("head_dim", "")),
-        "window_left": "" if w.get("left") is None else str(w["left"]),
-        "window_right": "" if w.get("right") is None else str(w["right"]),
-        "align": w.get("align", ""),
-        "softcap": case.get("softcap") or "",
-        "page_size": case.get("page_size") or "",
-    }
-    return case_text(row)
 
 
 def _point_title(r: dict[str, Any]) -> str:
