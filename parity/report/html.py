@@ -81,6 +81,7 @@ h3{font-size:15px;margin:16px 0 6px}
 table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #d0d7de;padding:4px 7px;vertical-align:top;text-align:left}
 th{background:#f6f8fa;font-weight:600}td.num{text-align:right;font-variant-numeric:tabular-nums}
 #matrix td{text-align:center;white-space:nowrap}#matrix td.be{text-align:left}
+#matrix td.be,#matrix thead tr:first-child th:first-child{position:sticky;left:0;background:#fff;z-index:1}
 #known-table td{overflow-wrap:anywhere}#known-table td:nth-child(3){min-width:9em}
 #matrix td.bad{background:#ffebe9}#matrix td.good{background:#dafbe1}#matrix td.none{background:#f6f8fa}
 .chip{display:inline-block;min-width:18px;padding:0 5px;margin:1px;border-radius:9px;font-size:12px;font-weight:600;text-align:center}
@@ -194,7 +195,9 @@ def _matrix(run: Run) -> str:
     extra = f"<p>Unavailable here:</p><ul>{''.join(unavailable)}</ul>" if unavailable else ""
     return (
         f'<p class="legend">Rows per backend, case family and dtype: {legend}</p>'
-        f'<table id="matrix-table"><thead>{head1}{head2}</thead><tbody>{"".join(body)}</tbody></table>{extra}'
+        # a wide matrix (many families x dtypes) scrolls inside its own box, the backend column stays in view
+        f'<div class="scroll" id="matrix-scroll"><table id="matrix-table"><thead>{head1}{head2}</thead>'
+        f'<tbody>{"".join(body)}</tbody></table></div>{extra}'
     )
 
 
@@ -444,7 +447,7 @@ def _decode(run: Run) -> str:
         cols = list(df.columns)
     else:
         parts.append(f'<p class="small">Main columns shown; all {len(df.columns)} are in {escape(str(rel.name))}.</p>')
-    parts.append(f'<div class="scroll">{_table(df.to_dict("records"), cols, MAX_ROWS_TABLE)}</div>')
+    parts.append(_table(df.to_dict("records"), cols, MAX_ROWS_TABLE))
     return "".join(parts)
 
 
@@ -473,7 +476,7 @@ def _table(rows: list[dict[str, Any]], cols: list[str], limit: int) -> str:
             tds.append(f"<td{cls}>{escape(v[:300])}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     more = f'<p class="small">{len(rows) - limit} more rows in the CSV.</p>' if len(rows) > limit else ""
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
+    return f"<div class=\"scroll\"><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>{more}"
 
 
 def _is_num(v: str) -> bool:
