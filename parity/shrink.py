@@ -97,24 +97,44 @@ def same_failure(original: dict[str, Any], row: dict[str, Any]) -> bool:
     return bool(set(original["reasons"].split()) & set(row["reasons"].split()))
 
 
-def shrink(case: Case, original: dict[str, Any], judge: Judge, max_calls: int = 60) -> tuple[Case, dict[str, Any], int]:
-    """Greedy shrink; returns ``(smallest failing case, its row, backend calls used)``."""
+class Shrunk(tuple):
+    """``(smallest failing case, its row, backend calls used)``, and :attr:`exhausted`: whether the
+    search stopped at its call budget (a smaller case may exist) instead of running out of
+    candidates."""
+
+    exhausted: bool
+
+    def __new__(cls, case: Case, row: dict[str, Any], calls: int, exhausted: bool) -> Shrunk:
+        out = super().__new__(cls, (case, row, calls))
+        out.exhausted = exhausted
+        return out
+
+
+def budget_note(calls: int) -> str:
+    """What a shrink that stopped at its budget of ``calls`` says."""
+    return f"stopped at the budget of {calls} calls (--shrink {calls}); a smaller case may exist"
+
+
+def shrink(case: Case, original: dict[str, Any], judge: Judge, max_calls: int = 60) -> Shrunk:
+    """Greedy shrink; returns ``(smallest failing case, its row, backend calls used)`` as a
+    :class:`Shrunk`, whose ``exhausted`` says whether the budget of ``max_calls`` ended it."""
     best, best_row, calls = case, original, 0
-    improved = True
-    while improved and calls < max_calls:
+    improved, exhausted = True, False
+    while improved:
         improved = False
         for change in candidates(best):
-            if calls >= max_calls:
-                break
             try:
                 cand = dataclasses.replace(best, **change)  # validates
             except SpecError:
                 continue
             if _size(cand) > _size(best) or cand == best:
                 continue
+            if calls >= max_calls:  # a smaller candidate is left untried
+                exhausted = True
+                break
             calls += 1
             row = judge(cand)
             if same_failure(original, row):
                 best, best_row, improved = cand, row, True
                 break
-    return best, best_row, calls
+    return Shrunk(best, best_row, calls, exhausted)

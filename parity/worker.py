@@ -60,6 +60,16 @@ def serve(spec_seen: list[str] | None = None) -> int:
             except Exception as exc:  # noqa: BLE001
                 send(proto_out, {"status": "error", "detail": f"{type(exc).__name__}: {exc}", "fatal": True})
             continue
+        if op == "infos":  # `parity backends`: every spec's info from this one process, one answer each
+            specs = req["specs"]
+            if specs is None:
+                from . import backends
+
+                specs = [n for n in backends.names() if n not in req.get("skip", [])]
+                send(proto_out, {"status": "ok", "specs": specs})
+            for spec in specs:
+                send(proto_out, _info_reply(backend_info, spec))
+            continue
         if op == "run":
             if backend is None:
                 send(proto_out, {"status": "error", "detail": "worker has no backend"})
@@ -75,6 +85,13 @@ def serve(spec_seen: list[str] | None = None) -> int:
                 return 3
             continue
         send(proto_out, {"status": "error", "detail": f"unknown op {op!r}"})
+
+
+def _info_reply(backend_info, spec: str) -> dict:
+    try:
+        return {"status": "ok", "info": backend_info(spec)}
+    except Exception as exc:  # noqa: BLE001 - a spec that does not resolve: its row says why
+        return {"status": "error", "detail": f"{type(exc).__name__}: {exc}"}
 
 
 if __name__ == "__main__":

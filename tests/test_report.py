@@ -399,3 +399,79 @@ def test_report_renders_in_headless_chromium(rendered, tmp_path):
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, Path(keep) / "report.png")
     print(f"screenshot: {shot}")
+
+
+def test_the_smallest_failing_case_of_the_run_is_named_not_just_the_shrunk_one(rendered):
+    """A run whose shrunk case is Sq=20, 4 heads, d=64 but which also has a failing row with Sq=1,
+    Sk=2, 1 head, d=16: report.html and summary.md name the latter as the run's smallest."""
+    from parity import Case, Window
+
+    df = pd.read_csv(rendered / "results.csv", dtype=str, keep_default_na=False)
+    tiny = Case(q_lens=(1,), k_lens=(2,), hq=1, hkv=1, head_dim=16, window=Window(1, 0), seed=11)
+    row = df[(df["backend"] == OFF_BY_ONE) & (df["verdict"] == "fail")].iloc[0].copy()
+    row.update({"case_id": tiny.case_id, "q_lens": "1", "k_lens": "2", "hq": "1", "hkv": "1", "head_dim": "16",
+                "window_left": "1", "case_json": tiny.to_json(), "repro": tiny.repro(OFF_BY_ONE)})
+    pd.concat([df, row.to_frame().T]).to_csv(rendered / "results.csv", index=False)
+    big = Case(q_lens=(20,), k_lens=(20,), hq=4, hkv=4, head_dim=64, window=Window(4, 0), seed=3)
+    entry = {"backend": OFF_BY_ONE, "from": CASES[0].case_id, "case": json.loads(big.to_json()), "verdict": "fail",
+             "reasons": "mask", "calls": 40, "repro": big.repro(OFF_BY_ONE), "budget_exhausted": True,
+             "note": "stopped at the budget of 40 calls (--shrink 40); a smaller case may exist"}
+    (rendered / "shrunk.jsonl").write_text(json.dumps(entry) + "\n")
+    write_all(rendered)
+    page = html.unescape((rendered / "report.html").read_text())
+    line = page.split("Smallest failing case of the run:", 1)[1].split("</div>", 1)[0]
+    assert "Sq=1 Sk=2 h=1/1 d=16" in line and f"row {tiny.case_id}" in line and "(2 query x key elements x heads)" in line
+    assert "stopped at the budget of 40 calls (--shrink 40)" in page  # the shrunk case is still shown, with its note
+    md = (rendered / "summary.md").read_text()
+    line = md.split("smallest failing case of the run:", 1)[1].split("\n", 1)[0]
+    assert "Sq=1 Sk=2 h=1/1 d=16" in line and "Sq=20" not in line
+
+
+WIDE_PROBE = """<script>
+const W = window.innerWidth, out = {scrollWidth: document.documentElement.scrollWidth, cut: []};
+const scrolls = el => { for (let a = el.parentElement; a; a = a.parentElement) {
+  const ox = getComputedStyle(a).overflowX;
+  if ((ox === 'auto' || ox === 'scroll') && a.getBoundingClientRect().right <= W + 1) return true; } return false; };
+for (const el of document.body.querySelectorAll('*')) {
+  const r = el.getBoundingClientRect();
+  if (r.width > 0 && r.right > W + 1 && !scrolls(el))
+    out.cut.push(el.tagName + (el.id ? '#' + el.id : '') + ' in ' + (el.closest('section') || {}).id + ' ' + Math.round(r.right));
+}
+out.cut = out.cut.slice(0, 12);
+out.matrix = !!document.querySelector('#matrix-table');
+document.body.insertAdjacentHTML('beforeend', '<pre id="probe">' + JSON.stringify(out) + '</pre>');
+</script>"""
+WIDE_RUN = ROOT / "reports" / "h200-2026-12-04"
+
+
+def test_a_wide_real_run_fits_1280_px_in_headless_chromium(tmp_path):
+    """The committed H200 run (18 backends: a wide matrix) at 1280 px: no sideways scrolling of the
+    page; anything wider than the window scrolls inside its own box (nothing is cut off)."""
+    chromium = _chromium()
+    if not (WIDE_RUN / "results.csv.gz").exists():
+        pytest.skip(f"{WIDE_RUN} is not in this checkout")
+    run = tmp_path / "wide"
+    run.mkdir()
+    for name in ("results.csv.gz", "environment.json", "masks.jsonl", "shrunk.jsonl", "coverage.csv", "timing.json"):
+        if (WIDE_RUN / name).exists():
+            shutil.copy(WIDE_RUN / name, run / name)
+    write_all(run)
+    probe_page = run / "probe.html"
+    probe_page.write_text((run / "report.html").read_text().replace("</body>", WIDE_PROBE + "</body>"))
+    p = _browser(chromium, tmp_path, "--window-size=1280,1000", "--dump-dom", probe_page.as_uri())
+    m = re.search(r'<pre id="probe">(\{.*?)</pre>', p.stdout)
+    assert m, p.stderr[-2000:]
+    seen = json.loads(html.unescape(m.group(1)))
+    assert seen["matrix"]
+    assert seen["cut"] == [], seen  # wider than the window and not inside a box that scrolls
+    assert seen["scrollWidth"] <= 1280, seen
+
+    shot = tmp_path / "report-wide.png"
+    p = _browser(chromium, tmp_path, "--window-size=1280,2600", f"--screenshot={shot}", (run / "report.html").as_uri())
+    assert shot.exists(), p.stderr[-2000:]
+    assert _png_pixels_vary(shot.read_bytes()) > 50
+    keep = os.environ.get("PARITY_SCREENSHOT_DIR")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(keep) / "report-wide.png")
+    print(f"screenshot (1280 px): {shot}")

@@ -45,3 +45,25 @@ def test_an_error_shrinks_only_into_the_same_error():
     small, row, _ = shrink(big, orig, judge, max_calls=40)
     assert small.head_dim == 32 and "Invalid configuration" in row["detail"]
     assert sum(small.q_lens) < 40  # it still shrank what kept the error
+
+
+def test_shrink_says_when_it_stopped_at_its_budget(tmp_path, capsys):
+    import json
+
+    from parity import cli
+
+    big = Case(q_lens=(90, 31), k_lens=(90, 60), hq=6, hkv=2, head_dim=64, dtype="bfloat16", window=Window(12, 0), seed=4)
+    bug = WindowOneWider()
+    row = evaluate(bug, big)
+    cut = shrink(big, row, lambda c: evaluate(bug, c), max_calls=2)
+    assert cut[2] == 2 and cut.exhausted  # smaller candidates were left untried
+    never = shrink(big, row, lambda c: {"verdict": "pass", "reasons": ""}, max_calls=1000)
+    assert not never.exhausted and never[0] == big  # every candidate tried: the search ran out, not the budget
+
+    argv = ["run", "-b", "tests.helpers:SdpaWindowOneWider", "--case", big.to_json(), "--out", str(tmp_path / "o"),
+            "--shrink", "2", "--no-isolate", "-q", "--no-report"]
+    assert cli.main(argv) == 1
+    note = "stopped at the budget of 2 calls (--shrink 2); a smaller case may exist"
+    assert note in [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("SHRUNK")][0]
+    rec = json.loads((tmp_path / "o" / "shrunk.jsonl").read_text().splitlines()[0])
+    assert rec["budget_exhausted"] is True and rec["note"] == note

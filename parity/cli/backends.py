@@ -1,7 +1,8 @@
 """``python -m parity backends``: every backend, its availability and the reason, its version.
 
-Each backend is probed in its own worker process (``--no-isolate``: in this one), where it will
-run (``PARITY_WORKER_PATH``). Exit 0.
+The backends are probed in one worker process per distinct worker path (``PARITY_WORKER_PATH``:
+a backend is checked where it will run; ``--no-isolate``: in this process). A backend whose check
+kills its worker is re-checked alone in its own worker and costs only its own row. Exit 0.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..sweep.options import read_worker_paths as worker_paths
+from ..errors import UserError
+from ..process import ProcessExecutor, worker_paths
 from .common import EXIT_OK
 
 
@@ -21,20 +23,28 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import backends
-    from ..execute import backend_info
-
-    paths = worker_paths(None)  # PARITY_WORKER_PATH: such a backend is checked where it will run
-    names = backends.names()
-    if args.no_isolate:
-        rows = [_inline_info(backend_info, n) if n not in paths else None for n in names]
+    try:  # PARITY_WORKER_PATH: such a backend is checked where it will run
+        paths = worker_paths(None)
+    except ValueError as exc:
+        raise UserError(f"$PARITY_WORKER_PATH: {exc}") from None
+    # the shared worker starts before this process imports the registry (torch): the two overlap
+    shared = None if args.no_isolate else SharedProbe(None, [], skip=sorted(paths))
+    if shared is not None and not paths and shared.specs_checked():
+        names = shared.specs_checked()  # the worker's registry: this process needs no torch at all
     else:
-        rows = [None] * len(names)
-    todo = [i for i, r in enumerate(rows) if r is None]
-    infos = _infos_in_workers([names[i] for i in todo], paths)
-    for i, info in zip(todo, infos):
-        rows[i] = info
-    return _print_backends(rows, args.json)
+        from .. import backends
+
+        names = backends.names()
+    if args.no_isolate:
+        from ..execute import backend_info
+
+        by = {n: _inline_info(backend_info, n) for n in names if n not in paths}
+    else:
+        assert shared is not None
+        by = dict(zip(shared.specs_checked(), shared.infos(paths)))
+    rest = [n for n in names if n not in by]
+    by.update(zip(rest, _infos_fast(rest, paths)))
+    return _print_backends([by[n] for n in names], args.json)
 
 
 def _inline_info(backend_info, name: str) -> dict:
@@ -47,8 +57,6 @@ def _inline_info(backend_info, name: str) -> dict:
 def _infos_in_workers(names: list[str], paths: dict[str, list[str]], at_once: int = 8) -> list[dict]:
     """Each backend's info from its own worker process (a crash costs that row only), ``at_once``
     workers starting together instead of one after another."""
-    from ..execute import ProcessExecutor
-
     out: list[dict] = []
     for start in range(0, len(names), at_once):
         batch = [ProcessExecutor(n, timeout=120, extra_path=paths.get(n), wait=False) for n in names[start:start + at_once]]
@@ -56,6 +64,61 @@ def _infos_in_workers(names: list[str], paths: dict[str, list[str]], at_once: in
             out.append(ex.info)
             ex.close()
     return out
+
+
+def _infos_fast(names: list[str], paths: dict[str, list[str]]) -> list[dict]:
+    """Every backend's info from one worker per distinct worker path (torch is imported once, not
+    once per backend), all started together. A worker that dies while checking a backend costs
+    only that backend: it is checked alone in its own worker (its row gives the crash), and the
+    ones after it go to a fresh shared worker."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for i, n in enumerate(names):
+        groups.setdefault(tuple(paths.get(n, [])), []).append(i)
+    probes = [(idx, SharedProbe([names[i] for i in idx], list(key))) for key, idx in groups.items()]
+    rows: list[dict] = [{}] * len(names)
+    for idx, probe in probes:
+        for i, info in zip(idx, probe.infos(paths)):
+            rows[i] = info
+    return rows
+
+
+class SharedProbe(ProcessExecutor):
+    """One worker that answers ``backend_info`` for several specs, one reply each (``specs=None``:
+    every registered backend but ``skip``, the worker says which first)."""
+
+    def __init__(self, specs: list[str] | None, extra_path: list[str], skip: list[str] | None = None):
+        self.specs, self.skip = specs, skip or []
+        super().__init__(specs[0] if specs else "*", timeout=120, extra_path=extra_path, wait=False)
+
+    def _first_request(self) -> dict:
+        return {"op": "infos", "specs": self.specs, "skip": self.skip}
+
+    def specs_checked(self) -> list[str]:
+        if self.specs is None:
+            reply = self._reply(self.timeout)
+            if reply.get("status") != "ok":  # the registry itself failed there: each in its own worker
+                self.specs = []
+                return []
+            self.specs = reply["specs"]
+        return self.specs
+
+    def infos(self, paths: dict[str, list[str]]) -> list[dict]:
+        out: list[dict] = []
+        for spec in self.specs_checked():
+            reply = self._reply(self.timeout)
+            if reply.get("status") in ("crash", "timeout"):  # this spec took the worker down
+                out += _infos_in_workers([spec], paths)
+                rest = self.specs_checked()[len(out):]
+                return out + (SharedProbe(rest, self.extra_path).infos(paths) if rest else [])
+            out.append(reply["info"] if reply.get("status") == "ok" else _bad_spec(spec, reply))
+        self.close()
+        return out
+
+
+def _bad_spec(spec: str, reply: dict) -> dict:
+    # the same row as a worker of its own gives (ProcessExecutor's failed start)
+    detail = f"worker failed to start: {reply.get('detail')}"
+    return {"spec": spec, "name": spec, "device": "?", "description": "", "unavailable": detail, "version": "", "fatal": True}
 
 
 def _print_backends(rows: list, as_json: bool) -> int:

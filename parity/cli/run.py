@@ -372,7 +372,7 @@ def _shrink_failures(failures: list[dict], options, out: Path) -> None:
         small_row, spec = rec["row"], rec["backend"]
         if rec["small"].case_id != rec["original"].case_id:
             print(f"\nSHRUNK {spec} [{small_row.get('reasons') or small_row.get('detail')}] {rec['original'].summary()}  ->  "
-                  f"{rec['small'].summary()} ({rec['calls']} calls)")
+                  f"{rec['small'].summary()} ({rec['calls']} calls{'; ' + rec['note'] if rec.get('note') else ''})")
             if small_row.get("mask_check") == "mismatch":
                 print(f"  mask: {small_row['mask_detail']}")
             print(f"  repro: {rec['repro']}")

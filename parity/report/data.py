@@ -7,12 +7,13 @@ Markdown and JUnit); neither renderer imports the other, both import this.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from typing import Any
 
 from .. import coverage
 from ..backends import marker_for
-from .runs import FAILING, Run
+from .runs import FAILING, Run, case_text
 
 WORST_PER_BACKEND = 5
 
@@ -208,3 +209,60 @@ def work_split(run: Run) -> str:
     from ..sweep.timing import split_line
 
     return split_line(run.timing)
+
+
+def case_dict_text(case: dict[str, Any]) -> str:
+    """A shrunk.jsonl case (Case.to_dict) in the words of case_text."""
+    if not case:
+        return ""
+    w = case.get("window") or {}
+    lens = lambda k: " ".join(str(x) for x in case.get(k) or [])  # noqa: E731
+    row = {
+        "family": "",
+        "dtype": case.get("dtype", ""),
+        "q_lens": lens("q_lens"),
+        "k_lens": lens("k_lens"),
+        "hq": str(case.get("hq", "")),
+        "hkv": str(case.get("hkv", "")),
+        "head_dim": str(case.get("head_dim", "")),
+        "window_left": "" if w.get("left") is None else str(w["left"]),
+        "window_right": "" if w.get("right") is None else str(w["right"]),
+        "align": w.get("align", ""),
+        "softcap": case.get("softcap") or "",
+        "page_size": case.get("page_size") or "",
+    }
+    return case_text(row)
+
+
+def _case_size(case: dict[str, Any]) -> tuple[int, int]:
+    """(query x key elements x heads, head dim) of a case dict (Case.to_dict / a row's case_json)."""
+    q, k = sum(case.get("q_lens") or [0]), sum(case.get("k_lens") or [0])
+    return (q * k * int(case.get("hq") or 1), int(case.get("head_dim") or 0))
+
+
+def smallest_failing(run: Run) -> dict[str, dict[str, Any]]:
+    """Per backend, the smallest failing case of the run (by query x key elements x heads, then head
+    dim) among its failing rows and its shrunk cases: ``{size, text, verdict, why, repro, source}``
+    (``source``: "row CASE_ID" or "shrunk from case CASE_ID")."""
+    found: dict[str, list[tuple[tuple[int, int], dict[str, Any]]]] = {}
+    for r in records(run):
+        if r["verdict"] not in FAILING or not r.get("case_json"):
+            continue
+        try:
+            case = json.loads(r["case_json"])
+        except (TypeError, ValueError):
+            continue
+        item = {"text": case_text(r), "verdict": r["verdict"], "why": why_text(r, run), "repro": r.get("repro") or "",
+                "source": f"row {r['case_id']}"}
+        found.setdefault(r["backend"], []).append((_case_size(case), item))
+    for s in run.shrunk:
+        case = s.get("case") if isinstance(s.get("case"), dict) else None
+        if case and s.get("backend"):
+            item = {"text": case_dict_text(case), "verdict": s.get("verdict", ""), "why": s.get("reasons", ""),
+                    "repro": s.get("repro", ""), "source": f"shrunk from case {s.get('from')}"}
+            found.setdefault(s["backend"], []).append((_case_size(case), item))
+    out = {}
+    for b, items in found.items():
+        size, item = min(items, key=lambda x: x[0])
+        out[b] = {**item, "size": size[0]}
+    return out

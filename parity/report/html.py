@@ -20,6 +20,7 @@ from .. import coverage
 from . import svg
 from .data import (
     _finite_or,
+    case_dict_text,
     consistency_counts,
     counts_by,
     coverage_data,
@@ -29,6 +30,7 @@ from .data import (
     known_rows,
     n_expected,
     records,
+    smallest_failing,
     status_line,
     why_text,
     work_split,
@@ -80,6 +82,7 @@ h3{font-size:15px;margin:16px 0 6px}
 table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #d0d7de;padding:4px 7px;vertical-align:top;text-align:left}
 th{background:#f6f8fa;font-weight:600}td.num{text-align:right;font-variant-numeric:tabular-nums}
 #matrix td{text-align:center;white-space:nowrap}#matrix td.be{text-align:left}
+#matrix td.be,#matrix thead tr:first-child th:first-child{position:sticky;left:0;background:#fff;z-index:1}
 #known-table td{overflow-wrap:anywhere}#known-table td:nth-child(3){min-width:9em}
 #matrix td.bad{background:#ffebe9}#matrix td.good{background:#dafbe1}#matrix td.none{background:#f6f8fa}
 .chip{display:inline-block;min-width:18px;padding:0 5px;margin:1px;border-radius:9px;font-size:12px;font-weight:600;text-align:center}
@@ -193,7 +196,9 @@ def _matrix(run: Run) -> str:
     extra = f"<p>Unavailable here:</p><ul>{''.join(unavailable)}</ul>" if unavailable else ""
     return (
         f'<p class="legend">Rows per backend, case family and dtype: {legend}</p>'
-        f'<table id="matrix-table"><thead>{head1}{head2}</thead><tbody>{"".join(body)}</tbody></table>{extra}'
+        # a wide matrix (many families x dtypes) scrolls inside its own box, the backend column stays in view
+        f'<div class="scroll" id="matrix-scroll"><table id="matrix-table"><thead>{head1}{head2}</thead>'
+        f'<tbody>{"".join(body)}</tbody></table></div>{extra}'
     )
 
 
@@ -211,15 +216,19 @@ def _worst(run: Run) -> str:
         return f"<p>No failing rows{known}. Closest to the budget:</p><ul>{items}</ul>"
     out = []
     counts = run.df[run.df["verdict"].isin(FAILING)].groupby("backend").size().to_dict()
+    smallest = smallest_failing(run)
     for b, rows in worst.items():
         more = counts.get(b, 0) - len(rows)
         out.append(f"<h3><code>{escape(b)}</code>: {counts.get(b, 0)} failing rows{f' (worst {len(rows)} shown)' if more else ''}</h3>")
+        if b in smallest:
+            out.append(_smallest_html(smallest[b]))
         for s in (x for x in run.shrunk if x.get("backend") == b and x.get("repro")):
             case = s.get("case")
-            shape = _case_dict_text(case if isinstance(case, dict) else {})
+            shape = case_dict_text(case if isinstance(case, dict) else {})
             out.append(
                 f'<div class="worst shrunk"><div class="why">Smallest failing case found by shrinking case {escape(str(s.get("from")))} '
-                f"({escape(str(s.get('calls')))} calls): {escape(str(s.get('verdict')))} [{escape(str(s.get('reasons', '')))}]</div>"
+                f"({escape(str(s.get('calls')))} calls{'; ' + escape(s['note']) if s.get('note') else ''}): "
+                f"{escape(str(s.get('verdict')))} [{escape(str(s.get('reasons', '')))}]</div>"
                 f'<div class="small">{escape(shape)}</div><pre class="repro">{escape(str(s["repro"]))}</pre></div>'
             )
         for r in rows:
@@ -247,6 +256,16 @@ def _worst(run: Run) -> str:
     return "".join(out)
 
 
+def _smallest_html(s: dict[str, Any]) -> str:
+    """The smallest failing case of the run for one backend (failing rows and shrunk cases alike)."""
+    repro = f'<pre class="repro">{escape(s["repro"])}</pre>' if s.get("repro") else ""
+    return (
+        f'<div class="worst smallest"><div class="why">Smallest failing case of the run: {escape(s["text"])} '
+        f'({s["size"]} query x key elements x heads) {escape(str(s["verdict"]).upper())} [{escape(str(s["why"]))}] '
+        f'<span class="small">{escape(s["source"])}</span></div>{repro}</div>'
+    )
+
+
 def _known(run: Run) -> str:
     """The known divergences the rows were judged with: per entry, rows expected and unexpected passes."""
     known = known_rows(run)
@@ -272,29 +291,6 @@ def _known(run: Run) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("entry", "backend", "condition", "expected rows", "unexpected passes",
                                                "strict", "explanation", "upstream"))
     return intro + f'<table id="known-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
-
-
-def _case_dict_text(case: dict[str, Any]) -> str:
-    """A shrunk.jsonl case (Case.to_dict) in the words of case_text."""
-    if not case:
-        return ""
-    w = case.get("window") or {}
-    lens = lambda k: " ".join(str(x) for x in case.get(k) or [])  # noqa: E731
-    row = {
-        "family": "",
-        "dtype": case.get("dtype", ""),
-        "q_lens": lens("q_lens"),
-        "k_lens": lens("k_lens"),
-        "hq": str(case.get("hq", "")),
-        "hkv": str(case.get("hkv", "")),
-        "head_dim": str(case.get("head_dim", "")),
-        "window_left": "" if w.get("left") is None else str(w["left"]),
-        "window_right": "" if w.get("right") is None else str(w["right"]),
-        "align": w.get("align", ""),
-        "softcap": case.get("softcap") or "",
-        "page_size": case.get("page_size") or "",
-    }
-    return case_text(row)
 
 
 def _point_title(r: dict[str, Any]) -> str:
@@ -452,7 +448,7 @@ def _decode(run: Run) -> str:
         cols = list(df.columns)
     else:
         parts.append(f'<p class="small">Main columns shown; all {len(df.columns)} are in {escape(str(rel.name))}.</p>')
-    parts.append(f'<div class="scroll">{_table(df.to_dict("records"), cols, MAX_ROWS_TABLE)}</div>')
+    parts.append(_table(df.to_dict("records"), cols, MAX_ROWS_TABLE))
     return "".join(parts)
 
 
@@ -481,7 +477,7 @@ def _table(rows: list[dict[str, Any]], cols: list[str], limit: int) -> str:
             tds.append(f"<td{cls}>{escape(v[:300])}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     more = f'<p class="small">{len(rows) - limit} more rows in the CSV.</p>' if len(rows) > limit else ""
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
+    return f"<div class=\"scroll\"><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>{more}"
 
 
 def _is_num(v: str) -> bool:

@@ -30,6 +30,7 @@ from .data import (
     n_expected,
     n_failing,
     records,
+    smallest_failing,
     status_line,
     why_text,
     work_split,
@@ -117,8 +118,13 @@ def _md_failing(run: Run, bad: int) -> list[str]:
                 out.append(f"  - gqa: {md_cell(r['gqa_detail'][:400])}")
             if r.get("repro"):
                 out += ["", "  ```bash", f"  {r['repro']}", "  ```"]
+    for b, s in smallest_failing(run).items():
+        out += ["", f"- `{md_cell(b)}` smallest failing case of the run: {md_cell(s['text'])} ({s['size']} query x key "
+                f"elements x heads) **{s['verdict']}** [{md_cell(s['why'])}] ({s['source']})"]
+        out += ["", "  ```bash", f"  {s['repro']}", "  ```"] if s.get("repro") else []
     for s in (x for x in run.shrunk if x.get("repro")):
-        out += ["", f"- `{md_cell(s.get('backend'))}` smallest failing case found by shrinking case {s.get('from')}:"]
+        note = f" ({s['note']})" if s.get("note") else ""
+        out += ["", f"- `{md_cell(s.get('backend'))}` smallest failing case found by shrinking case {s.get('from')}{note}:"]
         out += ["", "  ```bash", f"  {s['repro']}", "  ```"]
     rest = bad - sum(1 + r.get("_same", 0) for v in worst_rows(run, per_backend=3).values() for r in v)
     if rest > 0:

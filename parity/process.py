@@ -1,0 +1,256 @@
+"""Worker processes without torch: the worker protocol (length-prefixed pickles), the worker-path
+settings, and :class:`ProcessExecutor`, which runs a backend in ``python -m parity.worker``.
+
+Importing this module costs no torch import, so ``parity backends`` starts its workers at once.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .case import Case
+
+
+def parse_worker_paths(items: Iterable[str]) -> dict[str, list[str]]:
+    """``BACKEND=PATH[:PATH]`` items (``--worker-path``, ``PARITY_WORKER_PATH``) as ``{BACKEND: [PATH, ...]}``.
+
+    Raises ``ValueError`` naming the bad item."""
+    out: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"worker path wants BACKEND=PATH[{os.pathsep}PATH], got {item!r}")
+        out.setdefault(name, []).extend(p for p in path.split(os.pathsep) if p)
+    return out
+
+
+def env_worker_paths() -> list[str]:
+    """``PARITY_WORKER_PATH``'s items (separated by whitespace or ``;``)."""
+    return os.environ.get("PARITY_WORKER_PATH", "").replace(";", " ").split()
+
+
+def worker_paths(items: Iterable[str] | None) -> dict[str, list[str]]:
+    """The worker paths of a run or a pytest session: ``PARITY_WORKER_PATH``'s items, then
+    ``items`` (the command line's), parsed by :func:`parse_worker_paths` (``ValueError``)."""
+    return parse_worker_paths([*env_worker_paths(), *(items or [])])
+
+
+
+
+# -- worker protocol: length-prefixed pickles over the worker's stdin / a dup of its stdout -------
+
+
+def send(fp, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    fp.write(struct.pack("<Q", len(data)))
+    fp.write(data)
+    fp.flush()
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                raise TimeoutError
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def recv(fd: int, timeout: float | None = None) -> Any:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    (n,) = struct.unpack("<Q", _read_exact(fd, 8, deadline))
+    return pickle.loads(_read_exact(fd, n, deadline))
+
+
+def _signal_name(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class ProcessExecutor:
+    """Runs the backend in a worker process; survives crashes and hangs of the backend."""
+
+    def __init__(
+        self,
+        spec: str,
+        probes: bool = True,
+        max_passes: int | None = None,
+        repeats: int = 1,
+        timeout: float = 300.0,
+        log_path: Path | None = None,
+        extra_path: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        wait: bool = True,
+    ):
+        """``wait=False`` returns at once; :attr:`info` then waits for the worker (start many in parallel)."""
+        self.spec = spec
+        self.probes, self.max_passes, self.repeats = probes, max_passes, repeats
+        self.timeout = timeout
+        self.log_path = log_path
+        self.extra_path = extra_path or []
+        self.env = env or {}
+        self.proc: subprocess.Popen | None = None
+        self._submitted = False
+        self._launch()
+        self._info: dict[str, Any] | None = None
+        if wait:
+            self._info = self._await_init()
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The backend's info (waits for the worker's start-up when ``wait=False`` was given)."""
+        if self._info is None:
+            self._info = self._await_init()
+        return self._info
+
+    @info.setter
+    def info(self, value: dict[str, Any]) -> None:
+        self._info = value
+
+    def _start(self) -> dict[str, Any]:
+        self._launch()
+        return self._await_init()
+
+    def _launch(self) -> None:
+        """Start the worker process and send it the backend to load (does not wait)."""
+        env = dict(os.environ)
+        env.update(self.env)
+        # the worker must import the same parity (and any plugin module) as this process
+        path = [*self.extra_path, *[p for p in sys.path if p]]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        log: Any = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "parity.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
+        if log is not subprocess.DEVNULL:
+            log.close()
+        assert self.proc.stdin is not None
+        send(self.proc.stdin, self._first_request())
+
+    def _first_request(self) -> dict[str, Any]:
+        return {"op": "init", "spec": self.spec}
+
+    def _await_init(self) -> dict[str, Any]:
+        reply = self._reply(timeout=max(self.timeout, 120.0))
+        if reply.get("status") != "ok":
+            # import-time crash or a broken plugin: report it as the backend's info
+            return {
+                "spec": self.spec,
+                "name": self.spec,
+                "device": "?",
+                "description": "",
+                "unavailable": f"worker failed to start: {reply.get('detail')}",
+                "version": "",
+                "fatal": reply.get("fatal", False),
+            }
+        return reply["info"]
+
+    def _reply(self, timeout: float) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdout is not None
+        try:
+            return recv(self.proc.stdout.fileno(), timeout)
+        except TimeoutError:
+            self._kill()
+            return {"status": "timeout", "detail": f"no answer within {timeout:g} s; worker killed"}
+        except (EOFError, OSError, pickle.UnpicklingError, struct.error):
+            code = self.proc.wait(timeout=30)
+            self.proc = None
+            return {"status": "crash", "detail": f"worker {_signal_name(code)}{self._log_tail()}"}
+
+    def _log_tail(self) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        return f"; last log line: {lines[-1][:200]}" if lines else ""
+
+    def _kill(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        self.proc = None
+
+    def run(self, case: Case) -> dict[str, Any]:
+        failed = self.submit(case)
+        return failed if failed is not None else self.collect()
+
+    def submit(self, case: Case) -> dict[str, Any] | None:
+        """Send ``case`` to the worker without waiting; a result dict if it could not be sent."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.info = self._start()
+            if self.info.get("unavailable"):
+                return {"status": "crash", "detail": f"worker could not be restarted: {self.info['unavailable']}"}
+        assert self.proc is not None and self.proc.stdin is not None
+        from .maskcheck import DEFAULT_MAX_PASSES  # torch: only where cases run, not for `parity backends`
+
+        passes = DEFAULT_MAX_PASSES if self.max_passes is None else self.max_passes
+        try:
+            send(
+                self.proc.stdin,
+                {"op": "run", "case": case.to_json(), "probes": self.probes, "max_passes": passes, "repeats": self.repeats},
+            )
+        except (BrokenPipeError, OSError):
+            code = self.proc.wait(timeout=30)
+            self.proc = None
+            return {"status": "crash", "detail": f"worker {_signal_name(code)} before the case was sent"}
+        self._submitted = True
+        return None
+
+    def collect(self) -> dict[str, Any]:
+        """The answer to the case last :meth:`submit`-ted (crash / timeout rows included)."""
+        if not self._submitted:
+            return {"status": "error", "detail": "collect() without a submitted case"}
+        self._submitted = False
+        reply = self._reply(self.timeout)
+        if reply.pop("restart", False):  # the worker saw a sticky CUDA error and is exiting
+            self._kill()
+        return reply
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            assert self.proc.stdin is not None
+            send(self.proc.stdin, {"op": "exit"})
+            self.proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001
+            self._kill()
+        self.proc = None
