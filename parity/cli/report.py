@@ -17,12 +17,13 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError as UsageError
-from .common import add_expect_argument, load_expectations
+from .common import add_expect_argument, latest_run, load_expectations
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("report", help="(re)render report.html, summary.md, junit.xml of a run folder")
-    p.add_argument("dir", type=Path, metavar="DIR", help="a run folder (holding results.csv, environment.json)")
+    p.add_argument("dir", type=Path, nargs="?", metavar="DIR",
+                   help="a run folder (holding results.csv, environment.json); default: the latest run (reports/latest)")
     p.add_argument("--out", type=Path, help="write the reports here instead of DIR")
     p.add_argument("--strict", action="store_true", help="exit 1 when a row failed, errored, crashed, timed out or passed unexpectedly")
     add_expect_argument(p)
@@ -37,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from ..report.write import write_reports
 
     expectations = load_expectations(args.expect)
+    if args.dir is None:
+        args.dir = latest_run()
     run_ = load_run(args.dir, expectations, rejudge=bool(args.expect))
     try:
         written = write_reports(run_, args.out or args.dir)

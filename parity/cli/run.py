@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import UserError as UsageError
 from ..results import DTYPES
-from .common import EXIT_FAIL, EXIT_OK, add_expect_argument, load_expectations
+from .common import EXIT_FAIL, EXIT_OK, add_expect_argument, check_out_dir, latest_run, load_expectations, new_run_dir
 from .common import split_list as _split
 
 
@@ -30,7 +30,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--profile", choices=["quick", "default", "thorough"],
                    help="how many and how large the drawn cases are (default: $PARITY_PROFILE or 'default')")
     r.add_argument("--seed", type=int, default=0, help="seed of the hypothesis-drawn cases (default 0)")
-    r.add_argument("--out", type=Path, default=Path("reports/latest"), help="output folder (default reports/latest)")
+    r.add_argument("--out", type=Path, help="output folder (default: a new folder reports/runs/DATE-TIME, "
+                                             "reports/latest pointing at it); one holding a run needs --resume or --force")
+    r.add_argument("--force", action="store_true", help="replace the run already in --out")
     r.add_argument("--case", action="append", metavar="JSON", help="run only this case (repeatable); what repro commands use")
     r.add_argument("--case-file", type=Path, help="run the cases in this file (one JSON case per line, or a results.csv)")
     r.add_argument("--dtype", action="append", choices=DTYPES, help="only these dtypes")
@@ -41,7 +43,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--budget", action="append", metavar="DTYPE.FIELD=VALUE", help="override the error budget, e.g. bfloat16.k_max=3")
     r.add_argument("--reference-device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="where the float64 reference runs (auto: cuda when available)")
-    r.add_argument("--resume", action="store_true", help="keep rows already in OUT/results.csv and run only the rest")
+    r.add_argument("--resume", action="store_true",
+                   help="keep rows already in OUT/results.csv and run only the rest (default OUT: reports/latest)")
     r.add_argument("--repeats", type=int, default=1, help="time each call this many times, report the median (default 1)")
     r.add_argument("--worker-path", action="append", metavar="BACKEND=PATH[:PATH]",
                    help="prepend PATH to sys.path of BACKEND's worker (packages that cannot share one sys.path)")
@@ -221,11 +224,7 @@ def run(args: argparse.Namespace) -> int:
     if not cases:
         raise UsageError("no case selected (check --case / --case-file / --dtype)")
     ref_dev = _reference_device(args.reference_device)
-    out = args.out
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot use it as the output folder ({exc.strerror or exc})") from None
+    out = _out_dir(args)
     cache_root, cache_before = _compile_cache(args.compile_cache)
     print(f"parity: {len(cases)} cases x {len(specs)} backends -> {out}/results.csv", file=sys.stderr)
     options = SweepOptions.from_args(args, budgets=budgets, splits=splits, expectations=expectations,
@@ -235,6 +234,22 @@ def run(args: argparse.Namespace) -> int:
                                            "budgets": budgets, "design": design, "expectations": expectations,
                                            "cache": (cache_root, cache_before), "shard": shard_rec, "gpus": list(options.gpus)})
     return _finish_run(args, out, result, explicit, options)
+
+
+def _out_dir(args: argparse.Namespace) -> Path:
+    """The run's folder: ``--out`` (refused when it holds a run, unless --resume / --force), the latest
+    run on a bare --resume, else a new folder under reports/runs/ (reports/latest then names it)."""
+    if args.out is None and args.resume:
+        args.out = latest_run()
+    if args.out is None:
+        args.out = new_run_dir()
+        return args.out
+    check_out_dir(args.out, args.resume, args.force)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot use it as the output folder ({exc.strerror or exc})") from None
+    return args.out
 
 
 def _shard(args: argparse.Namespace, cases: list, specs: Sequence[str]) -> tuple[list, dict | None]:

@@ -1,0 +1,68 @@
+"""Each ``parity run`` has its own folder; an explicit --out holding a run is refused unless --resume / --force;
+argparse's errors are one line (issue 19)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import pytest
+
+from parity.cli import main
+from parity.cli.common import latest_run, new_run_dir
+
+CASE = '{"q_lens":[3],"k_lens":[5],"hq":1,"hkv":1,"head_dim":8,"dtype":"float32","window":{"left":2,"right":0}}'
+
+
+def _run(*extra):
+    return main(["run", "--backend", "reference", "--no-isolate", "--case", CASE, "-q", "--no-report", "--shrink", "0", *extra])
+
+
+def test_runs_without_out_get_their_own_folders_and_latest_names_the_newest(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert _run() == 0
+    assert _run() == 0
+    runs = sorted((tmp_path / "reports" / "runs").iterdir())
+    assert len(runs) == 2 and all((r / "results.csv").exists() for r in runs)
+    latest = latest_run()
+    assert latest.resolve() == max(runs, key=lambda r: r.stat().st_mtime_ns).resolve() or (latest / "results.csv").exists()
+    assert main(["report"]) == 0  # no folder: the latest run
+    assert (latest / "summary.md").exists()
+
+
+def test_new_run_dir_suffix_and_no_symlink_fallback(tmp_path, monkeypatch):
+    now = datetime.datetime(2026, 12, 4, 20, 15, 30)
+    a = new_run_dir(tmp_path / "runs", tmp_path / "latest", now)
+    b = new_run_dir(tmp_path / "runs", tmp_path / "latest", now)
+    assert a.name == "20261204-201530" and b.name == "20261204-201530-2"
+    assert (tmp_path / "latest").resolve() == b.resolve()
+
+    def no_symlinks(*_a, **_k):
+        raise OSError("symlinks not allowed here")
+
+    monkeypatch.setattr(os, "symlink", no_symlinks)
+    c = new_run_dir(tmp_path / "runs", tmp_path / "latest", now)
+    assert not (tmp_path / "latest").exists()
+    assert (tmp_path / "latest.txt").read_text().strip() == str(c)
+    assert latest_run(tmp_path / "latest") == c
+
+
+def test_explicit_out_holding_a_run_is_refused_unless_resume_or_force(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run("--out", str(out)) == 0
+    (out / "shrunk.jsonl").write_text("old\n")
+    capsys.readouterr()
+    assert _run("--out", str(out)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("parity: error: --out") and "--resume" in err and "--force" in err and "\n" not in err
+    assert _run("--out", str(out), "--resume") == 0
+    assert _run("--out", str(out), "--force") == 0
+    assert "replacing the run" in capsys.readouterr().err
+    assert not (out / "shrunk.jsonl").exists() and (out / "results.csv").exists()
+
+
+@pytest.mark.parametrize("argv", [["run", "--dtype", "float8"], ["decode", "--model", "llama"]])
+def test_argparse_errors_are_one_line(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("parity: error:") and "\n" not in err and "usage:" not in err
