@@ -66,3 +66,40 @@ def test_argparse_errors_are_one_line(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("parity: error:") and "\n" not in err and "usage:" not in err
+
+
+def test_case_file_csv_gz_is_read_and_a_bad_one_is_named_in_one_line(tmp_path, capsys):
+    import gzip
+
+    out = tmp_path / "run"
+    assert _run("--out", str(out)) == 0
+    gz = tmp_path / "results.csv.gz"
+    gz.write_bytes(gzip.compress((out / "results.csv").read_bytes()))
+    capsys.readouterr()
+    assert main(["run", "--backend", "reference", "--no-isolate", "-q", "--no-report", "--case-file", str(gz),
+                 "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "results.csv").read_text().count("\n") == 2
+    bad = tmp_path / "bad.csv.gz"
+    bad.write_bytes(b"\x1f\x8b not gzip at all")
+    capsys.readouterr()
+    assert main(["run", "--backend", "reference", "--case-file", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("parity: error:") and str(bad) in err and "\n" not in err
+
+
+def test_report_and_merge_read_results_csv_gz(tmp_path, capsys):
+    import gzip
+
+    out = tmp_path / "run"
+    assert _run("--out", str(out)) == 0
+    csv_path = out / "results.csv"
+    (out / "results.csv.gz").write_bytes(gzip.compress(csv_path.read_bytes()))
+    csv_path.unlink()
+    assert main(["report", str(out)]) == 0
+    assert main(["merge", str(tmp_path / "merged"), str(out)]) == 0
+    assert (tmp_path / "merged" / "results.csv").read_text().count("\n") == 2
+    (out / "results.csv.gz").write_bytes(b"\x1f\x8b broken")
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "results.csv.gz" in err and "\n" not in err

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import UserError as UsageError
+from ..files import read_text
 from ..results import DTYPES
 from .common import EXIT_FAIL, EXIT_OK, add_expect_argument, check_out_dir, latest_run, load_expectations, new_run_dir
 from .common import split_list as _split
@@ -90,8 +91,8 @@ def _load_cases(args: argparse.Namespace, specs: Sequence[str] = ()) -> tuple[li
         if args.case_file:
             if not args.case_file.exists():
                 raise UsageError(f"--case-file {args.case_file}: no such file")
-            text = args.case_file.read_text()
-            if args.case_file.suffix == ".csv":
+            text = read_text(args.case_file)
+            if args.case_file.name.endswith((".csv", ".csv.gz")):
                 import csv
 
                 seen = set()

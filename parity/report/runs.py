@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ def read_results(path: Path):
         raise UsageError(f"{path}: no such file (is this a parity run folder?)")
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, EOFError, zlib.error) as exc:
         raise UsageError(f"{path}: not a readable CSV ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
