@@ -103,3 +103,44 @@ def test_report_and_merge_read_results_csv_gz(tmp_path, capsys):
     assert main(["report", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "results.csv.gz" in err and "\n" not in err
+
+
+CASE2 = CASE.replace('"k_lens":[5]', '"k_lens":[7]')
+
+
+def _interrupted(tmp_path):
+    """A folder as Ctrl-C leaves it: rows, timing.json still saying partial, no environment.json."""
+    import json
+
+    out = tmp_path / "cut"
+    assert _run("--out", str(out), "--case", CASE2) == 0
+    (out / "environment.json").unlink()
+    (out / "timing.json").write_text(json.dumps({"partial": True}))
+    return out
+
+
+def test_an_interrupted_run_is_reported_partial_everywhere(tmp_path, capsys):
+    out = _interrupted(tmp_path)
+    assert main(["report", str(out)]) == 0
+    assert main(["report", str(out), "--strict"]) == 3  # not a pass
+    first = (out / "summary.md").read_text().splitlines()[0]
+    assert "PARTIAL" in first and f"--resume --out {out}" in first and "PASS" not in first
+    summary = (out / "summary.md").read_text()
+    assert "environment unknown" in summary and "torch ?" not in summary
+    junit = (out / "junit.xml").read_text()
+    assert 'name="parity.partial"' in junit and 'type="parity.partial"' in junit
+    html = (out / "report.html").read_text()
+    assert "PARTIAL" in html and "PASS:" not in html and "environment is missing" in html
+
+
+def test_time_limit_run_exits_partial_and_resume_counts_the_whole_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run("--out", str(out), "--time-limit", "1e-9") == 3
+    assert "PARTIAL" in capsys.readouterr().err
+    assert _run("--out", str(out)) == 2  # refused: it holds a run
+    assert _run("--out", str(out), "--resume") == 0
+    capsys.readouterr()
+    assert _run("--out", str(out), "--resume", "--case", CASE2) == 0
+    table = capsys.readouterr().out
+    line = next(x for x in table.splitlines() if x.startswith("reference"))
+    assert line.split()[1] == "2"  # both rows of the folder, not only the new segment

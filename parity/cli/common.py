@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import UserError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_PARTIAL = 3  # a run cut short (--time-limit, --fail-fast, Ctrl-C) with no failing row: not a pass
 
 
 def split_list(values: Sequence[str] | None) -> list[str]:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError as UsageError
-from .common import add_expect_argument, latest_run, load_expectations
+from .common import EXIT_PARTIAL, add_expect_argument, latest_run, load_expectations
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -25,7 +25,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("dir", type=Path, nargs="?", metavar="DIR",
                    help="a run folder (holding results.csv, environment.json); default: the latest run (reports/latest)")
     p.add_argument("--out", type=Path, help="write the reports here instead of DIR")
-    p.add_argument("--strict", action="store_true", help="exit 1 when a row failed, errored, crashed, timed out or passed unexpectedly")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a row failed, errored, crashed, timed out or passed unexpectedly; "
+                                                               "3 when none did but the run is partial")
     add_expect_argument(p)
     p.add_argument("--rewrite-results", action="store_true",
                    help="also write the verdicts as judged now back into DIR's results.csv (default: only the reports show them)")
@@ -48,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write the reports: {exc}") from None
     print("parity: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    from ..report.runs import partial_words
+
+    if partial_words(run_):
+        print(f"parity: {partial_words(run_)}", file=sys.stderr)
     if args.strict and n_failing(run_):
         return 1
-    return 0
+    return EXIT_PARTIAL if args.strict and partial_words(run_) else 0

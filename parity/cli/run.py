@@ -19,7 +19,7 @@ from pathlib import Path
 from ..errors import UserError as UsageError
 from ..files import read_text
 from ..results import DTYPES
-from .common import EXIT_FAIL, EXIT_OK, add_expect_argument, check_out_dir, latest_run, load_expectations, new_run_dir
+from .common import EXIT_FAIL, EXIT_OK, EXIT_PARTIAL, add_expect_argument, check_out_dir, latest_run, load_expectations, new_run_dir
 from .common import split_list as _split
 
 
@@ -230,7 +230,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"parity: {len(cases)} cases x {len(specs)} backends -> {out}/results.csv", file=sys.stderr)
     options = SweepOptions.from_args(args, budgets=budgets, splits=splits, expectations=expectations,
                                      reference_device=ref_dev, shard=shard_rec, gpus=tuple(gpus))
-    result = run_sweep(specs, cases, out, options)
+    try:
+        result = run_sweep(specs, cases, out, options)
+    except KeyboardInterrupt:
+        print(f"parity: interrupted: a PARTIAL run; its finished rows are in {out}/results.csv; "
+              f"parity run --resume --out {out} runs the rest", file=sys.stderr)
+        return 130
     _write_environment(args, out, result, {"cases": len(cases), "reference_device": ref_dev, "splits": splits,
                                            "budgets": budgets, "design": design, "expectations": expectations,
                                            "cache": (cache_root, cache_before), "shard": shard_rec, "gpus": list(options.gpus)})
@@ -330,17 +335,40 @@ def _finish_run(args: argparse.Namespace, out: Path, result, explicit: list[str]
     if hidden:
         print(f"\n... and {hidden} more failing rows in {out}/results.csv")
     print()
+    partial = result.partial or result.already + len(result.rows) < result.total
+    stopped = f"{_stopped_by(args, result)}; {len(result.rows)} of {result.planned} rows ran"
+    result = _whole_folder(result, out) if args.resume else result
     print(summary_table(result))
-    if result.partial:
-        print(f"parity: PARTIAL: --time-limit {args.time_limit:g} s reached after {len(result.rows)} of {result.planned} rows; "
-              f"--resume --out {out} runs the rest", file=sys.stderr)
+    if partial:
+        print(f"parity: PARTIAL: {stopped}; parity run --resume --out {out} runs the rest "
+              f"(exit {EXIT_PARTIAL} unless a row failed)", file=sys.stderr)
     unavailable_explicit = [s for s in explicit if result.infos.get(s, {}).get("unavailable")]
     for s in unavailable_explicit:
         print(f"parity: requested backend {s} is unavailable: {result.infos[s]['unavailable']}", file=sys.stderr)
     if coverage_gaps and args.require_coverage:
         print(f"parity: --require-coverage: {coverage_gaps} backend(s) ran none of a cell their family ran (above)", file=sys.stderr)
         return EXIT_FAIL
-    return EXIT_FAIL if (result.failed or unavailable_explicit) else EXIT_OK
+    return EXIT_FAIL if (result.failed or unavailable_explicit) else EXIT_PARTIAL if partial else EXIT_OK
+
+
+def _stopped_by(args: argparse.Namespace, result) -> str:
+    if getattr(result, "stopped_by", ""):
+        return result.stopped_by
+    return f"--time-limit {args.time_limit:g} s reached" if args.time_limit is not None else "stopped early"
+
+
+def _whole_folder(result, out: Path):
+    """After --resume: ``result`` with every row of ``out/results.csv`` (earlier segments too), so the
+    summary table and the exit code count the whole folder."""
+    import csv
+    import dataclasses
+
+    try:
+        with (out / "results.csv").open(newline="") as fh:
+            rows = [r for r in csv.DictReader(fh) if r.get("verdict")]
+    except OSError:
+        return result
+    return dataclasses.replace(result, rows=rows) if rows else result
 
 
 def _coverage_warnings(out: Path) -> int:
