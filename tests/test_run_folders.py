@@ -144,3 +144,24 @@ def test_time_limit_run_exits_partial_and_resume_counts_the_whole_folder(tmp_pat
     table = capsys.readouterr().out
     line = next(x for x in table.splitlines() if x.startswith("reference"))
     assert line.split()[1] == "2"  # both rows of the folder, not only the new segment
+
+
+def test_dtype_lists_fail_fast_last_failed_and_results_json(tmp_path, capsys):
+    import json
+
+    assert main(["run", "--backend", "reference", "--no-isolate", "--profile", "quick", "-q", "--no-report",
+                 "--shrink", "0", "--dtype", "float32,bfloat16", "--list-cases"]) == 0
+    dtypes = {json.loads(line)["dtype"] for line in capsys.readouterr().out.splitlines()}
+    assert dtypes == {"float32", "bfloat16"}
+    bug = "parity.selftest.bugs:WindowOneWider"
+    cases = ["--case", CASE, "--case", CASE2]
+    fast = tmp_path / "fast"
+    code = main(["run", "-b", bug, "-b", "reference", "--no-isolate", "-q", "--shrink", "0", "-x", "--out", str(fast), *cases])
+    assert code == 1
+    rows = json.loads((fast / "results.json").read_text())
+    assert len(rows) < 4 and any(r["verdict"] == "fail" for r in rows)  # stopped after the first failure
+    assert "PARTIAL" in (fast / "summary.md").read_text().splitlines()[0]
+    again = tmp_path / "again"
+    assert main(["run", "--no-isolate", "-q", "--shrink", "0", "--last-failed", str(fast), "--out", str(again)]) == 1
+    rerun = json.loads((again / "results.json").read_text())
+    assert {r["backend"] for r in rerun} == {bug} and all(r["verdict"] == "fail" for r in rerun)

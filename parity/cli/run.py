@@ -36,7 +36,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="replace the run already in --out")
     r.add_argument("--case", action="append", metavar="JSON", help="run only this case (repeatable); what repro commands use")
     r.add_argument("--case-file", type=Path, help="run the cases in this file (one JSON case per line, or a results.csv)")
-    r.add_argument("--dtype", action="append", choices=DTYPES, help="only these dtypes")
+    r.add_argument("--dtype", action="append", metavar="DTYPE[,DTYPE...]",
+                   help=f"only these dtypes (repeatable, or comma-separated): {', '.join(DTYPES)}")
+    r.add_argument("--fail-fast", "-x", action="store_true",
+                   help="start no new row after the first failing one (the run is then partial; --resume runs the rest)")
+    r.add_argument("--last-failed", type=Path, metavar="DIR",
+                   help="rerun the failing rows (fail, error, crash, timeout, unexpected-pass) of the run in DIR: "
+                        "its failing cases x its failing backends (unless --backend is given)")
     r.add_argument("--no-probes", action="store_true", help="skip the exact mask and GQA probes")
     r.add_argument("--max-mask-passes", type=int, default=64, help="mask probe limit: ceil(Sk / d) passes at most (default 64)")
     r.add_argument("--timeout", type=float, default=300.0, help="seconds per case before a worker is killed (default 300)")
@@ -208,10 +214,43 @@ def _compile_cache(choice: str | None) -> tuple[Path | None, dict[str, dict[str,
     return cache_root, cache_before
 
 
+def _dtypes(values: Sequence[str] | None) -> list[str] | None:
+    """``--dtype a,b --dtype c`` as a checked list (None: every dtype)."""
+    names = _split(values)
+    for d in names:
+        if d not in DTYPES:
+            raise UsageError(f"--dtype: invalid choice: {d!r} (choose from {', '.join(DTYPES)})")
+    return names or None
+
+
+def _last_failed(args: argparse.Namespace) -> None:
+    """``--last-failed DIR``: its failing rows' cases become the run's cases, its failing backends the
+    run's backends (when --backend is not given)."""
+    import csv
+    import io
+
+    from ..results import FAIL_VERDICTS
+
+    path = args.last_failed / "results.csv"
+    if not path.exists() and (args.last_failed / "results.csv.gz").exists():
+        path = args.last_failed / "results.csv.gz"
+    if not path.exists():
+        raise UsageError(f"--last-failed {args.last_failed}: no results.csv there (not a run folder)")
+    rows = [r for r in csv.DictReader(io.StringIO(read_text(path), newline="")) if r.get("verdict") in FAIL_VERDICTS]
+    if not rows:
+        raise UsageError(f"--last-failed {args.last_failed}: no failing row in {path}; nothing to rerun")
+    args.case = [*(args.case or []), *dict.fromkeys(r["case_json"] for r in rows)]
+    if not args.backend:
+        args.backend = list(dict.fromkeys(r["backend"] for r in rows))
+
+
 def run(args: argparse.Namespace) -> int:
     from ..sweep import SweepOptions, run_sweep
     from ..sweep.options import read_gpus
 
+    args.dtype = _dtypes(args.dtype)
+    if args.last_failed:
+        _last_failed(args)
     specs, explicit = _run_specs(args)
     budgets, splits = _check_run_args(args, specs)
     gpus = read_gpus(args.gpus, not args.no_isolate)  # before any case is generated: a bad --gpus costs nothing
@@ -338,6 +377,7 @@ def _finish_run(args: argparse.Namespace, out: Path, result, explicit: list[str]
     partial = result.partial or result.already + len(result.rows) < result.total
     stopped = f"{_stopped_by(args, result)}; {len(result.rows)} of {result.planned} rows ran"
     result = _whole_folder(result, out) if args.resume else result
+    _write_json(out)
     print(summary_table(result))
     if partial:
         print(f"parity: PARTIAL: {stopped}; parity run --resume --out {out} runs the rest "
@@ -355,6 +395,18 @@ def _stopped_by(args: argparse.Namespace, result) -> str:
     if getattr(result, "stopped_by", ""):
         return result.stopped_by
     return f"--time-limit {args.time_limit:g} s reached" if args.time_limit is not None else "stopped early"
+
+
+def _write_json(out: Path) -> None:
+    """OUT/results.json: every row of OUT/results.csv (the same columns, as strings) as one JSON list."""
+    import csv
+
+    try:
+        with (out / "results.csv").open(newline="") as fh:
+            rows = [r for r in csv.DictReader(fh) if r.get("verdict")]
+        (out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    except OSError as exc:
+        print(f"parity: results.json not written ({exc})", file=sys.stderr)
 
 
 def _whole_folder(result, out: Path):
