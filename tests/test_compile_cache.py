@@ -65,7 +65,7 @@ def test_workers_get_the_cache_folders_and_the_run_records_them(tmp_path):
     assert env["compile_cache"]["dir"] == str(cc) and env["compile_cache"]["state"] == "cold"
     assert sorted(env["compile_cache"]["after"]) == sorted(compile_cache.SUBDIRS)
     # without the flag (and without $PARITY_COMPILE_CACHE) nothing is set or recorded
-    p = run_cli("run", "--backend", spec, "--case", CASE.to_json(), "--out", str(out), "-q", "--no-report")
+    p = run_cli("run", "--backend", spec, "--case", CASE.to_json(), "--out", str(out), "--force", "-q", "--no-report")
     assert p.returncode == 0, p.stdout + p.stderr
     env = json.loads((out / "environment.json").read_text())
     assert env["compile_cache"] is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import ctypes
 import dataclasses
+import json
 import os
 import resource
 import signal
@@ -207,6 +208,7 @@ def _interrupt_and_resume(tmp_path: Path, sig: signal.Signals, *extra: str) -> N
             proc.wait()
     if sig == signal.SIGINT:
         assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+        assert f"parity run --resume --out {tmp_path / 'out'}" in err, err
     else:
         assert proc.returncode == -signal.SIGKILL
     before = _rows(tmp_path)
@@ -219,7 +221,8 @@ def _interrupt_and_resume(tmp_path: Path, sig: signal.Signals, *extra: str) -> N
         out, err = resumed.communicate(timeout=180)
         assert resumed.returncode == 0, err
         summary = next(line for line in out.splitlines() if line.startswith(f"{ME}:Slow"))
-        ran = int(summary.split()[1])  # the pass column of the resumed run's summary
+        assert int(summary.split()[1]) == N  # the summary after --resume counts every row of the folder
+        ran = json.loads((tmp_path / "out" / "environment.json").read_text())["rows_run"]  # this segment's rows
     else:  # what --resume calls, in this process (saves a start-up)
         res = run_sweep([f"{ME}:Slow"], SLOW_CASES, out_dir=tmp_path / "out", isolate=False, probes=False, resume=True, progress=False)
         ran = len(res.rows)

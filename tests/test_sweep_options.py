@@ -38,8 +38,8 @@ def test_executors_take_the_options_unchanged():
     ex = make_executor("reference", SweepOptions(isolate=False, probes=False, max_passes=5, repeats=3))
     assert isinstance(ex, InlineExecutor) and (ex.probes, ex.max_passes, ex.repeats) == (False, 5, 3)
     assert "options" in inspect.signature(make_executor).parameters
-    cmd_src = inspect.getsource(cli._shrink_failures)
-    assert "args" not in inspect.signature(cli._shrink_failures).parameters and "make_executor" not in cmd_src
+    cmd_src = inspect.getsource(cli.run._shrink_failures)
+    assert "args" not in inspect.signature(cli.run._shrink_failures).parameters and "make_executor" not in cmd_src
 
 
 def test_judge_returns_a_record_and_the_row_holds_the_columns_only():

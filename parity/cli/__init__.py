@@ -26,8 +26,7 @@ COMMANDS = (run, report, diff, decode, selftest, merge, export_repro, consistenc
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's own errors: one line, exit 2
-        self.print_usage(sys.stderr)
+    def error(self, message: str):  # argparse's own errors: one line (parity: error: ...), exit 2
         raise UserError(message)
 
 

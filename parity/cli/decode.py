@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import UserError as UsageError
 from ..results import DTYPES
+from .common import latest_run
 from .common import split_list as _split
 
 NAME = "decode"
@@ -57,7 +58,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="seconds per backend and model before its remaining prompts are skipped (default 10 on a GPU, 60 on the CPU)")
     p.add_argument("--seed", type=int, default=0, help="prompt seed (default 0)")
     p.add_argument("--no-cache", action="store_true", help="retrain the model instead of using the cached weights")
-    p.add_argument("--out", type=Path, default=Path("reports/latest"), help="output folder (default reports/latest)")
+    p.add_argument("--out", type=Path, help="output folder (default: the latest run, reports/latest)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     return p
 
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..decode.run import DEFAULT_PROMPT_LENS, DecodeConfig, run_decode, summary_table
 
+    args.out = args.out or latest_run()
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"

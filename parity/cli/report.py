@@ -17,14 +17,16 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError as UsageError
-from .common import add_expect_argument, load_expectations
+from .common import EXIT_PARTIAL, add_expect_argument, latest_run, load_expectations
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("report", help="(re)render report.html, summary.md, junit.xml of a run folder")
-    p.add_argument("dir", type=Path, metavar="DIR", help="a run folder (holding results.csv, environment.json)")
+    p.add_argument("dir", type=Path, nargs="?", metavar="DIR",
+                   help="a run folder (holding results.csv, environment.json); default: the latest run (reports/latest)")
     p.add_argument("--out", type=Path, help="write the reports here instead of DIR")
-    p.add_argument("--strict", action="store_true", help="exit 1 when a row failed, errored, crashed, timed out or passed unexpectedly")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a row failed, errored, crashed, timed out or passed unexpectedly; "
+                                                               "3 when none did but the run is partial")
     add_expect_argument(p)
     p.add_argument("--rewrite-results", action="store_true",
                    help="also write the verdicts as judged now back into DIR's results.csv (default: only the reports show them)")
@@ -37,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from ..report.write import write_reports
 
     expectations = load_expectations(args.expect)
+    if args.dir is None:
+        args.dir = latest_run()
     run_ = load_run(args.dir, expectations, rejudge=bool(args.expect))
     try:
         written = write_reports(run_, args.out or args.dir)
@@ -45,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write the reports: {exc}") from None
     print("parity: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    from ..report.runs import partial_words
+
+    if partial_words(run_):
+        print(f"parity: {partial_words(run_)}", file=sys.stderr)
     if args.strict and n_failing(run_):
         return 1
-    return 0
+    return EXIT_PARTIAL if args.strict and partial_words(run_) else 0

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import UserError as UsageError
+from ..files import read_text
 from ..results import DTYPES
-from .common import EXIT_FAIL, EXIT_OK, add_expect_argument, load_expectations
+from .common import EXIT_FAIL, EXIT_OK, EXIT_PARTIAL, add_expect_argument, check_out_dir, latest_run, load_expectations, new_run_dir
 from .common import split_list as _split
 
 
@@ -30,10 +31,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--profile", choices=["quick", "default", "thorough"],
                    help="how many and how large the drawn cases are (default: $PARITY_PROFILE or 'default')")
     r.add_argument("--seed", type=int, default=0, help="seed of the hypothesis-drawn cases (default 0)")
-    r.add_argument("--out", type=Path, default=Path("reports/latest"), help="output folder (default reports/latest)")
+    r.add_argument("--out", type=Path, help="output folder (default: a new folder reports/runs/DATE-TIME, "
+                                             "reports/latest pointing at it); one holding a run needs --resume or --force")
+    r.add_argument("--force", action="store_true", help="replace the run already in --out")
     r.add_argument("--case", action="append", metavar="JSON", help="run only this case (repeatable); what repro commands use")
     r.add_argument("--case-file", type=Path, help="run the cases in this file (one JSON case per line, or a results.csv)")
-    r.add_argument("--dtype", action="append", choices=DTYPES, help="only these dtypes")
+    r.add_argument("--dtype", action="append", metavar="DTYPE[,DTYPE...]",
+                   help=f"only these dtypes (repeatable, or comma-separated): {', '.join(DTYPES)}")
+    r.add_argument("--fail-fast", "-x", action="store_true",
+                   help="start no new row after the first failing one (the run is then partial; --resume runs the rest)")
+    r.add_argument("--last-failed", type=Path, metavar="DIR",
+                   help="rerun the failing rows (fail, error, crash, timeout, unexpected-pass) of the run in DIR: "
+                        "its failing cases x its failing backends (unless --backend is given)")
     r.add_argument("--no-probes", action="store_true", help="skip the exact mask and GQA probes")
     r.add_argument("--max-mask-passes", type=int, default=64, help="mask probe limit: ceil(Sk / d) passes at most (default 64)")
     r.add_argument("--timeout", type=float, default=300.0, help="seconds per case before a worker is killed (default 300)")
@@ -41,7 +50,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--budget", action="append", metavar="DTYPE.FIELD=VALUE", help="override the error budget, e.g. bfloat16.k_max=3")
     r.add_argument("--reference-device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="where the float64 reference runs (auto: cuda when available)")
-    r.add_argument("--resume", action="store_true", help="keep rows already in OUT/results.csv and run only the rest")
+    r.add_argument("--resume", action="store_true",
+                   help="keep rows already in OUT/results.csv and run only the rest (default OUT: reports/latest)")
     r.add_argument("--repeats", type=int, default=1, help="time each call this many times, report the median (default 1)")
     r.add_argument("--worker-path", action="append", metavar="BACKEND=PATH[:PATH]",
                    help="prepend PATH to sys.path of BACKEND's worker (packages that cannot share one sys.path)")
@@ -87,8 +97,8 @@ def _load_cases(args: argparse.Namespace, specs: Sequence[str] = ()) -> tuple[li
         if args.case_file:
             if not args.case_file.exists():
                 raise UsageError(f"--case-file {args.case_file}: no such file")
-            text = args.case_file.read_text()
-            if args.case_file.suffix == ".csv":
+            text = read_text(args.case_file)
+            if args.case_file.name.endswith((".csv", ".csv.gz")):
                 import csv
 
                 seen = set()
@@ -204,10 +214,43 @@ def _compile_cache(choice: str | None) -> tuple[Path | None, dict[str, dict[str,
     return cache_root, cache_before
 
 
+def _dtypes(values: Sequence[str] | None) -> list[str] | None:
+    """``--dtype a,b --dtype c`` as a checked list (None: every dtype)."""
+    names = _split(values)
+    for d in names:
+        if d not in DTYPES:
+            raise UsageError(f"--dtype: invalid choice: {d!r} (choose from {', '.join(DTYPES)})")
+    return names or None
+
+
+def _last_failed(args: argparse.Namespace) -> None:
+    """``--last-failed DIR``: its failing rows' cases become the run's cases, its failing backends the
+    run's backends (when --backend is not given)."""
+    import csv
+    import io
+
+    from ..results import FAIL_VERDICTS
+
+    path = args.last_failed / "results.csv"
+    if not path.exists() and (args.last_failed / "results.csv.gz").exists():
+        path = args.last_failed / "results.csv.gz"
+    if not path.exists():
+        raise UsageError(f"--last-failed {args.last_failed}: no results.csv there (not a run folder)")
+    rows = [r for r in csv.DictReader(io.StringIO(read_text(path), newline="")) if r.get("verdict") in FAIL_VERDICTS]
+    if not rows:
+        raise UsageError(f"--last-failed {args.last_failed}: no failing row in {path}; nothing to rerun")
+    args.case = [*(args.case or []), *dict.fromkeys(r["case_json"] for r in rows)]
+    if not args.backend:
+        args.backend = list(dict.fromkeys(r["backend"] for r in rows))
+
+
 def run(args: argparse.Namespace) -> int:
     from ..sweep import SweepOptions, run_sweep
     from ..sweep.options import read_gpus
 
+    args.dtype = _dtypes(args.dtype)
+    if args.last_failed:
+        _last_failed(args)
     specs, explicit = _run_specs(args)
     budgets, splits = _check_run_args(args, specs)
     gpus = read_gpus(args.gpus, not args.no_isolate)  # before any case is generated: a bad --gpus costs nothing
@@ -221,20 +264,37 @@ def run(args: argparse.Namespace) -> int:
     if not cases:
         raise UsageError("no case selected (check --case / --case-file / --dtype)")
     ref_dev = _reference_device(args.reference_device)
-    out = args.out
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot use it as the output folder ({exc.strerror or exc})") from None
+    out = _out_dir(args)
     cache_root, cache_before = _compile_cache(args.compile_cache)
     print(f"parity: {len(cases)} cases x {len(specs)} backends -> {out}/results.csv", file=sys.stderr)
     options = SweepOptions.from_args(args, budgets=budgets, splits=splits, expectations=expectations,
                                      reference_device=ref_dev, shard=shard_rec, gpus=tuple(gpus))
-    result = run_sweep(specs, cases, out, options)
+    try:
+        result = run_sweep(specs, cases, out, options)
+    except KeyboardInterrupt:
+        print(f"parity: interrupted: a PARTIAL run; its finished rows are in {out}/results.csv; "
+              f"parity run --resume --out {out} runs the rest", file=sys.stderr)
+        return 130
     _write_environment(args, out, result, {"cases": len(cases), "reference_device": ref_dev, "splits": splits,
                                            "budgets": budgets, "design": design, "expectations": expectations,
                                            "cache": (cache_root, cache_before), "shard": shard_rec, "gpus": list(options.gpus)})
     return _finish_run(args, out, result, explicit, options)
+
+
+def _out_dir(args: argparse.Namespace) -> Path:
+    """The run's folder: ``--out`` (refused when it holds a run, unless --resume / --force), the latest
+    run on a bare --resume, else a new folder under reports/runs/ (reports/latest then names it)."""
+    if args.out is None and args.resume:
+        args.out = latest_run()
+    if args.out is None:
+        args.out = new_run_dir()
+        return args.out
+    check_out_dir(args.out, args.resume, args.force)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot use it as the output folder ({exc.strerror or exc})") from None
+    return args.out
 
 
 def _shard(args: argparse.Namespace, cases: list, specs: Sequence[str]) -> tuple[list, dict | None]:
@@ -314,17 +374,53 @@ def _finish_run(args: argparse.Namespace, out: Path, result, explicit: list[str]
     if hidden:
         print(f"\n... and {hidden} more failing rows in {out}/results.csv")
     print()
+    partial = result.partial or result.already + len(result.rows) < result.total
+    stopped = f"{_stopped_by(args, result)}; {len(result.rows)} of {result.planned} rows ran"
+    result = _whole_folder(result, out) if args.resume else result
+    _write_json(out)
     print(summary_table(result))
-    if result.partial:
-        print(f"parity: PARTIAL: --time-limit {args.time_limit:g} s reached after {len(result.rows)} of {result.planned} rows; "
-              f"--resume --out {out} runs the rest", file=sys.stderr)
+    if partial:
+        print(f"parity: PARTIAL: {stopped}; parity run --resume --out {out} runs the rest "
+              f"(exit {EXIT_PARTIAL} unless a row failed)", file=sys.stderr)
     unavailable_explicit = [s for s in explicit if result.infos.get(s, {}).get("unavailable")]
     for s in unavailable_explicit:
         print(f"parity: requested backend {s} is unavailable: {result.infos[s]['unavailable']}", file=sys.stderr)
     if coverage_gaps and args.require_coverage:
         print(f"parity: --require-coverage: {coverage_gaps} backend(s) ran none of a cell their family ran (above)", file=sys.stderr)
         return EXIT_FAIL
-    return EXIT_FAIL if (result.failed or unavailable_explicit) else EXIT_OK
+    return EXIT_FAIL if (result.failed or unavailable_explicit) else EXIT_PARTIAL if partial else EXIT_OK
+
+
+def _stopped_by(args: argparse.Namespace, result) -> str:
+    if getattr(result, "stopped_by", ""):
+        return result.stopped_by
+    return f"--time-limit {args.time_limit:g} s reached" if args.time_limit is not None else "stopped early"
+
+
+def _write_json(out: Path) -> None:
+    """OUT/results.json: every row of OUT/results.csv (the same columns, as strings) as one JSON list."""
+    import csv
+
+    try:
+        with (out / "results.csv").open(newline="") as fh:
+            rows = [r for r in csv.DictReader(fh) if r.get("verdict")]
+        (out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    except OSError as exc:
+        print(f"parity: results.json not written ({exc})", file=sys.stderr)
+
+
+def _whole_folder(result, out: Path):
+    """After --resume: ``result`` with every row of ``out/results.csv`` (earlier segments too), so the
+    summary table and the exit code count the whole folder."""
+    import csv
+    import dataclasses
+
+    try:
+        with (out / "results.csv").open(newline="") as fh:
+            rows = [r for r in csv.DictReader(fh) if r.get("verdict")]
+    except OSError:
+        return result
+    return dataclasses.replace(result, rows=rows) if rows else result
 
 
 def _coverage_warnings(out: Path) -> int:

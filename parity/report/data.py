@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import coverage
 from ..backends import marker_for
-from .runs import FAILING, Run, case_text
+from .runs import FAILING, Run, case_text, partial_words
 
 WORST_PER_BACKEND = 5
 
@@ -64,12 +64,15 @@ def status_line(run: Run) -> tuple[str, str]:
     only pass (and skipped)                 pass      PASS: n rows ran and passed, s skipped ...
     pass and expected                       pass      PASS: n rows ran: p passed, k expected ...
     none ran                                nothing   NOTHING RAN: ...
+    a partial run (cut short), none failing partial   PARTIAL: why; n of N rows ran; resume: ...
     ======================================  ========  ==========================================
     """
     total, bad, known = len(run.df), n_failing(run), n_expected(run)
     passed = int((run.df["verdict"] == "pass").sum())
     ran = passed + bad + known
     known_text = f", {known} expected (known divergences)" if known else ""
+    if partial_words(run):  # a cut-short run is never a green PASS
+        return ("fail" if bad else "partial"), (f"FAIL: {bad} failing of {total} rows · " if bad else "") + partial_words(run)
     if bad:
         return "fail", f"FAIL: {bad} failing of {total} rows{known_text}"
     if not ran:

@@ -36,7 +36,7 @@ from .data import (
     work_split,
     worst_rows,
 )
-from .runs import FAILING, Run, case_text, dtype_order, family_order
+from .runs import FAILING, Run, case_text, dtype_order, family_order, partial_words
 
 #: Chips in the matrix, in order: verdicts counted together, css class, label.
 CHIPS = (
@@ -490,8 +490,8 @@ def _is_num(v: str) -> bool:
 
 def _environment(run: Run) -> str:
     env = run.env
-    if not env:
-        return "<p>No environment.json in this folder.</p>"
+    if not env or env.get("missing"):
+        return "<p>No environment.json in this folder: the environment is missing (the run did not finish).</p>"
     keys = [
         ("date (UTC)", env.get("date_utc")),
         ("command", env.get("command")),
@@ -506,8 +506,7 @@ def _environment(run: Run) -> str:
         ("wall / reference seconds", f"{env.get('wall_seconds')} / {env.get('reference_seconds')}"),
         ("lanes (--jobs)", env.get("jobs")),
         ("work split", work_split(run)),
-        ("PARTIAL", f"stopped by --time-limit: {env.get('rows_in_folder', env.get('rows_run'))} of "
-                    f"{env.get('rows_total', env.get('rows_planned'))} rows ran" if env.get("partial") else None),
+        ("PARTIAL", partial_words(run) or None),
         ("resumed", f"completed by {len(env['earlier_runs'])} earlier run(s) into this folder plus this one"
          if env.get("earlier_runs") else None),
         ("shims", ", ".join(env.get("shims") or []) or "none"),

@@ -22,15 +22,17 @@ bad input (a folder without results.csv, mismatched columns, conflicting rows).
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
 
+from ..files import read_text
+
 
 def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        return list(reader.fieldnames or []), list(reader)
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    return list(reader.fieldnames or []), list(reader)
 
 
 def _write_csv(path: Path, fields: list[str], rows: list[dict[str, str]]) -> None:
@@ -86,6 +88,8 @@ def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Pa
     origin: dict[tuple[str, str], Path] = {}
     for d in dirs:
         path = d / "results.csv"
+        if not path.exists() and (d / "results.csv.gz").exists():
+            path = d / "results.csv.gz"
         if not path.exists():
             raise ValueError(f"{d}: no results.csv (not a run folder)")
         fields, rs = _read_csv(path)

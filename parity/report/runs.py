@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ def read_results(path: Path):
         raise UsageError(f"{path}: no such file (is this a parity run folder?)")
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, EOFError, zlib.error) as exc:
         raise UsageError(f"{path}: not a readable CSV ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
@@ -116,6 +117,7 @@ def load_run(folder: Path | str, expectations: Expectations | None = None, rejud
             env = json.loads(env_path.read_text())
         except json.JSONDecodeError as exc:
             raise UsageError(f"{env_path}: not valid JSON ({exc})") from None
+    _mark_partial(folder, env, env_path.exists())
     masks = _jsonl(folder / "masks.jsonl")
     decode, decode_path = None, None
     for cand in (folder / "decode.csv", folder / "decode" / "decode.csv"):
@@ -149,6 +151,33 @@ def load_run(folder: Path | str, expectations: Expectations | None = None, rejud
     run = Run(folder, df, env, masks, decode, decode_path, steps, _jsonl(folder / "shrunk.jsonl"), consistency,
               results_path=results, timing=timing)
     return apply_expectations(run, expectations, rejudge) if expectations is not None else run
+
+
+def _mark_partial(folder: Path, env: dict[str, Any], env_found: bool) -> None:
+    """``env["partial"]`` also for a run cut short before it wrote environment.json (Ctrl-C, a crash):
+    timing.json, rewritten after every case, says ``partial`` until the sweep ends. ``env["missing"]``:
+    no environment.json (its words replace "torch ? · GPU: unknown")."""
+    if not env_found:
+        env["missing"] = True
+    try:
+        timing = json.loads((folder / "timing.json").read_text())
+    except (OSError, ValueError):
+        timing = {}
+    if isinstance(timing, dict) and timing.get("partial") and not env.get("partial"):
+        env["partial"], env["partial_why"] = True, "interrupted (Ctrl-C or a crash) before the sweep ended"
+    elif not env_found and not timing:
+        env["partial"], env["partial_why"] = True, "no environment.json nor timing.json: the run did not finish"
+
+
+def partial_words(run: Run) -> str:
+    """One line for a partial run: how much ran and how to resume ('' for a complete run)."""
+    env = run.env
+    if not env.get("partial"):
+        return ""
+    why = env.get("partial_why") or "stopped by --time-limit or --fail-fast"
+    total = env.get("rows_total")
+    ran = f"{len(run.df)} of {total} rows ran" if total else f"{len(run.df)} rows ran"
+    return f"PARTIAL: {why}; {ran}; resume: parity run --resume --out {run.path}"
 
 
 def apply_expectations(run: Run, expectations: Expectations, rejudge: bool = False) -> Run:

@@ -36,7 +36,7 @@ from .data import (
     work_split,
     worst_rows,
 )
-from .runs import FAILING, VERDICTS, Run, case_text, family_order, num
+from .runs import FAILING, VERDICTS, Run, case_text, family_order, num, partial_words
 
 #: GitHub refuses comments over 65536 characters.
 MAX_MARKDOWN = 60000
@@ -54,15 +54,17 @@ def markdown_summary(run: Run) -> str:
     kind, text = status_line(run)
     icon = {"fail": "❌", "pass": "✅"}.get(kind, "⚠️")
     head = f"{bad} failing of {total} rows" + (f" ({n_expected(run)} expected)" if n_expected(run) else "") if bad else text
+    if bad and partial_words(run):
+        head += " · " + partial_words(run)
     out = [f"## attn-parity {icon} {head}", ""]
-    env_bits = [f"torch {env.get('torch', '?')}", f"GPU: {gpu_text(env)}"]
+    env_bits = ([f"torch {env.get('torch', '?')}", f"GPU: {gpu_text(env)}"] if not env.get("missing")
+                else ["environment unknown: no environment.json (the run did not finish)"])
     if env.get("profile"):
         env_bits.append(f"profile `{env['profile']}` seed {env.get('seed')}, {env.get('cases')} cases")
     if env.get("wall_seconds") is not None:
         env_bits.append(f"{env['wall_seconds']} s")
     if env.get("partial"):
-        ran_rows, all_rows = env.get("rows_in_folder", env.get("rows_run")), env.get("rows_total", env.get("rows_planned"))
-        env_bits.append(f"**PARTIAL** (time limit: {ran_rows} of {all_rows} rows ran)")
+        env_bits.append(f"**{partial_words(run)}**")
     if work_split(run):
         env_bits.append(work_split(run))
     out += [" · ".join(env_bits), ""]
@@ -192,6 +194,13 @@ def junit_xml(run: Run) -> str:
     root = ET.Element("testsuites", name="attn-parity")
     suites: dict[str, ET.Element] = {}
     stats: dict[str, dict[str, float]] = {}
+    if partial_words(run):  # a cut-short run: a property and one failing test case say so
+        suites["(run)"] = ET.SubElement(root, "testsuite", name="parity.run")
+        props = ET.SubElement(suites["(run)"], "properties")
+        ET.SubElement(props, "property", name="parity.partial", value=partial_words(run))
+        tc = ET.SubElement(suites["(run)"], "testcase", classname="parity.run", name="the run is complete", time="0")
+        ET.SubElement(tc, "failure", message=partial_words(run), type="parity.partial")
+        stats["(run)"] = {"tests": 1, "failures": 1, "errors": 0, "skipped": 0, "time": 0.0}
     for r in records(run):
         b = r["backend"]
         if b not in suites:

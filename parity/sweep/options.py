@@ -40,6 +40,7 @@ class SweepOptions:
     gpus: tuple[str, ...] = ()
     shrink_calls: int = 0  # backend calls the shrinker may spend per failing backend (0: off)
     shard: Mapping[str, Any] | None = None  # --shard: this run's shard record (timing.json says it)
+    fail_fast: bool = False  # --fail-fast: start no new row after the first failing one (the run is then partial)
 
     def __post_init__(self) -> None:
         # None where a mapping is meant: the default (as run_sweep's keyword arguments always took it)
@@ -68,6 +69,7 @@ class SweepOptions:
             jobs=args.jobs,
             time_limit=args.time_limit,
             shrink_calls=args.shrink,
+            fail_fast=getattr(args, "fail_fast", False),
         )
         if "worker_paths" not in checked:
             fields["worker_paths"] = read_worker_paths(args.worker_path)

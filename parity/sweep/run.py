@@ -36,6 +36,7 @@ class SweepResult:
     already: int = 0  # rows found in the folder on --resume
     total: int = 0  # backends x cases
     split: str = ""  # how the work was split (lanes, GPUs, shard), one line; empty for one plain lane
+    stopped_by: str = ""  # why a partial run stopped ("" when it did not stop early)
 
     @property
     def planned(self) -> int:
@@ -88,7 +89,7 @@ class Sweep:
         self.timing.shard = dict(options.shard) if options.shard else None
         self.bar = Progress(len(self.specs) * len(cases), enabled=options.progress)
         self.lock = threading.RLock()  # rows, writer, progress bar, timing
-        self.stop, self.timed_out = threading.Event(), threading.Event()
+        self.stop, self.timed_out, self.failed_fast = threading.Event(), threading.Event(), threading.Event()
         self.t0 = time.perf_counter()
         self.deadline = None if options.time_limit is None else self.t0 + options.time_limit
 
@@ -143,7 +144,7 @@ class Sweep:
                 self.timing.lane_wall[tuple(lane_units)] = time.perf_counter() - t_lane
 
     def _should_stop(self) -> bool:
-        if self.stop.is_set():
+        if self.stop.is_set() or self.failed_fast.is_set():
             return True
         if self.deadline is not None and time.perf_counter() > self.deadline:
             self.timed_out.set()
@@ -195,6 +196,8 @@ class Sweep:
         row["gpu"] = self.plan.gpu_of.get(unit, "")
         with self.lock:
             self.rows.append(row)
+            if self.options.fail_fast and row["verdict"] in FAIL_VERDICTS:
+                self.failed_fast.set()
             self.timing.note_row(unit)
             if self.writer:
                 self.writer.write(judged)
@@ -209,14 +212,17 @@ class Sweep:
         return {"partial": partial, **self.timing.summary(time.perf_counter() - self.t0, self._reference_s())}
 
     def _result(self, wall: float) -> SweepResult:
-        partial = self.timed_out.is_set()
+        partial = self.timed_out.is_set() or self.failed_fast.is_set()
+        stopped_by = ("--fail-fast: stopped after the first failing row" if self.failed_fast.is_set()
+                      else f"--time-limit {self.options.time_limit:g} s reached" if self.timed_out.is_set() else "")
         summary = {"partial": partial, **self.timing.summary(wall, self._reference_s())}
         if self.out_dir:
             write_timing(self.out_dir, summary)
         ids = {c.case_id for c in self.cases}
         already = sum(1 for b, c in self.writer.done if b in self.specs and c in ids) if self.writer else 0
         return SweepResult(self.rows, self.infos, wall, self._reference_s(), self.out_dir, partial=partial,
-                           already=already, total=len(self.specs) * len(self.cases), split=split_line(summary))
+                           already=already, total=len(self.specs) * len(self.cases), split=split_line(summary),
+                           stopped_by=stopped_by)
 
 
 def run_sweep(specs: Iterable[str], cases: list[Case], out_dir: Path | None = None, options: SweepOptions | None = None,

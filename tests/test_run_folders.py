@@ -1,0 +1,167 @@
+"""Each ``parity run`` has its own folder; an explicit --out holding a run is refused unless --resume / --force;
+argparse's errors are one line (issue 19)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import pytest
+
+from parity.cli import main
+from parity.cli.common import latest_run, new_run_dir
+
+CASE = '{"q_lens":[3],"k_lens":[5],"hq":1,"hkv":1,"head_dim":8,"dtype":"float32","window":{"left":2,"right":0}}'
+
+
+def _run(*extra):
+    return main(["run", "--backend", "reference", "--no-isolate", "--case", CASE, "-q", "--no-report", "--shrink", "0", *extra])
+
+
+def test_runs_without_out_get_their_own_folders_and_latest_names_the_newest(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert _run() == 0
+    assert _run() == 0
+    runs = sorted((tmp_path / "reports" / "runs").iterdir())
+    assert len(runs) == 2 and all((r / "results.csv").exists() for r in runs)
+    latest = latest_run()
+    assert latest.resolve() == max(runs, key=lambda r: r.stat().st_mtime_ns).resolve() or (latest / "results.csv").exists()
+    assert main(["report"]) == 0  # no folder: the latest run
+    assert (latest / "summary.md").exists()
+
+
+def test_new_run_dir_suffix_and_no_symlink_fallback(tmp_path, monkeypatch):
+    now = datetime.datetime(2026, 12, 4, 20, 15, 30)
+    a = new_run_dir(tmp_path / "runs", tmp_path / "latest", now)
+    b = new_run_dir(tmp_path / "runs", tmp_path / "latest", now)
+    assert a.name == "20261204-201530" and b.name == "20261204-201530-2"
+    assert (tmp_path / "latest").resolve() == b.resolve()
+
+    def no_symlinks(*_a, **_k):
+        raise OSError("symlinks not allowed here")
+
+    monkeypatch.setattr(os, "symlink", no_symlinks)
+    c = new_run_dir(tmp_path / "runs", tmp_path / "latest", now)
+    assert not (tmp_path / "latest").exists()
+    assert (tmp_path / "latest.txt").read_text().strip() == str(c)
+    assert latest_run(tmp_path / "latest") == c
+
+
+def test_explicit_out_holding_a_run_is_refused_unless_resume_or_force(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run("--out", str(out)) == 0
+    (out / "shrunk.jsonl").write_text("old\n")
+    capsys.readouterr()
+    assert _run("--out", str(out)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("parity: error: --out") and "--resume" in err and "--force" in err and "\n" not in err
+    assert _run("--out", str(out), "--resume") == 0
+    assert _run("--out", str(out), "--force") == 0
+    assert "replacing the run" in capsys.readouterr().err
+    assert not (out / "shrunk.jsonl").exists() and (out / "results.csv").exists()
+
+
+@pytest.mark.parametrize("argv", [["run", "--dtype", "float8"], ["decode", "--model", "llama"]])
+def test_argparse_errors_are_one_line(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("parity: error:") and "\n" not in err and "usage:" not in err
+
+
+def test_case_file_csv_gz_is_read_and_a_bad_one_is_named_in_one_line(tmp_path, capsys):
+    import gzip
+
+    out = tmp_path / "run"
+    assert _run("--out", str(out)) == 0
+    gz = tmp_path / "results.csv.gz"
+    gz.write_bytes(gzip.compress((out / "results.csv").read_bytes()))
+    capsys.readouterr()
+    assert main(["run", "--backend", "reference", "--no-isolate", "-q", "--no-report", "--case-file", str(gz),
+                 "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "results.csv").read_text().count("\n") == 2
+    bad = tmp_path / "bad.csv.gz"
+    bad.write_bytes(b"\x1f\x8b not gzip at all")
+    capsys.readouterr()
+    assert main(["run", "--backend", "reference", "--case-file", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("parity: error:") and str(bad) in err and "\n" not in err
+
+
+def test_report_and_merge_read_results_csv_gz(tmp_path, capsys):
+    import gzip
+
+    out = tmp_path / "run"
+    assert _run("--out", str(out)) == 0
+    csv_path = out / "results.csv"
+    (out / "results.csv.gz").write_bytes(gzip.compress(csv_path.read_bytes()))
+    csv_path.unlink()
+    assert main(["report", str(out)]) == 0
+    assert main(["merge", str(tmp_path / "merged"), str(out)]) == 0
+    assert (tmp_path / "merged" / "results.csv").read_text().count("\n") == 2
+    (out / "results.csv.gz").write_bytes(b"\x1f\x8b broken")
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "results.csv.gz" in err and "\n" not in err
+
+
+CASE2 = CASE.replace('"k_lens":[5]', '"k_lens":[7]')
+
+
+def _interrupted(tmp_path):
+    """A folder as Ctrl-C leaves it: rows, timing.json still saying partial, no environment.json."""
+    import json
+
+    out = tmp_path / "cut"
+    assert _run("--out", str(out), "--case", CASE2) == 0
+    (out / "environment.json").unlink()
+    (out / "timing.json").write_text(json.dumps({"partial": True}))
+    return out
+
+
+def test_an_interrupted_run_is_reported_partial_everywhere(tmp_path, capsys):
+    out = _interrupted(tmp_path)
+    assert main(["report", str(out)]) == 0
+    assert main(["report", str(out), "--strict"]) == 3  # not a pass
+    first = (out / "summary.md").read_text().splitlines()[0]
+    assert "PARTIAL" in first and f"--resume --out {out}" in first and "PASS" not in first
+    summary = (out / "summary.md").read_text()
+    assert "environment unknown" in summary and "torch ?" not in summary
+    junit = (out / "junit.xml").read_text()
+    assert 'name="parity.partial"' in junit and 'type="parity.partial"' in junit
+    html = (out / "report.html").read_text()
+    assert "PARTIAL" in html and "PASS:" not in html and "environment is missing" in html
+
+
+def test_time_limit_run_exits_partial_and_resume_counts_the_whole_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run("--out", str(out), "--time-limit", "1e-9") == 3
+    assert "PARTIAL" in capsys.readouterr().err
+    assert _run("--out", str(out)) == 2  # refused: it holds a run
+    assert _run("--out", str(out), "--resume") == 0
+    capsys.readouterr()
+    assert _run("--out", str(out), "--resume", "--case", CASE2) == 0
+    table = capsys.readouterr().out
+    line = next(x for x in table.splitlines() if x.startswith("reference"))
+    assert line.split()[1] == "2"  # both rows of the folder, not only the new segment
+
+
+def test_dtype_lists_fail_fast_last_failed_and_results_json(tmp_path, capsys):
+    import json
+
+    assert main(["run", "--backend", "reference", "--no-isolate", "--profile", "quick", "-q", "--no-report",
+                 "--shrink", "0", "--dtype", "float32,bfloat16", "--list-cases"]) == 0
+    dtypes = {json.loads(line)["dtype"] for line in capsys.readouterr().out.splitlines()}
+    assert dtypes == {"float32", "bfloat16"}
+    bug = "parity.selftest.bugs:WindowOneWider"
+    cases = ["--case", CASE, "--case", CASE2]
+    fast = tmp_path / "fast"
+    code = main(["run", "-b", bug, "-b", "reference", "--no-isolate", "-q", "--shrink", "0", "-x", "--out", str(fast), *cases])
+    assert code == 1
+    rows = json.loads((fast / "results.json").read_text())
+    assert len(rows) < 4 and any(r["verdict"] == "fail" for r in rows)  # stopped after the first failure
+    assert "PARTIAL" in (fast / "summary.md").read_text().splitlines()[0]
+    again = tmp_path / "again"
+    assert main(["run", "--no-isolate", "-q", "--shrink", "0", "--last-failed", str(fast), "--out", str(again)]) == 1
+    rerun = json.loads((again / "results.json").read_text())
+    assert {r["backend"] for r in rerun} == {bug} and all(r["verdict"] == "fail" for r in rerun)
