@@ -216,7 +216,7 @@ def test_run_writes_coverage_and_require_coverage_fails_on_a_family_gap(tmp_path
     rows = (out / "coverage.csv").read_text().splitlines()
     assert rows[0] == "backend,dimension,value,ran,unsupported,unavailable"
     assert "sdpa-causal,left,narrow,0,1,0" in rows and "sdpa,left,narrow,1,0,0" in rows
-    strict = _run(*args, "--require-coverage")
+    strict = _run(*args, "--require-coverage", "--force")  # the same --out again: replacing it is explicit
     assert strict.returncode == 1 and "--require-coverage" in strict.stderr
 
 
