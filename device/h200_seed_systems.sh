@@ -3,8 +3,9 @@
 # `bash device/install.sh` in the same call. Usage: bash device/h200_seed_systems.sh [TIME_LIMIT_S]
 #   1. what the staged folders hold: imports, FA2 / FA3 availability, nvcc, `parity backends`;
 #   2. `parity run` of the three backends (or $SEED_BACKENDS, comma-separated, e.g. adding
-#      flashinfer-paged-cuda,flashinfer-decode-cuda), default profile, 3 lanes, stopping new rows
-#      after TIME_LIMIT_S (default 300), each backend with its own --worker-path (from install.sh);
+#      flashinfer-paged-cuda,flashinfer-decode-cuda), default profile, $SEED_JOBS lanes (default 3;
+#      $SEED_ARGS adds options, e.g. --split flashinfer-cuda=2), stopping new rows after
+#      TIME_LIMIT_S (default 300), each backend with its own --worker-path (from install.sh);
 #   3. everything under /tmp/seedrun, tarred to $OUT/seedrun.tgz; a short table printed last.
 # Exit status: that of `parity run` (1 also when a backend was unavailable).
 set -uo pipefail
@@ -45,8 +46,8 @@ EOF
 } 2>&1 | tee "$run/probe.txt"
 
 # a hard stop well inside the call's 10 minutes, so the tarball is still written
-timeout -s INT -k 15 "$((limit + 150))" python3 -m parity run --backend "${SEED_BACKENDS:-vllm-fa2-cuda,vllm-fa3-cuda,flashinfer-cuda}" --profile default --jobs 3 \
-  --time-limit "$limit" --timeout 120 --shrink 12 "${args[@]}" --out "$run/sweep" > "$run/run.log" 2>&1
+timeout -s INT -k 15 "$((limit + 150))" python3 -m parity run --backend "${SEED_BACKENDS:-vllm-fa2-cuda,vllm-fa3-cuda,flashinfer-cuda}" --profile default --jobs "${SEED_JOBS:-3}" \
+  --time-limit "$limit" --timeout 120 --shrink 12 "${args[@]}" ${SEED_ARGS:-} --out "$run/sweep" > "$run/run.log" 2>&1
 rc=$?
 tail -n 25 "$run/run.log"
 tar -czf "$out/seedrun.tgz" -C /tmp seedrun

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One H200 loan's GPU work, all at once, detached (device/bg.sh), after the four parts are parked and
+# `bash device/install.sh` ran in the same call as `launch`:
+#   bash benchmarks/h200_loan.sh launch [SEED_LIMIT_S]   # start the five jobs below; returns at once
+#   bash benchmarks/h200_loan.sh collect LIMIT_S         # wait for them (up to LIMIT_S), $OUT/<job>.tgz each
+# The jobs share the one GPU; the seed sweep (nvcc JIT builds for FlashInfer) runs at nice 10 so the
+# gate's per-row timings and timeouts are not starved by it.
+#   gate    `nox -s gpu` as a runner runs it (benchmarks/h200_gate.sh green; quick profile)  issue 17
+#   red     the same with a planted bug, once the gate ended (h200_gate.sh red)               issue 17
+#   repros  every finding's standalone script and control (h200_gate.sh repros)               issue 17
+#   seed    vLLM's FA2 / FA3 and the three FlashInfer backends on the default profile         issue 20
+#   decode  the greedy-decode study with vLLM's FA2 / FA3 (h200_seed_decode.sh)               issue 20
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+bg() { bash "$here/device/bg.sh" "$@"; }
+case "${1:-}" in
+  launch)
+    seed_limit=${2:-720}
+    bg start seed --watch /tmp/seedrun -- nice -n 10 env \
+      SEED_BACKENDS=vllm-fa2-cuda,vllm-fa3-cuda,flashinfer-cuda,flashinfer-paged-cuda,flashinfer-decode-cuda SEED_JOBS=8 \
+      SEED_ARGS="--split flashinfer-cuda=2 --split flashinfer-paged-cuda=2 --split flashinfer-decode-cuda=2 --shrink 6 --timeout 240" \
+      bash "$here/device/h200_seed_systems.sh" "$seed_limit"
+    bg start gate --watch /tmp/gate-green -- env LIMIT=1100 bash "$here/benchmarks/h200_gate.sh" green
+    bg start red -- bash -c "while [ ! -f /tmp/bg/gate/rc ]; do sleep 5; done; LIMIT=300 bash '$here/benchmarks/h200_gate.sh' red"
+    bg start repros -- bash "$here/benchmarks/h200_gate.sh" repros
+    bg start decode --watch /tmp/seed-decode -- bash "$here/benchmarks/h200_seed_decode.sh" 60 540 ;;
+  collect)
+    bg collect "${2:-540}"
+    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null ;;
+  *) echo "usage: bash benchmarks/h200_loan.sh launch [SEED_LIMIT_S] | collect LIMIT_S" >&2; exit 2 ;;
+esac
