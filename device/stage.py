@@ -43,8 +43,20 @@ import zipfile
 from pathlib import Path
 
 MIB = 1 << 20
-#: One part folder at most: a device call carries 64 MiB in all, the tracked tree about 12 MiB.
+#: One part folder at most: a device call carries 64 MiB in all, the tracked tree with it.
 PART_LIMIT = 44 * MIB
+#: What a part leaves free beside the tracked tree (untracked files, the tree growing a little).
+TREE_MARGIN = 3 * MIB
+
+
+def part_limit(root: Path) -> int:
+    """PART_LIMIT, or less where the tracked tree leaves less of the 64 MiB a device call carries."""
+    try:
+        names = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return PART_LIMIT
+    tree = sum((root / n).stat().st_size for n in names.decode().split("\0") if n and (root / n).is_file())
+    return max(8 * MIB, min(PART_LIMIT, 64 * MIB - tree - TREE_MARGIN))
 STAGE = Path("/tmp/parity-stage")
 CACHE = Path(os.environ.get("PARITY_WHEEL_CACHE", "/tmp/parity-wheels"))
 PLATFORM = [
@@ -241,8 +253,9 @@ def prepare(groups: list[str], root: Path) -> int:
     for g in groups:
         for p in build_payloads(g, work):
             payloads.append((g, p))
-    # Chunk the payloads in order, filling each part up to PART_LIMIT (a payload may straddle parts).
-    limit = PART_LIMIT - 64 * 1024  # room for MANIFEST.json
+    # Chunk the payloads in order, filling each part up to its limit (a payload may straddle parts).
+    most = part_limit(root)
+    limit = most - 64 * 1024  # room for MANIFEST.json
     parts: list[list[dict]] = [[]]
     room = limit
     manifest_groups: dict[str, dict] = {}
@@ -265,7 +278,7 @@ def prepare(groups: list[str], root: Path) -> int:
     manifest = {
         "id": hashlib.sha256(json.dumps(manifest_groups, sort_keys=True).encode()).hexdigest()[:12],
         "created_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-        "part_limit": PART_LIMIT,
+        "part_limit": most,
         "parts": [f"p{i:02d}" for i in range(len(parts))],
         "groups": manifest_groups,
     }
@@ -293,7 +306,7 @@ def report(manifest: dict, stage: Path) -> None:
             where = sorted({c["part"] for c in p["chunks"]})
             say(f"  {g:11s} {p['name']:48s} {p['size'] / MIB:7.1f}  in {' '.join(where)}")
         total = sum(p["size"] for p in info["payloads"])
-        say(f"  {g:11s} {'(group total)':48s} {total / MIB:7.1f}  = {total / PART_LIMIT:.2f} parts of {PART_LIMIT // MIB} MiB")
+        say(f"  {g:11s} {'(group total)':48s} {total / MIB:7.1f}  = {total / manifest['part_limit']:.2f} parts of {manifest['part_limit'] / MIB:.1f} MiB")
     say("parts (MiB):")
     for part in manifest["parts"]:
         size = sum(f.stat().st_size for f in (stage / part).iterdir())
