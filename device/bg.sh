@@ -5,11 +5,12 @@
 #   bash device/bg.sh collect LIMIT_S [NAME ...]            # wait until those are done (or LIMIT_S),
 #                                                           # pack what they wrote into $OUT/NAME.tgz
 #   bash device/bg.sh status                                # one line per job
-# Each job lives in /tmp/bg/NAME: cmd, log (stdout + stderr), rc (once it ended), out/ (its $OUT),
+#   bash device/bg.sh stop NAME                             # end a job and everything it started
+# Each job lives in /tmp/bg/NAME ($BG_ROOT/NAME): cmd, pid, log (stdout + stderr), rc (once it ended), out/ (its $OUT),
 # and watch (a folder it writes as it goes: collect tars it even while the job runs, so a machine
 # lost between two calls loses at most what was written since the last collect).
 set -u
-root=/tmp/bg
+root=${BG_ROOT:-/tmp/bg}
 mkdir -p "$root"
 
 start() {
@@ -23,6 +24,7 @@ start() {
   rm -rf "$dir"; mkdir -p "$dir/out"
   printf '%q ' "$@" > "$dir/cmd"; echo "$watch" > "$dir/watch"; date +%s > "$dir/t0"
   OUT=$dir/out setsid bash -c '"$@" > "$0/log" 2>&1; echo $? > "$0/rc"' "$dir" "$@" < /dev/null > /dev/null 2>&1 &
+  echo $! > "$dir/pid"
   echo "bg $name: started (pid $!): $(cat "$dir/cmd")"
 }
 
@@ -66,5 +68,7 @@ case "${1:-}" in
   start) shift; start "$@" ;;
   collect) shift; collect "$@" ;;
   status) for n in $(names); do line "$n"; done ;;
-  *) echo "usage: bash device/bg.sh start NAME [--watch DIR] -- CMD ... | collect LIMIT_S [NAME ...] | status" >&2; exit 2 ;;
+  stop)  # the wrapper that writes rc dies with the group: write it here (143, as for SIGTERM)
+    kill -- -"$(cat "$root/$2/pid")" 2>/dev/null; sleep 1; [ -f "$root/$2/rc" ] || echo 143 > "$root/$2/rc"; line "$2" ;;
+  *) echo "usage: bash device/bg.sh start NAME [--watch DIR] -- CMD ... | collect LIMIT_S [NAME ...] | status | stop NAME" >&2; exit 2 ;;
 esac

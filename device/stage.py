@@ -306,7 +306,8 @@ def report(manifest: dict, stage: Path) -> None:
             where = sorted({c["part"] for c in p["chunks"]})
             say(f"  {g:11s} {p['name']:48s} {p['size'] / MIB:7.1f}  in {' '.join(where)}")
         total = sum(p["size"] for p in info["payloads"])
-        say(f"  {g:11s} {'(group total)':48s} {total / MIB:7.1f}  = {total / manifest['part_limit']:.2f} parts of {manifest['part_limit'] / MIB:.1f} MiB")
+        most = manifest["part_limit"]
+        say(f"  {g:11s} {'(group total)':48s} {total / MIB:7.1f}  = {total / most:.2f} parts of {most / MIB:.1f} MiB")
     say("parts (MiB):")
     for part in manifest["parts"]:
         size = sum(f.stat().st_size for f in (stage / part).iterdir())
