@@ -95,3 +95,20 @@ def test_time_limit_leaves_a_partial_folder_that_resume_completes(tmp_path):
     env = json.loads((out / "environment.json").read_text())
     assert env["partial"] is False and env["rows_in_folder"] == 3 and len(env["earlier_runs"]) == 1
     assert sorted(r["seed"] for r in rows(out)) == ["0", "1", "2"]
+
+
+def test_merge_with_expect_judges_the_rows_again(tmp_path):
+    """Rows run before an entry existed: ``merge --expect FILE`` reports them as ``expected``."""
+    bug = "parity.selftest.bugs:WindowOneWider"
+    a = tmp_path / "a"
+    assert main(["run", "-b", bug, *sum((["--case", c.to_json()] for c in CASES), []), "--out", str(a), "-q",
+                 "--no-report", "--no-isolate", "--expect", "none"]) == 1
+    assert {r["verdict"] for r in rows(a)} == {"fail"}
+    toml = tmp_path / "known.toml"
+    toml.write_text(f'[[divergence]]\nid = "planted-one-wider"\nbackend = "{bug}"\nverdict = "fail"\ncondition = {{ dtype = "float32" }}\n'
+                    'explanation = "The planted off-by-one."\nupstream = "none"\n')
+    assert main(["merge", str(tmp_path / "plain"), str(a)]) == 0
+    assert "new failures: 3 rows" in (tmp_path / "plain" / "summary.md").read_text()
+    assert main(["merge", str(tmp_path / "judged"), str(a), "--expect", str(toml)]) == 0
+    text = (tmp_path / "judged" / "summary.md").read_text()
+    assert "3 rows expected (planted-one-wider 3)" in text and "new failures: 0 rows" in text, text[:600]
