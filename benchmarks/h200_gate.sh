@@ -7,7 +7,7 @@
 #                                            #     (up to $LIMIT s) and returns the log and the sweep
 #   bash benchmarks/h200_gate.sh red         # the same with a planted bug plugged in -> $OUT/nox_gpu_red.log
 #   bash benchmarks/h200_gate.sh repros      # the findings' standalone repro scripts and their controls
-# Each step writes its log under $OUT and prints a short tail last.
+# Each step writes its log under $OUT and prints a short tail last; green and red exit with nox's status.
 set -u
 step=$1
 source "$(dirname "$0")/h200_env.sh"  # FA4, XF, PARITY_WORKER_PATH, the xformers shim
@@ -18,9 +18,10 @@ t0=$(date +%s)
 case "$step" in
   green)
     timeout "${LIMIT:-540}" bash -c "$(declare -f nox); nox -s gpu -- --out /tmp/gate-green -q" > "$OUT/nox_gpu_green.log" 2>&1
-    echo "nox -s gpu (green): rc=$? in $(( $(date +%s) - t0 )) s"
+    rc=$?; echo "nox -s gpu (green): rc=$rc in $(( $(date +%s) - t0 )) s"
     tar czf "$OUT/gate-green.tgz" -C /tmp gate-green 2>/dev/null
-    grep -E "^nox >|passed|failed|xfailed|known divergences|new failures|unexpected|Session gpu" "$OUT/nox_gpu_green.log" | tail -n 20 | cut -c1-220 ;;
+    grep -E "^nox >|passed|failed|xfailed|known divergences|new failures|unexpected|Session gpu" "$OUT/nox_gpu_green.log" | tail -n 20 | cut -c1-220
+    exit "$rc" ;;
   start)
     rm -f /tmp/nox_gpu_green.rc
     setsid bash -c "$(declare -f nox); nox -s gpu -- --out /tmp/gate-green -q > /tmp/nox_gpu_green.log 2>&1; echo \$? > /tmp/nox_gpu_green.rc" \
@@ -36,8 +37,9 @@ case "$step" in
     # -x: the first failure is the evidence; the gate only has to turn red
     PARITY_PYTEST_ARGS="$PARITY_PYTEST_ARGS -x" PARITY_GPU_BACKENDS=parity.selftest.bugs:Fa2CudaWindowOneWider timeout "${LIMIT:-300}" \
       bash -c "$(declare -f nox); nox -s gpu -- --out /tmp/gate-red -q" > "$OUT/nox_gpu_red.log" 2>&1
-    echo "nox -s gpu with a planted bug (red): rc=$? in $(( $(date +%s) - t0 )) s"
-    grep -E "^nox >|^FAILED|passed|failed|Session gpu|ParityError" "$OUT/nox_gpu_red.log" | tail -n 14 | cut -c1-220 ;;
+    rc=$?; echo "nox -s gpu with a planted bug (red): rc=$rc in $(( $(date +%s) - t0 )) s"
+    grep -E "^nox >|^FAILED|passed|failed|Session gpu|ParityError" "$OUT/nox_gpu_red.log" | tail -n 14 | cut -c1-220
+    exit "$rc" ;;  # 1 is what the planted bug must give
   repros)
     bash reports/findings-repros/run_all.sh /tmp/repro-results > "$OUT/repros.log" 2>&1
     cp /tmp/repro-results/results.tsv "$OUT/repros_results.tsv"; tar czf "$OUT/repro-logs.tgz" -C /tmp repro-results

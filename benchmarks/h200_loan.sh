@@ -21,7 +21,7 @@ case "${1:-}" in
       SEED_ARGS="--split flashinfer-cuda=2 --split flashinfer-paged-cuda=2 --split flashinfer-decode-cuda=2 --shrink 6 --timeout 240" \
       bash "$here/device/h200_seed_systems.sh" "$seed_limit"
     bg start gate --watch /tmp/gate-green -- env LIMIT=1100 bash "$here/benchmarks/h200_gate.sh" green
-    bg start red -- bash -c "while [ ! -f /tmp/bg/gate/rc ]; do sleep 5; done; LIMIT=300 bash '$here/benchmarks/h200_gate.sh' red"
+    bg start red -- bash -c "while [ ! -f ${BG_ROOT:-/tmp/bg}/gate/rc ]; do sleep 5; done; LIMIT=300 bash '$here/benchmarks/h200_gate.sh' red"
     bg start repros -- bash "$here/benchmarks/h200_gate.sh" repros
     bg start decode --watch /tmp/seed-decode -- bash "$here/benchmarks/h200_seed_decode.sh" 60 540 ;;
   collect)
