@@ -85,11 +85,14 @@ def new_run_dir(runs: Path = RUNS_DIR, latest: Path = LATEST, now: datetime.date
 def check_out_dir(out: Path, resume: bool, force: bool) -> None:
     """An explicit ``--out`` that already holds a run is refused unless ``--resume`` (continue it) or
     ``--force`` (replace it: its run files are removed, and stderr says so)."""
-    if not (out / "results.csv").exists() or resume:
+    held = [name for name in ("results.csv", "results.csv.gz") if (out / name).exists()]
+    if not held or resume:
         return
     if not force:
-        raise UserError(f"--out {out} already holds a run (results.csv); add --resume to continue it, "
-                        "--force to replace it, or leave --out out for a new folder under reports/runs/")
+        raise UserError(
+            f"--out {out} already holds a run ({held[0]}); add --resume to continue it, "
+            "--force to replace it, or leave --out out for a new folder under reports/runs/"
+        )
     import shutil
 
     print(f"parity: --force: replacing the run in {out}", file=sys.stderr)
