@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,6 +56,18 @@ def latest_run(latest: Path = LATEST) -> Path:
     if not latest.exists() and note.exists():
         return Path(note.read_text().strip())
     return latest
+
+
+def newest_runs(n: int, runs: Path = RUNS_DIR) -> list[Path]:
+    """The ``n`` newest run folders under ``runs`` (those holding results.csv or .csv.gz), oldest first:
+    newest by name, ``DATE-TIME`` then its ``-2``, ``-3``, ... suffix (:func:`new_run_dir`)."""
+
+    def order(p: Path) -> tuple[str, int]:
+        m = re.fullmatch(r"(\d{8}-\d{6})-(\d+)", p.name)
+        return (m.group(1), int(m.group(2))) if m else (p.name, 1)
+
+    found = [p for p in runs.iterdir() if (p / "results.csv").exists() or (p / "results.csv.gz").exists()] if runs.is_dir() else []
+    return sorted(found, key=order)[-n:]
 
 
 def new_run_dir(runs: Path = RUNS_DIR, latest: Path = LATEST, now: datetime.datetime | None = None) -> Path:
