@@ -217,5 +217,5 @@ def test_resume_refuses_a_results_csv_without_essential_columns(tmp_path, capsys
     capsys.readouterr()
     assert _run("--out", str(out), "--resume", "--case", CASE2) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]  # after the "N cases x M backends" line
-    assert err.startswith("parity: error: --resume") and "the columns verdict, case_json (" in err and "gpu" not in err
+    assert err.startswith("parity: error: --resume") and "lacks the columns verdict, case_json)" in err and "gpu" not in err
     assert (out / "results.csv").read_text() == before  # left as it was

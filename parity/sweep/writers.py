@@ -57,7 +57,7 @@ class ResultsWriter:
         essential = [c for c in missing if c not in ADDED_COLUMNS]
         if essential:
             named = ", ".join(essential[:8]) + (f" and {len(essential) - 8} more" if len(essential) > 8 else "")
-            raise UserError(f"--resume: {self.path} lacks the columns {named} (not a results.csv of this tool); start a new --out")
+            raise UserError(f"--resume: {self.path} is not a results.csv of this tool (it lacks the columns {named}); start a new --out")
         extra = [c for c in fields if c not in COLUMNS]
         if extra:
             raise UserError(
