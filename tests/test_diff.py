@@ -175,3 +175,43 @@ def test_a_run_folder_with_gzipped_results_reads_as_the_same_run(base, tmp_path,
     assert load_run(packed).df.equals(load_run(base).df)
     code, out, _ = _diff(capsys, base, packed)
     assert code == 0, out
+
+
+def _runs_folder(tmp_path_factory, tmp_path, names) -> list[Path]:
+    """Run folders ``reports/runs/NAME`` under ``tmp_path`` (copies of the real run), and
+    ``reports/latest`` pointing at the last, as ``parity run`` leaves them."""
+    import os
+
+    runs = [shared_run(tmp_path_factory, tmp_path / "reports" / "runs" / n) for n in names]
+    (tmp_path / "reports" / "latest").symlink_to(os.path.relpath(runs[-1], tmp_path / "reports"), target_is_directory=True)
+    return runs
+
+
+def test_diff_defaults_to_the_latest_run(tmp_path_factory, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    old, mid, new = _runs_folder(tmp_path_factory, tmp_path, ["20261201-090000", "20261202-090000", "20261202-090000-2"])
+    (tmp_path / "reports" / "runs" / "20261203-090000").mkdir()  # a run that wrote no row yet: not a run to compare
+    code, out, err = _diff(capsys, old)  # OLD against reports/latest
+    assert code == 0 and out.startswith("parity diff: no regression")
+    line = next(x for x in err.splitlines() if "compar" in x)
+    assert str(old) in line and str(Path("reports/runs/20261202-090000-2")) in line and "latest" in line
+    assert (new / "diff.md").exists() and not (mid / "diff.md").exists()
+    (new / "diff.md").unlink()
+    code, out, err = _diff(capsys)  # the two newest runs under reports/runs/
+    assert code == 0 and out.startswith("parity diff: no regression")
+    line = next(x for x in err.splitlines() if "compar" in x)
+    assert "20261202-090000 " in line + " " and "20261202-090000-2" in line and "20261201" not in line
+    assert (new / "diff.md").exists()
+
+
+def test_diff_without_runs_says_what_to_pass(tmp_path_factory, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _diff(capsys)
+    assert code == 2 and err.startswith("parity: error:") and "BASE_DIR HEAD_DIR" in err and err.count("\n") == 1
+    code, _, err = _diff(capsys, tmp_path / "somewhere")
+    assert code == 2 and "reports/latest" in err and "HEAD_DIR" in err and err.count("\n") == 1
+    (only,) = _runs_folder(tmp_path_factory, tmp_path, ["20261201-090000"])
+    code, _, err = _diff(capsys)  # one run is not two
+    assert code == 2 and "1 run" in err and "BASE_DIR" in err and err.count("\n") == 1
+    code, _, err = _diff(capsys, only)  # the latest against itself
+    assert code == 2 and "is the latest run" in err and err.count("\n") == 1

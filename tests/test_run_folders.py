@@ -165,3 +165,57 @@ def test_dtype_lists_fail_fast_last_failed_and_results_json(tmp_path, capsys):
     assert main(["run", "--no-isolate", "-q", "--shrink", "0", "--last-failed", str(fast), "--out", str(again)]) == 1
     rerun = json.loads((again / "results.json").read_text())
     assert {r["backend"] for r in rerun} == {bug} and all(r["verdict"] == "fail" for r in rerun)
+
+
+def _drop_columns(path, drop):
+    """``path`` (a results.csv) rewritten without the columns ``drop``, as an older version wrote it."""
+    import csv
+
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    keep = [c for c in rows[0] if c not in drop]
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, keep, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return rows
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["csv", "csv.gz"])
+def test_resume_fills_a_column_added_later_and_keeps_the_old_rows(tmp_path, capsys, gz):
+    import csv
+    import gzip
+
+    from parity.results import COLUMNS
+
+    out = tmp_path / "old"
+    assert _run("--out", str(out)) == 0
+    old = _drop_columns(out / "results.csv", {"gpu"})  # a run written before the gpu column
+    if gz:  # as a committed report keeps its rows
+        (out / "results.csv.gz").write_bytes(gzip.compress((out / "results.csv").read_bytes()))
+        (out / "results.csv").unlink()
+        assert _run("--out", str(out)) == 2  # it holds a run, gzipped or not
+    capsys.readouterr()
+    assert _run("--out", str(out), "--resume", "--case", CASE2) == 0
+    err = capsys.readouterr().err
+    assert "resuming a run written before the gpu column: its rows have no GPU recorded" in err
+    with (out / "results.csv").open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+    assert reader.fieldnames == COLUMNS
+    assert len(rows) == 2 and rows[0]["gpu"] == "" and rows[0]["case_id"] == old[0]["case_id"]
+    assert all(rows[0][c] == v for c, v in old[0].items() if c != "gpu")  # the old row as it was
+    assert rows[1]["case_id"] != rows[0]["case_id"] and rows[1]["verdict"] == "pass"
+    assert not (out / "results.csv.gz").exists()  # one results file: the reports read results.csv first
+
+
+def test_resume_refuses_a_results_csv_without_essential_columns(tmp_path, capsys):
+    out = tmp_path / "old"
+    assert _run("--out", str(out)) == 0
+    _drop_columns(out / "results.csv", {"case_json", "verdict", "gpu"})
+    before = (out / "results.csv").read_text()
+    capsys.readouterr()
+    assert _run("--out", str(out), "--resume", "--case", CASE2) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the "N cases x M backends" line
+    assert err.startswith("parity: error: --resume") and "lacks the columns verdict, case_json)" in err and "gpu" not in err
+    assert (out / "results.csv").read_text() == before  # left as it was

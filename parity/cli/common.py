@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,6 +58,18 @@ def latest_run(latest: Path = LATEST) -> Path:
     return latest
 
 
+def newest_runs(n: int, runs: Path = RUNS_DIR) -> list[Path]:
+    """The ``n`` newest run folders under ``runs`` (those holding results.csv or .csv.gz), oldest first:
+    newest by name, ``DATE-TIME`` then its ``-2``, ``-3``, ... suffix (:func:`new_run_dir`)."""
+
+    def order(p: Path) -> tuple[str, int]:
+        m = re.fullmatch(r"(\d{8}-\d{6})-(\d+)", p.name)
+        return (m.group(1), int(m.group(2))) if m else (p.name, 1)
+
+    found = [p for p in runs.iterdir() if (p / "results.csv").exists() or (p / "results.csv.gz").exists()] if runs.is_dir() else []
+    return sorted(found, key=order)[-n:]
+
+
 def new_run_dir(runs: Path = RUNS_DIR, latest: Path = LATEST, now: datetime.datetime | None = None) -> Path:
     """A new, empty run folder ``runs/YYYYMMDD-HHMMSS`` (``-2``, ``-3``, ... when taken), and ``latest``
     pointed at it: a symlink where the platform allows, else ``latest.txt`` naming it."""
@@ -85,11 +98,14 @@ def new_run_dir(runs: Path = RUNS_DIR, latest: Path = LATEST, now: datetime.date
 def check_out_dir(out: Path, resume: bool, force: bool) -> None:
     """An explicit ``--out`` that already holds a run is refused unless ``--resume`` (continue it) or
     ``--force`` (replace it: its run files are removed, and stderr says so)."""
-    if not (out / "results.csv").exists() or resume:
+    held = [name for name in ("results.csv", "results.csv.gz") if (out / name).exists()]
+    if not held or resume:
         return
     if not force:
-        raise UserError(f"--out {out} already holds a run (results.csv); add --resume to continue it, "
-                        "--force to replace it, or leave --out out for a new folder under reports/runs/")
+        raise UserError(
+            f"--out {out} already holds a run ({held[0]}); add --resume to continue it, "
+            "--force to replace it, or leave --out out for a new folder under reports/runs/"
+        )
     import shutil
 
     print(f"parity: --force: replacing the run in {out}", file=sys.stderr)

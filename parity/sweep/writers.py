@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..results import COLUMNS, RAW_FAIL_VERDICTS, VERDICTS, Judged
+from ..files import read_text
+from ..results import ADDED_COLUMNS, COLUMNS, RAW_FAIL_VERDICTS, VERDICTS, Judged
 
 
 class ResultsWriter:
@@ -24,17 +25,10 @@ class ResultsWriter:
         self.path = self.dir / "results.csv"
         self.done: set[tuple[str, str]] = set()
         mode = "w"
+        if resume and not self.path.exists() and (self.dir / "results.csv.gz").exists():
+            self._unpack_gz()
         if resume and self.path.exists() and self._drop_torn_row():
-            with self.path.open(newline="") as fh:
-                reader = csv.DictReader(fh)
-                if reader.fieldnames and not {"backend", "case_id", "verdict"} <= set(reader.fieldnames):
-                    raise UserError(f"--resume: {self.path} is not a results.csv of this tool (no backend/case_id/verdict columns)")
-                if reader.fieldnames and list(reader.fieldnames) != COLUMNS:
-                    raise UserError(f"--resume: {self.path} has other columns than this attn-parity writes "
-                                     "(an older version's run); finish it with that version, or start a new --out")
-                for r in reader:
-                    if r.get("verdict"):  # a complete row
-                        self.done.add((r["backend"], r["case_id"]))
+            self._read_earlier_rows()
             mode = "a"
         self._fh = self.path.open(mode, newline="")
         self._csv = csv.DictWriter(self._fh, fieldnames=COLUMNS, extrasaction="ignore")
@@ -42,6 +36,50 @@ class ResultsWriter:
             self._csv.writeheader()
             self._fh.flush()
         self._masks = (self.dir / "masks.jsonl").open("a" if resume else "w")
+
+    def _unpack_gz(self) -> None:
+        """--resume on a folder that keeps its rows gzipped (a committed report): they move to results.csv,
+        the one file the rows are appended to and the reports read first."""
+        gz = self.dir / "results.csv.gz"
+        self.path.write_text(read_text(gz), encoding="utf-8")
+        gz.unlink()
+        print(f"parity: --resume: {gz} unpacked into results.csv (gzip it again to commit the folder)", file=sys.stderr)
+
+    def _read_earlier_rows(self) -> None:
+        """--resume: the finished rows of results.csv go into ``done``. One written before a column of
+        ADDED_COLUMNS existed is rewritten with the full header (those cells empty; stderr says so);
+        one without another column of COLUMNS, or with a column this version does not write, is refused."""
+        with self.path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            fields = list(reader.fieldnames or [])
+            rows = list(reader)
+        missing = [c for c in COLUMNS if c not in fields]
+        essential = [c for c in missing if c not in ADDED_COLUMNS]
+        if essential:
+            named = ", ".join(essential[:8]) + (f" and {len(essential) - 8} more" if len(essential) > 8 else "")
+            raise UserError(f"--resume: {self.path} is not a results.csv of this tool (it lacks the columns {named}); start a new --out")
+        extra = [c for c in fields if c not in COLUMNS]
+        if extra:
+            raise UserError(
+                f"--resume: {self.path} has columns this attn-parity does not write ({', '.join(extra)}): "
+                "a newer version's run; finish it with that version, or start a new --out"
+            )
+        if fields != COLUMNS:
+            self._rewrite(rows)
+        if missing:
+            s = "s" if len(missing) > 1 else ""
+            words = "its rows have no GPU recorded" if missing == ["gpu"] else "they are left empty in its rows"
+            print(f"parity: resuming a run written before the {', '.join(missing)} column{s}: {words}", file=sys.stderr)
+        self.done = {(r["backend"], r["case_id"]) for r in rows if r.get("verdict")}
+
+    def _rewrite(self, rows: list[dict[str, str]]) -> None:
+        """results.csv anew with the header of COLUMNS (cells of columns it lacked empty), through a temporary file."""
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=COLUMNS, restval="", extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
+        tmp.replace(self.path)
 
     def _drop_torn_row(self) -> int:
         """A run killed mid-write can leave a last line without its newline: cut it off; the size left."""
