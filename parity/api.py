@@ -150,27 +150,36 @@ def failure_message(row: dict[str, Any] | Judged, comparison: Any = None) -> str
         row = row.row
     case = Case.from_json(row["case_json"])
     lines = [f"{row['backend']} {row['verdict'].upper()} on {case.summary()} [{row['reasons'] or row['detail']}]"]
+    lines += [f"  {line}" for line in miss_lines(row, comparison)]
+    lines.append(f"  repro: {row['repro']}")
+    return "\n".join(lines)
+
+
+def miss_lines(row: dict[str, Any], comparison: Any = None) -> list[str]:
+    """The measured lines of :func:`failure_message` (between its header and its repro), unindented:
+    unwritten elements, the error budget's figures and the worst element (with the row's
+    ``comparison``), non-finite output, the mask and GQA probes' misses, the backend's own words."""
+    lines = []
     cmp = comparison
     if cmp is not None and cmp.unwritten:  # first: it explains the rest; alone when nothing was written
-        lines.append(f"  {cmp.unwritten} of {cmp.elements} output elements never written (poison left in the buffer)")
+        lines.append(f"{cmp.unwritten} of {cmp.elements} output elements never written (poison left in the buffer)")
     if cmp is not None and not (cmp.unwritten and cmp.unwritten == cmp.elements):
         lines.append(
-            f"  error budget: max|err| {cmp.max_abs_err:.4g} vs allowed {cmp.threshold_max:.4g} "
+            f"error budget: max|err| {cmp.max_abs_err:.4g} vs allowed {cmp.threshold_max:.4g} "
             f"(k x same-dtype baseline {cmp.baseline_max:.4g} + floor); err ratio {cmp.err_ratio:.3g}; "
             f"mean|err| {cmp.mean_abs_err:.3g} vs allowed {cmp.threshold_mean:.3g}; "
             f"{cmp.mismatch_pct:.3g}% of elements over budget"
         )
-        lines.append(f"  {cmp.worst_text()}")
+        lines.append(cmp.worst_text())
         if cmp.nan_count or cmp.inf_count:
-            lines.append(f"  non-finite: {cmp.nan_count} NaN ({cmp.nan_masked_rows} in rows that see no key), {cmp.inf_count} Inf")
+            lines.append(f"non-finite: {cmp.nan_count} NaN ({cmp.nan_masked_rows} in rows that see no key), {cmp.inf_count} Inf")
     if row.get("mask_check") == "mismatch":
-        lines.append(f"  mask: {row['mask_detail']}")
+        lines.append(f"mask: {row['mask_detail']}")
     if row.get("gqa_check") == "mismatch":
-        lines.append(f"  gqa: {row['gqa_detail']}")
+        lines.append(f"gqa: {row['gqa_detail']}")
     if row["verdict"] != "fail" and row.get("detail"):
-        lines.append(f"  {row['detail']}")
-    lines.append(f"  repro: {row['repro']}")
-    return "\n".join(lines)
+        lines.append(str(row["detail"]))
+    return lines
 
 
 def assert_parity(backend: Backend | str, case: Case, **kw: Any) -> dict[str, Any]:

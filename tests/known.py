@@ -9,6 +9,10 @@ expected               ``pytest.xfail(id: words)``   an ``event()``, counted, no
 unexpected-pass        fails, naming the entry       fails (shrunk), naming the entry
 any other failure      fails with the measured miss  fails with the measured miss
 =====================  ============================  ===================================
+
+Each takes the judged record (:func:`parity.api.evaluate_record`): the xfail and the event carry the
+measured miss (:func:`parity.api.miss_lines`, what :func:`parity.api.failure_message` says of a
+failure), an unexpected pass its error ratio.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from typing import Any
 import pytest
 
 from parity import ParityError
-from parity.api import failure_message
+from parity.api import failure_message, miss_lines
 from parity.case import Case
+from parity.results import Judged
 
 
 def entry_text(row: dict[str, Any], expectations) -> str:
@@ -28,23 +33,36 @@ def entry_text(row: dict[str, Any], expectations) -> str:
     return entry.describe() if entry else str(row.get("expected_id"))
 
 
-def check(row: dict[str, Any], expectations) -> dict[str, Any]:
-    """Raise :class:`ParityError` for a new failure or an unexpected pass; else return the row."""
+def check(judged: Judged, expectations) -> Judged:
+    """Raise :class:`ParityError` for a new failure or an unexpected pass; else return ``judged``."""
+    row = judged.row
     v = row["verdict"]
     if v in ("pass", "unsupported", "expected"):
-        return row
+        return judged
     if v == "unexpected-pass":
         entry = expectations.get(row["expected_id"]) if expectations else None
         case = Case.from_json(row["case_json"])
+        measured = "; ".join(miss_lines(row, judged.comparison)) or f"err ratio {row.get('err_ratio')}"
         raise ParityError(
             f"{row['backend']} UNEXPECTED PASS on {case.summary()}: the strict known divergence {entry_text(row, expectations)} "
             f"({entry.source if entry else '?'}) expects {entry.verdict if entry else 'a failure'}; retire or narrow the entry\n"
+            f"  measured: {measured}\n"
             f"  repro: {row['repro']}"
         )
-    raise ParityError(failure_message(row))
+    raise ParityError(failure_message(judged))
 
 
-def xfail_if_expected(row: dict[str, Any], expectations) -> None:
-    """An example-based test's known divergence: an xfail with the entry's id and explanation."""
+def expected_text(judged: Judged, expectations) -> str:
+    """A known divergence's row in one line: ``"id [reasons]: measured miss"`` (a property test's event)."""
+    row = judged.row
+    measured = "; ".join(miss_lines(row, judged.comparison))
+    return f"{row.get('expected_id')} [{row.get('reasons') or row.get('raw_verdict')}]: {measured}"
+
+
+def xfail_if_expected(judged: Judged, expectations) -> None:
+    """An example-based test's known divergence: an xfail with the entry's id and explanation, the
+    measured miss and the repro command, on one line."""
+    row = judged.row
     if row["verdict"] == "expected":
-        pytest.xfail(f"{entry_text(row, expectations)} [{row.get('reasons') or row.get('raw_verdict')}]")
+        measured = "; ".join(miss_lines(row, judged.comparison))
+        pytest.xfail(f"{entry_text(row, expectations)} [{row.get('reasons') or row.get('raw_verdict')}]: {measured}; repro: {row['repro']}")

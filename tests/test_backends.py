@@ -12,10 +12,10 @@ import pytest
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
-from parity import evaluate
+from parity.api import evaluate_record
 from parity.design import design_cases
 from parity.strategies import cases, edge_cases
-from tests.known import check, xfail_if_expected
+from tests.known import check, expected_text, xfail_if_expected
 
 SMALL = dict(max_len=48, max_batch=2)
 # the coverage model first (window classes, tile lengths up to 129, layouts, regimes: what the
@@ -24,10 +24,10 @@ STRATEGY = st.one_of(design_cases(max_len=130, max_batch=2), cases(**SMALL), cas
 
 
 def _check(backend_spec, case, expectations=None, worker_paths=None):
-    """The judged row; raises for a failure no known divergence explains and for an unexpected pass.
+    """The judged record; raises for a failure no known divergence explains and for an unexpected pass.
     A backend given a worker path (``--worker-path``) runs in its worker process."""
     path = (worker_paths or {}).get(backend_spec)
-    return check(evaluate(backend_spec, case, expectations=expectations, worker_path=path), expectations)
+    return check(evaluate_record(backend_spec, case, expectations=expectations, worker_path=path), expectations)
 
 
 def _examples(backend_spec) -> int | None:
@@ -51,10 +51,11 @@ def test_matches_reference(backend_spec, expectations, worker_paths, record_prop
     @settings(max_examples=n) if n else (lambda f: f)
     @given(case=STRATEGY)
     def matches(case):
-        row = _check(backend_spec, case, expectations, worker_paths)
+        judged = _check(backend_spec, case, expectations, worker_paths)
+        row = judged.row
         assume(row["verdict"] != "unsupported")
-        if row["verdict"] == "expected":  # a known divergence: recorded, not a failure
-            event(f"expected: {row['expected_id']}")
+        if row["verdict"] == "expected":  # a known divergence: recorded (with its measured miss), not a failure
+            event(f"expected: {expected_text(judged, expectations)}")
             expected[row["expected_id"]] += 1
 
     matches()
@@ -64,7 +65,7 @@ def test_matches_reference(backend_spec, expectations, worker_paths, record_prop
 
 @pytest.mark.parametrize("case", edge_cases(("bfloat16",)), ids=lambda c: c.summary().replace(" ", "_"))
 def test_edge_cases(backend_spec, case, expectations, worker_paths):
-    row = _check(backend_spec, case, expectations, worker_paths)
-    if row["verdict"] == "unsupported":
-        pytest.skip(f"unsupported: {row['detail']}")
-    xfail_if_expected(row, expectations)
+    judged = _check(backend_spec, case, expectations, worker_paths)
+    if judged.row["verdict"] == "unsupported":
+        pytest.skip(f"unsupported: {judged.row['detail']}")
+    xfail_if_expected(judged, expectations)

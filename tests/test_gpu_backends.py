@@ -271,7 +271,7 @@ def _consistency_rows(spec: str, case: Case, path: list[str] | None) -> list[dic
 def test_gpu_backend_windowed_cases_pass(spec, case, expectations, worker_paths):
     """Pass, or a known divergence (xfail naming the entry); an unexpected pass of a strict entry fails.
     A backend with a worker path (``--worker-path``) runs in its worker process."""
-    from parity.api import evaluate
+    from parity.api import evaluate_record
     from tests.known import check, xfail_if_expected
 
     path = worker_paths.get(spec)
@@ -279,10 +279,11 @@ def test_gpu_backend_windowed_cases_pass(spec, case, expectations, worker_paths)
         _available(spec)
     if case.page_size is not None and not backends.get(spec).supports_paged:
         pytest.skip(f"{spec} has no paged path")
-    row = check(evaluate(spec, case, expectations=expectations, worker_path=path), expectations)
+    judged = check(evaluate_record(spec, case, expectations=expectations, worker_path=path), expectations)
+    row = judged.row
     if row["verdict"] in ("unavailable", "unsupported"):
         pytest.skip(f"{row['verdict']}: {row['detail']}")
-    xfail_if_expected(row, expectations)
+    xfail_if_expected(judged, expectations)
     assert row["verdict"] == "pass", f"{spec}: {row['verdict']} {row['reasons']} {row['detail']} {row['worst_where']}"
 
 
@@ -291,7 +292,7 @@ def test_gpu_backend_windowed_cases_pass(spec, case, expectations, worker_paths)
 def test_gpu_decode_and_chunked_consistency(spec, expectations, worker_paths):
     """Decode steps and chunked prefill equal one-shot prefill. Where the prefill itself is a known
     divergence (judged on the same case), its decode / chunked mismatches follow from it: an xfail."""
-    from parity.api import evaluate
+    from parity.api import evaluate_record
     from tests.known import check, xfail_if_expected
 
     path = worker_paths.get(spec)
@@ -299,7 +300,7 @@ def test_gpu_decode_and_chunked_consistency(spec, expectations, worker_paths):
     rows = _consistency_rows(spec, case, path)
     bad = [r for r in rows if r["verdict"] != "pass"]
     if bad:
-        xfail_if_expected(check(evaluate(spec, case, expectations=expectations, worker_path=path), expectations), expectations)
+        xfail_if_expected(check(evaluate_record(spec, case, expectations=expectations, worker_path=path), expectations), expectations)
     assert not bad, bad
 
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -243,3 +244,43 @@ def test_a_sticky_cuda_error_costs_its_own_row_only(tmp_path):
     assert got[0][0] == "pass"
     assert got[1][0] == "error" and "misaligned address" in got[1][1] and "context lost" in got[1][1]
     assert got[2][0] == "pass", got[2]  # a fresh worker, not the poisoned one
+
+
+#: a known divergence that explains the sticky error (so that a run cut short by it exits 3, not 1)
+STICKY_TOML = """
+[[divergence]]
+id = "fake-sticky"
+backend = "tests.test_isolation:StickyCudaErrorOnSeed1"
+condition = { dtype = "float32" }
+verdict = "error"
+detail = "misaligned address"
+explanation = "Seed 1 breaks this process's CUDA context."
+upstream = "not reported"
+strict = false
+"""
+
+
+@pytest.mark.parametrize("known, code", [(False, 1), (True, 3)])
+def test_a_sticky_cuda_error_in_process_ends_the_run_as_partial(tmp_path, capsys, monkeypatch, known, code):
+    """With --no-isolate a lost CUDA context cannot be replaced: the rows after it would fail for its
+    fault. The row keeps its error, no new row starts, the run is partial (exit 3 unless a row failed)."""
+    from parity.cli import main
+
+    monkeypatch.setattr(sys.modules[__name__], "_POISONED", [])  # this test's own "CUDA context"
+    spec, out = "tests.test_isolation:StickyCudaErrorOnSeed1", tmp_path / "run"
+    toml = tmp_path / "known.toml"
+    toml.write_text(STICKY_TOML)
+    cases = [a for c in CASES for a in ("--case", c.to_json())]
+    flags = ("--no-isolate", "-q", "--shrink", "0", "--no-report", "--out", str(out), "--expect", str(toml) if known else "none")
+    assert main(["run", "-b", spec, "-b", "reference", *flags, *cases]) == code
+    err = capsys.readouterr().err
+    rows = json.loads((out / "results.json").read_text())
+    got = [(r["backend"], r["seed"], r["raw_verdict"]) for r in rows]
+    assert got == [(spec, "0", "pass"), ("reference", "0", "pass"), (spec, "1", "error")], got  # nothing after it ran
+    assert _POISONED == [1], _POISONED  # the backend was not called again
+    why = "the rest of this run cannot use the GPU in this process"
+    how = "rerun with --resume (without --no-isolate, each backend runs in its own worker process)"
+    line = f"parity: CUDA context lost in {spec} on {CASES[1].summary()}: {why}; {how}"
+    assert line in err.splitlines(), err
+    assert "PARTIAL: CUDA context lost" in err and "3 of 6 rows ran" in err, err
+    assert json.loads((out / "environment.json").read_text())["partial"] is True

@@ -46,7 +46,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--no-probes", action="store_true", help="skip the exact mask and GQA probes")
     r.add_argument("--max-mask-passes", type=int, default=64, help="mask probe limit: ceil(Sk / d) passes at most (default 64)")
     r.add_argument("--timeout", type=float, default=300.0, help="seconds per case before a worker is killed (default 300)")
-    r.add_argument("--no-isolate", action="store_true", help="run backends in this process (faster; a crash ends the run)")
+    r.add_argument("--no-isolate", action="store_true",
+                   help="run backends in this process (faster; a crash ends the run, a sticky CUDA error ends it partial)")
     r.add_argument("--budget", action="append", metavar="DTYPE.FIELD=VALUE", help="override the error budget, e.g. bfloat16.k_max=3")
     r.add_argument("--reference-device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="where the float64 reference runs (auto: cuda when available)")

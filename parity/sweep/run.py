@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import shard
 from ..case import Case
+from ..execute import context_lost
 from ..results import FAIL_VERDICTS, Judged
 from .judging import BaselineCache, apply_expectations, judge, unavailable_row
 from .lanes import LanePlan, make_executor, plan, run_lanes
@@ -32,7 +33,7 @@ class SweepResult:
     seconds: float
     reference_seconds: float
     out_dir: Path | None
-    partial: bool = False  # stopped by the time limit before every row ran
+    partial: bool = False  # stopped before every row ran (--time-limit, --fail-fast, a lost CUDA context)
     already: int = 0  # rows found in the folder on --resume
     total: int = 0  # backends x cases
     split: str = ""  # how the work was split (lanes, GPUs, shard), one line; empty for one plain lane
@@ -90,6 +91,7 @@ class Sweep:
         self.bar = Progress(len(self.specs) * len(cases), enabled=options.progress)
         self.lock = threading.RLock()  # rows, writer, progress bar, timing
         self.stop, self.timed_out, self.failed_fast = threading.Event(), threading.Event(), threading.Event()
+        self.lost_context = ""  # --no-isolate: "BACKEND on CASE" that left this process's CUDA context unusable
         self.t0 = time.perf_counter()
         self.deadline = None if options.time_limit is None else self.t0 + options.time_limit
 
@@ -144,7 +146,7 @@ class Sweep:
                 self.timing.lane_wall[tuple(lane_units)] = time.perf_counter() - t_lane
 
     def _should_stop(self) -> bool:
-        if self.stop.is_set() or self.failed_fast.is_set():
+        if self.stop.is_set() or self.failed_fast.is_set() or self.lost_context:
             return True
         if self.deadline is not None and time.perf_counter() > self.deadline:
             self.timed_out.set()
@@ -163,6 +165,8 @@ class Sweep:
             self._finish(pending)
             self._emit(Judged(unavailable_row(case, spec, info), summary=case.summary()), unit)
             return True
+        if not self.options.isolate:  # nothing to overlap in this process; judged (reference included) before
+            self._finish(pending)  # this backend's call can leave the process's CUDA context unusable
         t_ex = time.perf_counter()
         failed = ex.submit(case)
         t_sent = time.perf_counter()
@@ -172,7 +176,21 @@ class Sweep:
         if self.stop.is_set():  # interrupted: this answer may be the worker being shut down
             return False
         pending.append((case, unit, info, res, (t_sent - t_ex) + (time.perf_counter() - t_wait)))
+        if not self.options.isolate and context_lost(res):
+            self._lose_context(spec, case)
         return True
+
+    def _lose_context(self, spec: str, case: Case) -> None:
+        """In this process a sticky CUDA error cannot be undone (a worker would be restarted,
+        :mod:`parity.worker`): every later row would fail with it. No new row starts; the run is partial."""
+        with self.lock:
+            if self.lost_context:
+                return
+            self.lost_context = f"{spec} on {case.summary()}"
+        why = "the rest of this run cannot use the GPU in this process"
+        how = "rerun with --resume (without --no-isolate, each backend runs in its own worker process)"
+        lead = "\n" if self.bar.tty else ""  # past the progress bar's line
+        print(f"{lead}parity: CUDA context lost in {self.lost_context}: {why}; {how}", file=sys.stderr, flush=True)
 
     def _finish(self, pending: list[Pending]) -> None:
         while pending:
@@ -211,10 +229,19 @@ class Sweep:
     def _timing_summary(self, partial: bool) -> dict[str, Any]:
         return {"partial": partial, **self.timing.summary(time.perf_counter() - self.t0, self._reference_s())}
 
+    def _stopped_by(self) -> str:
+        """Why the run stopped before every row ran; "" when it did not."""
+        if self.lost_context:
+            return f"CUDA context lost in {self.lost_context} (--no-isolate)"
+        if self.failed_fast.is_set():
+            return "--fail-fast: stopped after the first failing row"
+        if self.timed_out.is_set():
+            return f"--time-limit {self.options.time_limit:g} s reached"
+        return ""
+
     def _result(self, wall: float) -> SweepResult:
-        partial = self.timed_out.is_set() or self.failed_fast.is_set()
-        stopped_by = ("--fail-fast: stopped after the first failing row" if self.failed_fast.is_set()
-                      else f"--time-limit {self.options.time_limit:g} s reached" if self.timed_out.is_set() else "")
+        stopped_by = self._stopped_by()
+        partial = bool(stopped_by)
         summary = {"partial": partial, **self.timing.summary(wall, self._reference_s())}
         if self.out_dir:
             write_timing(self.out_dir, summary)
