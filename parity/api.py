@@ -9,7 +9,7 @@ from typing import Any
 from . import backends
 from .backends.base import Backend
 from .case import Case
-from .execute import ProcessExecutor, backend_info, execute
+from .execute import ProcessExecutor, backend_info, context_lost, execute
 from .expect import Expectations
 from .maskcheck import DEFAULT_MAX_PASSES, ProbeResult, run_gqa_probe, run_mask_probe
 from .results import Judged
@@ -19,6 +19,9 @@ from .verdict import BUDGETS, Budget
 _BASELINES = BaselineCache("cpu", keep=16)
 #: Worker processes of :func:`evaluate` with ``worker_path``, one per (spec, path, probes, passes).
 _WORKERS: dict[tuple, ProcessExecutor] = {}
+#: The in-process call that lost this process's CUDA context (a sticky CUDA error), if one did:
+#: ``"spec on case: detail"``. Later calls of named backends then run in worker processes.
+_LOST: list[str] = []
 
 
 def _worker(spec: str, path: Sequence[str], probes: bool, max_passes: int) -> ProcessExecutor:
@@ -28,6 +31,20 @@ def _worker(spec: str, path: Sequence[str], probes: bool, max_passes: int) -> Pr
             atexit.register(close_workers)
         _WORKERS[key] = ProcessExecutor(spec, probes, max_passes, extra_path=list(path))
     return _WORKERS[key]
+
+
+def _in_process(inst: Backend, spec: str, case: Case, probes: bool, max_passes: int) -> dict[str, Any]:
+    """:func:`execute` here, unless an earlier call lost this process's CUDA context (then a CUDA
+    backend is not run); a call that loses it is recorded in :data:`_LOST`."""
+    if _LOST and getattr(inst, "device", "cpu") == "cuda":
+        return {"status": "error", "detail": f"not run: this process's CUDA context was lost earlier ({_LOST[0]}); "
+                "name the backend by its spec, or run it with a worker path, to run it in a fresh process"}
+    res = execute(inst, case, probes, max_passes)
+    if context_lost(res):
+        _LOST.append(f"{spec} on {case.summary()}: {str(res.get('detail', ''))[:160]}")
+        res = {**res, "detail": f"{res.get('detail', '')} [this process's CUDA context is lost: later calls of named "
+               "backends run in worker processes]"}
+    return res
 
 
 def close_workers() -> None:
@@ -117,9 +134,20 @@ def evaluate_record(
     expectations: Expectations | None = None,
     worker_path: Sequence[str] | None = None,
 ) -> Judged:
-    """:func:`evaluate`, as the judged record: the row and the comparison (for :func:`failure_message`)."""
-    if worker_path and isinstance(backend, str):
-        worker = _worker(backend, worker_path, probes, max_passes)
+    """:func:`evaluate`, as the judged record: the row and the comparison (for :func:`failure_message`).
+
+    =====================================  ==========================================================
+    call                                   runs where
+    =====================================  ==========================================================
+    a spec with ``worker_path``            that backend's worker process (a crash is its own row)
+    in process, no CUDA error yet          this process
+    in process, after a sticky CUDA error  a named backend: a worker process (fresh CUDA context);
+                                           a CUDA ``Backend`` instance: not run, an ``error`` row
+    =====================================  ==========================================================
+    """
+    # after a sticky CUDA error this process's context is gone: a worker has its own
+    if isinstance(backend, str) and (worker_path or _LOST):
+        worker = _worker(backend, worker_path or [], probes, max_passes)
         inst, spec, info = None, backend, worker.info
         if info.get("unavailable"):
             return Judged(unavailable_row(case, spec, info), summary=case.summary())
@@ -128,7 +156,7 @@ def evaluate_record(
         inst, spec, info = _resolve(backend)
         if info.get("unavailable"):
             return Judged(unavailable_row(case, spec, info), summary=case.summary())
-        res = execute(inst, case, probes, max_passes)
+        res = _in_process(inst, spec, case, probes, max_passes)
     judged = judge(case, spec, info, res, baselines or _BASELINES, budgets or BUDGETS)
     if not expectations:
         return judged

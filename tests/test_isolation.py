@@ -284,3 +284,33 @@ def test_a_sticky_cuda_error_in_process_ends_the_run_as_partial(tmp_path, capsys
     assert line in err.splitlines(), err
     assert "PARTIAL: CUDA context lost" in err and "3 of 6 rows ran" in err, err
     assert json.loads((out / "environment.json").read_text())["partial"] is True
+
+
+class StickyOnCuda(StickyCudaErrorOnSeed1):
+    """The same, declaring a CUDA device (never run here: the test only asks what happens to it)."""
+
+    device = "cuda"
+
+
+def test_evaluate_after_a_sticky_cuda_error_runs_named_backends_in_a_worker(monkeypatch):
+    """pytest runs backends in its own process: without this, a FlashInfer decode call with head dim
+    33 (H200, 2026-12-04) would fail every later GPU test of that pytest process with its error."""
+    from parity import api
+
+    monkeypatch.setattr(sys.modules[__name__], "_POISONED", [])
+    monkeypatch.setattr(api, "_LOST", [])
+    spec = "tests.test_isolation:StickyCudaErrorOnSeed1"
+    try:
+        assert api.evaluate(spec, CASES[0])["verdict"] == "pass"  # in this process
+        row = api.evaluate(spec, CASES[1])
+        assert row["verdict"] == "error" and "misaligned address" in row["detail"], row
+        assert "later calls of named backends run in worker processes" in row["detail"], row
+        assert api.evaluate(spec, CASES[2])["verdict"] == "pass"  # a worker: a fresh "context"
+        assert _POISONED == [1], _POISONED  # not called in this process again
+        assert len(api._LOST) == 1 and api._LOST[0].startswith(f"{spec} on {CASES[1].summary()}: "), api._LOST
+        assert "misaligned address" in api._LOST[0], api._LOST
+        inst = api.evaluate(StickyOnCuda(), CASES[0])  # an instance cannot move to a worker
+        assert inst["verdict"] == "error" and inst["detail"].startswith("not run: this process's CUDA context was lost"), inst
+        assert _POISONED == [1], _POISONED
+    finally:
+        api.close_workers()
