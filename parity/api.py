@@ -201,12 +201,29 @@ def miss_lines(row: dict[str, Any], comparison: Any = None) -> list[str]:
         lines.append(cmp.worst_text())
         if cmp.nan_count or cmp.inf_count:
             lines.append(f"non-finite: {cmp.nan_count} NaN ({cmp.nan_masked_rows} in rows that see no key), {cmp.inf_count} Inf")
+    if cmp is None and row.get("threshold_max") not in (None, ""):  # a row read back: its columns
+        lines += _row_budget_lines(row)
     if row.get("mask_check") == "mismatch":
         lines.append(f"mask: {row['mask_detail']}")
     if row.get("gqa_check") == "mismatch":
         lines.append(f"gqa: {row['gqa_detail']}")
     if row["verdict"] != "fail" and row.get("detail"):
         lines.append(str(row["detail"]))
+    return lines
+
+
+def _row_budget_lines(row: dict[str, Any]) -> list[str]:
+    """The error budget's figures from a results row's own columns (a row read back from results.csv)."""
+    lines = [
+        f"error budget: max|err| {row['max_abs_err']} vs allowed {row['threshold_max']} "
+        f"(k x same-dtype baseline {row.get('baseline_max', '?')} + floor); err ratio {row.get('err_ratio', '?')}; "
+        f"mean|err| {row.get('mean_abs_err', '?')}; {row.get('mismatch_pct', '?')}% of elements over budget"
+    ]
+    if row.get("worst_where"):
+        lines.append(str(row["worst_where"]))
+    if str(row.get("nan_count", "0")) not in ("0", "") or str(row.get("inf_count", "0")) not in ("0", ""):
+        nan, masked, inf = row.get("nan_count"), row.get("nan_masked_rows"), row.get("inf_count")
+        lines.append(f"non-finite: {nan} NaN ({masked} in rows that see no key), {inf} Inf")
     return lines
 
 

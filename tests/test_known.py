@@ -57,3 +57,20 @@ def test_failure_message_is_its_header_the_miss_lines_and_the_repro(expectations
         lines = failure_message(judged).splitlines()
         assert lines[1:-1] == [f"  {m}" for m in miss_lines(judged.row, judged.comparison)], lines
         assert failure_message(judged.row).splitlines()[1:-1] == [f"  {m}" for m in miss_lines(judged.row)]
+
+
+def test_a_row_read_back_from_results_csv_keeps_its_budget_figures(tmp_path):
+    """``parity report`` and the shrinker see rows from results.csv, without the comparison object."""
+    import csv
+
+    judged = evaluate_record(KNOWN, EMPTY_ROWS[0])
+    path = tmp_path / "results.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(judged.row))
+        w.writeheader()
+        w.writerow(judged.row)
+    with path.open(newline="") as fh:
+        row = next(csv.DictReader(fh))
+    text = failure_message(row)
+    assert f"max|err| {row['max_abs_err']} vs allowed {row['threshold_max']}" in text, text
+    assert f"err ratio {row['err_ratio']}" in text and row["worst_where"] in text, text
