@@ -15,8 +15,9 @@
 * :data:`COMMON`: a float64 masked reference (dense per head; a row that sees no key is 0),
   the same-dtype baseline that sets the tolerance, the ``q = 0`` / one-hot ``V`` mask probe,
   and ``main()``, which prints the error, the rows that differ most and the keys they saw
-  against the spec's, and exits 1 when the output differs beyond the tolerance or the probe
-  finds other keys than the spec, else 0.
+  against the spec's, and exits 1 when the output differs beyond the tolerance, the probe
+  finds other keys than the spec or the backend raises, 2 when it cannot run on this machine
+  (the backend's package does not import, no CUDA device), else 0.
 
 The contract of ``repro_call(case) -> str``: module-level Python source that defines
 ``attention(q, k, v)``, taking packed ``q`` ``(total_q, hq, d)`` and ``k`` / ``v``
@@ -112,8 +113,9 @@ def docstring(meta: dict[str, Any]) -> str:
         "",
         f"Run: {meta['command']}",
         "Exit status: 1 when the output differs from the float64 reference beyond the tolerance printed",
-        "(K_MAX x the same naive computation's error in the case's dtype + a floor), or when the mask",
-        "probe finds other keys than the spec; 0 otherwise.",
+        "(K_MAX x the same naive computation's error in the case's dtype + a floor), when the mask",
+        "probe finds other keys than the spec, or when the backend raises; 2 when this machine cannot",
+        "run it (the backend's package does not import, no CUDA device); 0 otherwise.",
         "",
         "The spec: query i of a sequence with Sq queries and Sk keys sees key j iff",
         "i + d - left <= j <= i + d + right (inclusive; d = Sk - Sq for bottom_right, 0 for top_left;",
@@ -129,8 +131,9 @@ def build_script(case: Case, call: str, device: str, meta: dict[str, Any]) -> st
     return "\n".join(
         [
             docstring(meta),
-            "from __future__ import annotations\n\nimport sys\n\nimport torch\n",
+            "from __future__ import annotations\n\nimport os\nimport sys\n\nimport torch\n",
             case_constants(case, device),
+            CANNOT_RUN,
             input_code(case),
             COMMON_HELPERS,
             "# -- the backend's call, as the harness makes it --\n" + call.strip() + "\n",
@@ -138,6 +141,18 @@ def build_script(case: Case, call: str, device: str, meta: dict[str, Any]) -> st
         ]
     )
 
+
+CANNOT_RUN = '''
+def cannot_run(kind, exc, tb):
+    """Exit 2, not Python's 1, when this machine lacks what the script needs (1 means: diverges)."""
+    if issubclass(kind, ImportError) or (DEVICE == "cuda" and not torch.cuda.is_available()):
+        print(f"CANNOT RUN on this machine (exit 2): {kind.__name__}: {exc}", flush=True)
+        os._exit(2)
+    sys.__excepthook__(kind, exc, tb)
+
+
+sys.excepthook = cannot_run  # the backend's imports below run when the script starts
+'''
 
 COMMON_HELPERS = '''
 def cu(lens):
@@ -282,6 +297,9 @@ def report_mask(seen, shown=5):
 
 
 def main():
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        print(f"CANNOT RUN on this machine (exit 2): no CUDA device (torch {torch.__version__})")
+        return 2
     gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
     print(f"torch {torch.__version__}, device {DEVICE}{gpu}")
     print(f"case: {SUMMARY}")

@@ -293,3 +293,15 @@ def test_every_known_divergence_has_a_committed_repro_and_control():
     for entry, backend, script, control in by_entry.values():
         assert script.startswith(backend + "_") and (here / script).is_file(), entry
         assert control != "-" and (here / control).is_file(), entry
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a GPU")
+@pytest.mark.parametrize("spec", ["flashinfer-cuda", "sdpa-math-cuda"])
+def test_a_cuda_script_on_a_machine_without_one_exits_2_not_1(spec, tmp_path):
+    """Exit 1 means 'diverges' to run_all.sh and to a maintainer; a missing package (FlashInfer here)
+    or a missing GPU (sdpa-math-cuda) must not look like that."""
+    path = tmp_path / f"{spec}.py"
+    path.write_text(_script(spec, DENSE if spec != "flashinfer-cuda" else DECODE))
+    res = run_script(path, tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "CANNOT RUN on this machine (exit 2)" in res.stdout, res.stdout + res.stderr
