@@ -6,6 +6,7 @@
 #      flashinfer-paged-cuda,flashinfer-decode-cuda), default profile, $SEED_JOBS lanes (default 3;
 #      $SEED_ARGS adds options, e.g. --split flashinfer-cuda=2), stopping new rows after
 #      TIME_LIMIT_S (default 300), each backend with its own --worker-path (from install.sh);
+#      SEED_RESUME=1 resumes the sweep an earlier call left partial on the same warm machine;
 #   3. everything under /tmp/seedrun, tarred to $OUT/seedrun.tgz; a short table printed last.
 # Exit status: that of `parity run` (1 also when a backend was unavailable).
 set -uo pipefail
@@ -47,7 +48,8 @@ EOF
 
 # a hard stop well inside the call's 10 minutes, so the tarball is still written
 timeout -s INT -k 15 "$((limit + 150))" python3 -m parity run --backend "${SEED_BACKENDS:-vllm-fa2-cuda,vllm-fa3-cuda,flashinfer-cuda}" --profile default --jobs "${SEED_JOBS:-3}" \
-  --time-limit "$limit" --timeout 120 --shrink 12 "${args[@]}" ${SEED_ARGS:-} --out "$run/sweep" > "$run/run.log" 2>&1
+  --time-limit "$limit" --timeout 120 --shrink 12 "${args[@]}" ${SEED_ARGS:-} ${SEED_RESUME:+--resume} --out "$run/sweep" \
+  >> "$run/run.log" 2>&1
 rc=$?
 tail -n 25 "$run/run.log"
 tar -czf "$out/seedrun.tgz" -C /tmp seedrun
