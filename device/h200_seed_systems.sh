@@ -63,13 +63,13 @@ except OSError as exc:
 count = collections.defaultdict(collections.Counter)
 for r in rows:
     count[r["backend"]][r["verdict"]] += 1
-cols = ["pass", "fail", "expected", "error", "crash", "timeout", "unsupported", "unavailable"]
-print(f"{'backend':18s} " + " ".join(f"{c:>11s}" for c in cols))
+cols = ["pass", "fail", "expected", "unexpected-pass", "error", "crash", "timeout", "unsupported", "unavailable"]
+print(f"{'backend':24s} " + " ".join(f"{c:>11s}" for c in cols))
 for b, c in sorted(count.items()):
-    print(f"{b:18s} " + " ".join(f"{c.get(k, 0):11d}" for k in cols))
+    print(f"{b:24s} " + " ".join(f"{c.get(k, 0):11d}" for k in cols))
 firsts = {}
 for r in rows:
-    if r["verdict"] in ("fail", "error", "crash", "timeout") and r["backend"] not in firsts:
+    if r["verdict"] in ("fail", "unexpected-pass", "error", "crash", "timeout") and r["backend"] not in firsts:
         firsts[r["backend"]] = r
 for b, r in firsts.items():
     print(f"first {r['verdict']} {b}: {r['case_json'][:160]} | {r['reasons'] or r['detail'][:200]}")
