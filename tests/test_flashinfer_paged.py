@@ -71,6 +71,43 @@ def test_causal_with_more_queries_than_keys_is_refused_up_front():
     assert fi.flashinfer_window(Window(None, None), 40, 24) == (False, -1)  # no causal mask: no check
 
 
+def flashinfer_mask(causal: bool, window_left: int, sq: int, sk: int) -> torch.Tensor:
+    """FlashInfer's own predicates, (Sq, Sk) bool: the causal mask masks ``kv_idx + qo_len >
+    kv_len + qo_idx`` (prefill.cuh), the sliding window keeps ``kv_idx + qo_len + window_left >=
+    kv_len + qo_idx`` (variants.cuh; ``window_left < 0``: none), each on its own."""
+    i = torch.arange(sq)[:, None]  # (Sq, 1)
+    j = torch.arange(sk)[None, :]  # (1, Sk)
+    keep = torch.ones(sq, sk, dtype=torch.bool)  # (Sq, Sk)
+    if causal:
+        keep &= j + sq <= sk + i
+    if window_left >= 0:
+        keep &= j + sq + window_left >= sk + i
+    return keep
+
+
+def test_left_window_without_causal_covers_right_sides_that_reach_the_last_key():
+    """``(L, None)`` and ``(L, R)`` with ``R >= Sq - 1`` are ``causal=False, window_left=L``: the
+    sliding window applies without the causal mask. Checked against FlashInfer's predicates on every
+    accepted (window, Sq, Sk); 0 < R < Sq - 1 stays refused."""
+    assert fi.flashinfer_window(Window(5, None), 24, 40) == (False, 5)
+    assert fi.flashinfer_window(Window(5, 23), 24, 40) == (False, 5)
+    assert fi.flashinfer_window(Window(None, 30), 24, 24) == (False, -1)
+    assert fi.flashinfer_window(Window(5, None), 40, 24) == (False, 5)  # no causal mask: Sq > Sk is fine
+    with pytest.raises(Unsupported, match="left window only"):
+        fi.flashinfer_window(Window(5, 22), 24, 40)
+    sides = [None, 0, 1, 3, 7, 15, 23, 40]
+    checked = 0
+    for left, right, (sq, sk) in itertools.product(sides, sides, [(1, 9), (8, 8), (8, 30), (24, 40), (30, 8)]):
+        w = Window(left, right)
+        try:
+            causal, wl = fi.flashinfer_window(w, sq, sk)
+        except Unsupported:
+            continue
+        assert torch.equal(flashinfer_mask(causal, wl, sq, sk), w.mask(sq, sk)), (w, sq, sk, causal, wl)
+        checked += 1
+    assert checked > 150, checked
+
+
 def test_jit_reason_follows_flashinfers_nvcc_search(tmp_path, monkeypatch):
     monkeypatch.setattr(fi.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setitem(sys.modules, "flashinfer.jit", None)  # no flashinfer here: only nvcc counts

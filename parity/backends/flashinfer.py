@@ -21,14 +21,27 @@ kernels. So the backends are unavailable, with that reason, where neither nvcc
 (``$CUDA_HOME/bin/nvcc``, ``nvcc`` on ``PATH``, ``/usr/local/cuda/bin/nvcc``: FlashInfer's own
 search order), nor ``flashinfer_jit_cache``, nor an already built kernel is found.
 
-Window translation: FlashInfer has a left window only, ``window_left`` (keys
-``i + Sk - Sq - window_left .. `` stay visible; ``-1`` = unbounded), bottom-right aligned,
-combined with ``causal=True`` for ``right == 0``. So ``(L, 0)`` -> ``causal=True,
-window_left=L``; ``(None, 0)`` -> ``causal=True, window_left=-1``; ``(None, None)`` ->
-``causal=False, window_left=-1``. A bounded right side other than 0, a bounded left with
-an unbounded right, ``top_left`` with ``Sq != Sk``, and ``right == 0`` with ``Sq > Sk``
-(FlashInfer's own check: "When mask_mode is set to MaskMode::kCausal, kv_len must be greater
-than or equal to qo_len") are unsupported. Softcap is
+Window translation: FlashInfer has a left window only, ``window_left`` (its sliding-window
+predicate, ``kv_idx + qo_len + window_left >= kv_len + qo_idx``, keeps keys
+``i + Sk - Sq - window_left ..``; ``-1`` = unbounded), bottom-right aligned, applied with or
+without the causal mask (``causal=True`` is the right side 0):
+
+==========================================  =====================================
+window (bottom-right, or top-left Sq = Sk)  call
+==========================================  =====================================
+``(L, 0)``, ``Sq <= Sk``                    ``causal=True, window_left=L``
+``(None, 0)``, ``Sq <= Sk``                 ``causal=True, window_left=-1``
+``(L, None)``, or ``(L, R)``, ``R >= Sq-1`` ``causal=False, window_left=L``
+``(None, None)``                            ``causal=False, window_left=-1``
+``(L, R)``, ``0 < R < Sq - 1``              unsupported (no right bound but 0)
+``right == 0`` with ``Sq > Sk``             unsupported (FlashInfer's own check)
+``top_left`` with ``Sq != Sk``              unsupported
+==========================================  =====================================
+
+(``L`` may be ``None`` in the third row: ``window_left=-1``.) A right side ``R >= Sq - 1``
+reaches the last key from every query row, so no right bound is the same mask. FlashInfer's
+own check for the causal case reads "When mask_mode is set to MaskMode::kCausal, kv_len must
+be greater than or equal to qo_len". Softcap is
 ``logits_soft_cap``. Decode (``Sq = 1``, bottom-right): the query sees keys
 ``Sk - 1 - window_left .. Sk - 1``, so any right side is exact (no key lies beyond
 ``Sk - 1``) and only ``window_left`` is passed (:func:`flashinfer_decode_window`).
@@ -77,8 +90,8 @@ def flashinfer_window(window: Window, sq: int, sk: int) -> tuple[bool, int]:
         if sq > sk:  # FlashInfer raises "When mask_mode is set to MaskMode::kCausal, kv_len must be >= qo_len"
             raise Unsupported(f"FlashInfer's causal mask needs Sk >= Sq (kv_len >= qo_len); Sq={sq} > Sk={sk}")
         return True, -1 if window.left is None else window.left
-    if window.right is None and window.left is None:
-        return False, -1
+    if window.right is None or window.right >= sq - 1:  # every row reaches the last key: no right bound
+        return False, -1 if window.left is None else window.left
     raise Unsupported(f"FlashInfer has a left window only (with causal); window {window.describe()} has no translation")
 
 
