@@ -192,17 +192,9 @@ def miss_lines(row: dict[str, Any], comparison: Any = None) -> list[str]:
     if cmp is not None and cmp.unwritten:  # first: it explains the rest; alone when nothing was written
         lines.append(f"{cmp.unwritten} of {cmp.elements} output elements never written (poison left in the buffer)")
     if cmp is not None and not (cmp.unwritten and cmp.unwritten == cmp.elements):
-        lines.append(
-            f"error budget: max|err| {cmp.max_abs_err:.4g} vs allowed {cmp.threshold_max:.4g} "
-            f"(k x same-dtype baseline {cmp.baseline_max:.4g} + floor); err ratio {cmp.err_ratio:.3g}; "
-            f"mean|err| {cmp.mean_abs_err:.3g} vs allowed {cmp.threshold_mean:.3g}; "
-            f"{cmp.mismatch_pct:.3g}% of elements over budget"
-        )
-        lines.append(cmp.worst_text())
-        if cmp.nan_count or cmp.inf_count:
-            lines.append(f"non-finite: {cmp.nan_count} NaN ({cmp.nan_masked_rows} in rows that see no key), {cmp.inf_count} Inf")
+        lines += _budget_lines(_comparison_figures(cmp))
     if cmp is None and row.get("threshold_max") not in (None, ""):  # a row read back: its columns
-        lines += _row_budget_lines(row)
+        lines += _budget_lines(_row_figures(row))
     if row.get("mask_check") == "mismatch":
         lines.append(f"mask: {row['mask_detail']}")
     if row.get("gqa_check") == "mismatch":
@@ -212,19 +204,40 @@ def miss_lines(row: dict[str, Any], comparison: Any = None) -> list[str]:
     return lines
 
 
-def _row_budget_lines(row: dict[str, Any]) -> list[str]:
-    """The error budget's figures from a results row's own columns (a row read back from results.csv)."""
+def _budget_lines(f: dict[str, Any]) -> list[str]:
+    """The error budget's lines of :func:`miss_lines` from figures already formatted as text
+    (:func:`_comparison_figures`, or :func:`_row_figures` for a row read back from results.csv)."""
+    mean = f"mean|err| {f['mean']}" + (f" vs allowed {f['mean_allowed']}" if f["mean_allowed"] else "")
     lines = [
-        f"error budget: max|err| {row['max_abs_err']} vs allowed {row['threshold_max']} "
-        f"(k x same-dtype baseline {row.get('baseline_max', '?')} + floor); err ratio {row.get('err_ratio', '?')}; "
-        f"mean|err| {row.get('mean_abs_err', '?')}; {row.get('mismatch_pct', '?')}% of elements over budget"
+        f"error budget: max|err| {f['max']} vs allowed {f['allowed']} (k x same-dtype baseline {f['baseline']} + floor); "
+        f"err ratio {f['ratio']}; {mean}; {f['pct']}% of elements over budget"
     ]
-    if row.get("worst_where"):
-        lines.append(str(row["worst_where"]))
-    if str(row.get("nan_count", "0")) not in ("0", "") or str(row.get("inf_count", "0")) not in ("0", ""):
-        nan, masked, inf = row.get("nan_count"), row.get("nan_masked_rows"), row.get("inf_count")
-        lines.append(f"non-finite: {nan} NaN ({masked} in rows that see no key), {inf} Inf")
+    if f["worst"]:
+        lines.append(f["worst"])
+    if f["nonfinite"]:
+        lines.append(f"non-finite: {f['nan']} NaN ({f['masked']} in rows that see no key), {f['inf']} Inf")
     return lines
+
+
+def _comparison_figures(cmp: Any) -> dict[str, Any]:
+    """:func:`_budget_lines`' figures from a :class:`parity.verdict.Comparison`."""
+    return {
+        "max": f"{cmp.max_abs_err:.4g}", "allowed": f"{cmp.threshold_max:.4g}", "baseline": f"{cmp.baseline_max:.4g}",
+        "ratio": f"{cmp.err_ratio:.3g}", "mean": f"{cmp.mean_abs_err:.3g}", "mean_allowed": f"{cmp.threshold_mean:.3g}",
+        "pct": f"{cmp.mismatch_pct:.3g}", "worst": cmp.worst_text(), "nonfinite": bool(cmp.nan_count or cmp.inf_count),
+        "nan": cmp.nan_count, "masked": cmp.nan_masked_rows, "inf": cmp.inf_count,
+    }
+
+
+def _row_figures(row: dict[str, Any]) -> dict[str, Any]:
+    """:func:`_budget_lines`' figures from a results row's own columns (no allowed mean: not a column)."""
+    nonfinite = str(row.get("nan_count", "0")) not in ("0", "") or str(row.get("inf_count", "0")) not in ("0", "")
+    return {
+        "max": row["max_abs_err"], "allowed": row["threshold_max"], "baseline": row.get("baseline_max", "?"),
+        "ratio": row.get("err_ratio", "?"), "mean": row.get("mean_abs_err", "?"), "mean_allowed": "",
+        "pct": row.get("mismatch_pct", "?"), "worst": str(row.get("worst_where") or ""), "nonfinite": nonfinite,
+        "nan": row.get("nan_count"), "masked": row.get("nan_masked_rows"), "inf": row.get("inf_count"),
+    }
 
 
 def assert_parity(backend: Backend | str, case: Case, **kw: Any) -> dict[str, Any]:
