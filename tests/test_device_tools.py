@@ -15,7 +15,6 @@ two jobs collected                      two tarballs, nothing else in $OUT
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import tarfile
@@ -23,15 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_vllm_fa import _stage_module
+
 ROOT = Path(__file__).resolve().parents[1]
 BG = ROOT / "device" / "bg.sh"
-
-
-def _stage():
-    spec = importlib.util.spec_from_file_location("parity_device_stage_tools", ROOT / "device" / "stage.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _git_tree(tmp_path: Path, mib: int) -> Path:
@@ -43,7 +37,7 @@ def _git_tree(tmp_path: Path, mib: int) -> Path:
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_part_limit_leaves_room_for_the_tracked_tree(tmp_path):
-    stage = _stage()
+    stage = _stage_module()
     assert stage.part_limit(_git_tree(tmp_path / "small", 1)) == stage.PART_LIMIT
     big = stage.part_limit(_git_tree(tmp_path / "big", 30))
     assert big == (64 - 30) * stage.MIB - stage.TREE_MARGIN, f"part limit {big / stage.MIB:.1f} MiB for a 30 MiB tree"

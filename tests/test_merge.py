@@ -12,10 +12,10 @@ from parity.report.merge import merge
 CASES = [Case((12,), (12,), 2, 1, 8, "float32", Window(3, 0), seed=s) for s in range(3)]
 
 
-def sweep(out, backends, cases=CASES):
-    rc = main(["run", *sum((["-b", b] for b in backends), []), *sum((["--case", c.to_json()] for c in cases), []),
-               "--out", str(out), "-q", "--no-report", "--no-isolate"])
-    assert rc == 0
+def sweep(out, backends, cases=CASES, extra=(), rc=0):
+    got = main(["run", *sum((["-b", b] for b in backends), []), *sum((["--case", c.to_json()] for c in cases), []),
+                "--out", str(out), "-q", "--no-report", "--no-isolate", *extra])
+    assert got == rc
     return out
 
 
@@ -100,9 +100,7 @@ def test_time_limit_leaves_a_partial_folder_that_resume_completes(tmp_path):
 def test_merge_with_expect_judges_the_rows_again(tmp_path):
     """Rows run before an entry existed: ``merge --expect FILE`` reports them as ``expected``."""
     bug = "parity.selftest.bugs:WindowOneWider"
-    a = tmp_path / "a"
-    assert main(["run", "-b", bug, *sum((["--case", c.to_json()] for c in CASES), []), "--out", str(a), "-q",
-                 "--no-report", "--no-isolate", "--expect", "none"]) == 1
+    a = sweep(tmp_path / "a", [bug], extra=("--expect", "none"), rc=1)
     assert {r["verdict"] for r in rows(a)} == {"fail"}
     toml = tmp_path / "known.toml"
     toml.write_text(f'[[divergence]]\nid = "planted-one-wider"\nbackend = "{bug}"\nverdict = "fail"\ncondition = {{ dtype = "float32" }}\n'

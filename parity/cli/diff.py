@@ -106,9 +106,9 @@ def _folders(base: Path | None, head: Path | None) -> tuple[Path, Path]:
 def _shown(folder: Path) -> str:
     """``folder`` as given, and where it leads when it is a link (reports/latest -> reports/runs/...)."""
     try:
-        real = folder.resolve()
-        if real == folder.absolute():
-            return str(folder)
-        return f"{folder} ({real.relative_to(Path.cwd().resolve()) if real.is_relative_to(Path.cwd().resolve()) else real})"
+        real, cwd = folder.resolve(), Path.cwd().resolve()
     except OSError:
         return str(folder)
+    if real == folder.absolute():
+        return str(folder)
+    return f"{folder} ({real.relative_to(cwd) if real.is_relative_to(cwd) else real})"
