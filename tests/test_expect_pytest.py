@@ -23,10 +23,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _pytest(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, dict[str, int], Path]:
-    """Run tests/test_backends.py in a child pytest; (exit code, output, outcome counts, junit xml)."""
+    """Run tests/test_backends.py in a child pytest; (exit code, output, outcome counts, junit xml).
+
+    The property test must meet the fake's empty rows (Sq > Sk), which about 1 in 5 free draws
+    hold; but in a pytest run hypothesis mutates its earlier examples, so draws come in runs of
+    near-copies. The ``quick`` profile's 12 examples missed them on 10 of 31 seeds here, and
+    which seeds miss depends on the modules the process imported (hypothesis mixes their literals
+    into draws): CI missed with the seed that met them here. The ``thorough`` profile's 300 met
+    them on 31 of 31 seeds (a few seconds per child run)."""
     junit = tmp_path / "inner.xml"
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "tests" / "test_backends.py"), "-q", "-p", "no:cacheprovider", "-rxXf",
-           "--parity-profile", "quick", "--hypothesis-seed", "3", f"--junitxml={junit}", *args]
+           "--parity-profile", "thorough", "--hypothesis-seed", "3", f"--junitxml={junit}", *args]
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     if "PARITY_EXPECT" not in (env or {}):
         full_env.pop("PARITY_EXPECT", None)
