@@ -234,6 +234,11 @@ def edge_cases(dtypes: Sequence[str] = ALL_DTYPES) -> list[Case]:
         dict(q_lens=(12,), k_lens=(45,), hq=4, hkv=1, head_dim=32, window=W(10, 0), page_size=8),
         # odd head dim
         dict(q_lens=(37,), k_lens=(37,), hq=2, hkv=1, head_dim=40, window=W(7, 0)),
+        # Sq > Sk, bottom-right, one side unbounded or >= Sk: flash-attn 2's host-side clamp turns
+        # such a side into Sk, which no longer reaches the last key once the diagonal is shifted
+        # (Dao-AILab/flash-attention#895; every FA2 build: torch's, xformers' fa2F, vLLM's, flash-attn)
+        dict(q_lens=(64,), k_lens=(35,), hq=4, hkv=2, head_dim=64, window=W(16, None)),
+        dict(q_lens=(63,), k_lens=(17,), hq=4, hkv=1, head_dim=64, window=W(None, 20)),
     ]
     out = []
     for n, t in enumerate(templates):

@@ -118,9 +118,12 @@ def test_generated_cases_keep_their_ids():
     import csv
 
     with (ROOT / "reports" / "sample-cpu" / "results.csv").open(newline="") as fh:
-        old = {r["case_id"] for r in csv.DictReader(fh)}
+        rows = list(csv.DictReader(fh))
+    # the sample's edge cases (seed 1000 + template index): every one is still generated, with its id;
+    # templates added since (the FA2 clamp's, 2026-12-05) come after them and are new ids
+    old_edge = {r["case_id"] for r in rows if r["dtype"] == "bfloat16" and 1000 <= int(r["seed"]) < 1100}
     edge = {c.case_id for c in edge_cases(("bfloat16",))}
-    assert edge <= old
+    assert len(old_edge) == 28 and old_edge <= edge
     assert Case.from_json(Case((3,), (3,), 1, 1, 16).to_json()).regime == "normal"
     assert "regime" not in Case((3,), (3,), 1, 1, 16).to_dict()
 

@@ -441,6 +441,34 @@ class EdgeWrongFromSecondTile(EagerAttention):
         return ok
 
 
+class Fa2RightSideClampedToSk(EagerAttention):
+    """flash-attn 2's host-side window clamp (``flash_api.cpp``; Dao-AILab/flash-attention#895),
+    found in torch's vendored FA2, xformers' fa2F and vLLM's FA2 build: a side ``>= Sk`` (the
+    batch's longest) becomes ``-1``, then a lone unbounded side becomes ``Sk``. Harmless while
+    ``Sq <= Sk``; bottom-right with ``Sq > Sk`` shifts the diagonal left by ``Sq - Sk``, so:
+
+    =======================  ==============  ==============================================
+    spec ``(left, right)``   kernel's sides  rows with ``Sq > Sk``, bottom-right
+    =======================  ==============  ==============================================
+    ``(L < Sk, None)``       ``(L, Sk)``     early rows lose keys on the right
+    ``(L < Sk, R >= Sk)``    ``(L, Sk)``     the same
+    ``(None, R >= Sk)``      ``(-1, -1)``    no window: every row sees every key, empty rows too
+    ``(None, R < Sk)``       ``(Sk, R)``     right (``Sk`` on the left reaches key 0)
+    =======================  ==============  ==============================================
+    """
+
+    name = "bug-fa2-right-side-clamped-to-sk"
+
+    def window_size(self, case):
+        sk = max(case.k_lens)
+        wl, wr = (-1 if side >= sk else side for side in super().window_size(case))
+        if wl < 0 <= wr:
+            wl = sk
+        elif wr < 0 <= wl:
+            wr = sk
+        return wl, wr
+
+
 @dataclasses.dataclass(frozen=True)
 class PlantedBug:
     name: str  # the backend's registry-style name
@@ -473,6 +501,7 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-softmax-no-running-max", "softmax without a running max (overflows on large logits)", SoftmaxWithoutRunningMax),
     PlantedBug("bug-pv-input-dtype-accumulator", "P @ V accumulated in the input dtype, 16 keys a step", PvAccumulatedInInputDtype),
     PlantedBug("bug-edge-wrong-after-first-tile", "window edge wrong from the second 128-row tile on", EdgeWrongFromSecondTile),
+    PlantedBug("bug-fa2-right-side-clamped-to-sk", "Sq > Sk: a side >= Sk (or unbounded) clamped to Sk (FA2)", Fa2RightSideClampedToSk),
 )
 
 
