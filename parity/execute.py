@@ -170,7 +170,7 @@ def execute(
         result["timing"] = {"gen_s": gen_s, "call_s": call_s, "probe_s": probe_s, "probe_call_s": probe_call_s}
         return result
     except Unsupported as exc:
-        return {"status": "unsupported", "detail": str(exc) or type(exc).__name__}
+        return _refusal_or_fault(exc, device)
     except BackendFault as exc:
         return {"status": "error", "detail": f"interface: {exc}"}
     except (torch.cuda.OutOfMemoryError, MemoryError) as exc:
@@ -181,6 +181,21 @@ def execute(
         return _generic_error(exc)
     except Exception as exc:  # noqa: BLE001 - a backend's fault costs its own row only
         return _generic_error(exc)
+
+
+def _refusal_or_fault(exc: Unsupported, device: str) -> dict[str, Any]:
+    """A refusal raised after the backend launched work can hide a fault of that work (CUDA reports
+    kernel errors late): FlashInfer's decode faulted on head dim 20 (misaligned address), then its
+    merge step refused the head dim, and the next row of the worker died making its inputs
+    (reports/h200-2026-12-05/). So the device is synchronized first; an error there makes the row
+    an ``error`` (a lost context restarts the worker), not ``unsupported``."""
+    try:
+        _sync(device)
+    except Exception as fault:  # noqa: BLE001
+        err = _generic_error(fault)
+        err["detail"] += f" (raised before the backend's refusal: {str(exc)[:200]})"
+        return err
+    return {"status": "unsupported", "detail": str(exc) or type(exc).__name__}
 
 
 def _generic_error(exc: BaseException) -> dict[str, Any]:

@@ -358,3 +358,28 @@ def test_an_honest_cpu_call_still_passes_through_the_refusal_wrapper():
     assert torch.__version__
     row = evaluate(sdpa.SdpaBackend(), Case(q_lens=(9,), k_lens=(20,), hq=2, hkv=1, head_dim=16, dtype="float32", window=Window(3, 0)))
     assert row["verdict"] == "pass"
+
+
+def test_a_refusal_after_a_faulted_launch_is_an_error_that_restarts_the_worker(monkeypatch):
+    """FlashInfer on the H200 (2026-12-05): the decode kernel faulted (misaligned address), then the
+    merge step refused the head dim; recorded `unsupported`, the fault killed the worker's next row.
+    A refusal is checked against the device first: a fault pending there makes the row an error."""
+    from parity import execute as ex
+    from parity.backends.base import Backend
+
+    class Refuses(Backend):
+        name, device = "refuses-after-launch", "cuda"
+
+        def run(self, case, inputs, out):
+            raise Unsupported("Unsupported head_dim: 20")
+
+    def pending_fault(device):
+        raise RuntimeError("CUDA error: misaligned address")
+
+    monkeypatch.setattr(ex, "make_inputs", lambda case, device: __import__("parity").case.make_inputs(case, "cpu"))
+    case = Case((1,), (63,), 2, 1, 32, "bfloat16", Window(None, 64))
+    assert execute(Refuses(), case, probes=False)["status"] == "unsupported"  # a healthy device: the refusal stands
+    monkeypatch.setattr(ex, "_sync", pending_fault)
+    res = execute(Refuses(), case, probes=False)
+    assert res["status"] == "error" and "misaligned address" in res["detail"] and "Unsupported head_dim: 20" in res["detail"]
+    assert ex.context_lost(res)

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from ..case import Case, Inputs
 from ..window import Window
-from .base import Backend, Unsupported, cuda_unavailable_reason, refusals
+from .base import Backend, cuda_unavailable_reason, refusals
 from .cudnn import CUDNN_REFUSALS
 
 #: PyTorch's own words when the SDPA kernel it was told to use declines the inputs.
@@ -57,6 +57,8 @@ class SdpaBackend(Backend):
     refusal_phrases = SDPA_REFUSALS
 
     def unsupported_reason(self, case: Case) -> str | None:
+        if case.softcap is not None:
+            return "SDPA has no softcap"
         if self.causal_path:
             return causal_path_fits(case)
         return None
@@ -82,8 +84,6 @@ class SdpaBackend(Backend):
         return F.scaled_dot_product_attention(q, k, v, **kw)  # (1, hq, Sq, d)
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        if case.softcap is not None:
-            raise Unsupported("SDPA has no softcap")
         library = f"SDPA kernel {self.kernel}" if self.kernel else "SDPA"
         with _kernel_context(self.kernel), refusals(self.refusal_phrases, library):
             for _, q, k, v, qs in inputs.sequences():
