@@ -115,10 +115,24 @@ def export_one(
         extra = (f"the row's case to ({entry.get('calls', '?')} backend calls); the harness's verdict on it: "
                  f"{entry.get('verdict', '?')} [{entry.get('reasons', '')}]")
     path = _write(run, index, row, spec, case, dict(row_summary=row_summary, shrunk=extra), out_dir / f"{_safe(spec)}_{case.case_id}.py")
-    if path is not None and control:
+    refusal = _control_refusal(control, case) if path is not None and control else None
+    if refusal:
+        _note(f"no control for row {index}: {control} refuses this case ({refusal}); name another with --control")
+    elif path is not None and control:
         meta = dict(row_summary=row_summary, shrunk=extra, control_of=spec)
         _write(run, index, {"verdict": "control"}, control, case, meta, out_dir / f"{_safe(control)}_{case.case_id}.control.py")
     return path
+
+
+def _control_refusal(control: str, case) -> str | None:
+    """Why ``control`` cannot run ``case`` (its own refusal), or None: a control that refuses the
+    case would only show that it refuses (SDPA has no softcap, for one)."""
+    from . import backends
+
+    try:
+        return backends.get(control).unsupported_reason(case)
+    except backends.BackendSpecError as exc:
+        return f"cannot be loaded here: {exc}"
 
 
 def _write(run, index: int, row: dict[str, Any], spec: str, case, extra: dict[str, str], path: Path) -> Path | None:

@@ -6,7 +6,7 @@
   run saw, the command that runs it;
 * the case as constants (``Q_LENS``, ``K_LENS``, ``HQ``, ``HKV``, ``HEAD_DIM``, ``DTYPE``,
   ``WINDOW``, ``SCALE``, ``SOFTCAP``, ``PAGE_SIZE``, ``SEED``, ``DEVICE``) and the budget
-  (``K_MAX``, ``ABS_FLOOR`` of :data:`parity.verdict.BUDGETS`);
+  (``K_MAX``, ``ABS_FLOOR``, ``K_MEAN``, ``MEAN_FLOOR`` of :data:`parity.verdict.BUDGETS`: the max and the mean rule);
 * the input code, copied from :mod:`parity.regimes` and :mod:`parity.case` (``draw_qkv`` and,
   for paged cases, ``paged_layout``): the same generator, seed, order of draws, input regime
   and cast as ``make_inputs``;
@@ -72,7 +72,8 @@ def case_constants(case: Case, device: str) -> str:
         SEED = {case.seed}
         DEVICE = {device!r}
         DRAW_ARGS = {draw_args(case)!r}
-        K_MAX, ABS_FLOOR = {budget.k_max!r}, {budget.abs_floor!r}  # the harness's budget for {case.dtype}
+        K_MAX, ABS_FLOOR = {budget.k_max!r}, {budget.abs_floor!r}  # the harness's max-error budget for {case.dtype}
+        K_MEAN, MEAN_FLOOR = {budget.k_mean!r}, {budget.mean_floor!r}  # and its mean-error budget
         SUMMARY = {case.summary()!r}
         """
     )
@@ -113,7 +114,7 @@ def docstring(meta: dict[str, Any]) -> str:
         "",
         f"Run: {meta['command']}",
         "Exit status: 1 when the output differs from the float64 reference beyond the tolerance printed",
-        "(K_MAX x the same naive computation's error in the case's dtype + a floor), when the mask",
+        "(K_MAX x the same naive computation's error in the case's dtype + a floor; and the mean error, K_MEAN x), when the mask",
         "probe finds other keys than the spec, or when the backend raises; 2 when this machine cannot",
         "run it (the backend's package does not import, no CUDA device); 0 otherwise.",
         "",
@@ -276,6 +277,16 @@ def report_errors(got, ref, tol, seen, shown=5):
     return over
 
 
+def report_mean(got, ref, q, k, v):
+    """The harness's second rule: the mean error against K_MEAN x the same-dtype baseline's + a floor."""
+    mean = float((got - ref).abs().nan_to_num(nan=float("inf")).mean())
+    base = float((reference(q, k, v, DTYPE).double() - ref).abs().mean())  # same naive math in DTYPE
+    tol = K_MEAN * base + MEAN_FLOOR
+    print(f"mean |backend - reference| = {mean:.6g}; mean tolerance {K_MEAN:g} x same-dtype baseline {base:.4g} "
+          f"+ floor {MEAN_FLOOR:.4g} = {tol:.4g} ({mean / tol if tol else float('inf'):.3g} of it)")
+    return mean > tol
+
+
 def report_mask(seen, shown=5):
     """Print the (head, row) pairs whose keys differ from the spec's; their count."""
     if seen is None:
@@ -316,8 +327,9 @@ def main():
     print(f"tolerance = {K_MAX:g} x same-dtype baseline {baseline:.4g} + floor {floor:.4g} = {tol:.4g}")
     seen = probe_keys(k)
     over = report_errors(got, ref, tol, seen)
+    mean_over = report_mean(got, ref, q, k, v)
     bad = report_mask(seen)
-    if over or bad:
+    if over or mean_over or bad:
         print("DIFFERS from the float64 reference (exit 1)")
         return 1
     print("AGREES with the float64 reference (exit 0)")
