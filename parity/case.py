@@ -62,6 +62,8 @@ class Case:
     page_size: int | None = None  # None: contiguous KV; else a paged cache with this block size
     seed: int = 0
     regime: str = "normal"  # input regime (parity.regimes): normal, large_logits, outliers, sink, ...
+    model: str | None = None  # the model this call came from (parity.models), e.g. "gemma-2-9b"; None: none
+    layer: str | None = None  # which of its layers: "local" / "global" (a model's windowed or full layers)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "q_lens", tuple(self.q_lens))
@@ -105,6 +107,10 @@ class Case:
             _int_field("page_size", self.page_size, 1)
         if self.regime not in regimes.REGIMES:
             raise SpecError(f"Case.regime must be one of {', '.join(regimes.REGIMES)}, got {self.regime!r}")
+        for name in ("model", "layer"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise SpecError(f"Case.{name} must be a non-empty string or None, got {value!r}")
         # No "empty band" check is needed: Window's sides are >= 0, so the aligned
         # diagonal key j = i + d is always in the band, and the last (bottom-right) or
         # first (top-left) query row always sees a key.
@@ -182,6 +188,9 @@ class Case:
             "seed": self.seed,
             # omitted when normal, so the ids of cases from before regimes existed stay the same
             **({} if self.regime == "normal" else {"regime": self.regime}),
+            # where a models-profile case came from; omitted when None (ids of other cases unchanged)
+            **({} if self.model is None else {"model": self.model}),
+            **({} if self.layer is None else {"layer": self.layer}),
         }
 
     def to_json(self) -> str:
@@ -239,6 +248,8 @@ class Case:
             parts.append(f"page={self.page_size}")
         if self.regime != "normal":
             parts.append(f"inputs={self.regime}")
+        if self.model is not None:
+            parts.append(f"[{self.model}{'/' + self.layer if self.layer else ''}]")
         return " ".join(parts)
 
     def repro(self, backend: str) -> str:

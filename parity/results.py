@@ -70,6 +70,8 @@ COLUMNS = [
     "raw_verdict",
     "expected_id",
     "gpu",  # the GPU (CUDA_VISIBLE_DEVICES id) the row's worker was pinned to (--gpus); empty without one
+    "model",  # the model a models-profile case came from (parity.models); empty for other cases
+    "layer",  # which of the model's layers: local / global; empty for other cases
 ]
 
 VERDICTS = ("pass", "fail", "error", "crash", "timeout", "expected", "unexpected-pass", "unsupported", "unavailable")
@@ -82,7 +84,7 @@ FAIL_VERDICTS = (*RAW_FAIL_VERDICTS, "unexpected-pass")
 EXPECT_COLUMNS = ("raw_verdict", "expected_id")
 #: Columns appended after the first release of the schema, in order: older results.csv files lack
 #: them and load with them empty (``runs.read_results``).
-ADDED_COLUMNS = (*EXPECT_COLUMNS, "gpu")
+ADDED_COLUMNS = (*EXPECT_COLUMNS, "gpu", "model", "layer")
 #: Columns that hold numbers (the report loader adds a float column ``<name>_f`` for each).
 NUMERIC = (
     "max_abs_err",

@@ -290,7 +290,7 @@ LAYERS = [
     {"errors", "files", "results", "window", "case", "reference", "verdict", "maskcheck", "regimes", "markers", "env",
      "compile_cache", "repro_script"},
     {"backends"},
-    {"coverage", "strategies", "design", "shard", "expect"},
+    {"coverage", "strategies", "models", "design", "shard", "expect"},
     {"execute", "worker", "process"},
     {"sweep", "api", "shrink", "consistency", "decode", "selftest", "export_repro"},
     {"report"},

@@ -28,8 +28,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--backend", "-b", action="append", metavar="NAME|module:Class",
                    help="backend to test (repeatable, or comma-separated); 'all', 'all-cpu', 'all-gpu' select groups; "
                         "default: the CPU backends")
-    r.add_argument("--profile", choices=["quick", "default", "thorough"],
-                   help="how many and how large the drawn cases are (default: $PARITY_PROFILE or 'default')")
+    r.add_argument("--profile", choices=["quick", "default", "thorough", "models"],
+                   help="how many and how large the drawn cases are (default: $PARITY_PROFILE or 'default'); "
+                        "'models': the attention calls of every model of the models table (parity.models)")
+    r.add_argument("--model", action="append", metavar="NAME|PATH/config.json",
+                   help="run the attention calls of this model (repeatable): a name of the models table, or a Hugging Face "
+                        "config.json; at reduced lengths when no backend of the run is on a GPU")
+    r.add_argument("--length-scale", type=int, metavar="DIV",
+                   help="--model / --profile models: divide every length and window by DIV (default 1 with a GPU backend, "
+                        "else 128)")
     r.add_argument("--seed", type=int, default=0, help="seed of the hypothesis-drawn cases (default 0)")
     r.add_argument("--out", type=Path, help="output folder (default: a new folder reports/runs/DATE-TIME, "
                                              "reports/latest pointing at it); one holding a run needs --resume or --force")
@@ -117,6 +124,8 @@ def _load_cases(args: argparse.Namespace, specs: Sequence[str] = ()) -> tuple[li
         if args.dtype:
             cases = [c for c in cases if c.dtype in args.dtype]
         return cases, {}
+    if args.model or args.profile == "models":
+        return _model_cases(args, specs)
     try:
         prof = profile(args.profile)
     except ValueError as exc:
@@ -133,6 +142,30 @@ def _load_cases(args: argparse.Namespace, specs: Sequence[str] = ()) -> tuple[li
     if not args.no_siblings:
         cases, added = place(cases, instances)
         design["siblings"] = {s: n for s, n in added.items() if n}
+    return cases, design
+
+
+def _model_cases(args: argparse.Namespace, specs: Sequence[str]) -> tuple[list, dict]:
+    """``--model`` / ``--profile models``: the models' cases; lengths divided on a run without a GPU backend (said on stdout)."""
+    from .. import backends
+    from ..models import CPU_SCALE_DOWN, profile_cases
+
+    if args.profile not in (None, "models"):
+        raise UsageError(f"--model runs the models' own cases: drop --profile {args.profile} (or use --profile models)")
+    gpu = any(getattr(backends.get(s), "device", "cpu") == "cuda" for s in specs)
+    if args.length_scale is not None and args.length_scale < 1:
+        raise UsageError(f"--length-scale must be >= 1, got {args.length_scale}")
+    scale = args.length_scale or (1 if gpu else CPU_SCALE_DOWN)
+    cases, models = profile_cases(args.model or [], tuple(args.dtype) if args.dtype else ("bfloat16",), scale, args.seed)
+    why = "" if scale == 1 else (f"lengths and windows divided by {scale} (--length-scale)" if args.length_scale
+                                 else f"no GPU backend in the run: lengths and windows divided by {scale}")
+    if why:
+        print(f"parity: models at REDUCED lengths: {why}")
+    for m in models:
+        for note in m.notes:
+            print(f"parity: model {m.name}: {note}")
+    design = {"models": {m.name: {"attention": m.describe(), "source": m.source, "notes": list(m.notes)} for m in models},
+              "length_scale": scale, "reduced_why": why, "long_capped": scale > 1, "long_cap_why": why}
     return cases, design
 
 
@@ -304,11 +337,16 @@ def _shard(args: argparse.Namespace, cases: list, specs: Sequence[str]) -> tuple
         return cases, None
     from .. import shard
 
-    profile = args.profile or os.environ.get("PARITY_PROFILE") or "default"
+    profile = _profile_name(args)
     try:
         return shard.for_run(cases, args.shard, specs, profile=profile, seed=args.seed, filters=shard.run_filters(args))
     except ValueError as exc:
         raise UsageError(f"--shard {args.shard}: {exc}") from None
+
+
+def _profile_name(args: argparse.Namespace) -> str:
+    """The profile environment.json records: ``models`` for a --model run."""
+    return "models" if args.model else args.profile or os.environ.get("PARITY_PROFILE") or "default"
 
 
 def _write_environment(args: argparse.Namespace, out: Path, result, run: dict) -> None:
@@ -319,7 +357,7 @@ def _write_environment(args: argparse.Namespace, out: Path, result, run: dict) -
     environment = env.collect(
         {
             "backends": result.infos,
-            "profile": args.profile or os.environ.get("PARITY_PROFILE") or "default",
+            "profile": _profile_name(args),
             "seed": args.seed,
             "cases": run["cases"],
             "reference_device": run["reference_device"],

@@ -204,6 +204,45 @@ def coverage_data(run: Run) -> CoverageData:
                         coverage.gaps(t, marker_for), str(design.get("long_cap_why") or ""))
 
 
+def model_counts(run: Run) -> dict[tuple[str, str], dict[str, dict[str, int]]]:
+    """Rows of models-profile cases: ``(model, layer) -> backend -> verdict -> count`` (empty: none in the run)."""
+    if "model" not in run.df.columns:
+        return {}
+    out: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
+    for r in records(run):
+        if r.get("model"):
+            per = out.setdefault((r["model"], r.get("layer") or ""), {}).setdefault(r["backend"], {})
+            per[r["verdict"]] = per.get(r["verdict"], 0) + 1
+    return out
+
+
+def verdict_words(c: dict[str, int]) -> str:
+    """``{"pass": 9, "fail": 1}`` as ``pass 9, fail 1`` (verdicts in report order)."""
+    from ..results import VERDICTS
+
+    return ", ".join(f"{v} {c[v]}" for v in VERDICTS if c.get(v))
+
+
+def peak_memory(run: Run) -> dict[str, tuple[float, float, int]]:
+    """Per backend, the ``peak_mem_mb`` of its rows: (max, median, rows with a number); {} when the run has no such column."""
+    if "peak_mem_mb" not in run.df.columns:
+        return {}
+    import pandas as pd
+
+    out = {}
+    mem = pd.to_numeric(run.df["peak_mem_mb"], errors="coerce")
+    for b in run.backends():
+        vals = mem[run.df["backend"] == b].dropna()
+        if len(vals):
+            out[b] = (float(vals.max()), float(vals.median()), int(len(vals)))
+    return out
+
+
+def reduced_note(run: Run) -> str:
+    """Why a models run ran at reduced lengths ("" when it did not)."""
+    return str((run.env.get("design") or {}).get("reduced_why") or "")
+
+
 def work_split(run: Run) -> str:
     """How the run's work was split (shard, lanes, GPUs; merged shards), from its timing.json: one
     line, or "" for one lane on no GPU (:func:`parity.sweep.timing.split_line`)."""

@@ -28,8 +28,11 @@ from .data import (
     fmt,
     gpu_text,
     known_rows,
+    model_counts,
     n_expected,
+    peak_memory,
     records,
+    reduced_note,
     smallest_failing,
     status_line,
     why_text,
@@ -125,6 +128,7 @@ def render_html(run: Run) -> str:
     )
     sections = [
         ("matrix", "Matrix", _matrix(run)),
+        *([("models", "Models", _models(run))] if model_counts(run) or peak_memory(run) else []),
         ("coverage", "Coverage", _coverage(run)),
         ("known", "Known divergences", _known(run)),
         ("worst", "Worst cases", _worst(run)),
@@ -200,6 +204,29 @@ def _matrix(run: Run) -> str:
         f'<div class="scroll" id="matrix-scroll"><table id="matrix-table"><thead>{head1}{head2}</thead>'
         f'<tbody>{"".join(body)}</tbody></table></div>{extra}'
     )
+
+
+def _models(run: Run) -> str:
+    """Per model and layer of a models run, each backend's verdicts; the peak device memory per backend (when recorded)."""
+    models, mem, parts = model_counts(run), peak_memory(run), []
+    if reduced_note(run):
+        parts.append(f'<p class="bad"><b>Reduced lengths</b>: {escape(reduced_note(run))}; not the models\' real lengths.</p>')
+    if models:
+        backends = run.backends()
+        head = "<tr><th>model</th><th>layer</th>" + "".join(f"<th><code>{escape(b)}</code></th>" for b in backends) + "</tr>"
+        body = "".join(
+            f"<tr><td>{escape(m)}</td><td>{escape(layer)}</td>"
+            + "".join(f'<td class="{_cell_class(per.get(b, {}))}">{_chips(per.get(b, {})) or "·"}</td>' for b in backends)
+            + "</tr>"
+            for (m, layer), per in models.items()
+        )
+        parts.append(f'<div class="scroll"><table id="models-table"><thead>{head}</thead><tbody>{body}</tbody></table></div>')
+    if mem:
+        rows = "".join(f"<tr><td><code>{escape(b)}</code></td><td>{fmt(mx)}</td><td>{fmt(med)}</td><td>{n}</td></tr>"
+                       for b, (mx, med, n) in mem.items())
+        parts.append('<table id="peak-mem-table"><thead><tr><th>backend</th><th>peak MB (max)</th><th>median</th>'
+                     f"<th>rows</th></tr></thead><tbody>{rows}</tbody></table>")
+    return "".join(parts)
 
 
 def _worst(run: Run) -> str:
@@ -556,6 +583,8 @@ def _rows(run: Run) -> str:
             "backend",
             "verdict",
             "family",
+            "model",
+            "layer",
             "dtype",
             "q_lens",
             "k_lens",

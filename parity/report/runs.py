@@ -245,4 +245,6 @@ def case_text(row: dict[str, Any]) -> str:
     for k in ("softcap", "page_size"):
         if row.get(k):
             bits.append(f"{k}={row[k]}")
+    if row.get("model"):
+        bits.append(f"[{row['model']}{'/' + row['layer'] if row.get('layer') else ''}]")
     return " ".join(b for b in bits if b)

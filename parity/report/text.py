@@ -27,11 +27,15 @@ from .data import (
     fmt,
     gpu_text,
     known_rows,
+    model_counts,
     n_expected,
     n_failing,
+    peak_memory,
     records,
+    reduced_note,
     smallest_failing,
     status_line,
+    verdict_words,
     why_text,
     work_split,
     worst_rows,
@@ -82,6 +86,7 @@ def markdown_summary(run: Run) -> str:
         out += [""] + [f"- {md_cell(line)}" for line in glance]
     if bad:
         out += _md_failing(run, bad)
+    out += _md_models(run)
     out += _md_coverage(run)
     out += _known_details(run)
     out += _md_extras(run)
@@ -275,4 +280,24 @@ def _md_coverage(run: Run) -> list[str]:
         out.append(f"| `{b}` | {d.grid[b]} | {gap.replace('|', '/')} |")
     if d.note:
         out += ["", f"Sizes capped: {d.note}."]
+    return out
+
+
+def _md_models(run: Run) -> list[str]:
+    """Per model and layer of a models run, each backend's verdicts; peak device memory per backend (when recorded)."""
+    out: list[str] = []
+    models = model_counts(run)
+    if models:
+        out += ["", "### Models", ""]
+        if reduced_note(run):
+            out += [f"**Reduced lengths**: {md_cell(reduced_note(run))}; not the models' real lengths.", ""]
+        backends = run.backends()
+        out += ["| model | layer | " + " | ".join(f"`{md_cell(b)}`" for b in backends) + " |", "|---|---|" + "---|" * len(backends)]
+        for (m, layer), per in models.items():
+            out.append(f"| {md_cell(m)} | {md_cell(layer)} | " + " | ".join(md_cell(verdict_words(per.get(b, {})) or "–")
+                                                                        for b in backends) + " |")
+    mem = peak_memory(run)
+    if mem:
+        out += ["", "Peak device memory per backend (`peak_mem_mb`): " + ", ".join(
+            f"`{md_cell(b)}` max {fmt(mx)} MB, median {fmt(med)} MB ({n} rows)" for b, (mx, med, n) in mem.items()) + "."]
     return out

@@ -37,6 +37,8 @@ def case_columns(case: Case) -> dict[str, Any]:
         "page_size": "" if case.page_size is None else case.page_size,
         "seed": case.seed,
         "case_json": case.to_json(),
+        "model": case.model or "",
+        "layer": case.layer or "",
     }
 
 
