@@ -3,7 +3,8 @@
 Each row's cost is modelled per backend as ``seconds = a + r x case_cost`` (``case_cost``: the
 query-key pairs the window lets through, times heads and head dim), fitted by least squares on the
 rows already done; a row the backend declines (``unsupported``) costs that backend's mean declined
-row. The rows left, weighted by the model, over the rows done, weighted the same way, times the
+row. A row costing more than 4x the costliest row done is weighted as one costing that (the model
+is not extrapolated far past what it saw). The rows left, weighted by the model, over the rows done, weighted the same way, times the
 wall time so far is the estimate: the wall clock carries what the model leaves out (the reference,
 the probes' decoding, other lanes, a busy machine).
 """
@@ -68,6 +69,9 @@ class Eta:
         self.fits: dict[str, _Fit] = {}
         self.all_fit = _Fit()
         self.declined: dict[str, list[float]] = {}  # per backend: [rows, seconds] of declined rows
+        self.finished: list[tuple[str, bool, float]] = []  # (backend, ran, cost) of the rows done
+        self.top = 0.0  # the costliest row done that ran
+        self._last: tuple[float, float | None] | None = None  # (elapsed, estimate): recomputed once a second
 
     def _count(self, spec: str, runs: bool, cost: float, sign: int) -> None:
         self.left_n[(spec, runs)] = self.left_n.get((spec, runs), 0) + sign
@@ -82,7 +86,10 @@ class Eta:
         self._count(spec, runs, cost, -1)
         self.done_n[(spec, ran)] = self.done_n.get((spec, ran), 0) + 1
         self.done_c[(spec, ran)] = self.done_c.get((spec, ran), 0.0) + cost
+        self.finished.append((spec, ran, cost))
+        self._last = None
         if ran:
+            self.top = max(self.top, cost)
             self.fits.setdefault(spec, _Fit()).add(cost, seconds)
             self.all_fit.add(cost, seconds)
         else:
@@ -111,10 +118,18 @@ class Eta:
 
     def left(self, elapsed: float) -> float | None:
         """Seconds left after ``elapsed`` seconds of rows; None before the model has a row to go by."""
+        if self._last is not None and 0 <= elapsed - self._last[0] < 1.0:
+            return None if self._last[1] is None else max(0.0, self._last[1] - (elapsed - self._last[0]))
+        value = self._left(elapsed)
+        self._last = (elapsed, value)
+        return value
+
+    def _left(self, elapsed: float) -> float | None:
         if not self.all_fit.n and not self.declined:
             return None
-        done = sum(self._weight(s, runs, n, self.done_c[(s, runs)]) for (s, runs), n in self.done_n.items())
-        left = sum(self._weight(s, runs, n, self.left_c[(s, runs)]) for (s, runs), n in self.left_n.items())
+        cap = 4 * self.top if self.top else float("inf")
+        done = sum(self._weight(s, ran, 1, min(c, cap)) for s, ran, c in self.finished)
+        left = sum(self._weight(s, runs, 1, min(c, cap)) for (s, _), (c, runs) in self.plan.items())
         if done <= 0:
             return None
         return elapsed * left / done
