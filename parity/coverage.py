@@ -156,6 +156,16 @@ def case_cells(case: Case) -> dict[str, frozenset[str]]:
     return cells
 
 
+def uncovered(cases: Iterable[Case], dimensions: Mapping[str, Iterable[str]] | None = None) -> list[Cell]:
+    """The cells no case of ``cases`` holds: every value of ``dimensions`` (default: the whole model,
+    :data:`DIMENSIONS`) and every window-grid cell, in the model's order; ``[]`` when every trap is held."""
+    held: set[Cell] = set()
+    for case in cases:
+        held |= {(d, v) for d, values in case_cells(case).items() for v in values}
+    wanted = [(d, v) for d, values in (dimensions or DIMENSIONS).items() for v in values]
+    return [c for c in [*wanted, *(("grid", g) for g in GRID_CELLS)] if c not in held]
+
+
 def matches(case: Case, condition: dict[str, Iterable[str] | str]) -> bool:
     """Does ``case`` hold, in every dimension named, at least one of the given values?
 

@@ -244,8 +244,8 @@ class InlineExecutor:
         self._result = self.run(case)  # in this process there is nothing to overlap
         return None
 
-    def collect(self) -> dict[str, Any]:
-        return self._result
+    def collect(self, timeout: float | None = None) -> dict[str, Any]:
+        return self._result  # in this process nothing can be timed out
 
     def close(self) -> None:
         pass

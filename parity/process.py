@@ -234,12 +234,13 @@ class ProcessExecutor:
         self._submitted = True
         return None
 
-    def collect(self) -> dict[str, Any]:
-        """The answer to the case last :meth:`submit`-ted (crash / timeout rows included)."""
+    def collect(self, timeout: float | None = None) -> dict[str, Any]:
+        """The answer to the case last :meth:`submit`-ted (crash / timeout rows included), waited
+        for ``timeout`` seconds (default: the executor's)."""
         if not self._submitted:
             return {"status": "error", "detail": "collect() without a submitted case"}
         self._submitted = False
-        reply = self._reply(self.timeout)
+        reply = self._reply(self.timeout if timeout is None else timeout)
         if reply.pop("restart", False):  # the worker saw a sticky CUDA error and is exiting
             self._kill()
         return reply

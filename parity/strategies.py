@@ -51,6 +51,7 @@ class Profile:
     long_len: int = 0  # longest Sk of the long-key-range cases (0: none)
     long_count: int = 0
     test_examples: int = 40  # max_examples of a ``@given`` property test (the pytest plugin's hypothesis profile)
+    edge_once: bool = False  # each curated edge case in one dtype (cycling through them), not in every dtype
 
     def limits(self, dtypes: Sequence[str] = ALL_DTYPES, long_len: int | None = None) -> Limits:
         return Limits(self.max_len, self.max_batch, self.long_len if long_len is None else long_len, tuple(dtypes))
@@ -59,6 +60,9 @@ class Profile:
 #: The one profile table: the sweep's cases (``python -m parity run --profile``, the pytest plugin's
 #: ``parity_case``) and the hypothesis settings of property tests (``--parity-profile``).
 PROFILES: dict[str, Profile] = {
+    # the first run on a machine without a GPU (``parity run`` with no --profile there): every trap, CPU sizes
+    "first": Profile("first", examples=4, max_len=130, max_batch=2, odd_head_dims=True, grid=True, long_len=2048, long_count=1,
+                     test_examples=12, edge_once=True),
     "quick": Profile("quick", examples=16, max_len=160, max_batch=3, odd_head_dims=True, long_len=2048, long_count=2,
                      test_examples=12),
     "default": Profile("default", examples=80, max_len=600, max_batch=4, odd_head_dims=True, grid=True, long_len=16384, long_count=8,
@@ -186,8 +190,8 @@ def cases(
         raise  # unreachable: assume(False) aborts the example
 
 
-def edge_cases(dtypes: Sequence[str] = ALL_DTYPES) -> list[Case]:
-    """One case per known trap, in every requested dtype."""
+def edge_cases(dtypes: Sequence[str] = ALL_DTYPES, once: bool = False) -> list[Case]:
+    """One case per known trap, in every requested dtype (``once``: in one of them, cycling)."""
     W = Window
     templates: list[dict] = [
         # window W tokens on a dense prefill longer than W: W vs W-1 vs W+1
@@ -242,7 +246,7 @@ def edge_cases(dtypes: Sequence[str] = ALL_DTYPES) -> list[Case]:
     ]
     out = []
     for n, t in enumerate(templates):
-        for dt in dtypes:
+        for dt in [dtypes[n % len(dtypes)]] if once else dtypes:
             out.append(Case(dtype=dt, seed=1000 + n, **t))
     return out
 
@@ -305,7 +309,7 @@ def generate(prof: Profile, seed: int = 0, dtypes: Sequence[str] = ALL_DTYPES, l
     drawn ones. ``long_len`` caps the long key ranges (default: the profile's)."""
     dims = HEAD_DIMS + (ODD_HEAD_DIMS if prof.odd_head_dims else ())
     strat = cases(dtypes=dtypes, max_len=prof.max_len, max_batch=prof.max_batch, head_dims=dims, page_sizes=PAGE_SIZES)
-    fixed = edge_cases(dtypes) + covering_cases(prof.limits(dtypes, long_len), seed, prof.grid, prof.long_count)
+    fixed = edge_cases(dtypes, prof.edge_once) + covering_cases(prof.limits(dtypes, long_len), seed, prof.grid, prof.long_count)
     out: dict[str, Case] = {}
     for c in fixed + draw_cases(strat, prof.examples, seed):
         out.setdefault(c.case_id, c)

@@ -28,8 +28,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--backend", "-b", action="append", metavar="NAME|module:Class",
                    help="backend to test (repeatable, or comma-separated); 'all', 'all-cpu', 'all-gpu' select groups; "
                         "default: the CPU backends")
-    r.add_argument("--profile", choices=["quick", "default", "thorough", "models"],
-                   help="how many and how large the drawn cases are (default: $PARITY_PROFILE or 'default'); "
+    r.add_argument("--profile", choices=["first", "quick", "default", "thorough", "models"],
+                   help="how many and how large the cases are (default: $PARITY_PROFILE, else 'default' when a GPU backend "
+                        "runs on a GPU here, else 'first': every trap at CPU sizes, about two minutes on 2 cores); "
                         "'models': the attention calls of every model of the models table (parity.models)")
     r.add_argument("--model", action="append", metavar="NAME|PATH/config.json",
                    help="run the attention calls of this model (repeatable): a name of the models table, or a Hugging Face "
@@ -52,7 +53,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "its failing cases x its failing backends (unless --backend is given)")
     r.add_argument("--no-probes", action="store_true", help="skip the exact mask and GQA probes")
     r.add_argument("--max-mask-passes", type=int, default=64, help="mask probe limit: ceil(Sk / d) passes at most (default 64)")
-    r.add_argument("--timeout", type=float, default=300.0, help="seconds per case before a worker is killed (default 300)")
+    r.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="a fixed limit per row before its worker is killed (default: scaled per row, 120 s + 10 x the "
+                        "reference's time on the case x the backend's calls per row); a row that times out is retried once, alone")
     r.add_argument("--no-isolate", action="store_true",
                    help="run backends in this process (faster; a crash ends the run, a sticky CUDA error ends it partial)")
     r.add_argument("--budget", action="append", metavar="DTYPE.FIELD=VALUE", help="override the error budget, e.g. bfloat16.k_max=3")
@@ -126,15 +129,17 @@ def _load_cases(args: argparse.Namespace, specs: Sequence[str] = ()) -> tuple[li
         return cases, {}
     if args.model or args.profile == "models":
         return _model_cases(args, specs)
-    try:
-        prof = profile(args.profile)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     from .. import backends
     from ..design import place
 
     instances = {s: backends.get(s) for s in specs}
     gpu = any(getattr(b, "device", "cpu") == "cuda" for b in instances.values())
+    chosen = args.profile
+    args.profile = first_run_profile(args.profile, instances, _gpu_here() if gpu else False)
+    try:
+        prof = profile(args.profile)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     long_len = prof.long_len if gpu else min(prof.long_len, CPU_LONG_CAP)
     cases = generate(prof, args.seed, tuple(args.dtype) if args.dtype else DTYPES, long_len)
     design = {"long_len": long_len, "long_capped": long_len < prof.long_len,
@@ -142,6 +147,8 @@ def _load_cases(args: argparse.Namespace, specs: Sequence[str] = ()) -> tuple[li
     if not args.no_siblings:
         cases, added = place(cases, instances)
         design["siblings"] = {s: n for s, n in added.items() if n}
+    if prof.name == "first" and not chosen and not os.environ.get("PARITY_PROFILE") and not args.list_cases:
+        print(left_out(prof, len(cases)), file=sys.stderr)
     return cases, design
 
 
@@ -167,6 +174,36 @@ def _model_cases(args: argparse.Namespace, specs: Sequence[str]) -> tuple[list, 
     design = {"models": {m.name: {"attention": m.describe(), "source": m.source, "notes": list(m.notes)} for m in models},
               "length_scale": scale, "reduced_why": why, "long_capped": scale > 1, "long_cap_why": why}
     return cases, design
+
+
+def first_run_profile(chosen: str | None, instances: dict, gpu_here: bool) -> str:
+    """The run's profile: ``--profile``, else ``$PARITY_PROFILE``, else ``default`` where a backend of the
+    run is a CUDA one and a GPU is here (a GPU runner), else ``first`` (CPU sizes, about two minutes)."""
+    if chosen or os.environ.get("PARITY_PROFILE"):
+        return chosen or os.environ["PARITY_PROFILE"]
+    gpu = gpu_here and any(getattr(b, "device", "cpu") == "cuda" for b in instances.values())
+    return "default" if gpu else "first"
+
+
+def _gpu_here() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def left_out(prof, n_cases: int) -> str:
+    """What the ``first`` profile leaves out of the ``default`` one, and how to run that."""
+    from ..strategies import PROFILES
+
+    full = PROFILES["default"]
+    return (f"parity: first run on the CPU: profile 'first' ({n_cases} cases: every curated edge case in one dtype, "
+            f"the 100-cell window grid, a pairwise design of the coverage model, {prof.examples} drawn cases; "
+            f"lengths <= {prof.max_len}, {prof.long_count} long key range of 2048 keys).\n"
+            f"parity: left out (the default profile runs them): the edge cases in the other two dtypes, lengths "
+            f"{prof.max_len + 1}..{full.max_len} (the 256-key tile), {full.examples - prof.examples} more drawn cases, "
+            f"{full.long_count - prof.long_count} more long cases, batches of {full.max_batch}.\n"
+            f"parity: the full default profile (about 1300 rows, 8 min or more on 2 idle cores): "
+            f"python -m parity run --profile default")
 
 
 def _splits(items: Sequence[str] | None) -> dict[str, int]:
@@ -211,7 +248,7 @@ def _check_run_args(args: argparse.Namespace, specs: list[str]) -> tuple[dict, d
     for flag, value in (("--repeats", args.repeats), ("--max-mask-passes", args.max_mask_passes), ("--jobs", args.jobs)):
         if value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
-    if args.timeout <= 0:
+    if args.timeout is not None and args.timeout <= 0:
         raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
     if args.time_limit is not None and args.time_limit <= 0:
         raise UsageError(f"--time-limit must be > 0 seconds, got {args.time_limit:g}")

@@ -64,6 +64,7 @@ class BaselineCache:
         self.keep = keep
         self._cache: dict[str, Baseline] = {}  # insertion-ordered: oldest evicted first
         self.seconds = 0.0
+        self.case_seconds: dict[str, float] = {}  # case id -> seconds its reference and baseline took (kept)
         self._lock = threading.Lock()  # lanes (--jobs) share one cache
 
     def get(self, case: Case) -> Baseline:
@@ -89,7 +90,9 @@ class BaselineCache:
         if len(self._cache) >= self.keep:
             self._cache.pop(next(iter(self._cache)))
         self._cache[case.case_id] = base
-        self.seconds += time.perf_counter() - t0
+        spent = time.perf_counter() - t0
+        self.case_seconds[case.case_id] = spent
+        self.seconds += spent
         return base
 
 

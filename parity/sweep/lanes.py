@@ -100,7 +100,7 @@ def make_executor(spec: str, options: SweepOptions, log_path: Path | None = None
     if not options.isolate:
         return InlineExecutor(spec, options.probes, options.max_passes, options.repeats)
     return ProcessExecutor(spec, probes=options.probes, max_passes=options.max_passes, repeats=options.repeats,
-                           timeout=options.timeout, log_path=log_path, extra_path=options.worker_paths.get(spec),
+                           timeout=options.timeout or options.timeout_floor, log_path=log_path, extra_path=options.worker_paths.get(spec),
                            env=dict(env or {}), wait=wait)
 
 

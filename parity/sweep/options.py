@@ -26,7 +26,10 @@ class SweepOptions:
     isolate: bool = True  # each backend in a worker process (False: in this process)
     probes: bool = True  # the exact mask and GQA probes
     max_passes: int = DEFAULT_MAX_PASSES
-    timeout: float = 300.0  # seconds per case before a worker is killed
+    timeout: float | None = None  # fixed seconds per row before a worker is killed (--timeout); None: scaled per row
+    timeout_floor: float = 120.0  # scaled limit: floor + timeout_scale x the reference's seconds on the case x the
+    timeout_scale: float = 10.0  # backend's calls per row (1 + mask probe passes, or its measured ratio, the larger)
+    retry_scale: float = 3.0  # a row that timed out is retried alone with its limit x this (a fixed --timeout: the same)
     repeats: int = 1  # timed calls per case (the median is reported)
     budgets: Mapping[str, Budget] = dataclasses.field(default_factory=lambda: dict(BUDGETS))
     reference_device: str = "cpu"  # where the float64 reference runs ("cuda": the lane's GPU, when gpus are given)
@@ -48,6 +51,8 @@ class SweepOptions:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, dict(default))
         object.__setattr__(self, "gpus", tuple(str(g) for g in self.gpus or ()))
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {self.timeout:g}")
         if self.gpus and not self.isolate and len(self.gpus) > 1:
             raise ValueError("several GPUs need one worker process per lane: drop --no-isolate or give one GPU")
 

@@ -15,15 +15,18 @@ from typing import Any
 from .. import shard
 from ..case import Case
 from ..execute import context_lost
+from ..maskcheck import mask_passes
 from ..results import FAIL_VERDICTS, Judged
+from .eta import Eta, case_cost, clock
 from .judging import BaselineCache, apply_expectations, judge, unavailable_row
 from .lanes import LanePlan, make_executor, plan, run_lanes
 from .options import SweepOptions
 from .timing import SweepTiming, split_line, write_timing
 from .writers import Progress, ResultsWriter
 
-#: One backend's answer waiting to be judged: (case, unit, backend info, result, seconds waited on the worker).
-Pending = tuple[Case, str, dict[str, Any], dict[str, Any], float]
+#: One backend's answer waiting to be judged: (case, unit, backend info, result, seconds waited on the worker,
+#: seconds spent on the case's reference meanwhile, the row's time limit in seconds).
+Pending = tuple[Case, str, dict[str, Any], dict[str, Any], float, float, float]
 
 
 @dataclasses.dataclass
@@ -89,6 +92,9 @@ class Sweep:
         self.timing.unit_gpu = dict(self.plan.gpu_of)
         self.timing.shard = dict(options.shard) if options.shard else None
         self.bar = Progress(len(self.specs) * len(cases), enabled=options.progress)
+        self.eta = Eta(_planned(self.specs, cases)) if options.progress else None
+        self.ratios: dict[str, list[float]] = {}  # per backend: seconds waited / the reference's seconds, rows that ran
+        self.retries: list[Pending] = []  # rows that timed out once: retried alone after the lanes
         self.lock = threading.RLock()  # rows, writer, progress bar, timing
         self.stop, self.timed_out, self.failed_fast = threading.Event(), threading.Event(), threading.Event()
         self.lost_context = ""  # --no-isolate: "BACKEND on CASE" that left this process's CUDA context unusable
@@ -100,7 +106,9 @@ class Sweep:
             print(f"parity: {self.plan.note}", file=sys.stderr)
         try:
             self._start_executors()
+            self.t_rows = time.perf_counter()
             run_lanes(self.plan.lanes, self._lane, self.stop, self._close_executors)
+            self._retry_timeouts()
         finally:
             self._close_executors()
             if self.writer:
@@ -160,9 +168,14 @@ class Sweep:
         if self.writer and (spec, case.case_id) in self.writer.done:
             with self.lock:
                 self.bar.update("skipped", spec)
+                if self.eta:
+                    self.eta.skip(spec, case.case_id)
             return True
         if info.get("unavailable"):
             self._finish(pending)
+            if self.eta:
+                with self.lock:
+                    self.eta.skip(spec, case.case_id)
             self._emit(Judged(unavailable_row(case, spec, info), summary=case.summary()), unit)
             return True
         if not self.options.isolate:  # nothing to overlap in this process; judged (reference included) before
@@ -171,11 +184,17 @@ class Sweep:
         failed = ex.submit(case)
         t_sent = time.perf_counter()
         self._finish(pending)  # the previous row, overlapped with this backend's work
-        t_wait = time.perf_counter()
-        res = failed if failed is not None else ex.collect()
+        t_ref = time.perf_counter()
+        baseline_s = self._reference_now(case, unit) if failed is None and self.options.isolate else 0.0
+        limit = self._limit(case, spec, unit)
+        res = failed if failed is not None else ex.collect(timeout=limit)
         if self.stop.is_set():  # interrupted: this answer may be the worker being shut down
             return False
-        pending.append((case, unit, info, res, (t_sent - t_ex) + (time.perf_counter() - t_wait)))
+        wait_s = (t_sent - t_ex) + (time.perf_counter() - t_ref) - baseline_s
+        if res.get("status") == "ok" and self.options.timeout is None:
+            with self.lock:
+                self.ratios.setdefault(spec, []).append(wait_s / max(self._reference_s_of(case, unit), 1e-3))
+        pending.append((case, unit, info, res, wait_s, baseline_s, limit))
         if not self.options.isolate and context_lost(res):
             self._lose_context(spec, case)
         return True
@@ -196,17 +215,25 @@ class Sweep:
         while pending:
             self._judge_and_emit(*pending.pop())
 
-    def _judge_and_emit(self, case: Case, unit: str, info: dict[str, Any], res: dict[str, Any], wait_s: float) -> None:
+    def _judge_and_emit(self, case: Case, unit: str, info: dict[str, Any], res: dict[str, Any], wait_s: float,
+                        ref_s: float = 0.0, limit: float = 0.0, retried: bool = False) -> None:
         spec, part = self.plan.units[unit]
-        baselines = self.baselines.get(self.plan.gpu_of.get(unit)) or next(iter(self.baselines.values()))
+        if res.get("status") == "timeout" and not retried and self.options.isolate:
+            with self.lock:  # judged after the lanes, once retried alone (:meth:`_retry_timeouts`)
+                self.retries.append((case, unit, info, res, wait_s, ref_s, limit))
+            return
+        baselines = self._baselines(unit)
         t_judge = time.perf_counter()
         # the baseline is shared by the backends (of a GPU's lanes): whichever meets a case first must not
         # be charged for it (it would make a backend's cases/s depend on the backend order)
-        baseline_s = baselines.ensure(case) if res.get("status") == "ok" else 0.0
+        baseline_s = ref_s + (baselines.ensure(case) if res.get("status") == "ok" else 0.0)
         judged = judge(case, spec, info, res, baselines, self.options.budgets)
         judged = apply_expectations(judged, self.options.expectations, str(info.get("version") or ""), case)
         with self.lock:
-            self.timing.add(spec, case, res, wait_s, time.perf_counter() - t_judge - baseline_s, baseline_s, unit=unit, part=part)
+            judge_s = time.perf_counter() - t_judge - (baseline_s - ref_s)
+            self.timing.add(spec, case, res, wait_s, judge_s, baseline_s, unit=unit, part=part)
+            if self.eta:
+                self.eta.done(spec, case.case_id, wait_s + judge_s + baseline_s, ran=res.get("status") != "unsupported")
         self._emit(judged, unit)
 
     def _emit(self, judged: Judged, unit: str) -> None:
@@ -221,7 +248,69 @@ class Sweep:
                 self.writer.write(judged)
             if self.on_row:
                 self.on_row(row)
-            self.bar.update(row["verdict"], f"{row['backend']} {judged.summary}")
+            left = self.eta.left(time.perf_counter() - self.t_rows) if self.eta else None
+            self.bar.update(row["verdict"], f"{row['backend']} {judged.summary}", eta=None if left is None else clock(left))
+
+    # -- time limits per row, and the retry of a row that timed out ------------------------------
+
+    def _baselines(self, unit: str) -> BaselineCache:
+        return self.baselines.get(self.plan.gpu_of.get(unit)) or next(iter(self.baselines.values()))
+
+    def _reference_now(self, case: Case, unit: str) -> float:
+        """Compute ``case``'s reference while the backend works (its time scales the row's limit); the
+        seconds spent (0.0 when cached, or when it cannot be computed here: the judge will say why)."""
+        if self.options.timeout is not None:
+            return 0.0
+        try:
+            return self._baselines(unit).ensure(case)
+        except Exception:  # noqa: BLE001 - e.g. out of memory: the judge meets it again, on its own row
+            return 0.0
+
+    def _reference_s_of(self, case: Case, unit: str) -> float:
+        return self._baselines(unit).case_seconds.get(case.case_id, 0.0)
+
+    def _limit(self, case: Case, spec: str, unit: str) -> float:
+        """The row's time limit: ``--timeout``, else ``floor + scale x`` the reference's seconds on the
+        case ``x`` the backend's calls per row (1 + mask probe passes, or the median ratio of its rows
+        so far of seconds waited to the reference's seconds, the larger)."""
+        o = self.options
+        if o.timeout is not None:
+            return o.timeout
+        calls = 1 + (min(mask_passes(case), o.max_passes) if o.probes else 0)
+        with self.lock:
+            seen = sorted(self.ratios.get(spec, []))
+        ratio = max(float(calls), seen[len(seen) // 2] if seen else 0.0)
+        return o.timeout_floor + o.timeout_scale * ratio * self._reference_s_of(case, unit)
+
+    def _retry_timeouts(self) -> None:
+        """Each row that timed out, once more, alone (the lanes are done) with a longer limit; a second
+        timeout is recorded, its detail saying how long the reference took on the case."""
+        retries, self.retries = self.retries, []
+        for case, unit, info, res, wait_s, ref_s, limit in retries:
+            if self._should_stop():
+                self.retries.append((case, unit, info, res, wait_s, ref_s, limit))
+                continue  # not recorded: the run is partial, --resume runs the row again
+            spec = self.plan.units[unit][0]
+            longer = limit if self.options.timeout is not None else limit * self.options.retry_scale
+            print(f"parity: {spec} gave no answer within {limit:.0f} s on {case.summary()}; retrying it alone "
+                  f"with {longer:.0f} s", file=sys.stderr, flush=True)
+            ex = self.executors[unit]
+            t0 = time.perf_counter()
+            failed = ex.submit(case)
+            again = failed if failed is not None else ex.collect(timeout=longer)
+            if again.get("status") == "timeout":
+                ref = self._reference_seconds(case, unit)
+                again = {**again, "detail": f"no answer within {limit:.3g} s, nor within {longer:.3g} s when retried alone; "
+                                            f"worker killed; the reference took {ref} on this case"}
+            self._judge_and_emit(case, unit, info, again, wait_s + time.perf_counter() - t0, ref_s, longer, retried=True)
+
+    def _reference_seconds(self, case: Case, unit: str) -> str:
+        """How long the reference took on ``case``, in words (computed now if it was not)."""
+        try:
+            self._baselines(unit).ensure(case)
+        except Exception as exc:  # noqa: BLE001
+            return f"? s (it could not be computed: {type(exc).__name__})"
+        return f"{self._reference_s_of(case, unit):.3g} s"
 
     def _reference_s(self) -> float:
         return sum(b.seconds for b in self.baselines.values())
@@ -230,6 +319,8 @@ class Sweep:
         return {"partial": partial, **self.timing.summary(time.perf_counter() - self.t0, self._reference_s())}
 
     def _stopped_by(self) -> str:
+        if self.retries:
+            return f"{len(self.retries)} row(s) that timed out were not retried before the run stopped"
         """Why the run stopped before every row ran; "" when it did not."""
         if self.lost_context:
             return f"CUDA context lost in {self.lost_context} (--no-isolate)"
@@ -250,6 +341,24 @@ class Sweep:
         return SweepResult(self.rows, self.infos, wall, self._reference_s(), self.out_dir, partial=partial,
                            already=already, total=len(self.specs) * len(self.cases), split=split_line(summary),
                            stopped_by=stopped_by)
+
+
+def _planned(specs: list[str], cases: list[Case]) -> list[tuple[str, str, float, bool]]:
+    """The rows of a sweep for its time-left estimate: (backend, case id, cost, whether the backend
+    takes the case, asked here when it can be; else assumed)."""
+    from .. import backends
+    from ..design import takes
+
+    costs = {c.case_id: case_cost(c) for c in cases}
+    out = []
+    for spec in specs:
+        try:
+            be: Any = backends.get(spec)
+        except Exception:  # noqa: BLE001 - e.g. a plugin importable only in its worker (--worker-path)
+            be = None
+        for c in cases:
+            out.append((spec, c.case_id, costs[c.case_id], be is None or takes(be, c)))
+    return out
 
 
 def run_sweep(specs: Iterable[str], cases: list[Case], out_dir: Path | None = None, options: SweepOptions | None = None,

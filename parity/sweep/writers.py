@@ -114,7 +114,8 @@ class Progress:
         self.last = 0.0
         self.counts: dict[str, int] = {}
 
-    def update(self, verdict: str, label: str) -> None:
+    def update(self, verdict: str, label: str, eta: str | None = None) -> None:
+        """One more row; ``eta``: the time left, in words (shown when given)."""
         self.n += 1
         self.counts[verdict] = self.counts.get(verdict, 0) + 1
         if not self.enabled:
@@ -126,7 +127,8 @@ class Progress:
         frac = self.n / max(self.total, 1)
         bar = "#" * int(frac * 24)
         counts = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
-        line = f"[{bar:<24}] {self.n}/{self.total} {now - self.t0:5.0f}s {counts} {label[:40]}"
+        left = f" ETA {eta}" if eta and self.n != self.total else ""
+        line = f"[{bar:<24}] {self.n}/{self.total} {now - self.t0:5.0f}s{left} {counts} {label[:40]}"
         if self.tty:
             self.stream.write("\r" + line[:150].ljust(150))
             if self.n == self.total:

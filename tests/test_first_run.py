@@ -1,0 +1,133 @@
+"""The first run on a laptop (issue 34): the profile chosen with no --profile on a CPU-only run, time
+limits that scale with the work and a retry alone before a ``timeout`` is recorded, and the time
+left printed with the progress."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from parity import Case, Window, cli
+from parity.backends.reference import ReferenceBackend
+from parity.sweep import run_sweep
+from parity.sweep.eta import Eta, clock
+
+ME = "tests.test_first_run"
+CASE = Case(q_lens=(8,), k_lens=(8,), hq=2, hkv=1, head_dim=8, dtype="float32", window=Window(2, 0), seed=0)
+
+
+class SlowButRight(ReferenceBackend):
+    """Right, and slower than a short limit: it sleeps PARITY_TEST_SLEEP seconds on each call of its
+    first worker (the file PARITY_TEST_MARK says a worker slept already), like a first call that
+    compiles on a busy machine."""
+
+    name = "slow-but-right"
+
+    def run(self, case, inputs, out):
+        mark = Path(os.environ["PARITY_TEST_MARK"])
+        if not mark.exists() or int(mark.read_text()) == os.getpid():
+            mark.write_text(str(os.getpid()))
+            time.sleep(float(os.environ["PARITY_TEST_SLEEP"]))
+        return super().run(case, inputs, out)
+
+
+class Hangs(ReferenceBackend):
+    name = "hangs-always"
+
+    def run(self, case, inputs, out):
+        time.sleep(600)
+        return super().run(case, inputs, out)
+
+
+def test_a_slow_but_right_backend_is_retried_alone_and_passes(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PARITY_TEST_MARK", str(tmp_path / "slept"))
+    monkeypatch.setenv("PARITY_TEST_SLEEP", "4")
+    # scaled limit: a 1.5 s floor (the reference takes milliseconds here); the retry gets 4x that
+    res = run_sweep([f"{ME}:SlowButRight", "reference"], [CASE], out_dir=tmp_path / "out", progress=False,
+                    probes=False, timeout_floor=1.5, retry_scale=4.0)
+    got = {r["backend"].split(":")[-1]: r for r in res.rows}
+    assert got["SlowButRight"]["verdict"] == "pass", got["SlowButRight"]["detail"]
+    assert got["reference"]["verdict"] == "pass"
+    assert not res.failed and not res.partial
+    assert "retrying it alone with 6 s" in capsys.readouterr().err
+
+
+def test_a_hang_is_still_a_timeout_and_says_how_long_the_reference_took(tmp_path, capsys):
+    code = cli.main(["run", "--backend", f"{ME}:Hangs", "--case", CASE.to_json(), "--out", str(tmp_path / "out"),
+                     "--timeout", "1.5", "--no-probes", "--no-report", "--shrink", "0", "-q"])
+    assert code == 1
+    out = capsys.readouterr()
+    assert "TIMEOUT" in out.out
+    rows = (tmp_path / "out" / "results.csv").read_text()
+    assert "timeout" in rows
+    assert "no answer within 1.5 s, nor within 1.5 s when retried alone" in rows
+    assert "the reference took" in rows and " s on this case" in rows
+
+
+def test_the_first_run_profile_is_chosen_on_a_cpu_run_and_covers_every_trap(monkeypatch):
+    from parity import backends
+    from parity.cli.run import first_run_profile
+    from parity.coverage import uncovered
+    from parity.design import place
+    from parity.strategies import CPU_LONG_CAP, PROFILES, edge_cases, generate
+
+    monkeypatch.delenv("PARITY_PROFILE", raising=False)
+    insts = {s: backends.get(s) for s in backends.DEFAULT_CPU}
+    assert first_run_profile(None, insts, gpu_here=False) == "first"
+    assert first_run_profile(None, insts, gpu_here=True) == "first"  # CPU backends only: CPU sizes
+    gpu_insts = {**insts, "sdpa-math-cuda": backends.get("sdpa-math-cuda")}
+    assert first_run_profile(None, gpu_insts, gpu_here=True) == "default"  # a GPU runner: the full profile
+    assert first_run_profile(None, gpu_insts, gpu_here=False) == "first"
+    assert first_run_profile("quick", insts, gpu_here=False) == "quick"
+    monkeypatch.setenv("PARITY_PROFILE", "default")
+    assert first_run_profile(None, insts, gpu_here=False) == "default"
+
+    cases, _ = place(generate(PROFILES["first"], 0, long_len=CPU_LONG_CAP), insts)
+    # every value of every coverage dimension, every window-grid cell; at CPU sizes (lengths <= 130)
+    # but for the 256-key tile's lengths, which the default profile holds
+    assert uncovered(cases) == [("tile", "255"), ("tile", "256"), ("tile", "257")]
+    assert uncovered(place(generate(PROFILES["default"], 0, long_len=CPU_LONG_CAP), insts)[0]) == []
+    ids = {c.case_id for c in cases}
+    templates = {(c.q_lens, c.k_lens, c.window, c.head_dim, c.softcap, c.page_size, c.seed) for c in edge_cases()}
+    held = {(c.q_lens, c.k_lens, c.window, c.head_dim, c.softcap, c.page_size, c.seed) for c in cases}
+    assert templates <= held  # every curated edge case, in one dtype
+    assert max(max(c.k_lens) for c in cases) <= CPU_LONG_CAP and len(ids) < 200
+    assert uncovered(generate(PROFILES["quick"], 0, long_len=CPU_LONG_CAP))  # the check can fail: quick has no grid
+
+
+def _synthetic(n_rows: int, seed: int) -> list[tuple[str, float, bool, float]]:
+    """Rows (backend, cost, runs, seconds): two backends, one 10x slower per unit of work, a fixed
+    cost per row, some rows declined, the costly rows mostly late (as long cases are), noise."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n_rows):
+        cost = rng.uniform(1e3, 5e4) * (1 + 20 * (i > 0.8 * n_rows) * rng.random())
+        for spec, a, r in (("fast", 0.01, 1e-6), ("slow", 0.1, 1e-5)):
+            runs = rng.random() > 0.2
+            secs = (a + r * cost) * rng.uniform(0.7, 1.4) if runs else 0.002
+            rows.append((spec, cost, runs, secs))
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_time_left_is_right_within_a_factor_of_two_after_a_tenth(seed):
+    rows = _synthetic(200, seed)
+    eta = Eta((spec, str(i // 2), cost, runs) for i, (spec, cost, runs, _) in enumerate(rows))
+    total = sum(s for *_, s in rows)
+    elapsed = 0.0
+    for i, (spec, _, runs, secs) in enumerate(rows):
+        eta.done(spec, str(i // 2), secs, ran=runs)
+        elapsed += secs
+        if i + 1 >= len(rows) / 10 and i + 1 < len(rows) - 1:
+            left, true = eta.left(elapsed), total - elapsed
+            assert left is not None and true / 2 <= left <= 2 * true, (i, left, true)
+    assert eta.left(elapsed) == 0.0
+
+
+def test_the_time_left_reads_as_a_clock():
+    assert Eta([]).left(3.0) is None
+    assert [clock(None), clock(42), clock(185), clock(3725)] == ["?", "42s", "3m05s", "1h02m"]
