@@ -14,10 +14,6 @@ wherever it runs; on the CPU that compiles C++ through inductor (slow to start).
 from __future__ import annotations
 
 import functools
-import inspect
-import warnings
-from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -191,7 +187,7 @@ class FlexBackend(Backend):
         if case.softcap is None:
             score = "SCORE_MOD = None"
         elif self.bucketed:
-            score = "SCORE_MOD = softcap_mod(torch.full((), SOFTCAP, dtype=torch.float32, device=DEVICE))  # a tensor, as the harness passes it"
+            score = "SCORE_MOD = softcap_mod(torch.full((), SOFTCAP, dtype=torch.float32, device=DEVICE))  # a tensor, as in run"
         else:
             score = "SCORE_MOD = softcap_mod(SOFTCAP)"
         return embed(

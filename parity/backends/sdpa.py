@@ -24,7 +24,6 @@ cuDNN's phrases             ``sdpa-cudnn-cuda`` only: the cuDNN frontend declini
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F  # noqa: F401 - tests patch sdpa.F.scaled_dot_product_attention
 
 from ..case import Case, Inputs
 from ..window import Window
