@@ -86,7 +86,7 @@ def sdpa_attention(q, k, v, out, q_lens, k_lens, scale, bands=None, kernel=None,
             qb = q[q0 : q0 + sq].transpose(0, 1)[None]  # (1, hq, Sq, d)
             kb = k[k0 : k0 + sk].transpose(0, 1)[None]  # (1, hkv, Sk, d)
             vb = v[k0 : k0 + sk].transpose(0, 1)[None]  # (1, hkv, Sk, d)
-            kw: dict = {"scale": scale}
+            kw = {"scale": scale}
             if g > 1 and repeat_kv:
                 kb, vb = kb.repeat_interleave(g, dim=1), vb.repeat_interleave(g, dim=1)  # (1, hq, Sk, d)
             elif g > 1:
@@ -109,6 +109,8 @@ class SdpaBackend(Backend):
     refusal_phrases = SDPA_REFUSALS
 
     def unsupported_reason(self, case: Case) -> str | None:
+        if case.softcap is not None:
+            return "SDPA has no softcap"
         if self.causal_path:
             return causal_path_fits(case)
         return None
