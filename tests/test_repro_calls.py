@@ -21,8 +21,7 @@ import pytest
 
 from parity import Case, Window, backends
 from parity.api import evaluate
-from parity.backends import (flash_attn, flash_attn4, flashinfer, flex, jax_attn, sdpa, torch_fa2, vllm_fa,
-                             xformers)
+from parity.backends import flash_attn, flash_attn4, flashinfer, flex, jax_attn, sdpa, torch_fa2, vllm_fa, xformers
 from parity.repro_script import build_script
 
 DENSE = Case(q_lens=(48, 48), k_lens=(64, 64), hq=4, hkv=2, head_dim=64, dtype="bfloat16", window=Window(15, 0))
