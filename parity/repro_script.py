@@ -10,8 +10,10 @@
 * the input code, copied from :mod:`parity.regimes` and :mod:`parity.case` (``draw_qkv`` and,
   for paged cases, ``paged_layout``): the same generator, seed, order of draws, input regime
   and cast as ``make_inputs``;
-* the backend's call, ``attention(q, k, v)``, from the backend's own ``repro_call(case)``
-  (its native arguments computed by its own translation function at export time);
+* the backend's call, from the backend's own ``repro_call(case)``: the module-level function(s)
+  its ``run`` calls, copied with :func:`inspect.getsource` (:func:`embed`), and a short generated
+  ``attention(q, k, v)`` that calls them with the native arguments its own translation function
+  computes at export time;
 * :data:`COMMON`: a float64 masked reference (dense per head; a row that sees no key is 0),
   the same-dtype baseline that sets the tolerance, the ``q = 0`` / one-hot ``V`` mask probe,
   and ``main()``, which prints the error, the rows that differ most and the keys they saw
@@ -22,14 +24,17 @@
 The contract of ``repro_call(case) -> str``: module-level Python source that defines
 ``attention(q, k, v)``, taking packed ``q`` ``(total_q, hq, d)`` and ``k`` / ``v``
 ``(total_k, hkv, d)`` on ``DEVICE`` in ``DTYPE`` and returning ``(total_q, hq, d)``; it may
-use the constants above, ``CU_Q`` / ``CU_K`` (prefix sums, lists) and ``paged_layout``.
+use the constants above, ``CU_Q`` / ``CU_K`` (prefix sums, lists) and ``paged_layout``. The
+copied functions may use ``torch`` and each other only; they import their library in their body.
+The backend's package is also imported at the top of the backend's part, so a machine without it
+exits 2 before anything runs, as before.
 """
 
 from __future__ import annotations
 
 import inspect
-import string
 import textwrap
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import regimes
@@ -37,21 +42,15 @@ from .case import Case, draw_args, draw_qkv, paged_layout
 from .verdict import BUDGETS
 
 
-def fill(template: str, **subs: object) -> str:
-    """``template`` dedented, then each ``$name`` replaced by ``str(subs[name])``.
-
-    A line holding only ``$name`` takes a multi-line value, every line indented as the
-    placeholder was; an empty value drops the line. The backends' ``repro_call`` templates use it.
-    """
-    out: list[str] = []
-    for line in textwrap.dedent(template).splitlines():
-        key = line.strip()[1:]
-        if line.strip().startswith("$") and key in subs:
-            pad = line[: len(line) - len(line.lstrip())]
-            out += [pad + x if x.strip() else "" for x in str(subs[key]).splitlines()]
-        else:
-            out.append(string.Template(line).safe_substitute({k: str(v) for k, v in subs.items()}))
-    return "\n".join(out) + "\n"
+def embed(functions: Sequence[Callable[..., Any]], attention: str, head: str = "") -> str:
+    """A backend's part of a script: ``head`` (module-level imports and constants), each of
+    ``functions`` copied as it is (:func:`inspect.getsource`: the code ``run`` calls, so the two
+    cannot drift), then ``attention``, the short generated ``attention(q, k, v)`` that calls them
+    with the case's numbers. ``head`` and ``attention`` are dedented."""
+    parts = [textwrap.dedent(head).strip()] if head.strip() else []
+    parts += [inspect.getsource(fn).strip() for fn in functions]
+    parts.append(textwrap.dedent(attention).strip())
+    return "\n\n\n".join(parts) + "\n"
 
 
 def case_constants(case: Case, device: str) -> str:

@@ -201,21 +201,21 @@ def _native_texts(spec: str, case: Case) -> list[str]:
         return [f"bias = {bias_expr(*xformers_bias_spec(w, ql, kl), ql, kl)}"]
     if spec.startswith("jax"):
         causal = spec == "jax-cudnn-causal-cuda"
-        return [f"NATIVE = {[jax_window(w, sq, sk, causal) for sq, sk in pairs]!r}", f"implementation={spec.split('-')[1]!r}"]
+        return [f"NATIVE = {[jax_window(w, sq, sk, causal) for sq, sk in pairs]!r}", f"NATIVE, {spec.split('-')[1]!r}, SCALE"]
     if spec == "flashinfer-paged-cuda":
         causal, left = flashinfer_window(w, ql[0], kl[0])
         page = [] if case.page_size else ["PAGE = 16", "def paged_layout"]
-        return [f"causal={causal!r}, sm_scale=SCALE, window_left={left}", *page]
+        return [f"window_left={left}, softcap=0.0", f"causal={causal!r})", *page]
     if spec == "flashinfer-decode-cuda":
         page = [] if case.page_size else ["PAGE = 16", "def paged_layout"]
-        return [f"window_left={flashinfer_decode_window(w, 1, kl[0])}", *page]
+        return [f"window_left={flashinfer_decode_window(w, 1, kl[0])}", "causal=None)", *page]
     if spec == "flashinfer-cuda":
         return [f"NATIVE = {[flashinfer_window(w, sq, sk) for sq, sk in pairs]!r}"]
     if spec == "flex-cuda":
         seqs = [(bucket_len(sq), bucket_len(sk), bucket_band(w, sq, sk)) for sq, sk in pairs]
-        return ["def tensor_band_mask_mod(t):", f"SEQS = {seqs!r}"]
+        return ["def tensor_band_mask_mod(t):", f"SEQS = {[(bq, bk, tuple(band)) for bq, bk, band in seqs]!r}"]
     if spec.startswith("sdpa"):
-        return [f"KERNEL = {backends.get(spec).kernel!r}"]
+        return [f"kernel={backends.get(spec).kernel!r}"]
     raise AssertionError(spec)
 
 

@@ -202,7 +202,7 @@ DENSE = Case(q_lens=(32,), k_lens=(32,), window=Window(7, 0), **BF16)
 
 
 def _setup_sdpa(monkeypatch, exc):
-    monkeypatch.setattr(sdpa.F, "scaled_dot_product_attention", _raiser(exc))
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", _raiser(exc))
     return _on_cpu(sdpa.SdpaCudaCudnn), DENSE
 
 

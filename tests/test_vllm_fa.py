@@ -146,7 +146,7 @@ class Recorder:
 def _cpu_backend(cls, monkeypatch, fn):
     iface = type(sys)("vllm_fa_stand_in")
     iface.flash_attn_varlen_func = fn
-    monkeypatch.setattr(vllm_fa, "_interface", lambda: iface)
+    monkeypatch.setitem(sys.modules, vllm_fa.INTERFACE, iface)  # vllm_fa_attention imports it by name
     return type(f"Cpu{cls.__name__}", (cls,), {"device": "cpu", "unavailable_reason": lambda self: None})()
 
 

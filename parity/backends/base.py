@@ -20,6 +20,12 @@ A backend is a small class (one file each) with
   scripts of ``python -m parity export-repro`` (see :mod:`parity.repro_script`); backends
   without it are skipped there with a note.
 
+The library call itself is a module-level function of the backend's file (plain arguments:
+tensors, the translated window, scale, softcap...; its library imported inside its body, and
+nothing of the module used but ``torch`` and other such functions). ``run`` translates the case
+and calls it; ``repro_call`` copies its source into the script (:func:`parity.repro_script.embed`),
+so the script and the harness run the same code.
+
 Refusals. When the wrapped library itself declines a case at call time ("not supported",
 "is only supported with ..."), ``run`` raises :class:`Unsupported` with the library's words:
 each backend file keeps a small tuple of its library's refusal phrases and wraps the call in
@@ -93,6 +99,14 @@ def import_error_reason(module: str) -> str | None:
     except Exception as exc:  # noqa: BLE001 - any import failure makes it unavailable
         return f"cannot import {module}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return None
+
+
+def cu_seqlens(lens, device):
+    """Prefix sums ``[0, l0, l0 + l1, ...]`` as an int32 tensor ``(B + 1,)`` on ``device`` (copied into repro scripts)."""
+    out = [0]
+    for n in lens:
+        out.append(out[-1] + n)
+    return torch.tensor(out, dtype=torch.int32, device=device)  # (B + 1,)
 
 
 #: The most characters of a library's message kept in an ``unsupported`` row's detail.

@@ -22,16 +22,86 @@ must be divisible by ...", FA3's "head_size should be a multiple of 8").
 
 from __future__ import annotations
 
-import textwrap
-
 import torch
 
 from ..case import Case, Inputs
-from .base import Backend, cuda_unavailable_reason, import_error_reason, refusals
+from .base import Backend, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
 from .torch_fa2 import FA2_REFUSALS, fa2_case_reason, fa2_window
 
 #: The flash-attn package (FA2 and FA3) and PyTorch's vendored FA2 share one convention.
 flash_window = fa2_window
+
+
+def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, module="flash_attn"):
+    """The flash-attn package's ``flash_attn_func`` (``dense``: one ``(Sq, Sk)`` for every sequence) or
+    ``flash_attn_varlen_func`` (``cu_seqlens_q`` / ``cu_seqlens_k``) on a packed batch.
+
+    ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)``; returns ``(total_q, hq, d)``.
+    ``window_size``: ``(left, right)``, inclusive, bottom-right aligned, ``-1`` = unbounded; ``causal``
+    stays False. ``module``: ``flash_attn`` (FA2) or ``flash_attn_interface`` (FA3, Hopper).
+    """
+    import importlib
+
+    mod = importlib.import_module(module)
+    kw = dict(softmax_scale=scale, causal=False, window_size=window_size, softcap=softcap)
+    if dense:
+        b, sq, sk = len(q_lens), q_lens[0], k_lens[0]
+        o = mod.flash_attn_func(
+            q.view(b, sq, *q.shape[1:]),  # (B, Sq, hq, d)
+            k.view(b, sk, *k.shape[1:]),  # (B, Sk, hkv, d)
+            v.view(b, sk, *v.shape[1:]),  # (B, Sk, hkv, d)
+            **kw,
+        )
+    else:
+        o = mod.flash_attn_varlen_func(
+            q,  # (total_q, hq, d)
+            k,  # (total_k, hkv, d)
+            v,  # (total_k, hkv, d)
+            cu_seqlens(q_lens, q.device),  # cu_seqlens_q (B + 1,) int32
+            cu_seqlens(k_lens, q.device),  # cu_seqlens_k (B + 1,) int32
+            max(q_lens),
+            max(k_lens),
+            **kw,
+        )
+    if isinstance(o, tuple):
+        o = o[0]  # FA3 returns (out, lse)
+    return o.reshape(q.shape)  # (total_q, hq, d)
+
+
+def contiguous_kv_cache(k, v, k_lens):
+    """Packed ``k`` / ``v`` ``(total_k, hkv, d)`` as ``flash_attn_with_kvcache``'s contiguous caches
+    ``(B, Sk_max, hkv, d)``, zero past each sequence's end."""
+    k_cache = k.new_zeros(len(k_lens), max(k_lens), *k.shape[1:])  # (B, Sk_max, hkv, d)
+    v_cache = torch.zeros_like(k_cache)  # (B, Sk_max, hkv, d)
+    k0 = 0
+    for b, sk in enumerate(k_lens):
+        k_cache[b, :sk] = k[k0 : k0 + sk]
+        v_cache[b, :sk] = v[k0 : k0 + sk]
+        k0 += sk
+    return k_cache, v_cache
+
+
+def flash_attn_kvcache_attention(q, k_cache, v_cache, q_lens, k_lens, block_table, scale, window_size, softcap):
+    """``flash_attn.flash_attn_with_kvcache``: packed ``q`` ``(total_q, hq, d)`` with one ``Sq`` for every
+    sequence against caches ``(B, Sk_max, hkv, d)`` (``block_table`` None) or paged caches ``(pages,
+    page_size, hkv, d)`` with ``block_table`` ``(B, max_pages)`` int32; ``cache_seqlens`` = ``k_lens``.
+    Returns ``(total_q, hq, d)``. ``window_size`` as in :func:`flash_attn_attention`."""
+    from flash_attn import flash_attn_with_kvcache
+
+    b, sq = len(q_lens), q_lens[0]
+    seqlens = torch.tensor(k_lens, dtype=torch.int32, device=q.device)  # (B,)
+    o = flash_attn_with_kvcache(
+        q.view(b, sq, *q.shape[1:]),  # (B, Sq, hq, d)
+        k_cache,
+        v_cache,
+        cache_seqlens=seqlens,
+        block_table=block_table,
+        softmax_scale=scale,
+        causal=False,
+        window_size=window_size,
+        softcap=softcap,
+    )  # (B, Sq, hq, d)
+    return o.reshape(q.shape)  # (total_q, hq, d)
 
 
 class FlashAttnBackend(Backend):
@@ -60,82 +130,32 @@ class FlashAttnBackend(Backend):
         return fa2_case_reason(case, softcap_ok=self.softcap_ok)
 
     def _kw(self, case: Case) -> dict:
-        return dict(
-            softmax_scale=case.softmax_scale,
-            causal=False,
-            window_size=flash_window(case.window, case.q_lens, case.k_lens),
-            softcap=case.softcap or 0.0,
-        )
+        return dict(window_size=flash_window(case.window, case.q_lens, case.k_lens), softcap=case.softcap or 0.0)
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        kw = self._kw(case)
         with refusals(FA2_REFUSALS, self.module):
-            o = self._forward(case, inputs)
-        out.copy_(o.reshape(out.shape))  # (total_q, hq, d)
+            o = flash_attn_attention(inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale,
+                                     dense=case.is_uniform, module=self.module, **kw)
+        out.copy_(o)  # (total_q, hq, d)
         return out
 
-    def _forward(self, case: Case, inputs: Inputs) -> torch.Tensor:
-        mod = __import__(self.module)
-        if case.is_uniform:
-            q, k, v = inputs.dense()  # (B, Sq, hq, d), (B, Sk, hkv, d), (B, Sk, hkv, d)
-            o = mod.flash_attn_func(q, k, v, **self._kw(case))
-        else:
-            o = mod.flash_attn_varlen_func(
-                inputs.q,  # (total_q, hq, d)
-                inputs.k,  # (total_k, hkv, d)
-                inputs.v,  # (total_k, hkv, d)
-                inputs.cu_seqlens_q,  # (B + 1,) int32
-                inputs.cu_seqlens_k,  # (B + 1,) int32
-                max(case.q_lens),
-                max(case.k_lens),
-                **self._kw(case),
-            )
-        return o[0] if isinstance(o, tuple) else o  # FA3 returns (out, lse)
+    def repro_call(self, case: Case) -> str:
+        """``attention(q, k, v)`` for a standalone script: :func:`flash_attn_attention` as ``run`` calls it,
+        ``window_size`` from :func:`flash_window`."""
+        from ..repro_script import embed
 
-
-    def _repro(self, imports: str, call: str, case: Case) -> str:
-        from ..repro_script import fill
-
-        return fill(
-            """\
-            $imports
-
-
+        kw = self._kw(case)
+        return embed(
+            [cu_seqlens, flash_attn_attention],
+            f"""\
             def attention(q, k, v):
                 # flash-attn's window_size: (left, right), inclusive, bottom-right aligned; -1 = unbounded
-                kw = dict(softmax_scale=SCALE, causal=False, window_size=$window, softcap=$softcap)
-                $call
-                if isinstance(o, tuple):
-                    o = o[0]  # (out, lse)
-                return o.reshape(q.shape)  # (total_q, hq, d)
+                return flash_attn_attention(q, k, v, Q_LENS, K_LENS, SCALE, window_size={kw['window_size']!r},
+                                            softcap={kw['softcap']!r}, dense={case.is_uniform!r}, module={self.module!r})
             """,
-            imports=imports,
-            window=repr(self._kw(case)["window_size"]),
-            softcap=repr(self._kw(case)["softcap"]),
-            call=textwrap.dedent(call),
+            head=f"import {self.module}  # noqa: F401 - the backend's package (exit 2 here when it does not import)",
         )
-
-    def repro_call(self, case: Case) -> str:
-        """``attention(q, k, v)`` for a standalone script: this call, ``window_size`` from :func:`flash_window`."""
-        if case.is_uniform:
-            return self._repro(f"from {self.module} import flash_attn_func", """\
-                b, sq, sk = len(Q_LENS), Q_LENS[0], K_LENS[0]
-                o = flash_attn_func(
-                    q.view(b, sq, HQ, HEAD_DIM),  # (B, Sq, hq, d)
-                    k.view(b, sk, HKV, HEAD_DIM),  # (B, Sk, hkv, d)
-                    v.view(b, sk, HKV, HEAD_DIM),  # (B, Sk, hkv, d)
-                    **kw,
-                )""", case)
-        return self._repro(f"from {self.module} import flash_attn_varlen_func", """\
-            o = flash_attn_varlen_func(
-                q,  # (total_q, hq, d)
-                k,  # (total_k, hkv, d)
-                v,  # (total_k, hkv, d)
-                torch.tensor(CU_Q, dtype=torch.int32, device=q.device),  # cu_seqlens_q (B + 1,)
-                torch.tensor(CU_K, dtype=torch.int32, device=q.device),  # cu_seqlens_k (B + 1,)
-                max(Q_LENS),
-                max(K_LENS),
-                **kw,
-            )""", case)
 
 
 class FlashAttnKvcacheBackend(FlashAttnBackend):
@@ -151,46 +171,38 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
         return super().unsupported_reason(case)
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        from flash_attn import flash_attn_with_kvcache
-
-        b, sq = case.batch, case.q_lens[0]
-        q = inputs.q.view(b, sq, case.hq, case.head_dim)  # (B, Sq, hq, d)
         if case.page_size is not None:
             paged = inputs.paged()
             k_cache, v_cache, table = paged.k_cache, paged.v_cache, paged.block_table  # (pages, ps, hkv, d) x2, (B, P)
         else:
-            smax = max(case.k_lens)
-            k_cache = inputs.k.new_zeros(b, smax, case.hkv, case.head_dim)  # (B, Sk_max, hkv, d)
-            v_cache = torch.zeros_like(k_cache)  # (B, Sk_max, hkv, d)
-            for bi, _, k, v, _ in inputs.sequences():
-                k_cache[bi, : k.shape[0]] = k
-                v_cache[bi, : v.shape[0]] = v
-            table = None
-        seqlens = torch.tensor(case.k_lens, dtype=torch.int32, device=q.device)  # (B,)
+            (k_cache, v_cache), table = contiguous_kv_cache(inputs.k, inputs.v, case.k_lens), None  # (B, Sk_max, hkv, d) x2
         with refusals(FA2_REFUSALS, "flash_attn"):
-            o = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table, **self._kw(case))
-        out.copy_(o.reshape(out.shape))  # (B, Sq, hq, d) -> (total_q, hq, d)
+            o = flash_attn_kvcache_attention(inputs.q, k_cache, v_cache, case.q_lens, case.k_lens, table, case.softmax_scale,
+                                             **self._kw(case))
+        out.copy_(o)  # (total_q, hq, d)
         return out
 
     def repro_call(self, case: Case) -> str:
-        """``attention(q, k, v)`` for a standalone script: this call (paged: the harness's page layout)."""
+        """``attention(q, k, v)`` for a standalone script: :func:`flash_attn_kvcache_attention` as ``run``
+        calls it (paged: the harness's page layout)."""
+        from ..repro_script import embed
+
         if case.page_size is not None:
             caches = "k_cache, v_cache, table, _ = paged_layout(k, v, K_LENS, PAGE_SIZE, SEED)  # (pages, ps, hkv, d) x2, (B, P)"
         else:
-            caches = textwrap.dedent("""\
-                k_cache = k.new_zeros(b, max(K_LENS), HKV, HEAD_DIM)  # (B, Sk_max, hkv, d)
-                v_cache = torch.zeros_like(k_cache)  # (B, Sk_max, hkv, d)
-                for n, sk in enumerate(K_LENS):
-                    k_cache[n, :sk] = k[CU_K[n] : CU_K[n + 1]]
-                    v_cache[n, :sk] = v[CU_K[n] : CU_K[n + 1]]
-                table = None""")
-        call = "\n".join([
-            "b, sq = len(Q_LENS), Q_LENS[0]",
-            caches,
-            "seqlens = torch.tensor(K_LENS, dtype=torch.int32, device=q.device)  # (B,)",
-            "o = flash_attn_with_kvcache(q.view(b, sq, HQ, HEAD_DIM), k_cache, v_cache, cache_seqlens=seqlens, block_table=table, **kw)",
-        ])
-        return self._repro("from flash_attn import flash_attn_with_kvcache", call, case)
+            caches = "(k_cache, v_cache), table = contiguous_kv_cache(k, v, K_LENS), None  # (B, Sk_max, hkv, d) x2"
+        kw = self._kw(case)
+        return embed(
+            [contiguous_kv_cache, flash_attn_kvcache_attention],
+            f"""\
+            def attention(q, k, v):
+                {caches}
+                # flash-attn's window_size: (left, right), inclusive, bottom-right aligned; -1 = unbounded
+                return flash_attn_kvcache_attention(q, k_cache, v_cache, Q_LENS, K_LENS, table, SCALE,
+                                                    window_size={kw['window_size']!r}, softcap={kw['softcap']!r})
+            """,
+            head="import flash_attn  # noqa: F401 - the backend's package (exit 2 here when it does not import)",
+        )
 
 
 class FlashAttn3Backend(FlashAttnBackend):

@@ -36,14 +36,12 @@ It cannot share a ``sys.path`` with xformers: run its worker with
 
 from __future__ import annotations
 
-import textwrap
-
 import torch
 
 from ..case import Case, Inputs
 from ..results import HALF_DTYPES
 from ..window import Window
-from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason, refusals
+from .base import Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
 
 #: FA4's own words when it declines a configuration; see the module docstring.
 FA4_REFUSALS: tuple[str, ...] = (
@@ -60,6 +58,54 @@ def fa4_window(window: Window, q_lens, k_lens) -> tuple[int | None, int | None]:
     if window.align == "top_left" and any(q != k for q, k in zip(q_lens, k_lens)):
         raise Unsupported("FA4 windows are bottom-right aligned; top_left with Sq != Sk has no translation")
     return window.left, window.right
+
+
+def fa4_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, page_table=None, seqused_k=None):
+    """FA4 (``flash_attn.cute``) on a packed batch: ``flash_attn_func`` (``dense``: one ``(Sq, Sk)`` for
+    every sequence), else ``flash_attn_varlen_func``.
+
+    ``q`` ``(total_q, hq, d)``; ``k`` / ``v`` ``(total_k, hkv, d)``, or with ``page_table`` ``(B,
+    max_pages)`` int32 and ``seqused_k`` ``(B,)`` int32 the paged caches ``(pages, page_size, hkv, d)``
+    (``cu_seqlens_k`` then None). Returns ``(total_q, hq, d)``. ``window_size``: ``(left, right)``,
+    inclusive, bottom-right aligned, ``None`` = unbounded (not -1); ``causal`` stays False.
+    """
+    from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
+
+    kw = dict(softmax_scale=scale, causal=False, window_size=window_size, softcap=softcap)
+    if page_table is not None:
+        o = flash_attn_varlen_func(
+            q,  # (total_q, hq, d)
+            k,  # (pages, page_size, hkv, d)
+            v,  # (pages, page_size, hkv, d)
+            cu_seqlens_q=cu_seqlens(q_lens, q.device),  # (B + 1,) int32
+            max_seqlen_q=max(q_lens),
+            max_seqlen_k=max(k_lens),
+            seqused_k=seqused_k,  # (B,) int32
+            page_table=page_table,  # (B, max_pages) int32
+            **kw,
+        )
+    elif dense:
+        b, sq, sk = len(q_lens), q_lens[0], k_lens[0]
+        o = flash_attn_func(
+            q.view(b, sq, *q.shape[1:]),  # (B, Sq, hq, d)
+            k.view(b, sk, *k.shape[1:]),  # (B, Sk, hkv, d)
+            v.view(b, sk, *v.shape[1:]),  # (B, Sk, hkv, d)
+            **kw,
+        )
+    else:
+        o = flash_attn_varlen_func(
+            q,  # (total_q, hq, d)
+            k,  # (total_k, hkv, d)
+            v,  # (total_k, hkv, d)
+            cu_seqlens_q=cu_seqlens(q_lens, q.device),  # (B + 1,) int32
+            cu_seqlens_k=cu_seqlens(k_lens, q.device),  # (B + 1,) int32
+            max_seqlen_q=max(q_lens),
+            max_seqlen_k=max(k_lens),
+            **kw,
+        )
+    if isinstance(o, tuple):
+        o = o[0]  # (out, lse)
+    return o.reshape(q.shape)  # (total_q, hq, d)
 
 
 class Fa4Backend(Backend):
@@ -101,103 +147,43 @@ class Fa4Backend(Backend):
             return str(exc)
         return None
 
-    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+    def native(self, case: Case) -> dict:
+        """:func:`fa4_attention`'s arguments for ``case`` besides the tensors, lengths and scale."""
         window = fa4_window(case.window, case.q_lens, case.k_lens)
-        kw = dict(softmax_scale=case.softmax_scale, causal=False, window_size=window, softcap=case.softcap or 0.0)
-        with refusals(FA4_REFUSALS, "flash-attn-4"):
-            o = self._forward(case, inputs, kw)
-        if isinstance(o, tuple):
-            o = o[0]  # (out, lse)
-        out.copy_(o.reshape(out.shape))  # (total_q, hq, d)
-        return out
+        return dict(window_size=window, softcap=case.softcap or 0.0, dense=case.is_uniform and not self.always_varlen)
 
-    def _forward(self, case: Case, inputs: Inputs, kw: dict):
-        from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
-
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        kw = self.native(case)
+        k, v = inputs.k, inputs.v  # (total_k, hkv, d)
         if case.page_size is not None:
             paged = inputs.paged()
-            return flash_attn_varlen_func(
-                inputs.q,  # (total_q, hq, d)
-                paged.k_cache,  # (pages, page_size, hkv, d)
-                paged.v_cache,  # (pages, page_size, hkv, d)
-                cu_seqlens_q=inputs.cu_seqlens_q,  # (B + 1,) int32
-                max_seqlen_q=max(case.q_lens),
-                max_seqlen_k=max(case.k_lens),
-                seqused_k=paged.seqlens_k,  # (B,) int32
-                page_table=paged.block_table,  # (B, max_pages) int32
-                **kw,
-            )
-        if case.is_uniform and not self.always_varlen:
-            q, k, v = inputs.dense()  # (B, Sq, hq, d), (B, Sk, hkv, d), (B, Sk, hkv, d)
-            return flash_attn_func(q, k, v, **kw)
-        return flash_attn_varlen_func(
-            inputs.q,  # (total_q, hq, d)
-            inputs.k,  # (total_k, hkv, d)
-            inputs.v,  # (total_k, hkv, d)
-            cu_seqlens_q=inputs.cu_seqlens_q,  # (B + 1,) int32
-            cu_seqlens_k=inputs.cu_seqlens_k,  # (B + 1,) int32
-            max_seqlen_q=max(case.q_lens),
-            max_seqlen_k=max(case.k_lens),
-            **kw,
-        )
-
+            k, v = paged.k_cache, paged.v_cache  # (pages, page_size, hkv, d)
+            kw.update(page_table=paged.block_table, seqused_k=paged.seqlens_k)  # (B, max_pages), (B,) int32
+        with refusals(FA4_REFUSALS, "flash-attn-4"):
+            o = fa4_attention(inputs.q, k, v, case.q_lens, case.k_lens, case.softmax_scale, **kw)
+        out.copy_(o)  # (total_q, hq, d)
+        return out
 
     def repro_call(self, case: Case) -> str:
-        """``attention(q, k, v)`` for a standalone script: this call, ``window_size`` from :func:`fa4_window`."""
-        from ..repro_script import fill
+        """``attention(q, k, v)`` for a standalone script: :func:`fa4_attention` as ``run`` calls it,
+        ``window_size`` from :func:`fa4_window`."""
+        from ..repro_script import embed
 
+        kw = self.native(case)
+        paged, pages = "", ""
         if case.page_size is not None:
-            fn, call = "flash_attn_varlen_func", """\
-                k_cache, v_cache, page_table, seqused_k = paged_layout(k, v, K_LENS, PAGE_SIZE, SEED)  # as the harness pages them
-                o = flash_attn_varlen_func(
-                    q,  # (total_q, hq, d)
-                    k_cache,  # (pages, page_size, hkv, d)
-                    v_cache,  # (pages, page_size, hkv, d)
-                    cu_seqlens_q=torch.tensor(CU_Q, dtype=torch.int32, device=q.device),  # (B + 1,)
-                    max_seqlen_q=max(Q_LENS),
-                    max_seqlen_k=max(K_LENS),
-                    seqused_k=seqused_k,  # (B,) int32
-                    page_table=page_table,  # (B, max_pages) int32
-                    **kw,
-                )"""
-        elif case.is_uniform and not self.always_varlen:
-            fn, call = "flash_attn_func", """\
-                b, sq, sk = len(Q_LENS), Q_LENS[0], K_LENS[0]
-                o = flash_attn_func(
-                    q.view(b, sq, HQ, HEAD_DIM),  # (B, Sq, hq, d)
-                    k.view(b, sk, HKV, HEAD_DIM),  # (B, Sk, hkv, d)
-                    v.view(b, sk, HKV, HEAD_DIM),  # (B, Sk, hkv, d)
-                    **kw,
-                )"""
-        else:
-            fn, call = "flash_attn_varlen_func", """\
-                o = flash_attn_varlen_func(
-                    q,  # (total_q, hq, d)
-                    k,  # (total_k, hkv, d)
-                    v,  # (total_k, hkv, d)
-                    cu_seqlens_q=torch.tensor(CU_Q, dtype=torch.int32, device=q.device),  # (B + 1,)
-                    cu_seqlens_k=torch.tensor(CU_K, dtype=torch.int32, device=q.device),  # (B + 1,)
-                    max_seqlen_q=max(Q_LENS),
-                    max_seqlen_k=max(K_LENS),
-                    **kw,
-                )"""
-        return fill(
-            """\
-            from flash_attn.cute import $fn
-
-
+            paged = "k, v, page_table, seqused_k = paged_layout(k, v, K_LENS, PAGE_SIZE, SEED)  # as the harness pages them"
+            pages = ", page_table=page_table, seqused_k=seqused_k"
+        return embed(
+            [cu_seqlens, fa4_attention],
+            f"""\
             def attention(q, k, v):
+                {paged}
                 # FA4's window_size: (left, right), inclusive, bottom-right aligned; None = unbounded (not -1)
-                kw = dict(softmax_scale=SCALE, causal=False, window_size=$window, softcap=$softcap)
-                $call
-                if isinstance(o, tuple):
-                    o = o[0]  # (out, lse)
-                return o.reshape(q.shape)  # (total_q, hq, d)
+                return fa4_attention(q, k, v, Q_LENS, K_LENS, SCALE, window_size={kw['window_size']!r},
+                                     softcap={kw['softcap']!r}, dense={kw['dense']!r}{pages})
             """,
-            fn=fn,
-            window=repr(fa4_window(case.window, case.q_lens, case.k_lens)),
-            softcap=repr(case.softcap or 0.0),
-            call=textwrap.dedent(call),
+            head="import flash_attn.cute  # noqa: F401 - the backend's package (exit 2 here when it does not import)",
         )
 
 

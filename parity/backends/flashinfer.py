@@ -71,7 +71,7 @@ import torch
 from ..case import Case, Inputs, PagedKV
 from ..results import HALF_DTYPES
 from ..window import Window
-from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason, refusals
+from .base import Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
 
 #: Page size the paged backends use for cases that have none (vLLM's default block size).
 DEFAULT_PAGE = 16
@@ -104,15 +104,75 @@ def flashinfer_decode_window(window: Window, sq: int, sk: int) -> int:
     return -1 if window.left is None else window.left
 
 
-def flashinfer_paged_args(paged: PagedKV) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """FlashInfer's CSR page table: ``(paged_kv_indptr (B + 1,), paged_kv_indices (pages,), paged_kv_last_page_len (B,))``, int32."""
-    seqlens = paged.seqlens_k.tolist()
-    n_pages = [-(-sk // paged.page_size) for sk in seqlens]
-    dev = paged.block_table.device
-    indptr = torch.tensor([0, *torch.tensor(n_pages).cumsum(0).tolist()], dtype=torch.int32, device=dev)
-    indices = torch.cat([paged.block_table[b, :n] for b, n in enumerate(n_pages)]).to(torch.int32)
-    last = torch.tensor([sk - (n - 1) * paged.page_size for sk, n in zip(seqlens, n_pages)], dtype=torch.int32, device=dev)
+def flashinfer_csr(block_table, seqlens_k, page_size):
+    """FlashInfer's CSR page table of a ``block_table`` ``(B, max_pages)``: ``(paged_kv_indptr (B + 1,),
+    paged_kv_indices (pages,), paged_kv_last_page_len (B,))``, int32."""
+    seqlens = [int(n) for n in seqlens_k]
+    n_pages = [-(-sk // page_size) for sk in seqlens]
+    dev = block_table.device
+    indptr = torch.tensor([0, *torch.tensor(n_pages).cumsum(0).tolist()], dtype=torch.int32, device=dev)  # (B + 1,)
+    indices = torch.cat([block_table[b, :n] for b, n in enumerate(n_pages)]).to(torch.int32)  # (pages,)
+    last = torch.tensor([sk - (n - 1) * page_size for sk, n in zip(seqlens, n_pages)], dtype=torch.int32, device=dev)  # (B,)
     return indptr, indices, last
+
+
+def flashinfer_paged_args(paged: PagedKV) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`flashinfer_csr` of the harness's paged layout."""
+    return flashinfer_csr(paged.block_table, paged.seqlens_k.tolist(), paged.page_size)
+
+
+def flashinfer_prefill_attention(q, k, v, out, q_lens, k_lens, natives, scale, softcap):
+    """``flashinfer.single_prefill_with_kv_cache``, one call per sequence of a packed batch.
+
+    ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)`` (NHD); ``out`` ``(total_q, hq, d)``
+    written and returned. ``natives``: per sequence ``(causal, window_left)`` (:func:`flashinfer_window`):
+    keys from ``i + Sk - Sq - window_left`` on, ``-1`` = unbounded; causal: up to ``i + Sk - Sq``.
+    """
+    import flashinfer
+
+    q0 = k0 = 0
+    for (sq, sk), (causal, window_left) in zip(zip(q_lens, k_lens), natives):
+        out[q0 : q0 + sq] = flashinfer.single_prefill_with_kv_cache(
+            q[q0 : q0 + sq],  # (Sq, hq, d)
+            k[k0 : k0 + sk],  # (Sk, hkv, d)
+            v[k0 : k0 + sk],  # (Sk, hkv, d)
+            causal=causal,
+            window_left=window_left,
+            sm_scale=scale,
+            logits_soft_cap=softcap,
+        )  # (Sq, hq, d)
+        q0, k0 = q0 + sq, k0 + sk
+    return out
+
+
+def flashinfer_paged_attention(q, k_cache, v_cache, out, q_lens, block_table, seqlens_k, page_size, scale, window_left,
+                               softcap, workspace, causal=None):
+    """FlashInfer over a paged cache ``(pages, page_size, hkv, d)`` (NHD) with ``block_table`` ``(B,
+    max_pages)`` and ``seqlens_k``: ``BatchPrefillWithPagedKVCacheWrapper`` (plan + run) when ``causal`` is
+    a bool, ``BatchDecodeWithPagedKVCacheWrapper`` (one query per sequence) when it is None.
+
+    ``q`` ``(total_q, hq, d)``; ``out`` ``(total_q, hq, d)`` written and returned. ``workspace``: the
+    wrappers' float buffer (uint8). ``window_left``: keys from ``i + Sk - Sq - window_left`` on, ``-1`` =
+    unbounded; ``causal``: up to ``i + Sk - Sq``.
+    """
+    import flashinfer
+
+    indptr, indices, last = flashinfer_csr(block_table, seqlens_k, page_size)  # (B + 1,), (pages,), (B,) int32
+    hq, hkv, d = q.shape[1], k_cache.shape[2], q.shape[2]
+    types = dict(q_data_type=q.dtype, kv_data_type=k_cache.dtype)
+    if causal is None:
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD")
+        wrapper.plan(indptr, indices, last, hq, hkv, d, page_size, window_left=window_left, logits_soft_cap=softcap,
+                     sm_scale=scale, **types)
+        out.copy_(wrapper.run(q, (k_cache, v_cache)).reshape(out.shape))  # (B, hq, d): one query per sequence
+        return out
+    wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
+    wrapper.plan(cu_seqlens(q_lens, q.device), indptr, indices, last, hq, hkv, d, page_size, causal=causal, sm_scale=scale,
+                 window_left=window_left, logits_soft_cap=softcap, **types)
+    o = wrapper.run(q, (k_cache, v_cache), out=out)  # (total_q, hq, d)
+    if o.data_ptr() != out.data_ptr():
+        out.copy_(o)
+    return out
 
 
 def flashinfer_jit_reason() -> str | None:
@@ -167,51 +227,27 @@ class FlashInferBackend(Backend):
         return None
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        import flashinfer
-
-        for _, q, k, v, qs in inputs.sequences():
-            causal, left = flashinfer_window(case.window, q.shape[0], k.shape[0])
-            with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
-                o = flashinfer.single_prefill_with_kv_cache(
-                    q,  # (Sq, hq, d)
-                    k,  # (Sk, hkv, d)
-                    v,  # (Sk, hkv, d)
-                    causal=causal,
-                    window_left=left,
-                    sm_scale=case.softmax_scale,
-                    logits_soft_cap=case.softcap or 0.0,
-                )  # (Sq, hq, d)
-            out[qs] = o
-        return out
+        natives = [flashinfer_window(case.window, sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
+        with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
+            return flashinfer_prefill_attention(inputs.q, inputs.k, inputs.v, out, case.q_lens, case.k_lens, natives,
+                                                case.softmax_scale, case.softcap or 0.0)
 
     def repro_call(self, case: Case) -> str:
-        """``attention(q, k, v)`` for a standalone script: this call, per sequence from :func:`flashinfer_window`."""
-        from ..repro_script import fill
+        """``attention(q, k, v)`` for a standalone script: :func:`flashinfer_prefill_attention` as ``run``
+        calls it, per sequence from :func:`flashinfer_window`."""
+        from ..repro_script import embed
 
-        native = [flashinfer_window(case.window, sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
-        return fill(
-            """\
-            import flashinfer
-
-            NATIVE = $native  # per sequence (causal, window_left): keys from i + Sk - Sq - window_left on; -1 = unbounded
+        natives = [flashinfer_window(case.window, sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
+        return embed(
+            [flashinfer_prefill_attention],
+            f"""\
+            NATIVE = {natives!r}  # per sequence (causal, window_left): keys from i + Sk - Sq - window_left on; -1 = unbounded
 
 
             def attention(q, k, v):
-                out = torch.empty_like(q)  # (total_q, hq, d)
-                for b, (causal, window_left) in enumerate(NATIVE):
-                    out[CU_Q[b] : CU_Q[b + 1]] = flashinfer.single_prefill_with_kv_cache(
-                        q[CU_Q[b] : CU_Q[b + 1]],  # (Sq, hq, d)
-                        k[CU_K[b] : CU_K[b + 1]],  # (Sk, hkv, d)
-                        v[CU_K[b] : CU_K[b + 1]],  # (Sk, hkv, d)
-                        causal=causal,
-                        window_left=window_left,
-                        sm_scale=SCALE,
-                        logits_soft_cap=$softcap,
-                    )  # (Sq, hq, d)
-                return out
+                return flashinfer_prefill_attention(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, NATIVE, SCALE, {case.softcap or 0.0!r})
             """,
-            native=repr(native),
-            softcap=repr(case.softcap or 0.0),
+            head="import flashinfer  # noqa: F401 - the backend's package (exit 2 here when it does not import)",
         )
 
 
@@ -244,66 +280,48 @@ class FlashInferPagedBackend(FlashInferBackend):
             self._workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
         return self._workspace
 
-    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        import flashinfer
+    def native(self, case: Case) -> dict:
+        """:func:`flashinfer_paged_attention`'s window and softcap for ``case``: one ``(causal, left)`` for the batch."""
+        causal, left = flashinfer_window(case.window, case.q_lens[0], case.k_lens[0])
+        return dict(window_left=left, softcap=case.softcap or 0.0, causal=causal)
 
-        causal, left = flashinfer_window(case.window, case.q_lens[0], case.k_lens[0])  # one (causal, left) for the batch
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        kw = self.native(case)
         paged = self._paged(case, inputs)
-        indptr, indices, last = flashinfer_paged_args(paged)
         with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
-            wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self._buffer(inputs.q.device), "NHD")
-            wrapper.plan(
-                inputs.cu_seqlens_q,  # qo_indptr (B + 1,) int32
-                indptr,  # paged_kv_indptr (B + 1,) int32
-                indices,  # paged_kv_indices (pages,) int32
-                last,  # paged_kv_last_page_len (B,) int32
-                case.hq,
-                case.hkv,
-                case.head_dim,
+            return flashinfer_paged_attention(
+                inputs.q,  # (total_q, hq, d)
+                paged.k_cache,  # (pages, page_size, hkv, d)
+                paged.v_cache,  # (pages, page_size, hkv, d)
+                out,
+                case.q_lens,
+                paged.block_table,  # (B, max_pages) int32
+                paged.seqlens_k.tolist(),
                 paged.page_size,
-                causal=causal,
-                sm_scale=case.softmax_scale,
-                window_left=left,
-                logits_soft_cap=case.softcap or 0.0,
-                q_data_type=inputs.q.dtype,
-                kv_data_type=paged.k_cache.dtype,
+                case.softmax_scale,
+                workspace=self._buffer(inputs.q.device),
+                **kw,
             )
-            o = wrapper.run(inputs.q, (paged.k_cache, paged.v_cache), out=out)  # (total_q, hq, d)
-        if o.data_ptr() != out.data_ptr():
-            out.copy_(o)
-        return out
 
     def repro_call(self, case: Case) -> str:
-        """``attention(q, k, v)`` for a standalone script: plan + run over the harness's page layout."""
-        from ..repro_script import fill
+        """``attention(q, k, v)`` for a standalone script: :func:`flashinfer_paged_attention` as ``run`` calls
+        it, over the harness's page layout."""
+        from ..repro_script import embed
 
-        causal, left = flashinfer_window(case.window, case.q_lens[0], case.k_lens[0])
+        kw = self.native(case)
         head, page = _paged_template_head(case)
-        return fill(
-            """\
-            import flashinfer
-
-            $head
-
-
+        return embed(
+            [cu_seqlens, flashinfer_csr, flashinfer_paged_attention],
+            f"""\
             def attention(q, k, v):
-                k_cache, v_cache, table, seqlens = paged_layout(k, v, K_LENS, $page, SEED)  # (pages, page, hkv, d) x2, (B, P), (B,)
-                n_pages = [-(-sk // $page) for sk in K_LENS]
-                indptr = torch.tensor([sum(n_pages[:b]) for b in range(len(n_pages) + 1)], dtype=torch.int32, device=q.device)
-                indices = torch.cat([table[b, :n] for b, n in enumerate(n_pages)]).to(torch.int32)
-                last = torch.tensor([sk - (n - 1) * $page for sk, n in zip(K_LENS, n_pages)], dtype=torch.int32, device=q.device)
-                wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(torch.empty(128 << 20, dtype=torch.uint8, device=q.device), "NHD")
-                # keys from i + Sk - Sq - window_left on (-1 = unbounded); causal: up to i + Sk - Sq
-                wrapper.plan(torch.tensor(CU_Q, dtype=torch.int32, device=q.device), indptr, indices, last, HQ, HKV, HEAD_DIM, $page,
-                             causal=$causal, sm_scale=SCALE, window_left=$left, logits_soft_cap=$softcap,
-                             q_data_type=q.dtype, kv_data_type=k.dtype)
-                return wrapper.run(q, (k_cache, v_cache))  # (total_q, hq, d)
+                k_cache, v_cache, table, _ = paged_layout(k, v, K_LENS, {page}, SEED)  # (pages, page, hkv, d) x2, (B, P)
+                workspace = torch.empty({WORKSPACE_BYTES}, dtype=torch.uint8, device=q.device)
+                # keys from i + Sk - Sq - window_left on (-1 = unbounded); causal: up to i + Sk - Sq; None: batch decode
+                return flashinfer_paged_attention(q, k_cache, v_cache, torch.empty_like(q), Q_LENS, table, K_LENS, {page}, SCALE,
+                                                  window_left={kw['window_left']}, softcap={kw['softcap']!r},
+                                                  workspace=workspace, causal={kw['causal']!r})
             """,
-            head=head,
-            page=page,
-            causal=repr(causal),
-            left=repr(left),
-            softcap=repr(case.softcap or 0.0),
+            head="import flashinfer  # noqa: F401 - the backend's package (exit 2 here when it does not import)\n\n" + head,
         )
 
 
@@ -323,58 +341,7 @@ class FlashInferDecodeBackend(FlashInferPagedBackend):
             return str(exc)
         return None
 
-    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        import flashinfer
-
+    def native(self, case: Case) -> dict:
+        """:func:`flashinfer_paged_attention`'s window and softcap for ``case``; ``causal`` None: batch decode."""
         left = flashinfer_decode_window(case.window, case.q_lens[0], case.k_lens[0])
-        paged = self._paged(case, inputs)
-        indptr, indices, last = flashinfer_paged_args(paged)
-        with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
-            wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(self._buffer(inputs.q.device), "NHD")
-            wrapper.plan(
-                indptr,  # (B + 1,) int32
-                indices,  # (pages,) int32
-                last,  # (B,) int32
-                case.hq,
-                case.hkv,
-                case.head_dim,
-                paged.page_size,
-                window_left=left,
-                logits_soft_cap=case.softcap or 0.0,
-                sm_scale=case.softmax_scale,
-                q_data_type=inputs.q.dtype,
-                kv_data_type=paged.k_cache.dtype,
-            )
-            o = wrapper.run(inputs.q, (paged.k_cache, paged.v_cache))  # (B, hq, d): one query per sequence
-        out.copy_(o.reshape(out.shape))
-        return out
-
-    def repro_call(self, case: Case) -> str:
-        """``attention(q, k, v)`` for a standalone script: decode plan + run over the harness's page layout."""
-        from ..repro_script import fill
-
-        head, page = _paged_template_head(case)
-        return fill(
-            """\
-            import flashinfer
-
-            $head
-
-
-            def attention(q, k, v):
-                k_cache, v_cache, table, seqlens = paged_layout(k, v, K_LENS, $page, SEED)  # (pages, page, hkv, d) x2, (B, P), (B,)
-                n_pages = [-(-sk // $page) for sk in K_LENS]
-                indptr = torch.tensor([sum(n_pages[:b]) for b in range(len(n_pages) + 1)], dtype=torch.int32, device=q.device)
-                indices = torch.cat([table[b, :n] for b, n in enumerate(n_pages)]).to(torch.int32)
-                last = torch.tensor([sk - (n - 1) * $page for sk, n in zip(K_LENS, n_pages)], dtype=torch.int32, device=q.device)
-                wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(torch.empty(128 << 20, dtype=torch.uint8, device=q.device), "NHD")
-                # the one query sees keys Sk - 1 - window_left .. Sk - 1 (-1 = unbounded)
-                wrapper.plan(indptr, indices, last, HQ, HKV, HEAD_DIM, $page, window_left=$left, logits_soft_cap=$softcap,
-                             sm_scale=SCALE, q_data_type=q.dtype, kv_data_type=k.dtype)
-                return wrapper.run(q, (k_cache, v_cache))  # (B, hq, d) = (total_q, hq, d)
-            """,
-            head=head,
-            page=page,
-            left=repr(flashinfer_decode_window(case.window, case.q_lens[0], case.k_lens[0])),
-            softcap=repr(case.softcap or 0.0),
-        )
+        return dict(window_left=left, softcap=case.softcap or 0.0, causal=None)

@@ -14,10 +14,6 @@ wherever it runs; on the CPU that compiles C++ through inductor (slow to start).
 from __future__ import annotations
 
 import functools
-import inspect
-import warnings
-from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -43,37 +39,82 @@ def band_mask_mod(d: int, left: int | None, right: int | None):
     return mask_mod
 
 
-def window_mask_mod(window: Window, sq: int, sk: int):
-    """The canonical window of one (Sq, Sk) pair as a mask_mod."""
-    return band_mask_mod(window.offset(sq, sk), window.left, window.right)
+def softcap_mod(cap):
+    """The tanh softcap as a score_mod; ``cap`` a number or a 0-d tensor (set per call, no recompile)."""
 
-
-@functools.lru_cache(maxsize=64)
-def softcap_score_mod(cap: float):
     def score_mod(score, b, h, q_idx, kv_idx):
         return cap * torch.tanh(score / cap)
 
     return score_mod
 
 
-@functools.lru_cache(maxsize=256)
-def _block_mask(window: Window, sq: int, sk: int, bq: int, bk: int, device: str, bucketed: bool):
-    """The BlockMask of one (window, Sq, Sk), built once: a batched mask probe repeats the same
-    lengths many times, and a sweep revisits them across cases."""
+softcap_score_mod = functools.lru_cache(maxsize=64)(softcap_mod)
+
+
+def flex_block_mask(bq, bk, band, device):
+    """The BlockMask of one sequence over its ``(bq, bk)`` grid. ``band``: ``(d, left, right)``, the rule
+    of :func:`band_mask_mod`, or ``[d, left, right, Sk]`` (four numbers), :func:`tensor_band_mask_mod`'s
+    over a padded grid."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    mod = bucketed_mask_mod(window, sq, sk, device) if bucketed else window_mask_mod(window, sq, sk)
+    if len(band) == 4:
+        mod = tensor_band_mask_mod(torch.tensor(band, dtype=torch.int32, device=device))  # (4,): d, left, right, Sk
+    else:
+        mod = band_mask_mod(*band)
     return create_block_mask(mod, None, None, bq, bk, device=device)
+
+
+def flex_attention_packed(q, k, v, out, q_lens, k_lens, scale, padded, block_masks, score_mod=None, flex=None):
+    """``flex_attention``, one call per sequence of a packed batch.
+
+    ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)``; ``out`` ``(total_q, hq, d)`` is
+    written and returned. ``padded``: per sequence ``(bq, bk)``, its lengths with zero rows appended
+    (the real ones when not bucketed); ``block_masks``: per sequence, its BlockMask over that grid
+    (:func:`flex_block_mask`). ``flex``: ``flex_attention`` or a compiled version (None: eager).
+    """
+    import warnings
+
+    from torch.nn.attention.flex_attention import flex_attention
+
+    fn = flex or flex_attention
+    q0 = k0 = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager flex warns that it is unfused
+        for (sq, sk), (bq, bk), block_mask in zip(zip(q_lens, k_lens), padded, block_masks):
+            o = fn(
+                _pad_rows(q[q0 : q0 + sq], bq).transpose(0, 1)[None],  # (1, hq, bq, d), zero rows appended
+                _pad_rows(k[k0 : k0 + sk], bk).transpose(0, 1)[None],  # (1, hkv, bk, d)
+                _pad_rows(v[k0 : k0 + sk], bk).transpose(0, 1)[None],  # (1, hkv, bk, d)
+                score_mod=score_mod,
+                block_mask=block_mask,
+                scale=scale,
+                enable_gqa=q.shape[1] != k.shape[1],
+            )  # (1, hq, bq, d)
+            out[q0 : q0 + sq] = o[0, :, :sq].transpose(0, 1)  # (Sq, hq, d)
+            q0, k0 = q0 + sq, k0 + sk
+    return out
+
+
+def seq_bands(window: Window, q_lens, k_lens, bucketed: bool) -> list[tuple[int, int, tuple]]:
+    """Per sequence ``(bq, bk, band)`` for :func:`flex_block_mask`: padded lengths and tensor numbers
+    when ``bucketed``, else the real lengths and ``(d, left, right)``."""
+    if bucketed:
+        return [(bucket_len(sq), bucket_len(sk), tuple(bucket_band(window, sq, sk))) for sq, sk in zip(q_lens, k_lens)]
+    return [(sq, sk, (window.offset(sq, sk), window.left, window.right)) for sq, sk in zip(q_lens, k_lens)]
+
+
+@functools.lru_cache(maxsize=256)
+def _block_mask(bq: int, bk: int, band: tuple, device: str):
+    """:func:`flex_block_mask`, built once: a batched mask probe repeats the same lengths many times,
+    and a sweep revisits them across cases."""
+    return flex_block_mask(bq, bk, band, device)
 
 
 @functools.cache
 def _tensor_softcap(device: str):
     """One softcap score_mod per device, its cap a tensor set per call (no recompile per value)."""
     cap = torch.ones((), dtype=torch.float32, device=device)  # ()
-
-    def score_mod(score, b, h, q_idx, kv_idx):
-        return cap * torch.tanh(score / cap)
-
+    score_mod = softcap_mod(cap)
     score_mod.cap = cap  # type: ignore[attr-defined]
     return score_mod
 
@@ -114,9 +155,6 @@ class FlexBackend(Backend):
         return self.compiled if self.compiled is not None else self.device == "cuda"
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        from torch.nn.attention.flex_attention import flex_attention
-
-        fn = _compiled_flex() if self._use_compiled() else flex_attention
         dev = str(inputs.q.device)
         score_mod = None
         if case.softcap is not None and self.bucketed:
@@ -124,90 +162,48 @@ class FlexBackend(Backend):
             score_mod.cap.fill_(case.softcap)  # type: ignore[attr-defined]
         elif case.softcap is not None:
             score_mod = softcap_score_mod(case.softcap)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # eager flex warns that it is unfused
-            for _, q, k, v, qs in inputs.sequences():
-                sq, sk = q.shape[0], k.shape[0]
-                bq, bk = (bucket_len(sq), bucket_len(sk)) if self.bucketed else (sq, sk)
-                block_mask = _block_mask(case.window, sq, sk, bq, bk, dev, self.bucketed)
-                o = fn(
-                    _pad_rows(q, bq).transpose(0, 1)[None],  # (1, hq, bq, d), zero rows appended
-                    _pad_rows(k, bk).transpose(0, 1)[None],  # (1, hkv, bk, d)
-                    _pad_rows(v, bk).transpose(0, 1)[None],  # (1, hkv, bk, d)
-                    score_mod=score_mod,
-                    block_mask=block_mask,
-                    scale=case.softmax_scale,
-                    enable_gqa=case.hq != case.hkv,
-                )  # (1, hq, bq, d)
-                out[qs] = o[0, :, :sq].transpose(0, 1)  # (Sq, hq, d)
-        return out
-
+        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed)
+        return flex_attention_packed(
+            inputs.q,  # (total_q, hq, d)
+            inputs.k,  # (total_k, hkv, d)
+            inputs.v,  # (total_k, hkv, d)
+            out,
+            case.q_lens,
+            case.k_lens,
+            case.softmax_scale,
+            [(bq, bk) for bq, bk, _ in seqs],
+            [_block_mask(bq, bk, band, dev) for bq, bk, band in seqs],
+            score_mod,
+            _compiled_flex() if self._use_compiled() else None,
+        )
 
     def repro_call(self, case: Case) -> str:
-        """``attention(q, k, v)`` for a standalone script (:mod:`parity.repro_script`): this call,
-        with the mask_mod builder copied from this file and its numbers computed here."""
-        from ..repro_script import fill
+        """``attention(q, k, v)`` for a standalone script (:mod:`parity.repro_script`):
+        :func:`flex_attention_packed` and the mask_mod builders as ``run`` calls them."""
+        from ..repro_script import embed
 
-        pairs = list(zip(case.q_lens, case.k_lens))
-        seqs: list[tuple[int, int, Any]]
-        if self.bucketed:  # padded lengths, the numbers as tensors (see FlexCudaBackend)
-            seqs = [(bucket_len(sq), bucket_len(sk), bucket_band(case.window, sq, sk)) for sq, sk in pairs]
-            builder: Callable[..., Any] = tensor_band_mask_mod
-            make = "tensor_band_mask_mod(torch.tensor(args, dtype=torch.int32, device=q.device))"
-            cap = "torch.full((), SOFTCAP, dtype=torch.float32, device=DEVICE)  # a tensor, as the harness passes it"
+        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed)
+        flex = "torch.compile(flex_attention, dynamic=False)" if self._use_compiled() else "flex_attention  # eager"
+        if case.softcap is None:
+            score = "SCORE_MOD = None"
+        elif self.bucketed:
+            score = "SCORE_MOD = softcap_mod(torch.full((), SOFTCAP, dtype=torch.float32, device=DEVICE))  # a tensor, as in run"
         else:
-            seqs = [(sq, sk, (case.window.offset(sq, sk), case.window.left, case.window.right)) for sq, sk in pairs]
-            builder, make, cap = band_mask_mod, "band_mask_mod(*args)", "SOFTCAP"
-        score = "SCORE_MOD = None" if case.softcap is None else fill(
-            """\
-            CAP = $cap
-
-
-            def SCORE_MOD(score, b, h, q_idx, kv_idx):
-                return CAP * torch.tanh(score / CAP)""",
-            cap=cap,
-        )
-        return fill(
-            """\
-            import warnings
-
-            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-            FLEX = $flex
-            SEQS = $seqs  # per sequence: (padded Sq, padded Sk, mask_mod numbers)
-
-
-            $builder
-
-            $pad_rows
-
-            $score
+            score = "SCORE_MOD = softcap_mod(SOFTCAP)"
+        return embed(
+            [band_mask_mod, tensor_band_mask_mod, softcap_mod, flex_block_mask, _pad_rows, flex_attention_packed],
+            f"""\
+            FLEX = {flex}
+            SEQS = {seqs!r}  # per sequence: (padded Sq, padded Sk, mask_mod numbers)
+            {score}
 
 
             def attention(q, k, v):
-                out = torch.empty_like(q)  # (total_q, hq, d)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # eager flex warns that it is unfused
-                    for b, (bq, bk, args) in enumerate(SEQS):
-                        block_mask = create_block_mask($make, None, None, bq, bk, device=str(q.device))
-                        o = FLEX(
-                            _pad_rows(q[CU_Q[b] : CU_Q[b + 1]], bq).transpose(0, 1)[None],  # (1, hq, bq, d)
-                            _pad_rows(k[CU_K[b] : CU_K[b + 1]], bk).transpose(0, 1)[None],  # (1, hkv, bk, d)
-                            _pad_rows(v[CU_K[b] : CU_K[b + 1]], bk).transpose(0, 1)[None],  # (1, hkv, bk, d)
-                            score_mod=SCORE_MOD,
-                            block_mask=block_mask,
-                            scale=SCALE,
-                            enable_gqa=HQ != HKV,
-                        )  # (1, hq, bq, d)
-                        out[CU_Q[b] : CU_Q[b + 1]] = o[0, :, : Q_LENS[b]].transpose(0, 1)
-                return out
+                masks = [flex_block_mask(bq, bk, band, str(q.device)) for bq, bk, band in SEQS]
+                padded = [(bq, bk) for bq, bk, _ in SEQS]
+                return flex_attention_packed(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, SCALE, padded, masks, SCORE_MOD, FLEX)
             """,
-            flex="torch.compile(flex_attention, dynamic=False)" if self._use_compiled() else "flex_attention  # eager",
-            seqs=repr(seqs),
-            builder=inspect.getsource(builder),
-            pad_rows=inspect.getsource(_pad_rows),
-            score=score,
-            make=make,
+            head="from torch.nn.attention.flex_attention import flex_attention",
         )
 
 
@@ -243,12 +239,6 @@ def tensor_band_mask_mod(t):
         return (kv_idx < t[3]) & (kv_idx >= q_idx + t[0] - t[1]) & (kv_idx <= q_idx + t[0] + t[2])
 
     return mask_mod
-
-
-def bucketed_mask_mod(window: Window, sq: int, sk: int, device):
-    """The window rule with the case's numbers as tensors, over a padded ``(bucket(Sq), bucket(Sk))`` grid."""
-    t = torch.tensor(bucket_band(window, sq, sk), dtype=torch.int32, device=device)  # (4,): offset, left, right, Sk
-    return tensor_band_mask_mod(t)
 
 
 class FlexCudaBackend(FlexBackend):

@@ -96,9 +96,10 @@ def _prepare_jax() -> None:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
-@functools.lru_cache(maxsize=4096)
-def _attention_fn(implementation: str | None, is_causal: bool, local: tuple[int, int] | None, scale: float, pad: int):
-    """``jax.nn.dot_product_attention`` for one static configuration, jitted; see the module docstring."""
+def jax_attention_fn(implementation, is_causal, local_window_size, scale, pad):
+    """``jax.nn.dot_product_attention`` for one static configuration, jitted; see the module docstring.
+    The jitted function takes ``q`` ``(T, N, H)``, ``k`` / ``v`` ``(S, K, H)`` and drops the first ``pad``
+    output rows."""
     import jax
 
     def attend(q, k, v):  # q: (T, N, H); k, v: (S, K, H)
@@ -108,7 +109,7 @@ def _attention_fn(implementation: str | None, is_causal: bool, local: tuple[int,
             v[None],  # (1, S, K, H)
             scale=scale,
             is_causal=is_causal,
-            local_window_size=local,
+            local_window_size=local_window_size,
             implementation=implementation,
         )  # (1, T, N, H)
         return o[0, pad:]  # (T - pad, N, H)
@@ -116,17 +117,46 @@ def _attention_fn(implementation: str | None, is_causal: bool, local: tuple[int,
     return jax.jit(attend)
 
 
+_attention_fn = functools.lru_cache(maxsize=4096)(jax_attention_fn)
+
 #: Byte alignment XLA requires of a buffer it is handed (it failed on the H200 with "INTERNAL:
 #: Address of buffer 2 must be a multiple of 10" (hex) for a sequence's view into a packed batch).
 XLA_ALIGNMENT = 64
 
 
-def dlpack_ready(t: torch.Tensor) -> torch.Tensor:
-    """``t`` contiguous and starting on an :data:`XLA_ALIGNMENT`-byte boundary (a copy where the
-    view into the packed batch does not): JAX takes DLPack buffers without copying, and XLA then
-    refuses an unaligned one at run time instead of at import."""
+def dlpack_ready(t, alignment=64):
+    """``t`` contiguous and starting on an ``alignment``-byte boundary (:data:`XLA_ALIGNMENT`; a copy
+    where the view into the packed batch does not): JAX takes DLPack buffers without copying, and XLA
+    then refuses an unaligned one at run time instead of at import."""
     t = t.contiguous()
-    return t if t.data_ptr() % XLA_ALIGNMENT == 0 else t.clone()
+    return t if t.data_ptr() % alignment == 0 else t.clone()
+
+
+def jax_attention(q, k, v, out, q_lens, k_lens, natives, implementation, scale, jitted):
+    """``jax.nn.dot_product_attention`` per sequence of a packed torch batch, through DLPack.
+
+    ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)``; ``out`` ``(total_q, hq, d)`` written
+    and returned. ``natives``: per sequence ``(pad_q, is_causal, local_window_size)`` (:func:`jax_window`):
+    ``pad_q`` zero query rows go in front, their outputs dropped. ``jitted``: :func:`jax_attention_fn` or a
+    cache of it.
+    """
+    import os
+
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares the GPU with torch
+    import jax
+
+    if q.is_cuda:
+        torch.cuda.synchronize()  # torch's stream must be done before JAX reads the buffers
+    q0 = k0 = 0
+    for (sq, sk), (pad, is_causal, local) in zip(zip(q_lens, k_lens), natives):
+        qb = q[q0 : q0 + sq]  # (Sq, hq, d)
+        if pad:
+            qb = torch.cat([qb.new_zeros(pad, *qb.shape[1:]), qb])  # (pad + Sq, hq, d)
+        args = [jax.dlpack.from_dlpack(dlpack_ready(t)) for t in (qb, k[k0 : k0 + sk], v[k0 : k0 + sk])]
+        o = jitted(implementation, is_causal, local, scale, pad)(*args).block_until_ready()  # (Sq, hq, d)
+        out[q0 : q0 + sq] = torch.from_dlpack(o).to(out.device)  # (Sq, hq, d)
+        q0, k0 = q0 + sq, k0 + sk
+    return out
 
 
 class JaxBackend(Backend):
@@ -175,73 +205,40 @@ class JaxBackend(Backend):
             return str(exc)
         return None
 
+    def natives(self, case: Case) -> list:
+        """Per sequence ``(pad_q, is_causal, local_window_size)`` from :func:`jax_window`."""
+        return [jax_window(case.window, sq, sk, self.causal_with_window) for sq, sk in zip(case.q_lens, case.k_lens)]
+
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        _prepare_jax()
-        import jax
-
-        def to_jax(t: torch.Tensor):
-            return jax.dlpack.from_dlpack(dlpack_ready(t))
-
-        if inputs.q.is_cuda:
-            torch.cuda.synchronize()  # torch's stream must be done before JAX reads the buffers
-        for _, q, k, v, qs in inputs.sequences():
-            sq, sk = q.shape[0], k.shape[0]
-            pad, causal, local = jax_window(case.window, sq, sk, self.causal_with_window)
-            if pad:
-                q = torch.cat([q.new_zeros(pad, q.shape[1], q.shape[2]), q])  # (pad + Sq, hq, d)
-            fn = _attention_fn(self.implementation, causal, local, case.softmax_scale, pad)
-            with refusals(JAX_REFUSALS, f"jax ({self.implementation})"):
-                o = fn(to_jax(q), to_jax(k), to_jax(v)).block_until_ready()  # (Sq, hq, d)
-            out[qs] = torch.from_dlpack(o).to(out.device)  # (Sq, hq, d)
-        return out
-
+        natives = self.natives(case)
+        with refusals(JAX_REFUSALS, f"jax ({self.implementation})"):
+            return jax_attention(inputs.q, inputs.k, inputs.v, out, case.q_lens, case.k_lens, natives, self.implementation,
+                                 case.softmax_scale, _attention_fn)
 
     def repro_call(self, case: Case) -> str:
-        """``attention(q, k, v)`` for a standalone script: this call, per sequence from :func:`jax_window`."""
-        from ..repro_script import fill
+        """``attention(q, k, v)`` for a standalone script: :func:`jax_attention` as ``run`` calls it, per
+        sequence from :func:`jax_window`."""
+        from ..repro_script import embed
 
-        native = [jax_window(case.window, sq, sk, self.causal_with_window) for sq, sk in zip(case.q_lens, case.k_lens)]
-        return fill(
-            """\
-            import os
-
-            os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares the GPU with torch
-            import jax
-
+        if case.softcap is not None:
+            raise Unsupported("jax.nn.dot_product_attention has no softcap")
+        return embed(
+            [jax_attention_fn, dlpack_ready, jax_attention],
+            f"""\
             # per sequence (pad_q, is_causal, local_window_size): JAX's window is top-left aligned, so a
             # bottom-right case with Sq < Sk gets pad_q zero query rows in front (dropped from the output)
-            NATIVE = $native
-
-
-            def jax_call(is_causal, local_window_size, pad):
-                def attend(q, k, v):  # q: (T, N, H); k, v: (S, K, H)
-                    o = jax.nn.dot_product_attention(
-                        q[None], k[None], v[None],  # (1, T, N, H), (1, S, K, H) x2
-                        scale=SCALE,
-                        is_causal=is_causal,
-                        local_window_size=local_window_size,
-                        implementation=$implementation,
-                    )  # (1, T, N, H)
-                    return o[0, pad:]  # (T - pad, N, H)
-
-                return jax.jit(attend)
+            NATIVE = {self.natives(case)!r}
 
 
             def attention(q, k, v):
-                out = torch.empty_like(q)  # (total_q, hq, d)
-                if q.is_cuda:
-                    torch.cuda.synchronize()  # torch's stream must be done before JAX reads the buffers
-                for b, (pad, is_causal, local) in enumerate(NATIVE):
-                    qb, kb, vb = q[CU_Q[b] : CU_Q[b + 1]], k[CU_K[b] : CU_K[b + 1]], v[CU_K[b] : CU_K[b + 1]]
-                    if pad:
-                        qb = torch.cat([qb.new_zeros(pad, HQ, HEAD_DIM), qb])  # (pad + Sq, hq, d)
-                    args = [jax.dlpack.from_dlpack(t.contiguous()) for t in (qb, kb, vb)]
-                    o = jax_call(is_causal, local, pad)(*args).block_until_ready()  # (Sq, hq, d)
-                    out[CU_Q[b] : CU_Q[b + 1]] = torch.from_dlpack(o).to(out.device)
-                return out
+                return jax_attention(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, NATIVE, {self.implementation!r}, SCALE,
+                                     jax_attention_fn)
             """,
-            native=repr(native),
-            implementation=repr(self.implementation),
+            head="""\
+            import os
+
+            os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares the GPU with torch
+            import jax  # noqa: F401, E402 - the backend's package (exit 2 here when it does not import)""",
         )
 
 

@@ -23,14 +23,11 @@ cuDNN's phrases             ``sdpa-cudnn-cuda`` only: the cuDNN frontend declini
 
 from __future__ import annotations
 
-import warnings
-
 import torch
-import torch.nn.functional as F
 
 from ..case import Case, Inputs
 from ..window import Window
-from .base import Backend, cuda_unavailable_reason, refusals
+from .base import Backend, Unsupported, cuda_unavailable_reason, refusals
 from .cudnn import CUDNN_REFUSALS
 
 #: PyTorch's own words when the SDPA kernel it was told to use declines the inputs.
@@ -46,6 +43,61 @@ def causal_path_fits(case: Case) -> str | None:
     if any(q != k for q, k in zip(case.q_lens, case.k_lens)):
         return "is_causal is top-left aligned; the spec is bottom-right and Sq != Sk"
     return None
+
+
+def band_mask(sq, sk, d, left, right, device="cpu"):
+    """``(Sq, Sk)`` bool, True = attend: query ``i`` sees key ``j`` iff ``i + d - left <= j <= i + d + right``
+    (``None``: that side unbounded); :meth:`Window.mask` with the offset ``d`` given."""
+    i = torch.arange(sq, device=device)[:, None]  # (Sq, 1)
+    j = torch.arange(sk, device=device)[None, :]  # (1, Sk)
+    ok = torch.ones(sq, sk, dtype=torch.bool, device=device)  # (Sq, Sk)
+    if left is not None:
+        ok &= j >= i + d - left
+    if right is not None:
+        ok &= j <= i + d + right
+    return ok
+
+
+def sdpa_attention(q, k, v, out, q_lens, k_lens, scale, bands=None, kernel=None, repeat_kv=False):
+    """``torch.nn.functional.scaled_dot_product_attention``, one call per sequence of a packed batch.
+
+    ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)``; ``out`` ``(total_q, hq, d)`` is
+    written and returned. ``bands``: per sequence ``(d, left, right)`` of the boolean mask
+    (:func:`band_mask`); ``None``: ``is_causal=True`` instead (top-left aligned). ``kernel``: the
+    ``SDPBackend`` member pinned (``None``: PyTorch's own choice). ``repeat_kv``: kv heads repeated
+    to ``hq`` before the call instead of ``enable_gqa=True``.
+    """
+    import contextlib
+    import warnings
+
+    import torch.nn.functional as F
+
+    ctx = contextlib.nullcontext()
+    if kernel is not None:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ctx = sdpa_kernel([getattr(SDPBackend, kernel)])
+    g = q.shape[1] // k.shape[1]
+    q0 = k0 = 0
+    with ctx:
+        for b, (sq, sk) in enumerate(zip(q_lens, k_lens)):
+            qb = q[q0 : q0 + sq].transpose(0, 1)[None]  # (1, hq, Sq, d)
+            kb = k[k0 : k0 + sk].transpose(0, 1)[None]  # (1, hkv, Sk, d)
+            vb = v[k0 : k0 + sk].transpose(0, 1)[None]  # (1, hkv, Sk, d)
+            kw = {"scale": scale}
+            if g > 1 and repeat_kv:
+                kb, vb = kb.repeat_interleave(g, dim=1), vb.repeat_interleave(g, dim=1)  # (1, hq, Sk, d)
+            elif g > 1:
+                kw["enable_gqa"] = True
+            if bands is None:
+                kw["is_causal"] = True
+            else:
+                kw["attn_mask"] = band_mask(sq, sk, *bands[b], device=q.device)  # (Sq, Sk) bool, True = attend
+            out[q0 : q0 + sq] = F.scaled_dot_product_attention(qb, kb, vb, **kw)[0].transpose(0, 1)  # (Sq, hq, d)
+            q0, k0 = q0 + sq, k0 + sk
+    return out
 
 
 class SdpaBackend(Backend):
@@ -67,105 +119,40 @@ class SdpaBackend(Backend):
         """The window the boolean mask is built from: the spec's own (``Window.mask``)."""
         return case.window
 
-    def _call(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        # q: (1, hq, Sq, d); k, v: (1, hkv, Sk, d)
-        sq, sk = q.shape[2], k.shape[2]
-        kw: dict = {"scale": case.softmax_scale}
-        if case.hq != case.hkv:
-            if self.gqa_native:
-                kw["enable_gqa"] = True
-            else:
-                k = k.repeat_interleave(case.group, dim=1)  # (1, hq, Sk, d)
-                v = v.repeat_interleave(case.group, dim=1)  # (1, hq, Sk, d)
-        if self.causal_path:
-            kw["is_causal"] = True
-        else:
-            kw["attn_mask"] = self.mask_window(case).mask(sq, sk, q.device)  # (Sq, Sk) bool, True = attend
-        return F.scaled_dot_product_attention(q, k, v, **kw)  # (1, hq, Sq, d)
+    def native(self, case: Case) -> dict:
+        """:func:`sdpa_attention`'s arguments for ``case`` besides the tensors, lengths and scale."""
+        if case.softcap is not None:
+            raise Unsupported("SDPA has no softcap")
+        w = self.mask_window(case)
+        pairs = zip(case.q_lens, case.k_lens)
+        bands = None if self.causal_path else [(w.offset(sq, sk), w.left, w.right) for sq, sk in pairs]
+        return dict(bands=bands, kernel=self.kernel, repeat_kv=not self.gqa_native)
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        kw = self.native(case)
         library = f"SDPA kernel {self.kernel}" if self.kernel else "SDPA"
-        with _kernel_context(self.kernel), refusals(self.refusal_phrases, library):
-            for _, q, k, v, qs in inputs.sequences():
-                o = self._call(
-                    case,
-                    q.transpose(0, 1)[None],  # (1, hq, Sq, d)
-                    k.transpose(0, 1)[None],  # (1, hkv, Sk, d)
-                    v.transpose(0, 1)[None],  # (1, hkv, Sk, d)
-                )
-                out[qs] = o[0].transpose(0, 1)  # (Sq, hq, d)
-        return out
+        with refusals(self.refusal_phrases, library):
+            return sdpa_attention(inputs.q, inputs.k, inputs.v, out, case.q_lens, case.k_lens, case.softmax_scale, **kw)
 
     def unavailable_reason(self) -> str | None:
         return cuda_unavailable_reason() if self.device == "cuda" else None
 
     def repro_call(self, case: Case) -> str:
-        """``attention(q, k, v)`` for a standalone script (:mod:`parity.repro_script`): this call,
-        the boolean mask from :meth:`mask_window`'s bands."""
-        from ..repro_script import fill
+        """``attention(q, k, v)`` for a standalone script (:mod:`parity.repro_script`): :func:`sdpa_attention`
+        as ``run`` calls it, the bands from :meth:`mask_window` (None: ``is_causal``)."""
+        from ..repro_script import embed
 
-        w = self.mask_window(case)
-        gqa = ""
-        if case.hq != case.hkv and self.gqa_native:
-            gqa = 'kw["enable_gqa"] = True'
-        elif case.hq != case.hkv:
-            gqa = "kb, vb = kb.repeat_interleave(HQ // HKV, dim=1), vb.repeat_interleave(HQ // HKV, dim=1)  # (1, hq, Sk, d)"
-        if self.causal_path:
-            mask = 'kw["is_causal"] = True  # top-left aligned: only where that is the spec'
-        else:
-            mask = 'kw["attn_mask"] = band_mask(sq, sk, *MASK_BANDS[b]).to(q.device)  # (Sq, Sk) bool, True = attend'
-        return fill(
-            """\
-            import contextlib
-
-            import torch.nn.functional as F
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-
-            KERNEL = $kernel  # the SDPA kernel pinned (None: PyTorch's own choice)
-            MASK_BANDS = $bands  # per sequence (d, left, right): key j visible iff i + d - left <= j <= i + d + right
-
-
-            def band_mask(sq, sk, d, left, right):
-                i, j = torch.arange(sq)[:, None], torch.arange(sk)[None, :]
-                ok = torch.ones(sq, sk, dtype=torch.bool)
-                if left is not None:
-                    ok &= j >= i + d - left
-                if right is not None:
-                    ok &= j <= i + d + right
-                return ok  # (Sq, Sk)
-
-
+        kw = self.native(case)
+        return embed(
+            [band_mask, sdpa_attention],
+            f"""\
             def attention(q, k, v):
-                out = torch.empty_like(q)  # (total_q, hq, d)
-                ctx = sdpa_kernel([getattr(SDPBackend, KERNEL)]) if KERNEL else contextlib.nullcontext()
-                with ctx:
-                    for b, (sq, sk) in enumerate(zip(Q_LENS, K_LENS)):
-                        qb = q[CU_Q[b] : CU_Q[b + 1]].transpose(0, 1)[None]  # (1, hq, Sq, d)
-                        kb = k[CU_K[b] : CU_K[b + 1]].transpose(0, 1)[None]  # (1, hkv, Sk, d)
-                        vb = v[CU_K[b] : CU_K[b + 1]].transpose(0, 1)[None]  # (1, hkv, Sk, d)
-                        kw = {"scale": SCALE}
-                        $gqa
-                        $mask
-                        out[CU_Q[b] : CU_Q[b + 1]] = F.scaled_dot_product_attention(qb, kb, vb, **kw)[0].transpose(0, 1)
-                return out
+                # bands: per sequence (d, left, right), key j visible iff i + d - left <= j <= i + d + right
+                return sdpa_attention(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, SCALE,
+                                      bands={kw['bands']!r},
+                                      kernel={kw['kernel']!r}, repeat_kv={kw['repeat_kv']!r})
             """,
-            kernel=repr(self.kernel),
-            bands=repr([(w.offset(sq, sk), w.left, w.right) for sq, sk in zip(case.q_lens, case.k_lens)]),
-            gqa=gqa,
-            mask=mask,
         )
-
-
-def _kernel_context(kernel: str | None):
-    import contextlib
-
-    if kernel is None:
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return sdpa_kernel([getattr(SDPBackend, kernel)])
 
 
 class SdpaCausalBackend(SdpaBackend):

@@ -30,14 +30,12 @@ the vendored copy keeps; ``TORCH_CHECK`` raises them as ``RuntimeError``):
 
 from __future__ import annotations
 
-import textwrap
-
 import torch
 
 from ..case import Case, Inputs
 from ..results import HALF_DTYPES
 from ..window import Window
-from .base import Backend, Unsupported, cuda_unavailable_reason, refusals
+from .base import Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, refusals
 
 UNBOUNDED = -1  # FA2's sentinel for "no limit on this side"
 
@@ -80,6 +78,27 @@ def fa2_case_reason(case: Case, softcap_ok: bool = False, max_head_dim: int = 25
     return None
 
 
+def torch_fa2_attention(q, k, v, q_lens, k_lens, scale, window_size_left, window_size_right, dense, op=None):
+    """PyTorch's vendored FlashAttention-2 (``aten._flash_attention_forward``) on a packed batch.
+
+    ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)``; returns ``(total_q, hq, d)``.
+    ``dense``: every sequence has one ``(Sq, Sk)``: the ``(B, S, H, d)`` layout, else varlen with
+    ``cum_seq_q`` / ``cum_seq_k``. Window sides: inclusive, bottom-right aligned, ``-1`` = unbounded.
+    ``op``: the operator (None: ``torch.ops.aten._flash_attention_forward``).
+    """
+    op = op or torch.ops.aten._flash_attention_forward
+    kw = dict(scale=scale, window_size_left=window_size_left, window_size_right=window_size_right)
+    if dense:
+        b, sq, sk = len(q_lens), q_lens[0], k_lens[0]
+        qd = q.view(b, sq, *q.shape[1:])  # (B, Sq, hq, d)
+        kd, vd = k.view(b, sk, *k.shape[1:]), v.view(b, sk, *v.shape[1:])  # (B, Sk, hkv, d)
+        o = op(qd, kd, vd, None, None, sq, sk, 0.0, False, False, **kw)[0]  # (B, Sq, hq, d)
+    else:
+        cu_q, cu_k = cu_seqlens(q_lens, q.device), cu_seqlens(k_lens, q.device)  # (B + 1,) int32
+        o = op(q, k, v, cu_q, cu_k, max(q_lens), max(k_lens), 0.0, False, False, **kw)[0]  # (total_q, hq, d)
+    return o.reshape(q.shape)  # (total_q, hq, d)
+
+
 class TorchFa2Backend(Backend):
     name = "torch-fa2-cuda"
     device = "cuda"
@@ -111,62 +130,34 @@ class TorchFa2Backend(Backend):
     def unsupported_reason(self, case: Case) -> str | None:
         return fa2_case_reason(case)
 
-    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+    def native(self, case: Case) -> dict:
+        """:func:`torch_fa2_attention`'s arguments for ``case`` besides the tensors, lengths and scale."""
         left, right = fa2_window(case.window, case.q_lens, case.k_lens)
-        op = flash_forward_op()
-        kw = dict(scale=case.softmax_scale, window_size_left=left, window_size_right=right)
+        return dict(window_size_left=left, window_size_right=right, dense=case.is_uniform and not self.always_varlen)
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        kw = self.native(case)
         with refusals(FA2_REFUSALS, "FlashAttention-2 (vendored in torch)"):
-            o = self._forward(op, case, inputs, kw)
-        out.copy_(o.reshape(out.shape))  # (total_q, hq, d)
+            o = torch_fa2_attention(inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale,
+                                    op=flash_forward_op(), **kw)
+        out.copy_(o)  # (total_q, hq, d)
         return out
 
-    def _forward(self, op, case: Case, inputs: Inputs, kw: dict) -> torch.Tensor:
-        if case.is_uniform and not self.always_varlen:
-            q, k, v = inputs.dense()  # (B, Sq, hq, d), (B, Sk, hkv, d), (B, Sk, hkv, d)
-            return op(q, k, v, None, None, q.shape[1], k.shape[1], 0.0, False, False, **kw)[0]  # (B, Sq, hq, d)
-        return op(
-            inputs.q,  # (total_q, hq, d)
-            inputs.k,  # (total_k, hkv, d)
-            inputs.v,  # (total_k, hkv, d)
-            inputs.cu_seqlens_q,  # (B + 1,) int32
-            inputs.cu_seqlens_k,  # (B + 1,) int32
-            max(case.q_lens),
-            max(case.k_lens),
-            0.0,
-            False,
-            False,
-            **kw,
-        )[0]  # (total_q, hq, d)
-
-
     def repro_call(self, case: Case) -> str:
-        """``attention(q, k, v)`` for a standalone script: this call, the window from :func:`fa2_window`."""
-        from ..repro_script import fill
+        """``attention(q, k, v)`` for a standalone script: :func:`torch_fa2_attention` as ``run`` calls it,
+        the window from :func:`fa2_window`."""
+        from ..repro_script import embed
 
-        left, right = fa2_window(case.window, case.q_lens, case.k_lens)
-        if case.is_uniform and not self.always_varlen:
-            call = """\
-                b, sq, sk = len(Q_LENS), Q_LENS[0], K_LENS[0]
-                qd = q.view(b, sq, HQ, HEAD_DIM)  # (B, Sq, hq, d)
-                kd, vd = k.view(b, sk, HKV, HEAD_DIM), v.view(b, sk, HKV, HEAD_DIM)  # (B, Sk, hkv, d)
-                o = op(qd, kd, vd, None, None, sq, sk, 0.0, False, False, **kw)[0]  # (B, Sq, hq, d)"""
-        else:
-            call = """\
-                cu_q = torch.tensor(CU_Q, dtype=torch.int32, device=q.device)  # (B + 1,)
-                cu_k = torch.tensor(CU_K, dtype=torch.int32, device=q.device)  # (B + 1,)
-                o = op(q, k, v, cu_q, cu_k, max(Q_LENS), max(K_LENS), 0.0, False, False, **kw)[0]  # (total_q, hq, d)"""
-        return fill(
-            """\
+        kw = self.native(case)
+        return embed(
+            [cu_seqlens, torch_fa2_attention],
+            f"""\
             def attention(q, k, v):
-                op = torch.ops.aten._flash_attention_forward  # PyTorch's vendored FlashAttention-2
                 # window_size_left / _right: inclusive, bottom-right aligned; -1 = unbounded
-                kw = dict(scale=SCALE, window_size_left=$left, window_size_right=$right)
-                $call
-                return o.reshape(q.shape)  # (total_q, hq, d)
+                return torch_fa2_attention(q, k, v, Q_LENS, K_LENS, SCALE,
+                                           window_size_left={kw['window_size_left']}, window_size_right={kw['window_size_right']},
+                                           dense={kw['dense']!r})
             """,
-            left=repr(left),
-            right=repr(right),
-            call=textwrap.dedent(call),
         )
 
 

@@ -65,14 +65,13 @@ from __future__ import annotations
 
 import importlib
 import sys
-import textwrap
 
 import torch
 
 from ..case import Case, Inputs
 from ..results import HALF_DTYPES
 from ..window import Window
-from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason, refusals
+from .base import Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
 from .torch_fa2 import FA2_REFUSALS
 
 UNBOUNDED = -1
@@ -101,6 +100,42 @@ def vllm_fa_window(window: Window, q_lens, k_lens) -> tuple[bool, tuple[int, int
 def _interface():
     """``vllm.vllm_flash_attn.flash_attn_interface`` (a function, so tests can stand in for it)."""
     return importlib.import_module(INTERFACE)
+
+
+def vllm_fa_attention(q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version,
+                      block_table=None, seqused_k=None):
+    """``vllm.vllm_flash_attn``'s ``flash_attn_varlen_func`` as vLLM's FlashAttention backend calls it.
+
+    ``q`` ``(total_q, hq, d)``; ``k`` / ``v`` ``(total_k, hkv, d)`` with ``cu_seqlens_k``, or with
+    ``block_table`` ``(B, max_pages)`` int32 and ``seqused_k`` ``(B,)`` int32 the paged caches
+    ``(pages, page_size, hkv, d)``. ``out`` ``(total_q, hq, d)``: passed as vLLM passes its output
+    buffer, and returned. ``window_size``: ``(left, right)``, inclusive, bottom-right aligned, ``-1`` =
+    unbounded; ``causal=True`` forces ``right = 0``.
+    """
+    import importlib
+
+    fai = importlib.import_module("vllm.vllm_flash_attn.flash_attn_interface")
+    kw = dict(
+        max_seqlen_q=max(q_lens),
+        cu_seqlens_q=cu_seqlens(q_lens, q.device),  # (B + 1,) int32
+        max_seqlen_k=max(k_lens),
+        softmax_scale=scale,
+        causal=causal,
+        window_size=list(window_size),
+        softcap=softcap,
+        fa_version=fa_version,
+        out=out,  # (total_q, hq, d)
+    )
+    if block_table is not None:
+        kw.update(seqused_k=seqused_k, block_table=block_table)  # (B,), (B, max_pages) int32
+    else:
+        kw.update(cu_seqlens_k=cu_seqlens(k_lens, q.device))  # (B + 1,) int32
+    o = fai.flash_attn_varlen_func(q, k, v, **kw)  # (total_q, hq, d)
+    if isinstance(o, tuple):
+        o = o[0]
+    if o.data_ptr() != out.data_ptr():
+        out.copy_(o.reshape(out.shape))
+    return out
 
 
 class VllmFa2Backend(Backend):
@@ -157,88 +192,44 @@ class VllmFa2Backend(Backend):
             return str(exc)
         return None
 
-    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+    def native(self, case: Case) -> dict:
+        """:func:`vllm_fa_attention`'s arguments for ``case`` besides the tensors, lengths and scale."""
         causal, window = vllm_fa_window(case.window, case.q_lens, case.k_lens)
-        fai = _interface()
-        kw = dict(
-            max_seqlen_q=max(case.q_lens),
-            cu_seqlens_q=inputs.cu_seqlens_q,  # (B + 1,) int32
-            max_seqlen_k=max(case.k_lens),
-            softmax_scale=case.softmax_scale,
-            causal=causal,
-            window_size=list(window),
-            softcap=case.softcap or 0.0,
-            fa_version=self.fa_version,
-            out=out,  # (total_q, hq, d), poisoned
-        )
+        return dict(causal=causal, window_size=window, softcap=case.softcap or 0.0, fa_version=self.fa_version)
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        kw = self.native(case)
+        k, v = inputs.k, inputs.v  # (total_k, hkv, d)
         if case.page_size is not None:
             paged = inputs.paged()
             k, v = paged.k_cache, paged.v_cache  # (pages, page_size, hkv, d)
             kw.update(seqused_k=paged.seqlens_k, block_table=paged.block_table)  # (B,), (B, max_pages) int32
-        else:
-            k, v = inputs.k, inputs.v  # (total_k, hkv, d)
-            kw.update(cu_seqlens_k=inputs.cu_seqlens_k)  # (B + 1,) int32
         with refusals(VLLM_FA_REFUSALS, f"vllm_flash_attn FA{self.fa_version}"):
-            o = fai.flash_attn_varlen_func(inputs.q, k, v, **kw)  # (total_q, hq, d)
-        if isinstance(o, tuple):
-            o = o[0]
-        if o.data_ptr() != out.data_ptr():
-            out.copy_(o.reshape(out.shape))
-        return out
+            return vllm_fa_attention(inputs.q, k, v, out, case.q_lens, case.k_lens, case.softmax_scale, **kw)
 
     def repro_call(self, case: Case) -> str:
-        """``attention(q, k, v)`` for a standalone script: this call, ``(causal, window_size)`` from :func:`vllm_fa_window`."""
-        from ..repro_script import fill
+        """``attention(q, k, v)`` for a standalone script: :func:`vllm_fa_attention` as ``run`` calls it,
+        ``(causal, window_size)`` from :func:`vllm_fa_window`."""
+        from ..repro_script import embed
 
-        causal, window = vllm_fa_window(case.window, case.q_lens, case.k_lens)
+        kw = self.native(case)
+        paged, pages = "", ""
         if case.page_size is not None:
-            call = """\
-                k_cache, v_cache, block_table, seqused_k = paged_layout(k, v, K_LENS, PAGE_SIZE, SEED)  # as the harness pages them
-                flash_attn_varlen_func(
-                    q,  # (total_q, hq, d)
-                    k_cache,  # (pages, page_size, hkv, d)
-                    v_cache,  # (pages, page_size, hkv, d)
-                    seqused_k=seqused_k,  # (B,) int32
-                    block_table=block_table,  # (B, max_pages) int32
-                    **kw,
-                )"""
-        else:
-            call = """\
-                flash_attn_varlen_func(
-                    q,  # (total_q, hq, d)
-                    k,  # (total_k, hkv, d)
-                    v,  # (total_k, hkv, d)
-                    cu_seqlens_k=torch.tensor(CU_K, dtype=torch.int32, device=q.device),  # (B + 1,)
-                    **kw,
-                )"""
-        return fill(
-            """\
-            # vLLM's flash-attention build; only its vllm/vllm_flash_attn subfolder is needed (with a stub vllm/__init__.py)
-            from vllm.vllm_flash_attn.flash_attn_interface import flash_attn_varlen_func
-
-
+            paged = "k, v, block_table, seqused_k = paged_layout(k, v, K_LENS, PAGE_SIZE, SEED)  # as the harness pages them"
+            pages = ", block_table=block_table, seqused_k=seqused_k"
+        return embed(
+            [cu_seqlens, vllm_fa_attention],
+            f"""\
             def attention(q, k, v):
-                out = torch.empty_like(q)  # (total_q, hq, d); vLLM passes its output buffer
+                {paged}
                 # window_size: (left, right), inclusive, bottom-right aligned; -1 = unbounded; causal=True forces right = 0
-                kw = dict(
-                    max_seqlen_q=max(Q_LENS),
-                    cu_seqlens_q=torch.tensor(CU_Q, dtype=torch.int32, device=q.device),  # (B + 1,)
-                    max_seqlen_k=max(K_LENS),
-                    softmax_scale=SCALE,
-                    causal=$causal,
-                    window_size=$window,
-                    softcap=$softcap,
-                    fa_version=$fa_version,
-                    out=out,
-                )
-                $call
-                return out
+                return vllm_fa_attention(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, SCALE, causal={kw['causal']!r},
+                                         window_size={list(kw['window_size'])!r}, softcap={kw['softcap']!r},
+                                         fa_version={self.fa_version}{pages})
             """,
-            causal=repr(causal),
-            window=repr(list(window)),
-            softcap=repr(case.softcap or 0.0),
-            fa_version=repr(self.fa_version),
-            call=textwrap.dedent(call),
+            head="""\
+            # vLLM's flash-attention build; only its vllm/vllm_flash_attn subfolder is needed (with a stub vllm/__init__.py)
+            import vllm.vllm_flash_attn.flash_attn_interface  # noqa: F401 - exit 2 here when it does not import""",
         )
 
 

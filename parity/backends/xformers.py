@@ -136,6 +136,29 @@ def _make_bias(name: str, kw: dict, q_lens, k_lens):
     return eval(bias_expr(name, kw, q_lens, k_lens), {"ab": ab})  # our own constructor text, see bias_expr
 
 
+def xformers_attention(q, k, v, q_lens, k_lens, scale, bias, op_module, packed):
+    """``xformers.ops.memory_efficient_attention_forward`` with operator ``fmha.<op_module>.FwOp`` pinned.
+
+    ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)``; returns ``(total_q, hq, d)``.
+    ``bias``: the ``attn_bias`` (:func:`bias_expr`). ``packed``: the batch as one row ``(1, total, ...)``
+    (block-diagonal masks), else ``(B, S, ...)`` with one ``(Sq, Sk)`` for every sequence. GQA in
+    xformers' 5-D layout ``(B, M, G, H, K)``: ``G = hkv`` groups of ``H = hq // hkv`` query heads.
+    """
+    import importlib
+
+    import xformers.ops as xops
+
+    op = importlib.import_module(f"xformers.ops.fmha.{op_module}").FwOp
+    b, sq, sk = (1, sum(q_lens), sum(k_lens)) if packed else (len(q_lens), q_lens[0], k_lens[0])
+    hkv, d = k.shape[1], k.shape[2]
+    g = q.shape[1] // hkv
+    qx = q.view(b, sq, hkv, g, d)  # (B, Mq, G, H, K)
+    kx = k.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K), stride 0 over H
+    vx = v.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K)
+    o = xops.memory_efficient_attention_forward(qx, kx, vx, attn_bias=bias, scale=scale, op=op)  # (B, Mq, G, H, K)
+    return o.reshape(q.shape)  # (total_q, hq, d)
+
+
 def apply_shim() -> bool:
     """Apply the opt-in compatibility shim; True when it is in force."""
     if os.environ.get(SHIM_ENV) != "1":
@@ -198,63 +221,38 @@ class XformersBackend(Backend):
         return None
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        import xformers.ops as xops
-
         apply_shim()
         name, kw = xformers_bias_spec(case.window, case.q_lens, case.k_lens)
-        g, hkv, d = case.group, case.hkv, case.head_dim
-        if name == "None" or not name.startswith("BlockDiagonal"):
-            b, sq, sk = case.batch, case.q_lens[0], case.k_lens[0]
-        else:
-            b, sq, sk = 1, sum(case.q_lens), sum(case.k_lens)
-        q = inputs.q.view(b, sq, hkv, g, d)  # (B, Mq, G, H, K)
-        k = inputs.k.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K), stride 0 over H
-        v = inputs.v.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K)
-        op = self._op()
-        with refusals(XFORMERS_REFUSALS, f"xformers {op.NAME} with {name}"):
+        with refusals(XFORMERS_REFUSALS, f"xformers {self._op().NAME} with {name}"):
             bias = _make_bias(name, kw, case.q_lens, case.k_lens)
-            o = xops.memory_efficient_attention_forward(q, k, v, attn_bias=bias, scale=case.softmax_scale, op=op)
-        out.copy_(o.reshape(out.shape))  # (B, Mq, G, H, K) -> (total_q, hq, d)
+            o = xformers_attention(inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale, bias,
+                                   self.op_module, packed=name.startswith("BlockDiagonal"))
+        out.copy_(o)  # (total_q, hq, d)
         return out
 
-
     def repro_call(self, case: Case) -> str:
-        """``attention(q, k, v)`` for a standalone script: this call, the mask from :func:`xformers_bias_spec`."""
-        from ..repro_script import fill
+        """``attention(q, k, v)`` for a standalone script: :func:`xformers_attention` as ``run`` calls it,
+        the mask from :func:`xformers_bias_spec`."""
+        from ..repro_script import embed
 
         name, kw = xformers_bias_spec(case.window, case.q_lens, case.k_lens)
-        if name == "None" or not name.startswith("BlockDiagonal"):
-            shape = repr((case.batch, case.q_lens[0], case.k_lens[0]))
-        else:
-            shape = repr((1, sum(case.q_lens), sum(case.k_lens)))  # varlen: one packed batch row
-        return fill(
-            """\
+        return embed(
+            [xformers_attention],
+            f"""\
+            def attention(q, k, v):
+                bias = {bias_expr(name, kw, case.q_lens, case.k_lens)}
+                return xformers_attention(q, k, v, Q_LENS, K_LENS, SCALE, bias, {self.op_module!r},
+                                          packed={name.startswith("BlockDiagonal")!r})
+            """,
+            head=f"""\
             import os
 
-            import xformers.ops as xops
             from xformers.ops.fmha import attn_bias as ab
-            from xformers.ops.fmha.$op_module import FwOp
 
-            if os.environ.get("$shim_env") == "1":  # the harness's opt-in shim for a wheel built for another torch
+            if os.environ.get("{SHIM_ENV}") == "1":  # the harness's opt-in shim for a wheel built for another torch
                 import xformers.ops.fmha.common as common
 
-                common._built_with_cuda = True
-
-
-            def attention(q, k, v):
-                b, sq, sk = $shape
-                bias = $bias
-                g = HQ // HKV  # xformers' GQA layout (B, M, G, H, K): G = hkv groups of H = hq // hkv query heads
-                qx = q.view(b, sq, HKV, g, HEAD_DIM)  # (B, Mq, G, H, K)
-                kx = k.view(b, sk, HKV, 1, HEAD_DIM).expand(b, sk, HKV, g, HEAD_DIM)  # (B, Mk, G, H, K), stride 0 over H
-                vx = v.view(b, sk, HKV, 1, HEAD_DIM).expand(b, sk, HKV, g, HEAD_DIM)  # (B, Mk, G, H, K)
-                o = xops.memory_efficient_attention_forward(qx, kx, vx, attn_bias=bias, scale=SCALE, op=FwOp)
-                return o.reshape(q.shape)  # (total_q, hq, d)
-            """,
-            op_module=self.op_module,
-            shim_env=SHIM_ENV,
-            shape=shape,
-            bias=bias_expr(name, kw, case.q_lens, case.k_lens),
+                common._built_with_cuda = True""",
         )
 
 
