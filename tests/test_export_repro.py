@@ -298,7 +298,7 @@ def test_every_known_divergence_has_a_committed_repro_and_control():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a GPU")
 @pytest.mark.parametrize("spec", ["flashinfer-cuda", "sdpa-math-cuda"])
 def test_a_cuda_script_on_a_machine_without_one_exits_2_not_1(spec, tmp_path):
-    """Exit 1 means 'diverges' to run_all.sh and to a maintainer; a missing package (FlashInfer here)
+    """Exit 1 means 'diverges' to lab/loan/run_repros.sh and to a maintainer; a missing package (FlashInfer here)
     or a missing GPU (sdpa-math-cuda) must not look like that."""
     path = tmp_path / f"{spec}.py"
     path.write_text(_script(spec, DENSE if spec != "flashinfer-cuda" else DECODE))

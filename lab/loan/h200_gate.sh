@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The GPU gate on the H200, after flash-attn-4 and xformers were staged into /tmp/site-fa4 and
 # /tmp/site-xformers, and nox (with its pure-Python needs) into /tmp/site-nox:
-#   bash benchmarks/h200_gate.sh green       # `nox -s gpu` as a GPU runner runs it -> $OUT/nox_gpu_green.log
-#   bash benchmarks/h200_gate.sh start       # the same, detached (setsid): it outlives this device call ...
-#   bash benchmarks/h200_gate.sh wait        # ... and a later call on the same warm machine waits for it
+#   bash lab/loan/h200_gate.sh green       # `nox -s gpu` as a GPU runner runs it -> $OUT/nox_gpu_green.log
+#   bash lab/loan/h200_gate.sh start       # the same, detached (setsid): it outlives this device call ...
+#   bash lab/loan/h200_gate.sh wait        # ... and a later call on the same warm machine waits for it
 #                                            #     (up to $LIMIT s) and returns the log and the sweep
-#   bash benchmarks/h200_gate.sh red         # the same with a planted bug plugged in -> $OUT/nox_gpu_red.log
-#   bash benchmarks/h200_gate.sh repros      # the findings' standalone repro scripts and their controls
+#   bash lab/loan/h200_gate.sh red         # the same with a planted bug plugged in -> $OUT/nox_gpu_red.log
+#   bash lab/loan/h200_gate.sh repros      # the findings' standalone repro scripts and their controls
+#                                            #     (parity export-repro --known, then run_repros.sh)
 # Each step writes its log under $OUT and prints a short tail last; green and red exit with nox's status.
 set -u
 step=$1
@@ -41,7 +42,9 @@ case "$step" in
     grep -E "^nox >|^FAILED|passed|failed|Session gpu|ParityError" "$OUT/nox_gpu_red.log" | tail -n 14 | cut -c1-220
     exit "$rc" ;;  # 1 is what the planted bug must give
   repros)
-    bash reports/findings-repros/run_all.sh /tmp/repro-results > "$OUT/repros.log" 2>&1
+    # the scripts are generated from the known-divergence file and the committed runs, then run
+    python3 -m parity export-repro --known --out /tmp/repro-scripts > "$OUT/repros_export.log" 2>&1
+    bash "$(dirname "$0")/run_repros.sh" /tmp/repro-scripts /tmp/repro-results > "$OUT/repros.log" 2>&1
     cp /tmp/repro-results/results.tsv "$OUT/repros_results.tsv"; tar czf "$OUT/repro-logs.tgz" -C /tmp repro-results
     echo "== xformers refusals recheck"
     python3 -m parity run -b xformers-cutlass-cuda -b xformers-flash-cuda --case-file reports/findings-repros/xformers-refusal-cases.jsonl \

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Detached jobs that outlive one device call, and a collector for a later call on the same warm
 # machine (the device runs one command per call, at most 10 minutes, and returns only $OUT):
-#   bash device/bg.sh start NAME [--watch DIR] -- CMD ...   # run CMD detached (setsid), its own $OUT
-#   bash device/bg.sh collect LIMIT_S [NAME ...]            # wait until those are done (or LIMIT_S),
+#   bash lab/device/bg.sh start NAME [--watch DIR] -- CMD ...   # run CMD detached (setsid), its own $OUT
+#   bash lab/device/bg.sh collect LIMIT_S [NAME ...]            # wait until those are done (or LIMIT_S),
 #                                                           # pack what they wrote into $OUT/NAME.tgz
-#   bash device/bg.sh status                                # one line per job
-#   bash device/bg.sh stop NAME                             # end a job and everything it started
+#   bash lab/device/bg.sh status                                # one line per job
+#   bash lab/device/bg.sh stop NAME                             # end a job and everything it started
 # Each job lives in /tmp/bg/NAME ($BG_ROOT/NAME): cmd, pid, log (stdout + stderr), rc (once it ended), out/ (its $OUT),
 # and watch (a folder it writes as it goes: collect tars it even while the job runs, so a machine
 # lost between two calls loses at most what was written since the last collect).
@@ -70,5 +70,5 @@ case "${1:-}" in
   status) for n in $(names); do line "$n"; done ;;
   stop)  # the wrapper that writes rc dies with the group: write it here (143, as for SIGTERM)
     kill -- -"$(cat "$root/$2/pid")" 2>/dev/null; sleep 1; [ -f "$root/$2/rc" ] || echo 143 > "$root/$2/rc"; line "$2" ;;
-  *) echo "usage: bash device/bg.sh start NAME [--watch DIR] -- CMD ... | collect LIMIT_S [NAME ...] | status | stop NAME" >&2; exit 2 ;;
+  *) echo "usage: bash lab/device/bg.sh start NAME [--watch DIR] -- CMD ... | collect LIMIT_S [NAME ...] | status | stop NAME" >&2; exit 2 ;;
 esac

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Runs every script of index.tsv and its control on a GPU, each in its own process, with the
-# package folders flash-attn-4, xformers, FlashInfer and vLLM need (FA4=, XF=, FI=, VF= override the defaults of the
-# staging in device/); writes results.tsv beside this file (or into $1) and prints it. Its outcome column:
+# Runs every script of SCRIPTS_DIR/index.tsv (written by `python -m parity export-repro --known --out
+# SCRIPTS_DIR`) and its control on a GPU, each in its own process, with the package folders
+# flash-attn-4, xformers, FlashInfer and vLLM need (FA4=, XF=, FI=, VF= override the defaults of the
+# staging in lab/device/); writes results.tsv into RESULTS_DIR (default SCRIPTS_DIR) and prints it. Its outcome column:
 # shown (script exit 1, control 0), NOT-SHOWN (script 0), cannot-run (exit 2, or an older script's exit 1
 # from a missing package or GPU), timeout, and CONTROL-DIFFERS / control-cannot-run beside shown.
-#   bash reports/findings-repros/run_all.sh [RESULTS_DIR]
+#   python -m parity export-repro --known --out /tmp/repro-scripts
+#   bash lab/loan/run_repros.sh /tmp/repro-scripts [RESULTS_DIR]
 set -u
-here=$(cd "$(dirname "$0")" && pwd); dest=${1:-$here}; mkdir -p "$dest"
+[ -f "${1:-}/index.tsv" ] || { echo "usage: bash lab/loan/run_repros.sh SCRIPTS_DIR [RESULTS_DIR] (SCRIPTS_DIR/index.tsv from parity export-repro --known)" >&2; exit 2; }
+here=$(cd "$1" && pwd); dest=${2:-$here}; mkdir -p "$dest"
 FA4=${FA4:-/tmp/site-fa4:/tmp/site-fa4/nvidia_cutlass_dsl/dsl_packages}; XF=${XF:-/tmp/site-xformers}
 FI=${FI:-/tmp/site-flashinfer}; VF=${VF:-/tmp/site-vllm-fa}
 path_for() { case "$1" in fa4-*) echo "$FA4" ;; xformers-*) echo "$XF" ;; flashinfer-*) echo "$FI" ;; vllm-*) echo "$VF" ;; *) echo "" ;; esac; }

@@ -1,5 +1,5 @@
-"""The device tooling that runs here before a loan (CPU): the stage's part size, and the detached
-jobs of ``device/bg.sh`` that outlive one device call.
+"""The lab's GPU-loan tooling, checked here on the CPU: the stage's part size, the vLLM stub it
+writes, the detached jobs of ``lab/device/bg.sh`` that outlive one device call, the shell scripts' syntax.
 
 ======================================  ==============================================
 situation                               expected
@@ -15,6 +15,8 @@ two jobs collected                      two tarballs, nothing else in $OUT
 
 from __future__ import annotations
 
+import importlib.util
+import re
 import shutil
 import subprocess
 import tarfile
@@ -22,10 +24,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_vllm_fa import _stage_module
+LAB = Path(__file__).resolve().parents[1]
+BG = LAB / "device" / "bg.sh"
 
-ROOT = Path(__file__).resolve().parents[1]
-BG = ROOT / "device" / "bg.sh"
+
+def _stage_module():
+    spec = importlib.util.spec_from_file_location("parity_lab_stage", LAB / "device" / "stage.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
 
 
 def _git_tree(tmp_path: Path, mib: int) -> Path:
@@ -88,3 +95,27 @@ def test_bg_without_a_command_is_a_usage_error(tmp_path):
         ["bash", str(BG), "start", "x", "--"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "BG_ROOT": str(tmp_path)}
     )
     assert res.returncode == 2 and "no command" in res.stderr
+
+
+def test_the_vllm_stub_is_the_one_the_backend_reads():
+    """tests/test_vllm_fa.py stages the same stub by hand: the version line and the marker the backend reads."""
+    stub = _stage_module().VLLM_STUB
+    assert '__version__ = "0.26.0"' in stub and "_parity_stub = True" in stub
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+@pytest.mark.parametrize("script", sorted(p.relative_to(LAB).as_posix() for p in LAB.glob("*/*.sh")))
+def test_lab_scripts_parse(script):
+    res = subprocess.run(["bash", "-n", str(LAB / script)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def test_lab_paths_point_at_files_that_exist():
+    """Every ``lab/...`` or ``benchmarks/...`` path a lab script or README names exists (the tooling moved once)."""
+    root = LAB.parent
+    missing = []
+    for f in [*LAB.glob("*/*.sh"), *LAB.glob("*/*.py"), *LAB.glob("**/README.md")]:
+        for m in re.finditer(r"(?<![\w/.$-])((?:lab|benchmarks)/[\w./-]+\.(?:sh|py|md))", f.read_text()):
+            if not (root / m.group(1)).exists():
+                missing.append(f"{f.relative_to(root)}: {m.group(1)}")
+    assert not missing, missing

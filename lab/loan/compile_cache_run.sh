@@ -2,9 +2,9 @@
 # One sweep of the GPU backends that compile per configuration, with every compiler's disk
 # cache under $PARITY_CC_DIR (default /tmp/parity-cc), into /tmp/ccrun/NAME; run it twice, the second time
 # on the cache the first filled, then compare with benchmarks/compile_cache.py:
-#   bash benchmarks/compile_cache_run.sh cold 300              # empty cache (it is wiped when NAME=cold)
-#   bash benchmarks/compile_cache_run.sh warm 300              # same sweep, warm cache
-#   bash benchmarks/compile_cache_run.sh seed1 300 --seed 1    # other cases, the same cache
+#   bash lab/loan/compile_cache_run.sh cold 300              # empty cache (it is wiped when NAME=cold)
+#   bash lab/loan/compile_cache_run.sh warm 300              # same sweep, warm cache
+#   bash lab/loan/compile_cache_run.sh seed1 300 --seed 1    # other cases, the same cache
 # Expects flash-attn-4 in /tmp/site-fa4 (shared/device stage1 + stage2); --repeats 1, no shrinking,
 # so both runs do the same work. The folders (results, timing, environment) go to $OUT/ccrun-NAME.tgz.
 set -u

@@ -2,7 +2,7 @@
 # One device call on the H200 (after flash-attn-4 and xformers were staged into /tmp/site-fa4 and
 # /tmp/site-xformers): the sweep of every GPU backend and, beside it, `pytest -m gpu`, both with
 # FA4 and xformers in their own worker paths (PARITY_WORKER_PATH), known divergences applied.
-#   bash benchmarks/h200_sweep.sh PROFILE SWEEP_SECONDS [extra args for parity run]
+#   bash lab/loan/h200_sweep.sh PROFILE SWEEP_SECONDS [extra args for parity run]
 # Rows start for SWEEP_SECONDS (a cut-short sweep is written and reported as partial; --resume on
 # the same --out runs the rest). Everything goes to $OUT/h200sweep.tgz; a short table is printed last.
 set -u

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Carry GPU packages the lent machine lacks onto it, in parts small enough for one device call each.
 
-Three steps (see device/README.md):
+Three steps (see lab/device/README.md):
 
 * ``prepare [GROUP...]`` (here, in the repository root, with network): download each group's
   wheels, build its payload, split every payload over numbered part folders ``.stage/p00``,
@@ -66,7 +66,7 @@ PLATFORM = [
 ]
 
 VLLM_VERSION = "0.26.0"  # the newest vLLM whose METADATA pins torch==2.11.0 (the H200's torch)
-VLLM_STUB = f'''"""Stub written by device/stage.py: only vllm/vllm_flash_attn of the vLLM {VLLM_VERSION} wheel is staged.
+VLLM_STUB = f'''"""Stub written by lab/device/stage.py: only vllm/vllm_flash_attn of the vLLM {VLLM_VERSION} wheel is staged.
 
 vllm/vllm_flash_attn/__init__.py imports its interface as vllm.vllm_flash_attn.*; nothing else of
 vLLM is needed to call flash_attn_varlen_func(fa_version=2|3).
@@ -114,7 +114,7 @@ GROUPS: dict[str, dict] = {
         "site": "/tmp/site-flashinfer",
         "paths": ["/tmp/site-flashinfer"],
         "backends": ["flashinfer-cuda", "flashinfer-paged-cuda", "flashinfer-decode-cuda"],
-        "note": "JIT-compiles its kernels with nvcc on first use (device/README.md, FlashInfer)",
+        "note": "JIT-compiles its kernels with nvcc on first use (lab/device/README.md, FlashInfer)",
     },
     "nox": {
         "tree": ["nox==2026.10.20", "argcomplete==3.7.2", "colorlog==6.12.0", "dependency-groups==1.3.2",
@@ -130,7 +130,7 @@ GROUPS: dict[str, dict] = {
         "site": "/tmp/site-nvcc",
         "paths": [],
         "backends": [],
-        "note": "experimental: nvcc 13.0 for FlashInfer's JIT; CUDA_HOME needs the image's CUDA headers too (device/README.md)",
+        "note": "experimental: nvcc 13.0 for FlashInfer's JIT; CUDA_HOME needs the image's CUDA headers too (lab/device/README.md)",
     },
 }
 ALIASES = {
@@ -317,11 +317,11 @@ def report(manifest: dict, stage: Path) -> None:
     say("device calls, one after the other (the machine is given back after ~30 s idle):")
     n = len(manifest["parts"])
     for i, part in enumerate(manifest["parts"]):
-        cmd = f"bash device/park.sh {part}"
+        cmd = f"bash lab/device/park.sh {part}"
         if i == n - 1:
-            cmd += " && bash device/install.sh && bash device/h200_seed_systems.sh 300"
+            cmd += " && bash lab/device/install.sh && bash lab/device/h200_seed_systems.sh 300"
         say(f"  {i + 1}. carry [\".stage/{part}\"]  command: {cmd}")
-    say("(the working tree of the checkout that makes the calls must hold device/ and .stage/: run prepare there)")
+    say("(the working tree of the checkout that makes the calls must hold lab/device/ and .stage/: run prepare there)")
 
 
 # -- on the device -------------------------------------------------------------------------------
@@ -385,7 +385,7 @@ def install(root: Path) -> int:
             if missing:
                 for c in missing:
                     say(f"install: {g}: MISSING {c['file']} (part {c['part']}): make the call that carries "
-                        f"[\".stage/{c['part']}\"] and runs 'bash device/park.sh {c['part']}' first, on this same warm machine")
+                        f"[\".stage/{c['part']}\"] and runs 'bash lab/device/park.sh {c['part']}' first, on this same warm machine")
                 status = 3
                 break
             joined = STAGE / p["name"]
@@ -429,7 +429,7 @@ def install(root: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="device/stage.py", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="lab/device/stage.py", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare")
     p.add_argument("groups", nargs="*", help=f"groups ({', '.join([*GROUPS, *ALIASES])}); default: {' '.join(DEFAULT)}")
@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("part")
     sub.add_parser("install")
     args = ap.parse_args(argv)
-    root = Path(__file__).resolve().parent.parent  # the repository root (the device's copy has no .git)
+    root = Path(__file__).resolve().parents[2]  # the repository root (this file is lab/device/stage.py) (the device's copy has no .git)
     if args.cmd == "prepare":
         return prepare(args.groups, root)
     if args.cmd == "park":

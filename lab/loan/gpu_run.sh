@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 sweep in one device call (after shared/device stage1 + stage2 installed
 # flash-attn-4 into /tmp/site-fa4 and xformers into /tmp/site-xformers):
-#   bash benchmarks/gpu_run.sh PROFILE SWEEP_SECONDS [extra args for parity run]
+#   bash lab/loan/gpu_run.sh PROFILE SWEEP_SECONDS [extra args for parity run]
 # Runs every GPU backend (--backend all-gpu) in $JOBS lanes at once, stops starting rows after
 # SWEEP_SECONDS (a cut-short sweep is written and reported as PARTIAL), then the decode/prefill
 # and chunked/one-shot consistency checks, each group in its own process. Optional:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The greedy-decode divergence study with the seed's own systems (issue 20), after
-# `bash device/install.sh` on the same warm machine: vLLM's FA2 and FA3 against xformers' flash
+# `bash lab/device/install.sh` on the same warm machine: vLLM's FA2 and FA3 against xformers' flash
 # operator, torch's vendored FA2 and the float64-backed reference, on the two small models, in three passes (below).
-#   bash benchmarks/h200_seed_decode.sh [PER_BACKEND_S] [TOTAL_S]
+#   bash lab/loan/h200_seed_decode.sh [PER_BACKEND_S] [TOTAL_S]
 # PER_BACKEND_S (default 60) is `--time-limit`, per backend and model; TOTAL_S (default 540) stops the
 # whole study (SIGINT, then the tarball is still written).
 # `parity decode` runs the model in this process, so the staged folders go on PYTHONPATH (vLLM's

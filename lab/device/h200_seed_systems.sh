@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The final device call for the seed's own systems (vLLM's flash-attn FA2 / FA3, FlashInfer), after
-# `bash device/install.sh` in the same call. Usage: bash device/h200_seed_systems.sh [TIME_LIMIT_S]
+# `bash lab/device/install.sh` in the same call. Usage: bash lab/device/h200_seed_systems.sh [TIME_LIMIT_S]
 #   1. what the staged folders hold: imports, FA2 / FA3 availability, nvcc, `parity backends`;
 #   2. `parity run` of the three backends (or $SEED_BACKENDS, comma-separated, e.g. adding
 #      flashinfer-paged-cuda,flashinfer-decode-cuda), default profile, $SEED_JOBS lanes (default 3;
@@ -15,7 +15,7 @@ out=${OUT:-/tmp/out}
 run=/tmp/seedrun
 mkdir -p "$run" "$out"
 wp=/tmp/parity-stage/worker-paths.txt
-[ -f "$wp" ] || { echo "h200_seed_systems: $wp is missing: run bash device/install.sh first" >&2; exit 3; }
+[ -f "$wp" ] || { echo "h200_seed_systems: $wp is missing: run bash lab/device/install.sh first" >&2; exit 3; }
 args=()
 while read -r line; do [ -n "$line" ] && args+=(--worker-path "$line"); done < "$wp"
 paths=/tmp/site-vllm-fa:/tmp/site-flashinfer  # the seed systems' folders (fa4 and xformers cannot share a path)

@@ -2,7 +2,7 @@
 # Harness-overhead measurement on the lent H200, with only the backends its image has
 # (no flash-attn-4 / xformers install needed): the quick profile with every worker
 # profiled, then the default profile. Full outputs packed into $OUT/overhead.tgz.
-#   bash benchmarks/gpu_overhead_run.sh [QUICK_LIMIT_S] [DEFAULT_LIMIT_S]
+#   bash lab/loan/gpu_overhead_run.sh [QUICK_LIMIT_S] [DEFAULT_LIMIT_S]
 set -u
 work=/tmp/overhead; rm -rf "$work"; mkdir -p "$work"
 export PYTHONUNBUFFERED=1
