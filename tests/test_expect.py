@@ -5,6 +5,7 @@ tests/test_expect_pytest.py."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import shutil
@@ -272,11 +273,13 @@ def test_committed_findings_each_have_their_entry():
 
 
 def _old_run(tmp_path: Path) -> Path:
-    """A copy of the committed 2026-12-02 run (written before known divergences existed)."""
+    """A copy of the committed 2026-12-02 run (written before known divergences existed), its
+    results.csv unpacked (the committed run keeps it gzipped)."""
     d = tmp_path / "h200"
     d.mkdir()
-    for name in ("results.csv", "environment.json", "masks.jsonl", "shrunk.jsonl"):
+    for name in ("environment.json", "masks.jsonl.gz", "shrunk.jsonl"):
         shutil.copy(H200 / name, d / name)
+    (d / "results.csv").write_bytes(gzip.decompress((H200 / "results.csv.gz").read_bytes()))
     return d
 
 
