@@ -69,5 +69,5 @@ def gpu(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     session.install(TORCH)
     session.install("-e", ".[lint]")
-    session.run("ruff", "check", "parity", "tests", "examples", "noxfile.py", "conftest.py")
+    session.run("ruff", "check", "parity", "tests", "lab", "examples", "noxfile.py", "conftest.py")
     session.run("mypy", "parity")

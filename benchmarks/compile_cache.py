@@ -9,7 +9,7 @@ runs on the rows they share (a cache may change how long a case takes, never its
 
     python benchmarks/compile_cache.py cold=/tmp/ccrun/cold warm=/tmp/ccrun/warm [--json FILE]
 
-Produce the folders with ``benchmarks/compile_cache_run.sh`` on the GPU machine (a cold run
+Produce the folders with ``lab/loan/compile_cache_run.sh`` on the GPU machine (a cold run
 into an empty cache, then the same sweep again).
 """
 

@@ -281,24 +281,63 @@ def test_xformers_bias_expr_is_the_mask_the_harness_builds():
     assert bias_expr(*xformers_bias_spec(Window(None, None), (4, 4), (9, 9)), (4, 4), (9, 9)) == "None"
 
 
-def test_every_known_divergence_has_a_committed_repro_and_control():
-    """reports/findings-repros/index.tsv names a script and a control for each entry of the default
-    known-divergences file, and the files are there."""
+KNOWN_RUNS = Path(__file__).resolve().parent / "fixtures" / "known-runs"
+#: the lab's record of which case each known divergence's repro script uses (entry, backend, script, control)
+INDEX = Path(__file__).resolve().parents[1] / "reports" / "findings-repros" / "index.tsv"
+
+
+def _export_known(capsys, out: Path, *extra: str) -> tuple[int, list[list[str]]]:
+    folders = sorted(str(d) for d in KNOWN_RUNS.iterdir() if d.is_dir())
+    code = cli.main(["export-repro", "--known", "--runs", *folders, "--out", str(out), *extra])
+    capsys.readouterr()
+    index = out / "index.tsv"
+    return code, [ln.split("\t") for ln in index.read_text().splitlines()[1:]] if index.exists() else []
+
+
+def test_export_repro_known_generates_a_compiling_script_and_control_per_entry(tmp_path, capsys):
+    """``export-repro --known`` writes, from committed rows (tests/fixtures/known-runs), one script and one
+    control per entry of the known-divergence file, with the cases the lab's index.tsv records; each compiles."""
     from parity.expect import load
 
-    here = Path(__file__).resolve().parents[1] / "reports" / "findings-repros"
-    rows = [ln.split("\t") for ln in (here / "index.tsv").read_text().splitlines()[1:]]
-    by_entry = {r[0]: r for r in rows}
-    assert set(by_entry) == {e.id for e in load(["default"]).entries}
-    for entry, backend, script, control in by_entry.values():
-        assert script.startswith(backend + "_") and (here / script).is_file(), entry
-        assert control != "-" and (here / control).is_file(), entry
+    code, rows = _export_known(capsys, tmp_path / "out", "--index", str(INDEX))
+    assert code == 0
+    assert {r[0] for r in rows} == {e.id for e in load().entries}
+    assert sorted(rows) == sorted(ln.split("\t") for ln in INDEX.read_text().splitlines()[1:])  # the recorded cases
+    for entry, backend, script, control in rows:
+        assert script.startswith(backend + "_") and control != "-", entry
+        for name in (script, control):
+            text = (tmp_path / "out" / name).read_text()
+            compile(text, name, "exec")
+            assert "Case (attn-parity JSON): {" in text, name
+
+
+def test_export_repro_known_repick_takes_each_entrys_smallest_row(tmp_path, capsys):
+    """Without the record (``--repick``), each entry still gets a script, from the smallest row it explains."""
+    code, rows = _export_known(capsys, tmp_path / "out", "--index", str(INDEX), "--repick")
+    assert code == 0 and len(rows) == len(INDEX.read_text().splitlines()) - 1
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["export-repro", "--known"], "--out DIR"),
+        (["export-repro", "--known", "--runs", "X", "--out", "O", "--row", "1"], "not RUN_DIR, --row"),
+        (["export-repro", "--out", "O"], "name a RUN_DIR, or --known"),
+        (["export-repro", "RUN", "--runs", "X"], "go with --known"),
+        (["export-repro", "--known", "--index", "missing.tsv", "--out", "O"], "--index missing.tsv: no such file"),
+    ],
+)
+def test_export_repro_known_bad_input(argv, words, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a GPU")
 @pytest.mark.parametrize("spec", ["flashinfer-cuda", "sdpa-math-cuda"])
 def test_a_cuda_script_on_a_machine_without_one_exits_2_not_1(spec, tmp_path):
-    """Exit 1 means 'diverges' to run_all.sh and to a maintainer; a missing package (FlashInfer here)
+    """Exit 1 means 'diverges' to lab/loan/run_repros.sh and to a maintainer; a missing package (FlashInfer here)
     or a missing GPU (sdpa-math-cuda) must not look like that."""
     path = tmp_path / f"{spec}.py"
     path.write_text(_script(spec, DENSE if spec != "flashinfer-cuda" else DECODE))

@@ -184,6 +184,25 @@ def test_failing_case_mask_is_drawn_from_masks_jsonl(rendered):
     assert "one token wider on the left" in html.unescape(section)
 
 
+def test_gzipped_masks_of_a_committed_run_are_drawn_the_same(rendered, tmp_path):
+    """A committed run keeps masks.jsonl gzipped (and no report.html): the report draws them the same."""
+    import gzip
+    import shutil
+
+    packed = tmp_path / "packed"
+    shutil.copytree(rendered, packed)
+    (packed / "masks.jsonl.gz").write_bytes(gzip.compress((packed / "masks.jsonl").read_bytes()))
+    (packed / "masks.jsonl").unlink()
+    (packed / "report.html").unlink()
+    write_all(packed)
+
+    def masks(page: str) -> str:
+        return page.split('id="masks"', 1)[1].split("</section>", 1)[0]
+
+    want = masks((rendered / "report.html").read_text())
+    assert "<figure" in want and masks((packed / "report.html").read_text()) == want
+
+
 def test_summary_markdown_fits_a_pull_request_comment(rendered):
     md = (rendered / "summary.md").read_text()
     df = pd.read_csv(rendered / "results.csv")
@@ -452,7 +471,7 @@ def test_a_wide_real_run_fits_1280_px_in_headless_chromium(tmp_path):
         pytest.skip(f"{WIDE_RUN} is not in this checkout")
     run = tmp_path / "wide"
     run.mkdir()
-    for name in ("results.csv.gz", "environment.json", "masks.jsonl", "shrunk.jsonl", "coverage.csv", "timing.json"):
+    for name in ("results.csv.gz", "environment.json", "masks.jsonl.gz", "shrunk.jsonl", "coverage.csv", "timing.json"):
         if (WIDE_RUN / name).exists():
             shutil.copy(WIDE_RUN / name, run / name)
     write_all(run)

@@ -1,7 +1,7 @@
 """vLLM's flash-attn build (``vllm-fa2-cuda``, ``vllm-fa3-cuda``) on the CPU.
 
 * unavailable with a reason: no GPU; no ``vllm.vllm_flash_attn``; a staged subfolder (stub
-  ``vllm/__init__.py`` as ``device/stage.py`` writes it) whose FA extension did not load;
+  ``vllm/__init__.py`` as ``lab/device/stage.py`` writes it) whose FA extension did not load;
 * the call itself, end to end through :func:`parity.api.evaluate`, with
   ``flash_attn_varlen_func`` stood in for by flash-attn's documented semantics (``window_size``
   bottom-right inclusive, ``-1`` unbounded, ``causal`` forcing ``right = 0``, ``cu_seqlens_k`` or
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -24,14 +23,8 @@ from parity import Case, Window, backends
 from parity.api import evaluate
 from parity.backends import vllm_fa
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _stage_module():
-    spec = importlib.util.spec_from_file_location("parity_device_stage", ROOT / "device" / "stage.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+#: the stub ``vllm/__init__.py`` the lab's staging writes (lab/device/stage.py; its tests check the two agree)
+VLLM_STUB = '__version__ = "0.26.0"\n_parity_stub = True\n'
 
 
 def _drop_vllm_modules():
@@ -48,20 +41,22 @@ def test_unavailable_on_cpu_with_reason(spec):
     assert "no CUDA device" in be.unavailable_reason()
 
 
-def test_unavailable_without_vllm_names_the_staging(monkeypatch):
+def test_unavailable_without_vllm_names_the_library(monkeypatch):
+    """The hint names what to install (the library), not this repository's lab scripts (not in the wheel)."""
     monkeypatch.setattr(vllm_fa, "cuda_unavailable_reason", lambda: None)
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here")
     why = vllm_fa.VllmFa3Backend().unavailable_reason()
     assert "cannot import vllm.vllm_flash_attn.flash_attn_interface" in why
-    assert "device/prepare.sh vllm-fa" in why and "--worker-path vllm-fa3-cuda=/tmp/site-vllm-fa" in why
+    assert "pip install vllm" in why and "--worker-path vllm-fa3-cuda=DIR" in why
+    assert ".sh" not in why and "/tmp/" not in why
 
 
 def test_staged_subfolder_with_a_missing_extension(tmp_path, monkeypatch):
     """The folder layout prepare builds: stub vllm/__init__.py, the interface's FA*_AVAILABLE flags."""
     pkg = tmp_path / "vllm" / "vllm_flash_attn"
     pkg.mkdir(parents=True)
-    (tmp_path / "vllm" / "__init__.py").write_text(_stage_module().VLLM_STUB)
+    (tmp_path / "vllm" / "__init__.py").write_text(VLLM_STUB)
     (pkg / "__init__.py").write_text("")
     (pkg / "flash_attn_interface.py").write_text(
         "FA2_AVAILABLE, FA2_UNAVAILABLE_REASON = False, 'libcudart.so.13: cannot open shared object file'\n"

@@ -145,8 +145,8 @@ class VllmFa2Backend(Backend):
     fa_version = 2
     description = "vllm.vllm_flash_attn flash_attn_varlen_func(fa_version=2): cu_seqlens_q, block_table + seqused_k for paged KV"
     install_hint = (
-        "stage the vllm/vllm_flash_attn subfolder of a vLLM wheel built for this torch "
-        "(device/prepare.sh vllm-fa), then --worker-path vllm-fa2-cuda=/tmp/site-vllm-fa"
+        "pip install vllm (a build for this torch and CUDA; only its vllm.vllm_flash_attn package is imported), "
+        "or put that package's folder on --worker-path vllm-fa2-cuda=DIR"
     )
 
     def unavailable_reason(self) -> str | None:

@@ -1,6 +1,12 @@
 """``python -m parity export-repro RUN_DIR [--row N] [--backend B] [--out DIR] [--control C]``: a
 standalone script per divergence (which rows, the scripts: :mod:`parity.export_repro`).
 
+``python -m parity export-repro --known [--runs DIR ...] [--index FILE] [--repick] --out DIR``: one script
+and its control per entry of the known-divergence file, from the smallest row each entry explains in the
+run folders (default: every run folder under ``reports/``); an entry named in ``--index`` (default
+``reports/findings-repros/index.tsv``, the record of which case each entry uses) keeps that case unless
+``--repick``. Writes ``DIR/index.tsv`` (entry, backend, script, control).
+
 Exit codes: 0 scripts written, or nothing to export (a line says so); 2 bad input (no such
 folder, no results.csv, ``--row`` out of range, a backend with no rows in the run), one line.
 """
@@ -12,37 +18,44 @@ from pathlib import Path
 
 from ..errors import UserError as UsageError
 
+REPORTS = Path("reports")
+INDEX = REPORTS / "findings-repros" / "index.tsv"
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("export-repro", help="write a standalone Python repro script per failing row of a run folder")
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder (holding results.csv, environment.json)")
+    p.add_argument("run_dir", type=Path, nargs="?", metavar="RUN_DIR", help="a run folder (holding results.csv, environment.json)")
     p.add_argument("--row", type=int, metavar="N", help="export row N of results.csv (0-based), whatever its verdict")
     p.add_argument("--backend", "-b", metavar="B", help="only rows of this backend (as named in results.csv)")
     p.add_argument("--out", type=Path, metavar="DIR", help="where to write the scripts (default RUN_DIR/repros)")
     p.add_argument("--control", metavar="C", help="also write each case's script for backend C (one without the bug: it should exit 0)")
+    known = p.add_argument_group("one script per known divergence")
+    known.add_argument("--known", action="store_true", help="one script and its control per entry of the known-divergence file")
+    known.add_argument("--runs", type=Path, nargs="+", metavar="DIR",
+                       help=f"the run folders --known picks rows from (default: every one under {REPORTS}/)")
+    known.add_argument("--index", type=Path, metavar="FILE", help=f"entries named here keep their case (default {INDEX} where it exists)")
+    known.add_argument("--repick", action="store_true", help="--known: ignore --index and take each entry's smallest row again")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..export_repro import export_one, select_rows
+    from ..export_repro import export_one, select_rows, shrunk_cases
     from ..report.runs import load_run
 
+    if args.known:
+        return _known(args)
+    if args.run_dir is None:
+        raise UsageError("export-repro: name a RUN_DIR, or --known for one script per known divergence")
+    if args.runs or args.index or args.repick:
+        raise UsageError("export-repro: --runs, --index and --repick go with --known")
     run_ = load_run(args.run_dir)
     rows = select_rows(run_.df, args.run_dir, args.row, args.backend)
     if not rows:
         which = f" of {args.backend}" if args.backend else ""
         print(f"export-repro: no failing rows{which} in {args.run_dir}/results.csv; nothing to export")
         return 0
-    shrunk = {  # (backend, the row's case_id) -> its shrunk case, where it still fails
-        (str(e.get("backend")), str(e.get("from"))): e
-        for e in run_.shrunk
-        if e.get("verdict") in ("fail", "expected") and isinstance(e.get("case"), dict)
-    }
-    out_dir = args.out or args.run_dir / "repros"
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {out_dir}: cannot write there ({exc.strerror or exc})") from None
+    shrunk = shrunk_cases(run_)  # (backend, the row's case_id) -> its shrunk case, where it still fails
+    out_dir = _out_dir(args.out or args.run_dir / "repros")
     if args.control:
         from .. import backends
 
@@ -52,4 +65,42 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--control {args.control}: {exc}") from None
     written = [p for i, r in rows if (p := export_one(run_, i, r, shrunk, out_dir, args.control)) is not None]
     print(f"export-repro: {len(written)} script(s) in {out_dir}" if written else "export-repro: no script written")
+    return 0
+
+
+def _out_dir(out_dir: Path) -> Path:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out_dir}: cannot write there ({exc.strerror or exc})") from None
+    return out_dir
+
+
+def _run_folders() -> list[Path]:
+    """Every run folder under reports/ (a results.csv or results.csv.gz), not the untracked runs/ and latest."""
+    found = {p.parent for p in REPORTS.glob("**/results.csv*") if p.name in ("results.csv", "results.csv.gz")}
+    return sorted(d for d in found if d.relative_to(REPORTS).parts[0] not in ("runs", "latest"))
+
+
+def _known(args: argparse.Namespace) -> int:
+    from ..expect import load
+    from ..export_repro import export_known, read_index
+    from ..report.runs import load_run
+
+    if args.run_dir is not None or args.row is not None or args.backend or args.control:
+        raise UsageError("export-repro --known: takes --runs DIR ..., not RUN_DIR, --row, --backend or --control")
+    if args.out is None:
+        raise UsageError("export-repro --known: name the folder for the scripts with --out DIR")
+    if args.index is not None and not args.index.is_file():
+        raise UsageError(f"--index {args.index}: no such file")
+    folders = args.runs or _run_folders()
+    if not folders:
+        raise UsageError(f"export-repro --known: no run folder under {REPORTS}/ here; name them with --runs DIR ...")
+    expectations = load()
+    runs = [load_run(d, expectations, rejudge=True) for d in folders]
+    keep = {} if args.repick else read_index(args.index if args.index is not None else INDEX)
+    out_dir = _out_dir(args.out)
+    entries = [e.id for e in expectations.entries]
+    lines = export_known(runs, entries, out_dir, keep)
+    print(f"export-repro: {len(lines)} of {len(entries)} known divergences exported to {out_dir} (index.tsv)")
     return 0

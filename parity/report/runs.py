@@ -30,6 +30,7 @@ from typing import Any
 from ..case import FAMILIES
 from ..errors import UserError as UsageError
 from ..expect import Expectations
+from ..files import read_text
 from ..results import (
     ADDED_COLUMNS,
     DTYPES,
@@ -200,9 +201,13 @@ def save_results(run: Run) -> Path:
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
+    """The objects of ``path``, or of ``path.gz`` when only that is there (a committed run keeps its masks gzipped)."""
     out: list[dict[str, Any]] = []
+    packed = path.with_name(path.name + ".gz")
+    if not path.exists() and packed.exists():
+        path = packed
     if path.exists():
-        for line in path.read_text().splitlines():
+        for line in read_text(path).splitlines():
             if line.strip():
                 try:
                     obj = json.loads(line)
