@@ -149,7 +149,7 @@ def harness_oom_row(case: Case, spec: str, info: dict[str, Any], res: dict[str, 
 
 
 def _memory_columns(res: dict[str, Any]) -> dict[str, str]:
-    return {k: f"{res[k]:.1f}" if isinstance(res.get(k), (int, float)) else "" for k in ("est_mem_mb", "peak_mem_mb")}
+    return {k: f"{res[k]:.4g}" if isinstance(res.get(k), (int, float)) else "" for k in ("est_mem_mb", "peak_mem_mb")}
 
 
 def judge(
