@@ -25,7 +25,7 @@ import torch
 from . import backends
 from .backends.base import Backend, Unsupported
 from .case import Case, Inputs, make_inputs
-from .maskcheck import DEFAULT_MAX_PASSES, run_gqa_probe, run_mask_probe
+from .maskcheck import DEFAULT_MAX_PASSES, passes_per_call, probe_case, run_gqa_probe, run_mask_probe
 from .memory import LARGE_ROW_BYTES, MIB, estimate, free_bytes, is_oom, oom_detail
 from .process import ProcessExecutor, env_worker_paths, parse_worker_paths, recv, send, worker_paths  # noqa: F401 - their old home
 from .verdict import POISON
@@ -109,10 +109,13 @@ def context_lost(result: dict[str, Any]) -> bool:
     return "cuda" in detail and any(w in detail for w in CONTEXT_LOST_WORDS)
 
 
-def workspace_hint(backend: Backend, case: Case) -> int:
-    """``backend.workspace_bytes(case)``, 0 where it has none or it raises."""
+def workspace_hint(backend: Backend, case: Case, probes: bool = True) -> int:
+    """``backend.workspace_bytes`` for ``case`` or, with ``probes``, its batched mask probe's case
+    if larger; 0 where it has none or it raises."""
+    hint = getattr(backend, "workspace_bytes", None)
+    calls = [case, probe_case(case, passes_per_call(case))] if probes else [case]
     try:
-        return int(getattr(backend, "workspace_bytes", lambda c: 0)(case) or 0)
+        return max(int(hint(c) or 0) for c in calls) if hint else 0
     except Exception:  # noqa: BLE001 - a hint only
         return 0
 
@@ -133,7 +136,7 @@ def execute(
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     result = _execute(backend, case, probes, max_passes, repeats)
-    est = estimate(case, probes, max_passes, workspace_hint(backend, case))
+    est = estimate(case, probes, max_passes, workspace_hint(backend, case, probes))
     if result.pop("oom", None):
         result["detail"] = oom_detail(result.pop("exc_text", "out of memory"), est, free)
         result["oom"] = True

@@ -10,7 +10,7 @@ part               what                                                         
 ``workspace``      the backend's own hint (:meth:`Backend.workspace_bytes`)         worker
 ``probes``         the larger of the mask probe (one batched call and its decoding)  worker
                    and the GQA probe
-``reference``      float64 output and one band block of scores (a few temporaries)  harness
+``reference``      inputs (drawn in float32), float64 output, one band block        harness
 ``baseline``       the same-dtype output, its band block, the comparison's chunks   harness
 =================  ===============================================================  ==========
 
@@ -104,7 +104,7 @@ def estimate(case: Case, probes: bool = True, max_passes: int = 64, workspace: i
         "output": out * (e + 1),
         "workspace": max(0, int(workspace)),
         "probes": _probe_bytes(case, max_passes) if probes else 0,
-        "reference": out * 8 + (out + 2 * kv) * e + BLOCK_TEMPORARIES * block,
+        "reference": out * 8 + (out + 2 * kv) * (e + 4) + BLOCK_TEMPORARIES * block,  # inputs: drawn in float32, cast
         "baseline": out * e + BLOCK_TEMPORARIES * block // 2 + out * e + chunk,
     }
     return MemoryEstimate(parts, harness_on_device)

@@ -268,7 +268,7 @@ class Sweep:
                 self.backend_objs[spec] = backends.get(spec)
             except Exception:  # noqa: BLE001 - a plugin only its worker can import: no hint
                 self.backend_objs[spec] = None
-        hint = workspace_hint(self.backend_objs[spec], case) if self.backend_objs[spec] is not None else 0
+        hint = workspace_hint(self.backend_objs[spec], case, self.options.probes) if self.backend_objs[spec] is not None else 0
         on_device = self._cache(self.plan.gpu_of.get(unit)).device.startswith("cuda")
         return estimate(case, self.options.probes, self.options.max_passes, hint, on_device)
 
