@@ -25,7 +25,8 @@ import torch
 from . import backends
 from .backends.base import Backend, Unsupported
 from .case import Case, Inputs, make_inputs
-from .maskcheck import DEFAULT_MAX_PASSES, run_gqa_probe, run_mask_probe
+from .maskcheck import DEFAULT_MAX_PASSES, passes_per_call, probe_case, run_gqa_probe, run_mask_probe
+from .memory import LARGE_ROW_BYTES, MIB, estimate, free_bytes, is_oom, oom_detail
 from .process import ProcessExecutor, env_worker_paths, parse_worker_paths, recv, send, worker_paths  # noqa: F401 - their old home
 from .verdict import POISON
 
@@ -108,6 +109,17 @@ def context_lost(result: dict[str, Any]) -> bool:
     return "cuda" in detail and any(w in detail for w in CONTEXT_LOST_WORDS)
 
 
+def workspace_hint(backend: Backend, case: Case, probes: bool = True) -> int:
+    """``backend.workspace_bytes`` for ``case`` or, with ``probes``, its batched mask probe's case
+    if larger; 0 where it has none or it raises."""
+    hint = getattr(backend, "workspace_bytes", None)
+    calls = [case, probe_case(case, passes_per_call(case))] if probes else [case]
+    try:
+        return max(int(hint(c) or 0) for c in calls) if hint else 0
+    except Exception:  # noqa: BLE001 - a hint only
+        return 0
+
+
 def execute(
     backend: Backend,
     case: Case,
@@ -115,7 +127,27 @@ def execute(
     max_passes: int = DEFAULT_MAX_PASSES,
     repeats: int = 1,
 ) -> dict[str, Any]:
-    """Run ``case`` on ``backend``; see the module docstring."""
+    """Run ``case`` on ``backend``; see the module docstring. On CUDA the row's peak device memory
+    (``peak_mem_mb``) is measured from a reset of the allocator's peak, an out-of-memory error says
+    what the row was estimated to need and what was free before it, and a large row's cached
+    blocks are released afterwards (``torch.cuda.empty_cache``), so the lanes' workers share the card."""
+    cuda = backend.device == "cuda" and torch.cuda.is_available()
+    free = free_bytes() if cuda else None
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    result = _execute(backend, case, probes, max_passes, repeats)
+    est = estimate(case, probes, max_passes, workspace_hint(backend, case, probes))
+    if result.pop("oom", None):
+        result["detail"] = oom_detail(result.pop("exc_text", "out of memory"), est, free)
+        result["oom"] = True
+    if cuda:
+        result["peak_mem_mb"] = torch.cuda.max_memory_allocated() / MIB
+        if est.worker_bytes >= LARGE_ROW_BYTES or result.get("oom"):
+            torch.cuda.empty_cache()
+    return result
+
+
+def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeats: int) -> dict[str, Any]:
     device = backend.device
     try:
         reason = backend.unsupported_reason(case)
@@ -173,13 +205,10 @@ def execute(
         return _refusal_or_fault(exc, device)
     except BackendFault as exc:
         return {"status": "error", "detail": f"interface: {exc}"}
-    except (torch.cuda.OutOfMemoryError, MemoryError) as exc:
-        return {"status": "error", "detail": f"out of memory: {(str(exc).splitlines() or [type(exc).__name__])[0]}"}
-    except RuntimeError as exc:
-        if "can't allocate memory" in str(exc) or "out of memory" in str(exc).lower():
-            return {"status": "error", "detail": f"out of memory: {str(exc).splitlines()[0][:300]}"}
-        return _generic_error(exc)
     except Exception as exc:  # noqa: BLE001 - a backend's fault costs its own row only
+        if is_oom(exc):
+            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            return {"status": "error", "detail": f"out of memory: {text}", "oom": True, "exc_text": text}
         return _generic_error(exc)
 
 

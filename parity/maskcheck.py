@@ -48,6 +48,9 @@ PROBE_CALL_ELEMENTS = 1 << 26
 MAX_DESCRIBED_ROWS = 4096
 #: Probes of at most this many (head, row, key) weights are decoded on the CPU.
 CPU_DECODE_ELEMENTS = 1 << 23
+#: Probes of more (head, row, key) weights than this are decoded pass by pass (:class:`MaskStream`):
+#: memory grows with one pass's output, never with ``hq x Sq x Sk``.
+STREAM_ELEMENTS = 1 << 24
 
 
 @dataclasses.dataclass
@@ -169,9 +172,10 @@ def _pattern(e_lo: int, e_hi: int, n: int, spec_lo: int, spec_hi: int, sk: int) 
     return "window is " + " and ".join(bits)
 
 
-def _image(spec: torch.Tensor, eff: torch.Tensor, partial: torch.Tensor) -> dict[str, Any]:
-    """Compact drawing of spec vs effective mask: '1' both, '+' extra, '-' missing, 'p' partial."""
-    sq, sk = spec.shape
+def _image(spec: torch.Tensor, eff: torch.Tensor, partial: torch.Tensor, shape: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Compact drawing of spec vs effective mask: '1' both, '+' extra, '-' missing, 'p' partial.
+    ``shape``: the whole mask's ``(Sq, Sk)`` when the tensors are only its drawn corner."""
+    sq, sk = shape or spec.shape
     s, e, pp = spec[:128, :256], eff[:128, :256], partial[:128, :256]  # (<=128, <=256) bool each
     chars = torch.full(s.shape, ord("."), dtype=torch.uint8)
     chars[s & ~e] = ord("-")
@@ -316,24 +320,10 @@ def decode_gqa(case: Case, out: torch.Tensor) -> ProbeResult:
     )
 
 
-def run_mask_probe(
-    case: Case,
-    run: RunFn,
-    device: torch.device | str,
-    max_passes: int = DEFAULT_MAX_PASSES,
-    base: Inputs | None = None,
-    batch_passes: bool = True,
-) -> ProbeResult:
-    """Probe the effective mask of the backend behind ``run``; ``base``: the case's inputs, if made."""
+def _pass_outputs(case: Case, run: RunFn, device: torch.device | str, base: Inputs, per_call: int):
+    """Yield ``(p, output of pass p)`` ``(total_q, hq, d)`` for every pass, ``per_call`` passes per call
+    where the backend accepts the batch, else one pass per call at the case's own shape."""
     passes = mask_passes(case)
-    if passes > max_passes:
-        return ProbeResult(
-            "not_run",
-            f"needs {passes} passes (max Sk {max(case.k_lens)} / d {case.head_dim}); limit is {max_passes}",
-        )
-    base = base if base is not None else make_inputs(case, device)  # once: every pass only rewrites q and v
-    per_call = passes_per_call(case) if batch_passes else 1
-    outs: list[torch.Tensor] = []
     tq = base.q.shape[0]
     p = 0
     while p < passes:
@@ -344,15 +334,170 @@ def run_mask_probe(
             except Exception:  # noqa: BLE001 - declined or failed at this batch size: probe at the case's shape
                 per_call = n = 1
             else:
-                outs.extend(out.reshape(n, tq, *out.shape[1:]).unbind(0))  # n x (total_q, hq, d)
+                for t, o in enumerate(out.reshape(n, tq, *out.shape[1:]).unbind(0)):  # n x (total_q, hq, d)
+                    yield p + t, o
                 p += n
                 continue
-        outs.append(run(mask_probe_inputs(case, p, device, base)))
+        yield p, run(mask_probe_inputs(case, p, device, base))
         p += 1
-    return decode_mask(case, outs)
+
+
+def run_mask_probe(
+    case: Case,
+    run: RunFn,
+    device: torch.device | str,
+    max_passes: int = DEFAULT_MAX_PASSES,
+    base: Inputs | None = None,
+    batch_passes: bool = True,
+) -> ProbeResult:
+    """Probe the effective mask of the backend behind ``run``; ``base``: the case's inputs, if made.
+
+    A probe of more than :data:`STREAM_ELEMENTS` weights is decoded pass by pass (:class:`MaskStream`);
+    where it finds a mismatch the passes run once more to describe it (the backend is assumed
+    deterministic on the probe's inputs)."""
+    passes = mask_passes(case)
+    if passes > max_passes:
+        return ProbeResult(
+            "not_run",
+            f"needs {passes} passes (max Sk {max(case.k_lens)} / d {case.head_dim}); limit is {max_passes}",
+        )
+    base = base if base is not None else make_inputs(case, device)  # once: every pass only rewrites q and v
+    per_call = passes_per_call(case) if batch_passes else 1
+    if case.hq * sum(sq * sk for sq, sk in zip(case.q_lens, case.k_lens)) <= STREAM_ELEMENTS:
+        return decode_mask(case, [o for _, o in _pass_outputs(case, run, device, base, per_call)])
+    stream = MaskStream(case, base.q.device)
+    for p, o in _pass_outputs(case, run, device, base, per_call):
+        stream.add(p, o)
+    result = stream.verdict()
+    if result is not None:
+        return result
+    for p, o in _pass_outputs(case, run, device, base, per_call):
+        stream.gather(p, o)
+    return stream.described()
 
 
 def run_gqa_probe(case: Case, run: RunFn, device: torch.device | str, base: Inputs | None = None) -> ProbeResult:
     if case.hkv == 1:
         return ProbeResult("n/a", "one kv head (MQA): nothing to map")
     return decode_gqa(case, run(gqa_probe_inputs(case, device, base)))
+
+
+class MaskStream:
+    """The mask probe decoded one pass at a time: per (row, head) only the largest weight, the
+    largest weight outside the spec's band and the smallest inside it (``(total_q, hq)`` each), which
+    decide exactly as :func:`decode_mask` does whether a pair sees the spec's keys (a key is
+    visible above ``VISIBLE_FRACTION`` of the row's largest weight, partial below
+    ``UNIFORM_FRACTION``). Describing a mismatch needs the visible keys of the differing pairs:
+    :meth:`gather` collects them from a second run of the passes, for at most
+    :data:`MAX_DESCRIBED_ROWS` pairs per sequence and the drawn corner of the first."""
+
+    def __init__(self, case: Case, device: torch.device | str):
+        self.case, self.dev = case, device
+        bands = [case.window.band(sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
+        self.lo = torch.cat([b[0] for b in bands]).to(device)  # (total_q,)
+        self.hi = torch.cat([b[1] for b in bands]).to(device)  # (total_q,)
+        self.sk = torch.cat([torch.full((sq,), sk) for sq, sk in zip(case.q_lens, case.k_lens)]).to(device)  # (total_q,)
+        shape = (sum(case.q_lens), case.hq)
+        self.top = torch.zeros(shape, device=device)  # (total_q, hq) largest |weight|
+        self.out_band = torch.zeros(shape, device=device)  # (total_q, hq) largest |weight| outside the band
+        self.in_band = torch.full(shape, math.inf, device=device)  # (total_q, hq) smallest |weight| inside it
+        self.nonfinite = torch.zeros(shape, dtype=torch.bool, device=device)
+        self.unwritten = torch.zeros(shape, dtype=torch.bool, device=device)
+        self.bad = torch.zeros(shape, dtype=torch.bool, device=device)
+        #: what :meth:`gather` fills: key -> (sequence, rows, heads, visible (n, Sk), partial (n, Sk));
+        #: keys: the sequences, and -1 for the drawn corner
+        self.picks: dict[int, tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def _weights(self, p: int, out: torch.Tensor) -> torch.Tensor:
+        """Pass ``p``'s ``|weights|`` ``(total_q, hq, d)`` float32, 0 where not finite or past the row's Sk."""
+        raw = out.detach().to(self.dev)  # (total_q, hq, d), the output's dtype
+        self.unwritten |= (raw == POISON).any(-1)
+        j = p * self.case.head_dim + torch.arange(self.case.head_dim, device=self.dev)  # (d,)
+        valid = (j[None, :] < self.sk[:, None])[:, None, :]  # (total_q, 1, d)
+        w = raw.to(torch.float32).abs()  # (total_q, hq, d)
+        self.nonfinite |= (~torch.isfinite(w) & valid).any(-1)
+        return torch.where(torch.isfinite(w) & valid, w, 0.0)  # (total_q, hq, d)
+
+    def add(self, p: int, out: torch.Tensor) -> None:
+        """Fold pass ``p``'s output ``(total_q, hq, d)`` into the per-pair figures."""
+        w = self._weights(p, out)  # (total_q, hq, d)
+        j = p * self.case.head_dim + torch.arange(self.case.head_dim, device=self.dev)  # (d,)
+        band = ((j[None, :] >= self.lo[:, None]) & (j[None, :] <= self.hi[:, None]) & (j[None, :] < self.sk[:, None]))[:, None, :]
+        self.top = torch.maximum(self.top, w.amax(-1))
+        self.out_band = torch.maximum(self.out_band, torch.where(band, 0.0, w).amax(-1))
+        self.in_band = torch.minimum(self.in_band, torch.where(band, w, math.inf).amin(-1))
+
+    def verdict(self) -> ProbeResult | None:
+        """The verdict where no pair differs or an output is not finite; None: a mismatch that
+        :meth:`gather` and :meth:`described` put in words (its counts are in :attr:`bad`)."""
+        cq, _ = self.case.cu_seqlens()
+        u = self.unwritten
+        for b in range(self.case.batch):
+            bad = int((self.nonfinite[cq[b] : cq[b + 1]] & ~u[cq[b] : cq[b + 1]]).sum())
+            if bad:
+                words = f"mask probe output has NaN/Inf in {bad} (head, row) pairs of seq {b}"
+                return ProbeResult("mismatch", words, bad, self.case.q_lens[b] * self.case.hq)
+        m = self.top
+        clean = (m > 0) & (self.in_band >= m * UNIFORM_FRACTION) & (self.out_band <= m * VISIBLE_FRACTION)
+        clean |= (m == 0) & (self.lo > self.hi)[:, None]
+        self.bad = ~clean & ~u  # (total_q, hq)
+        if self.bad.any():
+            self._pick()
+            return None
+        return _mask_verdict(int((~u).sum()), 0, int(u.sum()), Counter(), None, None)
+
+    def _pick(self) -> None:
+        """The pairs to describe: per sequence its first differing ones in (head, row) order, and the
+        drawn corner (128 rows) of the first differing (sequence, head)."""
+        cq, _ = self.case.cu_seqlens()
+        for b, sk in enumerate(self.case.k_lens):
+            hs, rs = self.bad[cq[b] : cq[b + 1]].T.nonzero()[:MAX_DESCRIBED_ROWS].unbind(1)  # (n,), (n,)
+            if hs.numel():
+                self.picks[b] = (b, rs, hs, self._blank(len(rs), sk), self._blank(len(rs), sk))
+        b, _, hs, _, _ = self.picks[min(self.picks)]
+        rs = torch.arange(min(128, self.case.q_lens[b]), device=self.dev)  # (rows,)
+        sk = self.case.k_lens[b]
+        self.picks[-1] = (b, rs, torch.full_like(rs, int(hs[0])), self._blank(len(rs), sk), self._blank(len(rs), sk))
+
+    def _blank(self, n: int, sk: int) -> torch.Tensor:
+        return torch.zeros(n, sk, dtype=torch.bool, device=self.dev)  # (n, Sk)
+
+    def gather(self, p: int, out: torch.Tensor) -> None:
+        """Pass ``p`` again: the visible and partial keys of the pairs to describe."""
+        w = self._weights(p, out)  # (total_q, hq, d)
+        cq, _ = self.case.cu_seqlens()
+        for b, rs, hs, e, pp in self.picks.values():
+            k0 = p * self.case.head_dim
+            k1 = min(self.case.k_lens[b], k0 + self.case.head_dim)
+            if k1 <= k0:
+                continue
+            top = self.top[cq[b] + rs, hs][:, None]  # (n, 1)
+            wb = w[cq[b] + rs, hs][:, : k1 - k0]  # (n, k1 - k0)
+            e[:, k0:k1] = (wb > top * VISIBLE_FRACTION) & (top > 0)
+            pp[:, k0:k1] = e[:, k0:k1] & (wb < top * UNIFORM_FRACTION)
+
+    def described(self) -> ProbeResult:
+        """The mismatch in :func:`decode_mask`'s words, from the gathered keys."""
+        cq, _ = self.case.cu_seqlens()
+        patterns: Counter[str] = Counter()
+        first = None
+        for key in sorted(k for k in self.picks if k >= 0):
+            b, rs, hs, e, pp = self.picks[key]
+            lo, hi = self.lo[cq[b] + rs], self.hi[cq[b] + rs]  # (n,), (n,)
+            patterns.update(_row_patterns(e, pp, lo, hi, self.case.k_lens[b]))
+            if first is None:
+                keys, pk = e[0].nonzero().flatten().tolist(), pp[0].nonzero().flatten().tolist()
+                lo_i, hi_i = int(lo[0]), int(hi[0])
+                spec_txt = f"{lo_i}..{hi_i}" if lo_i <= hi_i else "none"
+                extra = f" (partial weight on {_ranges(pk)})" if pk else ""
+                first = f"seq {b} head {int(hs[0])} row {int(rs[0])} sees keys {_ranges(keys)}{extra}, spec says {spec_txt}"
+        b, rs, hs, e, pp = self.picks[-1]
+        sk = self.case.k_lens[b]
+        j = torch.arange(min(sk, 256))  # (<=256,)
+        lo, hi = self.lo[cq[b] + rs].cpu(), self.hi[cq[b] + rs].cpu()  # (rows,), (rows,)
+        spec = (j[None, :] >= lo[:, None]) & (j[None, :] <= hi[:, None])  # (rows, <=256)
+        u = self.unwritten[cq[b] + rs, hs].cpu()[:, None]  # (rows, 1)
+        eff = torch.where(u, spec, e[:, :256].cpu())  # (rows, <=256)
+        image = {"seq": b, "head": int(hs[0]), **_image(spec, eff, pp[:, :256].cpu() & ~u, (self.case.q_lens[b], sk))}
+        u_all = self.unwritten
+        return _mask_verdict(int((~u_all).sum()), int(self.bad.sum()), int(u_all.sum()), patterns, first, image)

@@ -72,6 +72,8 @@ COLUMNS = [
     "gpu",  # the GPU (CUDA_VISIBLE_DEVICES id) the row's worker was pinned to (--gpus); empty without one
     "model",  # the model a models-profile case came from (parity.models); empty for other cases
     "layer",  # which of the model's layers: local / global; empty for other cases
+    "est_mem_mb",  # the row's estimated device memory (parity.memory.estimate), MiB
+    "peak_mem_mb",  # the worker's peak allocated device memory in the row (CUDA), MiB; empty on the CPU
 ]
 
 VERDICTS = ("pass", "fail", "error", "crash", "timeout", "expected", "unexpected-pass", "unsupported", "unavailable")
@@ -84,7 +86,7 @@ FAIL_VERDICTS = (*RAW_FAIL_VERDICTS, "unexpected-pass")
 EXPECT_COLUMNS = ("raw_verdict", "expected_id")
 #: Columns appended after the first release of the schema, in order: older results.csv files lack
 #: them and load with them empty (``runs.read_results``).
-ADDED_COLUMNS = (*EXPECT_COLUMNS, "gpu", "model", "layer")
+ADDED_COLUMNS = (*EXPECT_COLUMNS, "gpu", "model", "layer", "est_mem_mb", "peak_mem_mb")
 #: Columns that hold numbers (the report loader adds a float column ``<name>_f`` for each).
 NUMERIC = (
     "max_abs_err",
@@ -97,6 +99,8 @@ NUMERIC = (
     "baseline_max",
     "worst_left_edge",
     "time_ms",
+    "est_mem_mb",
+    "peak_mem_mb",
 )
 
 

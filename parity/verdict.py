@@ -93,19 +93,43 @@ class Baseline:
     empty_rows: torch.Tensor  # (total_q,) bool: rows that see no key
 
 
-def make_baseline(case: Case, ref: torch.Tensor, same_dtype: torch.Tensor) -> Baseline:
-    base_err = (same_dtype.to(torch.float64) - ref).abs()  # (total_q, hq, d)
-    rounding = (ref.to(case.torch_dtype).to(torch.float64) - ref).abs()  # (total_q, hq, d)
+#: Elements of one row chunk of the comparison and the baseline (float64 temporaries of that size):
+#: their memory grows with this, never with the whole output (``(total_q, hq, d)`` float64 several times).
+CHUNK_ELEMENTS = 1 << 22
+
+
+def row_chunks(total_q: int, row_elements: int, chunk_elements: int | None = None) -> list[tuple[int, int]]:
+    """``[r0, r1)`` row ranges of at most ``chunk_elements`` elements each (at least one row)."""
+    rows = max(1, (chunk_elements or CHUNK_ELEMENTS) // max(row_elements, 1))
+    return [(r0, min(total_q, r0 + rows)) for r0 in range(0, total_q, rows)]
+
+
+def empty_rows(case: Case) -> torch.Tensor:
+    """``(total_q,)`` bool: the packed query rows that see no key."""
     empty = []
     for sq, sk in zip(case.q_lens, case.k_lens):
         lo, hi = case.window.band(sq, sk)
         empty.append(lo > hi)
+    return torch.cat(empty)
+
+
+def make_baseline(case: Case, ref: torch.Tensor, same_dtype: torch.Tensor) -> Baseline:
+    """The budget's figures from the reference and the same-dtype baseline, row chunk by row chunk."""
+    base_max = base_sum = rounding = 0.0
+    for r0, r1 in row_chunks(ref.shape[0], ref[0].numel() if ref.shape[0] else 1):
+        r = ref[r0:r1]  # (C, hq, d) float64
+        base_err = (same_dtype[r0:r1].to(device=r.device, dtype=torch.float64) - r).abs()  # (C, hq, d)
+        base_max = max(base_max, float(base_err.max()) if base_err.numel() else 0.0)
+        base_sum += float(base_err.sum())
+        rnd = (r.to(case.torch_dtype).to(torch.float64) - r).abs()  # (C, hq, d)
+        rounding = max(rounding, float(rnd.max()) if rnd.numel() else 0.0)
+    n = ref.numel()
     return Baseline(
         ref=ref,
-        baseline_max=float(base_err.max()) if base_err.numel() else 0.0,
-        baseline_mean=float(base_err.mean()) if base_err.numel() else 0.0,
-        rounding_max=float(rounding.max()) if rounding.numel() else 0.0,
-        empty_rows=torch.cat(empty).to(ref.device),
+        baseline_max=base_max,
+        baseline_mean=base_sum / n if n else 0.0,
+        rounding_max=rounding,
+        empty_rows=empty_rows(case).to(ref.device),
     )
 
 
@@ -179,6 +203,47 @@ class Comparison:
         )
 
 
+@dataclasses.dataclass
+class _Tally:
+    """What :func:`compare` sums over the row chunks."""
+
+    nan: int = 0
+    inf: int = 0
+    nan_masked: int = 0
+    written: int = 0
+    max_abs: float = 0.0
+    err_sum: float = 0.0
+    max_rel: float = 0.0
+    over: int = 0
+    worst_val: float = -math.inf
+    worst_idx: int = -1
+
+
+def _tally_chunk(t: _Tally, r0: int, got: torch.Tensor, ref: torch.Tensor, written: torch.Tensor, empty: torch.Tensor,
+                 budget: Budget, thr_max: float) -> None:
+    """Add one row chunk (``got``, ``ref`` ``(C, hq, d)`` float64, ``written`` same shape bool, ``empty``
+    ``(C,)``) to ``t``."""
+    got = torch.where(written, got, ref)  # (C, hq, d)
+    finite = torch.isfinite(got)
+    nan = torch.isnan(got)
+    t.nan += int(nan.sum())
+    t.inf += int((~finite & ~nan).sum())
+    t.nan_masked += int((nan & empty[:, None, None]).sum())
+    err = torch.where(finite, (got - ref).abs(), torch.zeros_like(ref))  # (C, hq, d)
+    n = int(written.sum())
+    t.written += n
+    t.err_sum += float(err.sum())
+    t.over += int((err > thr_max).sum())
+    if n:
+        t.max_abs = max(t.max_abs, float(err.max()))
+        t.max_rel = max(t.max_rel, float((err / ref.abs().clamp(min=budget.rel_floor)).max()))
+        masked = torch.where(written, err, -1.0)  # (C, hq, d)
+        i = int(masked.argmax())
+        v = float(masked.view(-1)[i])
+        if v > t.worst_val:  # strictly: the first occurrence of the maximum wins, as one argmax would
+            t.worst_val, t.worst_idx = v, r0 * got[0].numel() + i
+
+
 def compare(
     case: Case,
     out: torch.Tensor,
@@ -186,69 +251,62 @@ def compare(
     budget: Budget,
     unwritten: int | None = None,
 ) -> Comparison:
-    """Measure ``out`` (any float dtype, packed layout) against the float64 reference."""
+    """Measure ``out`` (any float dtype, packed layout) against the float64 reference, in row chunks of
+    :data:`CHUNK_ELEMENTS` (memory: a few chunks of float64, never the whole output several times)."""
     ref = base.ref
-    # elements left as the poison are the `unwritten` reason alone: the errors measure written elements only
-    written = (out != POISON).to(ref.device) if unwritten else torch.ones(ref.shape, dtype=torch.bool, device=ref.device)
-    got = out.to(device=ref.device, dtype=torch.float64)  # (total_q, hq, d)
-    got = torch.where(written, got, ref)
-    finite = torch.isfinite(got)
-    nan = torch.isnan(got)
-    nan_count = int(nan.sum())
-    inf_count = int((~finite & ~nan).sum())
-    empty = base.empty_rows[:, None, None].expand_as(got)  # (total_q, hq, d)
-    nan_masked = int((nan & empty).sum())
-    err = torch.where(finite, (got - ref).abs(), torch.zeros_like(ref))  # (total_q, hq, d)
     floor_max = max(budget.abs_floor, 2.0 * base.rounding_max)
     thr_max = budget.k_max * base.baseline_max + floor_max
     thr_mean = budget.k_mean * base.baseline_mean + budget.mean_floor
-    n = int(written.sum())
-    max_abs = float(err.max()) if n else 0.0
-    mean_abs = float(err.sum()) / n if n else 0.0
-    rel = err / ref.abs().clamp(min=budget.rel_floor)
-    max_rel = float(rel.max()) if n else 0.0
-    mismatch = float((err > thr_max).sum()) / max(n, 1) * 100.0
+    t = _Tally()
+    empty = base.empty_rows.to(ref.device)
+    for r0, r1 in row_chunks(ref.shape[0], ref[0].numel() if ref.shape[0] else 1):
+        o = out[r0:r1]  # (C, hq, d), the output's dtype and device
+        # elements left as the poison are the `unwritten` reason alone: the errors measure written elements only
+        written = (o != POISON).to(ref.device) if unwritten else torch.ones(o.shape, dtype=torch.bool, device=ref.device)
+        _tally_chunk(t, r0, o.to(device=ref.device, dtype=torch.float64), ref[r0:r1], written, empty[r0:r1], budget, thr_max)
+    n = t.written
+    mean_abs = t.err_sum / n if n else 0.0
     worst: dict[str, Any] = {}
     if n:
-        idx = int(torch.where(written, err, -1.0).argmax())
-        t, h, c = idx // (case.hq * case.head_dim), (idx // case.head_dim) % case.hq, idx % case.head_dim
-        loc = locate(case, t)
+        idx = t.worst_idx
+        th, h, c = idx // (case.hq * case.head_dim), (idx // case.head_dim) % case.hq, idx % case.head_dim
+        got_v = float(out[th, h, c].to(torch.float64))
         worst = {
-            **loc,
+            **locate(case, th),
             "head": h,
             "dim": c,
-            "err": float(err[t, h, c]),
-            "got": float(got[t, h, c]),
-            "want": float(ref[t, h, c]),
-            "where": describe_position(case, t),
+            "err": t.worst_val,
+            "got": got_v,
+            "want": float(ref[th, h, c]),
+            "where": describe_position(case, th),
         }
     reasons = ["unwritten"] if unwritten else []  # first: an unwritten output explains what follows
-    if max_abs > thr_max:
+    if t.max_abs > thr_max:
         reasons.append("max_err")
     if mean_abs > thr_mean:
         reasons.append("mean_err")
-    if nan_masked:
+    if t.nan_masked:
         reasons.append("nan_masked_rows")
-    if nan_count > nan_masked:
+    if t.nan > t.nan_masked:
         reasons.append("nan")
-    if inf_count:
+    if t.inf:
         reasons.append("inf")
     return Comparison(
-        max_abs_err=max_abs,
-        max_rel_err=max_rel,
+        max_abs_err=t.max_abs if n else 0.0,
+        max_rel_err=t.max_rel if n else 0.0,
         mean_abs_err=mean_abs,
-        err_ratio=max_abs / max(base.baseline_max, budget.abs_floor),
-        budget_frac=max_abs / thr_max if thr_max > 0 else math.inf,
-        mismatch_pct=mismatch,
+        err_ratio=(t.max_abs if n else 0.0) / max(base.baseline_max, budget.abs_floor),
+        budget_frac=(t.max_abs if n else 0.0) / thr_max if thr_max > 0 else math.inf,
+        mismatch_pct=t.over / max(n, 1) * 100.0,
         threshold_max=thr_max,
         threshold_mean=thr_mean,
         baseline_max=base.baseline_max,
         baseline_mean=base.baseline_mean,
-        nan_count=nan_count,
-        inf_count=inf_count,
-        nan_masked_rows=nan_masked,
+        nan_count=t.nan,
+        inf_count=t.inf,
+        nan_masked_rows=t.nan_masked,
         unwritten=unwritten,
         worst=worst,
         reasons=reasons,
-        elements=got.numel(),
+        elements=out.numel(),
     )

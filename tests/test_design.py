@@ -287,7 +287,7 @@ def test_the_layers_of_the_reports_and_the_command_line():
 
 #: The layers of the README's Architecture section, lowest first (top-level names under parity/).
 LAYERS = [
-    {"errors", "files", "results", "window", "case", "reference", "verdict", "maskcheck", "regimes", "markers", "env",
+    {"errors", "files", "results", "window", "case", "reference", "verdict", "maskcheck", "memory", "regimes", "markers", "env",
      "compile_cache", "repro_script"},
     {"backends"},
     {"coverage", "strategies", "models", "design", "shard", "expect"},

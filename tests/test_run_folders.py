@@ -209,6 +209,26 @@ def test_resume_fills_a_column_added_later_and_keeps_the_old_rows(tmp_path, caps
     assert not (out / "results.csv.gz").exists()  # one results file: the reports read results.csv first
 
 
+def test_resume_of_a_run_before_the_memory_columns_keeps_its_rows(tmp_path, capsys):
+    import csv
+
+    from parity.results import COLUMNS
+
+    out = tmp_path / "old"
+    assert _run("--out", str(out)) == 0
+    old = _drop_columns(out / "results.csv", {"gpu", "est_mem_mb", "peak_mem_mb"})  # as written before them
+    capsys.readouterr()
+    assert _run("--out", str(out), "--resume", "--case", CASE2) == 0
+    assert "before the gpu, est_mem_mb, peak_mem_mb columns: they are left empty" in capsys.readouterr().err
+    with (out / "results.csv").open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+    assert reader.fieldnames == COLUMNS and COLUMNS[-2:] == ["est_mem_mb", "peak_mem_mb"]
+    dropped = {"gpu", "est_mem_mb", "peak_mem_mb"}
+    assert rows[0]["est_mem_mb"] == "" and all(rows[0][c] == v for c, v in old[0].items() if c not in dropped)
+    assert float(rows[1]["est_mem_mb"]) > 0 and rows[1]["peak_mem_mb"] == ""  # a new row: estimated, no CUDA peak
+
+
 def test_resume_refuses_a_results_csv_without_essential_columns(tmp_path, capsys):
     out = tmp_path / "old"
     assert _run("--out", str(out)) == 0

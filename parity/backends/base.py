@@ -15,6 +15,8 @@ A backend is a small class (one file each) with
   is a buffer of that shape filled with :data:`parity.verdict.POISON`; a backend that
   writes its result into ``out`` and returns it lets the harness detect unwritten
   elements, one that returns a fresh tensor is compared as it is;
+* ``workspace_bytes(case)`` (optional): the device memory ``run`` needs beyond inputs and output
+  (split-KV buffers, a dense mask, ...), so that rows are placed to fit free memory;
 * ``version()``: the version of what it wraps, for the run's environment;
 * ``repro_call(case)`` (optional): Python source of ``attention(q, k, v)`` for the standalone
   scripts of ``python -m parity export-repro`` (see :mod:`parity.repro_script`); backends
@@ -76,6 +78,11 @@ class Backend:
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def workspace_bytes(self, case: Case) -> int:
+        """Device bytes ``run`` allocates for ``case`` beyond its inputs and output (a hint for
+        :func:`parity.memory.estimate`, which places rows so that they fit free memory); 0 = none."""
+        return 0
 
     def version(self) -> str:
         return torch.__version__

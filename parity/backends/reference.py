@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..case import Case, Inputs
-from ..reference import attention_reference
+from ..reference import DEFAULT_BLOCK_BYTES, attention_reference
 from .base import Backend, cuda_unavailable_reason
 
 
@@ -23,6 +23,12 @@ class ReferenceBackend(Backend):
             inputs = inputs.with_tensors(inputs.q, k, v)
         out.copy_(attention_reference(inputs, torch.float64))
         return out
+
+    def workspace_bytes(self, case: Case) -> int:
+        """The float64 output and one band block's temporaries (scores, masked, exp, weights)."""
+        out = sum(case.q_lens) * case.hq * case.head_dim
+        block = min(DEFAULT_BLOCK_BYTES, case.hq * max(case.q_lens) * max(case.k_lens) * 8)
+        return out * 8 + 4 * block
 
 
 class ReferenceCudaBackend(ReferenceBackend):

@@ -12,9 +12,13 @@ from typing import Any
 import torch
 
 from ..case import Case, make_inputs
+from ..memory import is_oom
 from ..reference import attention_reference
 from ..results import Judged, blank_row
-from ..verdict import Baseline, Budget, compare, make_baseline
+from ..verdict import Baseline, Budget, Comparison, compare, make_baseline
+
+#: Bytes of baselines a cache keeps (their float64 references), oldest evicted first.
+CACHE_BYTES = 4 << 30
 
 
 def case_columns(case: Case) -> dict[str, Any]:
@@ -57,14 +61,19 @@ def unavailable_row(case: Case, spec: str, info: dict[str, Any]) -> dict[str, An
 
 
 class BaselineCache:
-    """Reference and same-dtype baseline, computed once per case for all backends (on ``device``)."""
+    """Reference and same-dtype baseline, computed once per case for all backends (on ``device``).
 
-    def __init__(self, device: str = "cpu", keep: int = 64):
+    Keeps at most ``keep`` baselines and ``max_bytes`` of them. Where ``device`` runs out of memory
+    computing one, it is computed on the CPU instead (:attr:`cpu_fallbacks` counts them); an
+    out-of-memory error there is raised (the sweep gives that row an ``error``)."""
+
+    def __init__(self, device: str = "cpu", keep: int = 64, max_bytes: int = CACHE_BYTES):
         self.device = device
-        self.keep = keep
+        self.keep, self.max_bytes = keep, max_bytes
         self._cache: dict[str, Baseline] = {}  # insertion-ordered: oldest evicted first
         self.seconds = 0.0
         self.case_seconds: dict[str, float] = {}  # case id -> seconds its reference and baseline took (kept)
+        self.cpu_fallbacks = 0
         self._lock = threading.Lock()  # lanes (--jobs) share one cache
 
     def get(self, case: Case) -> Baseline:
@@ -83,17 +92,69 @@ class BaselineCache:
         if hit is not None:
             return hit
         t0 = time.perf_counter()
-        inputs = make_inputs(case, self.device)
-        ref = attention_reference(inputs, torch.float64)  # (total_q, hq, d)
-        same = attention_reference(inputs, case.torch_dtype)  # (total_q, hq, d)
-        base = make_baseline(case, ref, same)
-        if len(self._cache) >= self.keep:
+        base = None
+        try:
+            base = compute_baseline(case, self.device)
+        except Exception as exc:
+            if not is_oom(exc) or self.device == "cpu":
+                raise
+        if base is None:  # out of memory on the device (its traceback, and the tensors it held, now gone)
+            _release(self.device)
+            base = compute_baseline(case, "cpu")
+            self.cpu_fallbacks += 1
+        size = base.ref.numel() * base.ref.element_size()
+        while self._cache and (len(self._cache) >= self.keep or self.bytes + size > self.max_bytes):
             self._cache.pop(next(iter(self._cache)))
         self._cache[case.case_id] = base
         spent = time.perf_counter() - t0
         self.case_seconds[case.case_id] = spent
         self.seconds += spent
         return base
+
+    @property
+    def bytes(self) -> int:
+        """Bytes the cached references hold."""
+        return sum(b.ref.numel() * b.ref.element_size() for b in self._cache.values())
+
+
+def compute_baseline(case: Case, device: str) -> Baseline:
+    """``case``'s float64 reference and same-dtype baseline on ``device`` (both banded)."""
+    inputs = make_inputs(case, device)
+    ref = attention_reference(inputs, torch.float64)  # (total_q, hq, d)
+    same = attention_reference(inputs, case.torch_dtype)  # (total_q, hq, d)
+    return make_baseline(case, ref, same)
+
+
+def _release(device: str) -> None:
+    if device.startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def compare_safely(case: Case, out: torch.Tensor, base: Baseline, budget: Budget, unwritten: int | None) -> Comparison:
+    """:func:`parity.verdict.compare` on the baseline's device; where that runs out of memory, on the CPU."""
+    try:
+        return compare(case, out, base, budget, unwritten)
+    except Exception as exc:
+        if not is_oom(exc) or base.ref.device.type == "cpu":
+            raise
+    _release(str(base.ref.device))
+    cpu = Baseline(base.ref.cpu(), base.baseline_max, base.baseline_mean, base.rounding_max, base.empty_rows.cpu())
+    return compare(case, out.cpu(), cpu, budget, unwritten)
+
+
+def harness_oom_row(case: Case, spec: str, info: dict[str, Any], res: dict[str, Any], exc: BaseException) -> Judged:
+    """The ``error`` row of a case whose reference, baseline or comparison ran out of memory in this
+    process (on the device and on the CPU): the run goes on."""
+    row = _head(case, spec, info)
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    row.update(_memory_columns(res))
+    row.update(verdict="error", raw_verdict="error",
+               detail=f"out of memory in the harness (reference, baseline or comparison): {first}")
+    return Judged(row, summary=case.summary())
+
+
+def _memory_columns(res: dict[str, Any]) -> dict[str, str]:
+    return {k: f"{res[k]:.4g}" if isinstance(res.get(k), (int, float)) else "" for k in ("est_mem_mb", "peak_mem_mb")}
 
 
 def judge(
@@ -110,15 +171,16 @@ def judge(
     if status != "ok":
         row["verdict"] = row["raw_verdict"] = status if status in ("unsupported", "error", "crash", "timeout") else "error"
         row["detail"] = res.get("detail", "")
+        row.update(_memory_columns(res))
         return Judged(row, summary=case.summary())
-    cmp = compare(case, res["output"], baselines.get(case), budgets[case.dtype], res.get("unwritten"))
+    cmp = compare_safely(case, res["output"], baselines.get(case), budgets[case.dtype], res.get("unwritten"))
     reasons = list(cmp.reasons)
     mask = res.get("mask") or {"status": "not_run", "detail": "probes disabled"}
     gqa = res.get("gqa") or {"status": "not_run", "detail": "probes disabled"}
     reasons += [name for name, probe in (("mask", mask), ("gqa", gqa)) if probe["status"] == "mismatch"]
     row.update(_measures(cmp), verdict="fail" if reasons else "pass", reasons=" ".join(reasons),
                mask_check=mask["status"], mask_detail=mask["detail"], gqa_check=gqa["status"], gqa_detail=gqa["detail"],
-               time_ms=f"{res.get('time_ms', 0.0):.4g}")
+               time_ms=f"{res.get('time_ms', 0.0):.4g}", **_memory_columns(res))
     row["raw_verdict"] = row["verdict"]  # parity.expect may turn it into expected / unexpected-pass
     return Judged(row, comparison=cmp, mask_image=mask.get("image"), summary=case.summary())
 

@@ -14,12 +14,14 @@ from typing import Any
 
 from .. import shard
 from ..case import Case
-from ..execute import context_lost
+from ..execute import context_lost, workspace_hint
 from ..maskcheck import mask_passes
+from ..memory import MemoryEstimate, estimate, is_oom
 from ..results import FAIL_VERDICTS, Judged
 from .eta import Eta, case_cost, clock
-from .judging import BaselineCache, apply_expectations, judge, unavailable_row
+from .judging import BaselineCache, apply_expectations, harness_oom_row, judge, unavailable_row
 from .lanes import LanePlan, make_executor, plan, run_lanes
+from .memgate import MemoryGate, device_budget
 from .options import SweepOptions
 from .timing import SweepTiming, split_line, write_timing
 from .writers import Progress, ResultsWriter
@@ -98,6 +100,9 @@ class Sweep:
         self.lock = threading.RLock()  # rows, writer, progress bar, timing
         self.stop, self.timed_out, self.failed_fast = threading.Event(), threading.Event(), threading.Event()
         self.lost_context = ""  # --no-isolate: "BACKEND on CASE" that left this process's CUDA context unusable
+        self.gates: dict[str | None, MemoryGate] = {}  # per GPU of the lanes (None: no --gpus)
+        self.held: dict[tuple[str, str], tuple[MemoryGate, int]] = {}  # (unit, case id) -> the bytes it holds
+        self.backend_objs: dict[str, Any] = {}  # for their workspace hints
         self.t0 = time.perf_counter()
         self.deadline = None if options.time_limit is None else self.t0 + options.time_limit
 
@@ -107,6 +112,7 @@ class Sweep:
         try:
             self._start_executors()
             self.t_rows = time.perf_counter()
+            self._make_gates()
             run_lanes(self.plan.lanes, self._lane, self.stop, self._close_executors)
             self._retry_timeouts()
         finally:
@@ -180,6 +186,9 @@ class Sweep:
             return True
         if not self.options.isolate:  # nothing to overlap in this process; judged (reference included) before
             self._finish(pending)  # this backend's call can leave the process's CUDA context unusable
+        est = self._reserve(case, unit, pending)
+        if est is None:
+            return False
         t_ex = time.perf_counter()
         failed = ex.submit(case)
         t_sent = time.perf_counter()
@@ -188,8 +197,11 @@ class Sweep:
         baseline_s = self._reference_now(case, unit) if failed is None and self.options.isolate else 0.0
         limit = self._limit(case, spec, unit)
         res = failed if failed is not None else ex.collect(timeout=limit)
+        if res.get("oom") and self._gate(unit).budget is not None:
+            res = self._retry_alone(case, unit, pending, res)
         if self.stop.is_set():  # interrupted: this answer may be the worker being shut down
             return False
+        res["est_mem_mb"] = est.mb
         wait_s = (t_sent - t_ex) + (time.perf_counter() - t_ref) - baseline_s
         if res.get("status") == "ok" and self.options.timeout is None:
             with self.lock:
@@ -221,13 +233,21 @@ class Sweep:
         if res.get("status") == "timeout" and not retried and self.options.isolate:
             with self.lock:  # judged after the lanes, once retried alone (:meth:`_retry_timeouts`)
                 self.retries.append((case, unit, info, res, wait_s, ref_s, limit))
+            self._release(unit, case)  # its memory hold too: the retry runs after the lanes, alone
             return
         baselines = self._baselines(unit)
         t_judge = time.perf_counter()
         # the baseline is shared by the backends (of a GPU's lanes): whichever meets a case first must not
         # be charged for it (it would make a backend's cases/s depend on the backend order)
-        baseline_s = ref_s + (baselines.ensure(case) if res.get("status") == "ok" else 0.0)
-        judged = judge(case, spec, info, res, baselines, self.options.budgets)
+        try:
+            baseline_s = ref_s + (baselines.ensure(case) if res.get("status") == "ok" else 0.0)
+            judged = judge(case, spec, info, res, baselines, self.options.budgets)
+        except Exception as exc:  # out of memory in this process (on the device and the CPU): this row only
+            if not is_oom(exc):
+                raise
+            baseline_s, judged = ref_s, harness_oom_row(case, spec, info, res, exc)
+        finally:
+            self._release(unit, case)
         judged = apply_expectations(judged, self.options.expectations, str(info.get("version") or ""), case)
         with self.lock:
             judge_s = time.perf_counter() - t_judge - (baseline_s - ref_s)
@@ -312,6 +332,74 @@ class Sweep:
             return f"? s (it could not be computed: {type(exc).__name__})"
         return f"{self._reference_s_of(case, unit):.3g} s"
 
+    # -- device memory: rows placed so that the lanes' estimates fit (parity.sweep.memgate) ----------
+
+    def _make_gates(self) -> None:
+        """One gate per GPU the lanes use, with a budget where a backend runs on CUDA."""
+        cuda = any(i.get("device") == "cuda" for i in self.unit_infos.values())
+        visible = shard.visible_gpus()
+        for g in {self.plan.gpu_of.get(u) for u in self.plan.units}:
+            index = visible.index(g) if g is not None and g in visible else None
+            reserved = self._cache(g).max_bytes if self._cache(g).device.startswith("cuda") else 0
+            self.gates[g] = MemoryGate(device_budget(index, reserved) if cuda else None)
+
+    def _cache(self, gpu: str | None) -> BaselineCache:
+        return self.baselines.get(gpu) or next(iter(self.baselines.values()))
+
+    def _gate(self, unit: str) -> MemoryGate:
+        return self.gates.get(self.plan.gpu_of.get(unit)) or self.gates.setdefault(None, MemoryGate(None))
+
+    def _estimate(self, case: Case, unit: str) -> MemoryEstimate:
+        spec = self.plan.units[unit][0]
+        if spec not in self.backend_objs:
+            from .. import backends
+
+            try:
+                self.backend_objs[spec] = backends.get(spec)
+            except Exception:  # noqa: BLE001 - a plugin only its worker can import: no hint
+                self.backend_objs[spec] = None
+        hint = workspace_hint(self.backend_objs[spec], case, self.options.probes) if self.backend_objs[spec] is not None else 0
+        on_device = self._cache(self.plan.gpu_of.get(unit)).device.startswith("cuda")
+        return estimate(case, self.options.probes, self.options.max_passes, hint, on_device)
+
+    def _reserve(self, case: Case, unit: str, pending: list[Pending]) -> MemoryEstimate | None:
+        """Hold ``case``'s estimate on its lane's gate before it is sent; where it does not fit now, judge
+        this lane's pending row first (it frees what it holds) and wait. None: the run was stopped."""
+        est, gate = self._estimate(case, unit), self._gate(unit)
+        cuda = self.unit_infos[unit].get("device") == "cuda"
+        need = est.device_bytes if cuda else (est.harness_bytes if est.harness_on_device else 0)
+        if not gate.try_acquire(need):
+            self._finish(pending)
+            held = gate.acquire(need, self.stop)
+            if held is None:
+                return None
+        with self.lock:
+            self.held[(unit, case.case_id)] = (gate, need)
+        return est
+
+    def _release(self, unit: str, case: Case) -> None:
+        with self.lock:
+            gate, held = self.held.pop((unit, case.case_id), (None, 0))
+        if gate is not None:
+            gate.release(held)
+
+    def _retry_alone(self, case: Case, unit: str, pending: list[Pending], res: dict[str, Any]) -> dict[str, Any]:
+        """A worker's out-of-memory row, run once more alone on its GPU (nothing else holds memory there)."""
+        self._finish(pending)
+        self._release(unit, case)
+        gate = self._gate(unit)
+        held = gate.acquire(0, self.stop, alone=True)
+        if held is None:
+            return res
+        with self.lock:
+            self.held[(unit, case.case_id)] = (gate, held)
+        ex = self.executors[unit]
+        failed = ex.submit(case)
+        again = failed if failed is not None else ex.collect()
+        if again.get("oom"):
+            again["detail"] = f"{again.get('detail', '')} (retried alone: out of memory again)"
+        return again
+
     def _reference_s(self) -> float:
         return sum(b.seconds for b in self.baselines.values())
 
@@ -319,9 +407,9 @@ class Sweep:
         return {"partial": partial, **self.timing.summary(time.perf_counter() - self.t0, self._reference_s())}
 
     def _stopped_by(self) -> str:
+        """Why the run stopped before every row ran; "" when it did not."""
         if self.retries:
             return f"{len(self.retries)} row(s) that timed out were not retried before the run stopped"
-        """Why the run stopped before every row ran; "" when it did not."""
         if self.lost_context:
             return f"CUDA context lost in {self.lost_context} (--no-isolate)"
         if self.failed_fast.is_set():

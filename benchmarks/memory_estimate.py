@@ -1,0 +1,146 @@
+"""Estimated vs measured memory per row (parity.memory.estimate against a measured peak).
+
+    python benchmarks/memory_estimate.py                       # CPU: the reference backend, lengths / 16
+    python benchmarks/memory_estimate.py --backend sdpa-cuda --scale 1   # on a GPU: real peaks
+
+Cases: the attention calls of real sliding-window models (Mistral-7B-like 32/8 heads d128 window 4096,
+Gemma-2-like 16/8 d256 window 4096 softcap 50, Phi-3-mini-like 32/32 d96 window 2047) at 8k-32k keys,
+lengths divided by ``--scale``.
+
+Two measurements per row, each against its part of the estimate:
+
+* worker: one :func:`parity.execute.execute` (the call and the probes) on the backend's device;
+* harness: the float64 reference, the same-dtype baseline and the comparison (``--reference-device``).
+
+On CUDA the peak is ``torch.cuda.max_memory_allocated`` above what was allocated before. On the CPU
+it is the peak of live bytes of the tensors torch ops return (a dispatch mode with finalizers: views
+are counted once, memory outside torch tensors is not), an approximation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import weakref
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from parity import Case, Window, backends  # noqa: E402
+from parity.execute import execute, workspace_hint  # noqa: E402
+from parity.memory import MIB, estimate  # noqa: E402
+from parity.sweep.judging import compare_safely, compute_baseline  # noqa: E402
+from parity.verdict import BUDGETS  # noqa: E402
+
+MODELS = {  # name: (hq, hkv, d, window left, softcap, scale)
+    "mistral-7b": (32, 8, 128, 4095, None, None),
+    "gemma-2-9b": (16, 8, 256, 4095, 50.0, 1 / 16),
+    "phi-3-mini": (32, 32, 96, 2046, None, None),
+}
+CALLS = {  # name: (q_lens, k_lens)
+    "prefill-8k": ((8192,), (8192,)),
+    "chunk-2k-of-10k": ((2048,), (10240,)),
+    "decode-32k": ((1,), (32768,)),
+    "spec-5-at-32k": ((5,), (32768,)),
+}
+
+
+def cases(scale: int, dtype: str) -> list[tuple[str, Case]]:
+    out = []
+    for model, (hq, hkv, d, left, softcap, sc) in MODELS.items():
+        for call, (ql, kl) in CALLS.items():
+            q = tuple(max(1, n // scale) if n > 8 else n for n in ql)
+            k = tuple(max(q[0], n // scale) for n in kl)
+            win = Window(max(1, left // scale), 0)
+            out.append((f"{model} {call}", Case(q_lens=q, k_lens=k, hq=hq, hkv=hkv, head_dim=d, dtype=dtype,
+                                                  window=win, softcap=softcap, scale=sc, seed=0)))
+    return out
+
+
+class LiveBytes(TorchDispatchMode):
+    """Peak bytes of live tensors returned by torch ops (CPU stand-in for max_memory_allocated)."""
+
+    def __init__(self):
+        super().__init__()
+        self.live, self.peak, self.seen = 0, 0, set()
+
+    def _gone(self, key: int, n: int) -> None:
+        self.seen.discard(key)
+        self.live -= n
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                key = t.untyped_storage().data_ptr()
+                if key and key not in self.seen:
+                    n = t.untyped_storage().nbytes()
+                    self.seen.add(key)
+                    self.live += n
+                    self.peak = max(self.peak, self.live)
+                    weakref.finalize(t, self._gone, key, n)
+        return out
+
+
+def measure(device: str, fn) -> float:
+    """Peak MiB that ``fn()`` allocates on ``device`` above what was allocated before."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / MIB
+    with LiveBytes() as live:
+        fn()
+    return live.peak / MIB
+
+
+def row(name: str, case: Case, backend, probes: bool, ref_dev: str) -> str:
+    """One line: the worker's and the harness's estimate and measured peak for ``case``."""
+    est = estimate(case, probes, workspace=workspace_hint(backend, case, probes), harness_on_device=True)
+    res: dict = {}
+    w_peak = measure(backend.device, lambda: res.update(execute(backend, case, probes)))
+    if res.get("status") != "ok":
+        return f"{name:<34} {res.get('status')}: {str(res.get('detail'))[:80]}"
+
+    def judge() -> None:
+        base = compute_baseline(case, ref_dev)
+        compare_safely(case, res["output"], base, BUDGETS[case.dtype], res.get("unwritten"))
+
+    h_peak = measure(ref_dev, judge)
+    w_est, h_est = est.worker_bytes / MIB, est.harness_bytes / MIB
+    return (f"{name:<34} {case.q_lens[0]:>6} {case.k_lens[0]:>6} | {w_est:>10.1f} {w_peak:>8.1f} {w_est / max(w_peak, 1e-9):>6.2f}"
+            f" | {h_est:>11.1f} {h_peak:>8.1f} {h_est / max(h_peak, 1e-9):>6.2f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="reference")
+    ap.add_argument("--scale", type=int, default=None, help="divide lengths and windows by this (default: 1 on CUDA, 16 on the CPU)")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--reference-device", default=None, help="where the reference runs (default: the backend's device)")
+    ap.add_argument("--no-probes", action="store_true")
+    ap.add_argument("--only", default="", help="substring of the row names to run")
+    a = ap.parse_args()
+    backend = backends.get(a.backend)
+    dev = backend.device
+    ref_dev = a.reference_device or dev
+    scale = a.scale or (1 if dev == "cuda" else 16)
+    probes = not a.no_probes
+    print(f"backend {a.backend} on {dev}; reference on {ref_dev}; lengths / {scale}; probes {'on' if probes else 'off'}")
+    print(f"{'row':<34} {'Sq':>6} {'Sk':>6} | {'worker est':>10} {'peak':>8} {'ratio':>6} | {'harness est':>11} {'peak':>8} {'ratio':>6}")
+    for name, case in cases(scale, a.dtype):
+        if a.only not in name:
+            continue
+        print(row(name, case, backend, probes, ref_dev))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Memory gates: the lanes' rows on one GPU admitted so that their estimated device memory
+(:func:`parity.memory.estimate`) fits what was free when the sweep started. A row holds its
+estimate from the moment it is sent to its worker until it is judged; a row larger than the
+whole budget runs alone (it waits until nothing else holds memory, and holds the gate meanwhile).
+Without CUDA there is no budget and the gate admits everything."""
+
+from __future__ import annotations
+
+import threading
+
+from ..memory import free_bytes
+
+#: Share of the free memory the lanes' estimates may fill (the rest: CUDA contexts, fragmentation).
+FREE_SHARE = 0.85
+
+
+def device_budget(device: int | None, reserved: int = 0) -> int | None:
+    """Bytes the rows on CUDA device ``device`` (an index of this process) may hold at once: a share
+    of its free memory less ``reserved`` (the harness's own cached references there); None without CUDA."""
+    free = free_bytes(device)
+    return None if free is None else max(0, int(free * FREE_SHARE) - reserved)
+
+
+class MemoryGate:
+    """Admits rows while the sum of their estimates fits ``budget`` bytes (None: no limit)."""
+
+    def __init__(self, budget: int | None):
+        self.budget = budget
+        self.used = 0
+        self._cond = threading.Condition()
+
+    def _fits(self, need: int) -> bool:
+        return self.budget is None or self.used == 0 or self.used + need <= self.budget
+
+    def try_acquire(self, need: int) -> bool:
+        with self._cond:
+            if not self._fits(need):
+                return False
+            self.used += need
+            return True
+
+    def acquire(self, need: int, stop: threading.Event, alone: bool = False) -> int | None:
+        """Wait until ``need`` fits (``alone``: until nothing else holds memory, then hold the whole
+        budget); the bytes held, to :meth:`release`; None when ``stop`` was set meanwhile."""
+        with self._cond:
+            while not (self.used == 0 if alone else self._fits(need)):
+                if stop.is_set():
+                    return None
+                self._cond.wait(0.2)
+            held = max(need, self.budget or 0) if alone else need
+            self.used += held
+            return held
+
+    def release(self, held: int) -> None:
+        with self._cond:
+            self.used = max(0, self.used - held)
+            self._cond.notify_all()

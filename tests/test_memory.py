@@ -1,0 +1,245 @@
+"""Memory-safe execution (issue 27, part 1): the harness's own judging scales like the banded
+reference (row chunks, the mask probe decoded pass by pass), an out-of-memory error in the harness
+or in a worker costs at most its row, rows are placed on memory gates, and each row records its
+estimate (and, on CUDA, its peak)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+import parity.maskcheck as maskcheck
+import parity.verdict as verdict
+from parity import Backend, Case, Window, check_mask, evaluate
+from parity.backends.reference import ReferenceBackend
+from parity.memory import estimate, is_oom, oom_detail
+from parity.selftest.bugs import NanOnEmptyRows, TopLeftAlignment, WindowOneNarrower, WindowOneWider
+from parity.sweep import judging
+from parity.sweep import run as sweep_run
+from parity.sweep.memgate import MemoryGate
+
+from .helpers import Noisy, SkipsLastRow
+
+
+class Biggest(TorchDispatchMode):
+    """Records the element count of the largest tensor any torch op returns while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.numel = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self.numel = max(self.numel, t.numel())
+        return out
+
+
+CASES = [
+    Case(q_lens=(40, 7), k_lens=(40, 30), hq=4, hkv=2, head_dim=16, dtype="bfloat16", window=Window(6, 0), seed=5),
+    Case(q_lens=(12,), k_lens=(5,), hq=2, hkv=2, head_dim=8, dtype="float16", window=Window(2, 0), seed=1),
+    Case(q_lens=(1, 9), k_lens=(50, 40), hq=2, hkv=1, head_dim=8, dtype="float32", window=Window(4, 1), seed=2),
+]
+BACKENDS = [ReferenceBackend, Noisy, SkipsLastRow, NanOnEmptyRows, WindowOneWider, WindowOneNarrower, TopLeftAlignment]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.summary())
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.__name__)
+def test_chunked_comparison_and_streamed_mask_probe_equal_the_whole(monkeypatch, case, backend):
+    whole = evaluate(backend(), case)
+    monkeypatch.setattr(verdict, "CHUNK_ELEMENTS", 1)  # one row per chunk
+    monkeypatch.setattr(maskcheck, "STREAM_ELEMENTS", 0)  # every probe decoded pass by pass
+    chunked = evaluate(backend(), case)
+    drop = {"time_ms", "est_mem_mb", "peak_mem_mb"}
+    assert {k: v for k, v in chunked.items() if k not in drop} == {k: v for k, v in whole.items() if k not in drop}
+
+
+def test_streamed_mask_probe_describes_many_rows_like_the_whole(monkeypatch):
+    case = Case(q_lens=(70,), k_lens=(300,), hq=3, hkv=1, head_dim=8, dtype="float32", window=Window(9, 0), seed=3)
+    monkeypatch.setattr(maskcheck, "MAX_DESCRIBED_ROWS", 50)  # the cap on described pairs holds in both
+    whole = check_mask(WindowOneWider(), case)
+    monkeypatch.setattr(maskcheck, "STREAM_ELEMENTS", 0)
+    streamed = check_mask(WindowOneWider(), case)
+    assert whole.status == "mismatch" and streamed.to_dict() == whole.to_dict()
+
+
+class MeanOfBand(Backend):
+    """Answers the mask probe (q = 0: the mean of V over the visible keys) with prefix sums: fast at any length."""
+
+    name = "test-mean-of-band"
+
+    def run(self, case, inputs, out):
+        for _, q, _, v, qs in inputs.sequences():
+            lo, hi = case.window.band(q.shape[0], v.shape[0])  # (Sq,), (Sq,)
+            cs = torch.cat([torch.zeros_like(v[:1]), v.cumsum(0)]).float()  # (Sk + 1, hkv, d)
+            n = (hi - lo + 1).clamp(min=1)[:, None, None]  # (Sq, 1, 1)
+            mean = (cs[hi + 1] - cs[lo]) / n  # (Sq, hkv, d)
+            out[qs] = mean.repeat_interleave(case.group, dim=1).to(out.dtype)  # (Sq, hq, d)
+        return out
+
+
+def test_long_case_is_judged_without_an_sq_by_sk_tensor():
+    """Sq = Sk = 16384: reference, baseline and comparison stay banded / chunked (the largest tensor
+    any op builds is far below Sq x Sk), and the mask probe of 4k queries on 8k keys is decoded pass by pass."""
+    s = 16384
+    case = Case(q_lens=(s,), k_lens=(s,), hq=1, hkv=1, head_dim=64, dtype="bfloat16", window=Window(31, 0), seed=0)
+    with Biggest() as big:
+        row = evaluate("reference", case, probes=False)
+    assert row["verdict"] == "pass", row["detail"]
+    assert big.numel <= s * s // 16, big.numel  # an (Sq, Sk) tensor would be s * s
+    long_keys = Case(q_lens=(4096,), k_lens=(8192,), hq=1, hkv=1, head_dim=256, dtype="bfloat16", window=Window(40, 0), seed=0)
+    with Biggest() as big:
+        probe = check_mask(MeanOfBand(), long_keys)
+    assert probe.status == "ok", probe.detail
+    assert big.numel <= 4096 * 8192 // 4, big.numel  # the whole probe decoded at once: hq x Sq x Sk weights
+
+
+# -- out of memory: the harness's own judging ---------------------------------------------------
+
+
+def _oom(*_a, **_k):
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+
+SWEEP_CASES = [Case(q_lens=(5,), k_lens=(5 + i,), hq=2, hkv=1, head_dim=8, dtype="float32", window=Window(2, 0), seed=i)
+               for i in range(3)]
+
+
+def test_oom_in_the_harness_judging_costs_that_row_only(monkeypatch, tmp_path):
+    bad = SWEEP_CASES[1].case_id
+    real = judging.compare
+
+    def compare(case, *a, **k):
+        return _oom() if case.case_id == bad else real(case, *a, **k)
+
+    monkeypatch.setattr(judging, "compare", compare)
+    res = sweep_run.run_sweep(["reference"], SWEEP_CASES, tmp_path / "out", isolate=False, progress=False)
+    verdicts = {r["case_id"]: r["verdict"] for r in res.rows}
+    assert len(res.rows) == 3 and verdicts.pop(bad) == "error" and set(verdicts.values()) == {"pass"}
+    row = next(r for r in res.rows if r["case_id"] == bad)
+    assert row["detail"].startswith("out of memory in the harness") and "20.00 GiB" in row["detail"]
+    assert res.failed and not res.partial  # exit 1, every row written
+    assert (tmp_path / "out" / "results.csv").read_text().count("\n") == 4
+
+
+def test_oom_computing_the_baseline_on_the_device_falls_back_to_the_cpu(monkeypatch):
+    real = judging.compute_baseline
+    monkeypatch.setattr(judging, "compute_baseline", lambda case, device: _oom() if device != "cpu" else real(case, device))
+    cache = judging.BaselineCache("elsewhere")  # a device that runs out of memory
+    base = cache.get(SWEEP_CASES[0])
+    assert cache.cpu_fallbacks == 1 and base.ref.device.type == "cpu"
+    cpu = judging.BaselineCache("cpu")
+    monkeypatch.setattr(judging, "compute_baseline", _oom)
+    with pytest.raises(torch.OutOfMemoryError):  # nowhere to fall back to: the sweep makes it the row's error
+        cpu.get(SWEEP_CASES[0])
+
+
+def test_baseline_cache_keeps_to_its_byte_budget():
+    cache = judging.BaselineCache("cpu", keep=64, max_bytes=2 * 5 * 2 * 8 * 8)  # two cases' references
+    for c in SWEEP_CASES:
+        cache.get(c)
+    assert cache.bytes <= cache.max_bytes and len(cache._cache) == 2
+
+
+# -- out of memory: in a worker ------------------------------------------------------------------
+
+
+class OomOnSecondCase(ReferenceBackend):
+    """The reference, but ``run`` raises CUDA's out-of-memory error on the case with Sk = 6."""
+
+    name = "test-oom"
+
+    def run(self, case, inputs, out):
+        if case.k_lens == (6,) and inputs.q.abs().sum() > 0:  # the case's own call, not a probe
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+        return super().run(case, inputs, out)
+
+    def workspace_bytes(self, case):
+        return 3 << 20
+
+
+def test_oom_in_a_worker_costs_that_row_only_and_says_what_was_estimated(tmp_path):
+    res = sweep_run.run_sweep([f"{__name__}:OomOnSecondCase"], SWEEP_CASES, tmp_path / "out", progress=False, timeout=120)
+    rows = {r["case_id"]: r for r in res.rows}
+    bad = rows.pop(SWEEP_CASES[1].case_id)
+    assert bad["verdict"] == "error" and [r["verdict"] for r in rows.values()] == ["pass", "pass"]
+    assert bad["detail"].startswith("out of memory: CUDA out of memory. Tried to allocate 9.00 GiB; estimated ")
+    assert "workspace 3" in bad["detail"] and "free device memory unknown" in bad["detail"]  # no CUDA here
+    assert float(bad["est_mem_mb"]) >= 3 and bad["peak_mem_mb"] == ""
+    assert res.failed and len(res.rows) == 3
+
+
+class OomOnce(ReferenceBackend):
+    """Out of memory on its first call of the case with Sk = 6 only (as when other lanes held the card)."""
+
+    name = "test-oom-once"
+
+    def __init__(self):
+        self.failed = False
+
+    def run(self, case, inputs, out):
+        if case.k_lens == (6,) and not self.failed:
+            self.failed = True
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return super().run(case, inputs, out)
+
+
+class OomAlways(OomOnSecondCase):
+    name = "test-oom-always"
+
+
+@pytest.mark.parametrize("backend,verdict", [(OomOnce, "pass"), (OomAlways, "error")])
+def test_worker_oom_is_retried_once_alone(monkeypatch, backend, verdict):
+    monkeypatch.setattr(sweep_run.Sweep, "_make_gates", lambda self: self.gates.update({None: MemoryGate(1 << 40)}))
+    res = sweep_run.run_sweep([f"{__name__}:{backend.__name__}"], SWEEP_CASES, isolate=False, progress=False)
+    row = next(r for r in res.rows if r["case_id"] == SWEEP_CASES[1].case_id)
+    assert row["verdict"] == verdict and len(res.rows) == 3
+    if verdict == "error":
+        assert row["detail"].endswith("(retried alone: out of memory again)")
+
+
+# -- gates, estimates, columns --------------------------------------------------------------------
+
+
+def test_gate_admits_rows_that_fit_and_runs_a_too_big_row_alone():
+    gate, stop = MemoryGate(100), threading.Event()
+    assert gate.try_acquire(60) and not gate.try_acquire(50) and gate.try_acquire(40)
+    gate.release(60)
+    gate.release(40)
+    assert gate.try_acquire(500)  # too big to share: admitted when nothing else holds memory
+    assert not gate.try_acquire(1)  # and nothing joins it
+    gate.release(500)
+    held = gate.acquire(0, stop, alone=True)
+    assert held == 100 and not gate.try_acquire(1)
+    stop.set()
+    assert gate.acquire(1, stop) is None  # a stopped run does not wait for memory
+    assert MemoryGate(None).try_acquire(1 << 60)
+
+
+def test_estimate_grows_with_the_case_and_names_its_parts():
+    small = SWEEP_CASES[0]
+    big = dataclasses.replace(small, q_lens=(4096,), k_lens=(4096,), hq=32, hkv=8, head_dim=128, dtype="bfloat16")
+    e_small, e_big = estimate(small), estimate(big, workspace=1 << 30)
+    assert e_big.device_bytes > 100 * e_small.device_bytes
+    assert e_big.parts["workspace"] == 1 << 30 and e_big.parts["inputs"] >= 2 * (4096 * 32 + 2 * 4096 * 8) * 128 * 2
+    assert estimate(big, harness_on_device=True).device_bytes > estimate(big).device_bytes
+    assert estimate(big, probes=False).device_bytes < estimate(big).device_bytes
+    assert "workspace 1024" in oom_detail(RuntimeError("CUDA out of memory"), e_big, 5 << 30)
+
+
+def test_is_oom_knows_the_spellings():
+    assert is_oom(torch.OutOfMemoryError("x")) and is_oom(MemoryError())
+    assert is_oom(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"))
+    assert is_oom(RuntimeError("CUDA error: out of memory")) and not is_oom(RuntimeError("head_dim must be 64"))
+    assert not is_oom(ValueError("out of memory"))
+
+
+def test_rows_record_their_estimate_and_no_peak_on_the_cpu():
+    row = sweep_run.run_sweep(["reference"], SWEEP_CASES[:1], isolate=False, progress=False).rows[0]
+    assert float(row["est_mem_mb"]) > 0 and row["peak_mem_mb"] == ""
