@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..case import Case
+from ..runfolder import SHRUNK
 from ..shrink import Shrunk, budget_note, shrink
 from .judging import BaselineCache, judge
 from .lanes import make_executor
@@ -26,7 +27,7 @@ def shrink_failures(failures: list[dict[str, Any]], options: SweepOptions, out: 
         firsts.setdefault(r["backend"], r)
     baselines = BaselineCache(options.reference_device)
     done = []
-    with (out / "shrunk.jsonl").open("a" if options.resume else "w") as fh:
+    with (out / SHRUNK).open("a" if options.resume else "w") as fh:
         for spec, row in firsts.items():
             case = Case.from_json(row["case_json"])
             found = _shrink_one(spec, case, row, options, baselines)
