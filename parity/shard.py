@@ -347,25 +347,28 @@ def check_shard_folders(dirs: Sequence[Any]) -> dict[str, Any] | None:
     one counts as a plain run, so it cannot slip past the check); named by folder."""
     import pathlib
 
+    from . import runfolder
+    from .errors import UserError
+
     envs: list[Mapping[str, Any]] = []
     for d in dirs:
         try:
-            env = json.loads((pathlib.Path(d) / "environment.json").read_text())
-        except (OSError, ValueError):
+            env = runfolder.read_environment(pathlib.Path(d)) or {}
+        except (OSError, UserError):
             env = {}
         envs.append(env if isinstance(env, Mapping) else {})
     return check_shard_set(envs, names=[str(d) for d in dirs])
 
 
-def run_filters(args: Any) -> dict[str, Any]:
-    """What narrows a ``parity run``'s cases besides profile and seed (for :func:`shard_key`),
-    from its argparse namespace (missing attributes count as unset)."""
-    case_file = getattr(args, "case_file", None)
+def run_filters(dtype: Iterable[str] | None = None, case: Iterable[str] | None = None, case_file: Any = None,
+                no_siblings: bool = False) -> dict[str, Any]:
+    """What narrows a ``parity run``'s cases besides profile and seed (for :func:`shard_key`):
+    its ``--dtype``, ``--case``, ``--case-file`` and ``--no-siblings`` (None counts as unset)."""
     return {
-        "dtype": sorted(getattr(args, "dtype", None) or []),
-        "case": list(getattr(args, "case", None) or []),
+        "dtype": sorted(dtype or []),
+        "case": list(case or []),
         "case_file": str(case_file) if case_file else "",
-        "no_siblings": bool(getattr(args, "no_siblings", False)),
+        "no_siblings": bool(no_siblings),
     }
 
 
