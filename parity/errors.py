@@ -11,3 +11,8 @@ from __future__ import annotations
 
 class UserError(ValueError):
     """Bad input from the user: reported in one line, exit code 2."""
+
+
+#: Exit codes of the commands (parity.cli): 0 ok, 1 a failure, 2 a usage error, 3 a partial run.
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_PARTIAL = 3  # a run cut short (--time-limit, --fail-fast, Ctrl-C) with no failing row: not a pass

@@ -93,18 +93,18 @@ Wiring (where each hook goes)
 
 * ``parity run --shard K/N``: add the argument to the ``run`` parser
   (``r.add_argument("--shard", metavar="K/N", help="run shard K of N of the cases (configurations
-  whole; parity merge joins the shards)")``). In ``cmd_run``, with the other argument checks
-  (before any case is generated): ``shard.parse_shard(args.shard)`` (``ValueError`` ->
-  ``UsageError(f"--shard: {exc}")``). Right after ``cases, design = _load_cases(args, specs)`` and
-  **before** ``if args.list_cases`` (so ``--list-cases --shard K/N`` lists the shard's cases)::
+  whole; parity merge joins the shards)")``). In ``parity.runner.run``, with the other argument checks
+  (before any case is generated): ``shard.parse_shard(req.shard)`` (``ValueError`` ->
+  ``UsageError(f"--shard: {exc}")``). Right after ``cases, design, req = load_cases(req, specs)`` (:mod:`parity.runner`) and
+  **before** ``if req.list_cases`` (so ``--list-cases --shard K/N`` lists the shard's cases)::
 
       shard_rec = None
-      if args.shard:
+      if req.shard:
           try:
-              cases, shard_rec = shard.for_run(cases, args.shard, specs, profile=<the profile name
-                  recorded as environment.json "profile">, seed=args.seed, filters=shard.run_filters(args))
+              cases, shard_rec = shard.for_run(cases, req.shard, specs, profile=<the profile name
+                  recorded as environment.json "profile">, seed=req.seed, filters=shard.run_filters(req.dtype, ...))
           except ValueError as exc:
-              raise UsageError(f"--shard {args.shard}: {exc}") from None
+              raise UsageError(f"--shard {req.shard}: {exc}") from None
 
   and in the ``env.collect({...})`` dict add ``"shard": shard_rec``. ``--resume`` with
   ``--shard`` needs nothing more (the same K/N gives the same cases). Run the same command

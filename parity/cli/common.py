@@ -9,21 +9,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from ..errors import UserError
 from ..runfolder import LATEST, RUNS_DIR, check_out_dir, latest_run, new_run_dir, newest_runs
+from ..runner import split_list
 
-__all__ = ["LATEST", "RUNS_DIR", "check_out_dir", "latest_run", "new_run_dir", "newest_runs"]
+__all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "LATEST", "RUNS_DIR", "check_out_dir", "latest_run", "new_run_dir",
+           "newest_runs", "split_list"]
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-EXIT_PARTIAL = 3  # a run cut short (--time-limit, --fail-fast, Ctrl-C) with no failing row: not a pass
-
-
-def split_list(values: Sequence[str] | None) -> list[str]:
-    """Repeatable, comma-separated option values (``-b a,b -b c``) as one list."""
-    out: list[str] = []
-    for v in values or []:
-        out.extend(x.strip() for x in v.split(",") if x.strip())
-    return out
+from ..errors import EXIT_FAIL, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
 
 
 def add_expect_argument(p: argparse.ArgumentParser) -> None:
@@ -35,11 +27,8 @@ def add_expect_argument(p: argparse.ArgumentParser) -> None:
 
 def load_expectations(values: Sequence[str] | None):
     """``--expect`` values as :class:`parity.expect.Expectations`; a bad file is a :class:`UserError`."""
-    from ..expect import ExpectationError, load
+    from ..expect import load_checked
 
-    try:
-        return load(values)
-    except ExpectationError as exc:
-        raise UserError(str(exc)) from None
+    return load_checked(values)
 
 

@@ -143,7 +143,7 @@ def _merge_timing(out: Path, dirs: list[Path]) -> None:
 def _merge_environment(out: Path, dirs: list[Path], rows: dict, shard_set: dict[str, Any] | None) -> None:
     """OUT/environment.json: the first folder's, with every folder's backends and what each run was
     (``shards``: the shard set it completes)."""
-    envs = []
+    envs: list[tuple[Path, Any]] = []
     for d in dirs:
         try:
             e = runfolder.read_environment(d)
