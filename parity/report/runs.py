@@ -91,7 +91,7 @@ def frame(results: runfolder.Results):
     missing = [c for c in REQUIRED if c not in results.fields]
     if missing:
         raise UsageError(f"{results.path}: not a parity results.csv (missing columns: {', '.join(missing)})")
-    df = pd.DataFrame([r.cells for r in results.rows], columns=list(results.fields), dtype=str)
+    df = pd.DataFrame([r.cells for r in results.rows], columns=list(dict.fromkeys(results.fields)), dtype=str)  # a repeated column once
     for c in ADDED_COLUMNS:
         if c not in df.columns:
             df[c] = ""
