@@ -101,8 +101,16 @@ def _ci_run_facts() -> tuple[str, str]:
     lines = _text(ROOT / ".ci" / "run").splitlines()
     pins = [m.group(1) for line in lines if (m := re.search(r'pip install -q "(torch==[^"]+)"', line))]
     assert len(pins) == 1, pins
-    i = next(i for i, line in enumerate(lines) if line.strip() == "# The README's test command:")
+    i = next(i for i, line in enumerate(lines) if line.strip().startswith("# The README's test command"))
     return pins[0], lines[i + 1].strip()
+
+
+def test_ci_runs_the_slow_tests_the_readme_command_leaves_out():
+    """README command 2 is the fast suite (pyproject's addopts deselect `slow`); CI runs the rest too."""
+    addopts = tomllib.loads(_text(ROOT / "pyproject.toml"))["tool"]["pytest"]["ini_options"]["addopts"]
+    assert " ".join(addopts).endswith("-m not slow")
+    lines = [line.strip() for line in _text(ROOT / ".ci" / "run").splitlines()]
+    assert _nox_command("slow") in lines
 
 
 def _nox_command(session: str) -> str:
