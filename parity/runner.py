@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import runfolder
-from .errors import EXIT_FAIL, EXIT_OK, EXIT_PARTIAL
+from .errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL
 from .errors import UserError as UsageError
 from .files import read_text
 from .results import DTYPES
@@ -312,7 +312,7 @@ def run(req: RunRequest) -> int:
     except KeyboardInterrupt:
         print(f"parity: interrupted: a PARTIAL run; its finished rows are in {out}/results.csv; "
               f"parity run --resume --out {out} runs the rest", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     _write_environment(req, out, result, {"cases": len(cases), "reference_device": ref_dev, "splits": splits,
                                           "budgets": budgets, "design": design, "expectations": expectations,
                                           "cache": (cache_root, cache_before), "shard": shard_rec, "gpus": list(options.gpus)})

@@ -191,3 +191,17 @@ def test_ci_workflow_uses_only_real_options():
                 if not re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", helps[sub]):
                     bad.append(f"parity {sub} {opt}")
     assert not bad, f"docs/ci.md uses options the command line does not have: {sorted(set(bad))}"
+
+
+def test_exit_codes_come_from_one_table():
+    """`parity run --help` prints parity.errors.EXIT_CODES; the README's list names every code in it."""
+    from parity.errors import EXIT_CODES
+
+    help_text = subprocess.run([sys.executable, "-m", "parity", "run", "--help"], capture_output=True, text=True, cwd=ROOT).stdout
+    readme = _text(README)
+    para = readme[readme.index("Exit codes of `parity run`"):]
+    para = para[: para.index("\n\n")]
+    for code, words in EXIT_CODES.items():
+        assert f"  {code:<4} {words}" in help_text, (code, help_text[-800:])
+        assert f"`{code}`" in para, f"README's exit codes miss {code}"
+    assert set(int(c) for c in re.findall(r"`(\d+)`", para)) == set(EXIT_CODES), para

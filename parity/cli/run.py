@@ -1,11 +1,6 @@
 """``python -m parity run``: the parity sweep (cases x backends -> results.csv, the reports).
 
-Exit codes: 0 every case that ran passed or failed as a known divergence (``expected``,
-see :mod:`parity.expect`); 1 a case failed, errored, crashed or timed out with no known
-divergence explaining it, a strict known divergence passed (``unexpected-pass``), or a
-backend named with --backend is unavailable; 2 a usage error (bad argument, invalid case,
-unknown backend, a bad expectations file), reported in one line, never a traceback; 3 a partial run
-(--time-limit, --fail-fast) with no failing row; 130 interrupted (Ctrl-C).
+Exit codes: :data:`parity.errors.EXIT_CODES` (``run --help`` prints them).
 
 This module parses: the flags become a frozen :class:`parity.runner.RunRequest`, and
 :func:`parity.runner.run` does the work (no argparse Namespace goes below ``parity.cli``).
@@ -18,6 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from ..errors import exit_codes_text
 from ..results import DTYPES
 from ..runner import RunRequest
 from ..runner import run as run_request
@@ -25,7 +21,8 @@ from .common import add_expect_argument
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    r = subparsers.add_parser("run", help="run the parity sweep")
+    r = subparsers.add_parser("run", help="run the parity sweep", epilog=exit_codes_text(),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("--backend", "-b", action="append", metavar="NAME|module:Class",
                    help="backend to test (repeatable, or comma-separated); 'all', 'all-cpu', 'all-gpu' select groups; "
                         "default: the CPU backends")
