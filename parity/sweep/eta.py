@@ -1,12 +1,16 @@
 """The time left of a sweep, for its progress line.
 
-Each row's cost is modelled per backend as ``seconds = a + r x case_cost`` (``case_cost``: the
-query-key pairs the window lets through, times heads and head dim), fitted by least squares on the
-rows already done; a row the backend declines (``unsupported``) costs that backend's mean declined
-row. A row costing more than 4x the costliest row done is weighted as one costing that (the model
-is not extrapolated far past what it saw). The rows left, weighted by the model, over the rows done, weighted the same way, times the
-wall time so far is the estimate: the wall clock carries what the model leaves out (the reference,
-the probes' decoding, other lanes, a busy machine).
+Each row's seconds are modelled per backend in one of two ways, whichever has predicted that
+backend's rows better so far (each row is predicted before it joins the fit, and the absolute errors
+are summed): the backend's mean row, or a line ``a + r x case_cost`` (``case_cost``: the query-key
+pairs the window lets through, times heads and head dim) fitted by least squares. The line is used
+only once it has seen 10 rows and its summed error is under 0.8 x the mean's: on the CPU backends a
+row's seconds follow compilation and overheads more than its cost (a first run of 684 rows, replayed
+in tests/test_first_run.py, had the line 10x off), while on kernels whose time follows the work the
+line wins. A row the backend declines (``unsupported``) costs that backend's mean declined row. A
+row costing more than 4x the costliest row done is weighted as one costing that. The rows left,
+weighted by the model, over the rows done, weighted the same way, times the wall time so far is the
+estimate: the wall clock carries what the model leaves out (the reference, other lanes, a busy machine).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from collections.abc import Iterable
 from ..case import Case
 
 Key = tuple[str, str]  # (backend, case id)
+LINE_MIN_ROWS = 10  # rows of a backend before its cost line may be used
+LINE_BETTER = 0.8  # ... and only while its summed error is under this share of the mean row's
 
 
 def case_cost(case: Case) -> float:
@@ -71,6 +77,7 @@ class Eta:
         self.declined: dict[str, list[float]] = {}  # per backend: [rows, seconds] of declined rows
         self.finished: list[tuple[str, bool, float]] = []  # (backend, ran, cost) of the rows done
         self.top = 0.0  # the costliest row done that ran
+        self.errors: dict[str, list[float]] = {}  # per backend: summed |error| of [the line, the mean] before each row
         self._last: tuple[float, float | None] | None = None  # (elapsed, estimate): recomputed once a second
 
     def _count(self, spec: str, runs: bool, cost: float, sign: int) -> None:
@@ -89,6 +96,7 @@ class Eta:
         self.finished.append((spec, ran, cost))
         self._last = None
         if ran:
+            self._score(spec, min(cost, 4 * self.top) if self.top else cost, seconds)
             self.top = max(self.top, cost)
             self.fits.setdefault(spec, _Fit()).add(cost, seconds)
             self.all_fit.add(cost, seconds)
@@ -96,6 +104,20 @@ class Eta:
             d = self.declined.setdefault(spec, [0.0, 0.0])
             d[0] += 1
             d[1] += seconds
+
+    def _score(self, spec: str, cost: float, seconds: float) -> None:
+        """Each model's error on this row, predicted before the row joins the fit."""
+        fit = self.fits.get(spec)
+        line = fit.line() if fit is not None else None
+        if fit is None or line is None:
+            return
+        err = self.errors.setdefault(spec, [0.0, 0.0])
+        err[0] += abs(line[0] + line[1] * cost - seconds)
+        err[1] += abs(fit.t / fit.n - seconds)
+
+    def _use_line(self, spec: str, fit: _Fit) -> bool:
+        err = self.errors.get(spec)
+        return fit.n >= LINE_MIN_ROWS and err is not None and err[0] < LINE_BETTER * err[1]
 
     def skip(self, spec: str, case_id: str) -> None:
         """A planned row that will not run here (already in the folder, backend unavailable)."""
@@ -110,11 +132,13 @@ class Eta:
         if not runs:
             d = self.declined.get(spec)
             return n * d[1] / d[0] if d else 0.0
-        line = (self.fits.get(spec) or self.all_fit).line() or self.all_fit.line()
-        if line is None:
+        fit = self.fits.get(spec) or self.all_fit
+        if not fit.n:
             return 0.0
-        a, r = line
-        return n * a + r * cost
+        line = fit.line()
+        if line is not None and self._use_line(spec, fit):
+            return n * line[0] + line[1] * cost
+        return n * fit.t / fit.n
 
     def left(self, elapsed: float) -> float | None:
         """Seconds left after ``elapsed`` seconds of rows; None before the model has a row to go by."""
