@@ -15,7 +15,11 @@ Triton                      ``TRITON_CACHE_DIR``                     ``triton/``
 JAX / XLA                   ``JAX_COMPILATION_CACHE_DIR``, min 0 s   ``jax/``
 flash-attn-4 (CUTLASS DSL)  ``FLASH_ATTENTION_CUTE_DSL_CACHE_*``     ``flash-attn-cute/``
 CUDA driver PTX JIT         ``CUDA_CACHE_PATH``, 4 GiB               ``cuda-jit/``
+FlashInfer (nvcc JIT)       ``FLASHINFER_WORKSPACE_BASE``            ``flashinfer/``
 ==========================  =======================================  =====================
+
+FlashInfer JIT-builds each kernel configuration with nvcc (about 18 s each on the H200, 2026-12-04)
+into ``$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/``; kept under DIR, a second run builds nothing.
 
 Every one of these caches keys its entries on its own inputs (source, versions, options),
 so a stale entry is never reused for a different kernel; the harness adds no key of its
@@ -37,7 +41,7 @@ from typing import Any
 ENV_VAR = "PARITY_COMPILE_CACHE"
 
 #: the subfolders of DIR, one per compiler (the order of the table above)
-SUBDIRS = ("inductor", "triton", "jax", "flash-attn-cute", "cuda-jit")
+SUBDIRS = ("inductor", "triton", "jax", "flash-attn-cute", "cuda-jit", "flashinfer")
 
 
 def resolve(flag: str | os.PathLike[str] | None) -> Path | None:
@@ -62,6 +66,7 @@ def environment(root: Path) -> dict[str, str]:
         "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR": sub["flash-attn-cute"],
         "CUDA_CACHE_PATH": sub["cuda-jit"],
         "CUDA_CACHE_MAXSIZE": str(4 << 30),
+        "FLASHINFER_WORKSPACE_BASE": sub["flashinfer"],  # FlashInfer adds .cache/flashinfer/ under it
     }
 
 

@@ -21,7 +21,8 @@ class EnvEcho(SdpaBackend):
     name = "env-echo"
 
     def version(self) -> str:
-        keys = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR", "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR")
+        keys = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR", "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR",
+                "FLASHINFER_WORKSPACE_BASE")
         return json.dumps({k: os.environ.get(k) for k in keys})
 
 
@@ -61,6 +62,7 @@ def test_workers_get_the_cache_folders_and_the_run_records_them(tmp_path):
         "TRITON_CACHE_DIR": str(cc / "triton"),
         "JAX_COMPILATION_CACHE_DIR": str(cc / "jax"),
         "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR": str(cc / "flash-attn-cute"),
+        "FLASHINFER_WORKSPACE_BASE": str(cc / "flashinfer"),
     }
     assert env["compile_cache"]["dir"] == str(cc) and env["compile_cache"]["state"] == "cold"
     assert sorted(env["compile_cache"]["after"]) == sorted(compile_cache.SUBDIRS)
