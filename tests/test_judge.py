@@ -16,6 +16,11 @@ BACKENDS = ("reference", "sdpa", "reference-cuda", "parity.selftest.bugs:WindowO
             "parity.selftest.bugs:NanOnEmptyRows", "parity.selftest.bugs:GqaRepeatNotInterleave")
 
 
+def _read(path: Path) -> str:
+    with path.open(newline="") as fh:
+        return fh.read()
+
+
 def blank_time(text: str) -> str:
     """results.csv with its time_ms column emptied (the one column a rerun changes)."""
     rows = list(csv.reader(io.StringIO(text, newline="")))
@@ -36,8 +41,8 @@ def test_a_small_sweep_writes_the_same_results_csv_as_before(tmp_path, capsys):
         argv += ["--backend", b]
     assert cli.main(argv) == 1  # planted bugs fail
     capsys.readouterr()
-    got = blank_time((tmp_path / "run" / "results.csv").read_text(newline=""))
-    want = (FIXTURE / "results.csv").read_text(newline="")
+    got = blank_time(_read(tmp_path / "run" / "results.csv"))
+    want = _read(FIXTURE / "results.csv")
     assert got == want
     verdicts = {r["verdict"] for r in csv.DictReader(io.StringIO(want, newline=""))}
     assert verdicts == {"pass", "fail", "expected", "unexpected-pass", "unsupported", "unavailable"}
