@@ -11,9 +11,9 @@ from .backends.base import Backend
 from .case import Case
 from .execute import ProcessExecutor, backend_info, context_lost, execute
 from .expect import Expectations
+from .judge import BaselineCache, apply_expectations, judge, unavailable
 from .maskcheck import DEFAULT_MAX_PASSES, ProbeResult, run_gqa_probe, run_mask_probe
 from .results import Judged
-from .sweep.judging import BaselineCache, apply_expectations, judge, unavailable_row
 from .verdict import BUDGETS, Budget
 
 _BASELINES = BaselineCache("cpu", keep=16)
@@ -150,12 +150,12 @@ def evaluate_record(
         worker = _worker(backend, worker_path or [], probes, max_passes)
         inst, spec, info = None, backend, worker.info
         if info.get("unavailable"):
-            return Judged(unavailable_row(case, spec, info), summary=case.summary())
+            return unavailable(case, spec, info)
         res = worker.run(case)
     else:
         inst, spec, info = _resolve(backend)
         if info.get("unavailable"):
-            return Judged(unavailable_row(case, spec, info), summary=case.summary())
+            return unavailable(case, spec, info)
         res = _in_process(inst, spec, case, probes, max_passes)
     judged = judge(case, spec, info, res, baselines or _BASELINES, budgets or BUDGETS)
     if not expectations:

@@ -22,8 +22,8 @@ from typing import Any
 
 from ..api import evaluate
 from ..case import Case
+from ..judge import BaselineCache
 from ..results import DTYPES
-from ..sweep import BaselineCache
 from .bugs import PlantedBug
 from .honest import HonestVariant
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..case import Case
+from ..judge import BaselineCache, judge
 from ..shrink import Shrunk, budget_note, shrink
-from .judging import BaselineCache, judge
 from .lanes import make_executor
 from .options import SweepOptions
 
