@@ -46,3 +46,20 @@ def test_a_small_sweep_writes_the_same_results_csv_as_before(tmp_path, capsys):
     assert got == want
     verdicts = {r["verdict"] for r in csv.DictReader(io.StringIO(want, newline=""))}
     assert verdicts == {"pass", "fail", "expected", "unexpected-pass", "unsupported", "unavailable"}
+
+
+def test_a_row_read_back_parses_once_into_the_record_that_writes_it_again():
+    """Verdict.from_row(row).columns() gives back the row's verdict columns, text for text, on every
+    verdict of the fixture; the numbers are numbers."""
+    from parity.results import Verdict
+
+    rows = list(csv.DictReader(io.StringIO(_read(FIXTURE / "results.csv"), newline="")))
+    for row in rows:
+        v = Verdict.from_row(row)
+        cols = v.columns()
+        assert {k: str(x) for k, x in cols.items() if k != "time_ms"} == {k: row[k] for k in cols if k != "time_ms"}, row
+        assert v.measured == (row["max_abs_err"] != "")
+        if v.measured:
+            assert isinstance(v.max_abs_err, float) and isinstance(v.nan_count, int) and isinstance(v.reasons, tuple)
+    failing = [Verdict.from_row(r) for r in rows if r["verdict"] == "fail"]
+    assert failing and all(v.reasons and v.budget_frac is not None for v in failing)
