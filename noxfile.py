@@ -1,4 +1,4 @@
-"""nox sessions: tests (CPU), parity (the sweep), gpu (current environment), lint.
+"""nox sessions: tests (CPU, the fast suite), slow (the tests marked slow), parity (the sweep), gpu (current environment), lint.
 
 CPU sessions install the CPU build of torch pinned by ``PARITY_TORCH`` (default
 ``torch==2.13.0``); the ``gpu`` session runs in the current environment, for runners
@@ -11,7 +11,7 @@ import sys
 
 import nox
 
-nox.options.sessions = ["tests", "lint"]
+nox.options.sessions = ["tests", "slow", "lint"]
 TORCH = os.environ.get("PARITY_TORCH", "torch==2.13.0")
 
 
@@ -20,6 +20,14 @@ def tests(session: nox.Session) -> None:
     session.install(TORCH)
     session.install("-e", ".[test]")
     session.run("python", "-m", "pytest", "--parity-profile", os.environ.get("PARITY_PROFILE", "quick"), *session.posargs)
+
+
+@nox.session
+def slow(session: nox.Session) -> None:
+    """The tests marked ``slow`` that the default run leaves out (the honest variants' sweeps)."""
+    session.install(TORCH)
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "pytest", "-m", "slow", "--parity-profile", os.environ.get("PARITY_PROFILE", "quick"), *session.posargs)
 
 
 @nox.session

@@ -37,11 +37,10 @@ A cell is written ``"left/right/length"``, e.g. ``"inside/0/sq<sk"``.
 
 from __future__ import annotations
 
-import csv
-import gzip
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from . import runfolder
 from .case import Case
 from .regimes import REGIMES
 from .results import HALF_DTYPES
@@ -266,21 +265,12 @@ def csv_rows(t: Tally) -> list[dict[str, object]]:
 
 def read_rows(out_dir: Path) -> list[dict[str, str]]:
     """The rows of ``OUT/results.csv`` (or ``results.csv.gz``) as dicts; ``[]`` when there is none."""
-    for name in ("results.csv", "results.csv.gz"):
-        path = out_dir / name
-        if path.exists():
-            opener = gzip.open if name.endswith(".gz") else open
-            with opener(path, "rt", newline="") as fh:  # type: ignore[operator]
-                return [r for r in csv.DictReader(fh) if r.get("verdict")]
-    return []
+    return [dict(r) for r in runfolder.read_rows(out_dir)]
 
 
-def write_csv(out_dir: Path, dest: Path | None = None) -> Path:
-    """``coverage.csv`` from the folder's results, into ``dest`` (default: the folder); its path."""
-    path = (dest or out_dir) / "coverage.csv"
-    rows = csv_rows(tally(read_rows(out_dir)))
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=["backend", "dimension", "value", "ran", "unsupported", "unavailable"])
-        w.writeheader()
-        w.writerows(rows)
-    return path
+def write_csv(out_dir: Path, dest: Path | None = None, rows: Iterable[Mapping[str, object]] | None = None) -> Path:
+    """``coverage.csv`` from the folder's results (``rows``: those already read), into ``dest``
+    (default: the folder); its path."""
+    fields = ["backend", "dimension", "value", "ran", "unsupported", "unavailable"]
+    table = csv_rows(tally(runfolder.read_rows(out_dir) if rows is None else rows))
+    return runfolder.write_table((dest or out_dir) / runfolder.COVERAGE, fields, table)

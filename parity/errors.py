@@ -11,3 +11,25 @@ from __future__ import annotations
 
 class UserError(ValueError):
     """Bad input from the user: reported in one line, exit code 2."""
+
+
+#: Exit codes of the commands (parity.cli).
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_PARTIAL = 3  # a run cut short (--time-limit, --fail-fast, Ctrl-C) with no failing row: not a pass
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+
+#: The one table of exit codes: what each means for ``parity run`` (``run --help``'s epilog and the
+#: README's list are made from / checked against it; the other subcommands use the same numbers).
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "every case that ran passed, or failed as a known divergence describes (expected)",
+    EXIT_FAIL: "a case failed, errored, crashed or timed out with no known divergence explaining it, a strict known "
+               "divergence passed (unexpected-pass), or a backend named with --backend is unavailable",
+    EXIT_USAGE: "a usage error (bad argument, invalid case, unknown backend, a bad expectations file): one line, no traceback",
+    EXIT_PARTIAL: "a partial run (--time-limit, --fail-fast, a CUDA context lost under --no-isolate) with no failing row",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C); the finished rows are kept (--resume runs the rest)",
+}
+
+
+def exit_codes_text() -> str:
+    """:data:`EXIT_CODES` as the lines of a help epilog."""
+    return "exit codes:\n" + "\n".join(f"  {code:<4} {words}" for code, words in EXIT_CODES.items())

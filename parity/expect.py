@@ -390,3 +390,11 @@ def load(specs: Sequence[str] | None = None, environ: Mapping[str, str] | None =
                 raise ExpectationError(f"{p}: entry {e.id!r}: id already defined in {next(x.source for x in entries if x.id == e.id)}")
             entries.append(e)
     return Expectations(tuple(entries), tuple(str(p) for p in paths))
+
+
+def load_checked(specs: Sequence[str] | None = None) -> Expectations:
+    """:func:`load` for a command's ``--expect`` values: a bad file is a plain :class:`UserError` (one line)."""
+    try:
+        return load(specs)
+    except ExpectationError as exc:
+        raise UserError(str(exc)) from None

@@ -93,18 +93,18 @@ Wiring (where each hook goes)
 
 * ``parity run --shard K/N``: add the argument to the ``run`` parser
   (``r.add_argument("--shard", metavar="K/N", help="run shard K of N of the cases (configurations
-  whole; parity merge joins the shards)")``). In ``cmd_run``, with the other argument checks
-  (before any case is generated): ``shard.parse_shard(args.shard)`` (``ValueError`` ->
-  ``UsageError(f"--shard: {exc}")``). Right after ``cases, design = _load_cases(args, specs)`` and
-  **before** ``if args.list_cases`` (so ``--list-cases --shard K/N`` lists the shard's cases)::
+  whole; parity merge joins the shards)")``). In ``parity.runner.run``, with the other argument checks
+  (before any case is generated): ``shard.parse_shard(req.shard)`` (``ValueError`` ->
+  ``UsageError(f"--shard: {exc}")``). Right after ``cases, design, req = load_cases(req, specs)`` (:mod:`parity.runner`) and
+  **before** ``if req.list_cases`` (so ``--list-cases --shard K/N`` lists the shard's cases)::
 
       shard_rec = None
-      if args.shard:
+      if req.shard:
           try:
-              cases, shard_rec = shard.for_run(cases, args.shard, specs, profile=<the profile name
-                  recorded as environment.json "profile">, seed=args.seed, filters=shard.run_filters(args))
+              cases, shard_rec = shard.for_run(cases, req.shard, specs, profile=<the profile name
+                  recorded as environment.json "profile">, seed=req.seed, filters=shard.run_filters(req.dtype, ...))
           except ValueError as exc:
-              raise UsageError(f"--shard {args.shard}: {exc}") from None
+              raise UsageError(f"--shard {req.shard}: {exc}") from None
 
   and in the ``env.collect({...})`` dict add ``"shard": shard_rec``. ``--resume`` with
   ``--shard`` needs nothing more (the same K/N gives the same cases). Run the same command
@@ -347,25 +347,28 @@ def check_shard_folders(dirs: Sequence[Any]) -> dict[str, Any] | None:
     one counts as a plain run, so it cannot slip past the check); named by folder."""
     import pathlib
 
+    from . import runfolder
+    from .errors import UserError
+
     envs: list[Mapping[str, Any]] = []
     for d in dirs:
         try:
-            env = json.loads((pathlib.Path(d) / "environment.json").read_text())
-        except (OSError, ValueError):
+            env = runfolder.read_environment(pathlib.Path(d)) or {}
+        except (OSError, UserError):
             env = {}
         envs.append(env if isinstance(env, Mapping) else {})
     return check_shard_set(envs, names=[str(d) for d in dirs])
 
 
-def run_filters(args: Any) -> dict[str, Any]:
-    """What narrows a ``parity run``'s cases besides profile and seed (for :func:`shard_key`),
-    from its argparse namespace (missing attributes count as unset)."""
-    case_file = getattr(args, "case_file", None)
+def run_filters(dtype: Iterable[str] | None = None, case: Iterable[str] | None = None, case_file: Any = None,
+                no_siblings: bool = False) -> dict[str, Any]:
+    """What narrows a ``parity run``'s cases besides profile and seed (for :func:`shard_key`):
+    its ``--dtype``, ``--case``, ``--case-file`` and ``--no-siblings`` (None counts as unset)."""
     return {
-        "dtype": sorted(getattr(args, "dtype", None) or []),
-        "case": list(getattr(args, "case", None) or []),
+        "dtype": sorted(dtype or []),
+        "case": list(case or []),
         "case_file": str(case_file) if case_file else "",
-        "no_siblings": bool(getattr(args, "no_siblings", False)),
+        "no_siblings": bool(no_siblings),
     }
 
 

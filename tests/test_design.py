@@ -288,12 +288,13 @@ def test_the_layers_of_the_reports_and_the_command_line():
 #: The layers of the README's Architecture section, lowest first (top-level names under parity/).
 LAYERS = [
     {"errors", "files", "results", "window", "case", "reference", "verdict", "maskcheck", "memory", "regimes", "markers", "env",
-     "compile_cache", "repro_script"},
+     "compile_cache", "repro_script", "runfolder"},
     {"backends"},
     {"coverage", "strategies", "models", "design", "shard", "expect"},
     {"execute", "worker", "process", "judge"},
     {"sweep", "api", "shrink", "consistency", "decode", "selftest", "export_repro"},
     {"report"},
+    {"runner"},
     {"cli", "pytest_plugin", "__main__"},
 ]
 
@@ -328,3 +329,46 @@ def test_every_relative_import_names_a_module_that_exists():
                 if target not in known:
                     missing.append(f"{path.relative_to(PKG.parent)}:{node.lineno} {target}")
     assert not missing, missing
+
+
+RUN_FOLDER_FILES = {"results.csv", "results.csv.gz", "results.json", "environment.json", "masks.jsonl", "shrunk.jsonl",
+                    "timing.json", "coverage.csv"}
+
+
+def test_the_run_folder_files_are_named_in_runfolder_only():
+    """A run folder's file names (and so the "results.csv or results.csv.gz" lookup) are written in
+    parity/runfolder.py only: every other module goes through it (prose in docstrings aside)."""
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        if path.name == "runfolder.py" and path.parent == PKG:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in RUN_FOLDER_FILES:
+                found.append(f"{path.relative_to(PKG)}:{node.lineno} {node.value!r}")
+    assert not found, "run-folder file names outside parity/runfolder.py: " + ", ".join(found)
+
+
+def test_no_argparse_namespace_below_cli():
+    """Options travel as frozen objects: no module of parity/ outside cli/ names argparse (a
+    Namespace parameter, an import), so no Namespace passes below the command line."""
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG)
+        if rel.parts[0] == "cli" or path.name == "pytest_plugin.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                found += [f"{rel}:{node.lineno} imports {m}" for m in mods if m.split(".")[0] == "argparse"]
+            elif isinstance(node, ast.arg) and node.annotation is not None and "Namespace" in ast.unparse(node.annotation):
+                found.append(f"{rel}:{node.lineno} parameter {node.arg}: {ast.unparse(node.annotation)}")
+            elif isinstance(node, ast.arg) and node.arg == "args" and node.annotation is None:
+                found.append(f"{rel}:{node.lineno} an unannotated parameter 'args'")
+    assert not found, "argparse below parity/cli/: " + ", ".join(found)
+
+
+def test_cli_run_parses_only():
+    """cli/run.py parses (flags -> RunRequest) and hands over to parity.runner; it stays short."""
+    text = (PKG / "cli" / "run.py").read_text()
+    assert len(text.splitlines()) < 250
+    assert "def run(args" in text and "run_request(request(args))" in text

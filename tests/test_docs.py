@@ -101,8 +101,16 @@ def _ci_run_facts() -> tuple[str, str]:
     lines = _text(ROOT / ".ci" / "run").splitlines()
     pins = [m.group(1) for line in lines if (m := re.search(r'pip install -q "(torch==[^"]+)"', line))]
     assert len(pins) == 1, pins
-    i = next(i for i, line in enumerate(lines) if line.strip() == "# The README's test command:")
+    i = next(i for i, line in enumerate(lines) if line.strip().startswith("# The README's test command"))
     return pins[0], lines[i + 1].strip()
+
+
+def test_ci_runs_the_slow_tests_the_readme_command_leaves_out():
+    """README command 2 is the fast suite (pyproject's addopts deselect `slow`); CI runs the rest too."""
+    addopts = tomllib.loads(_text(ROOT / "pyproject.toml"))["tool"]["pytest"]["ini_options"]["addopts"]
+    assert " ".join(addopts).endswith("-m not slow")
+    lines = [line.strip() for line in _text(ROOT / ".ci" / "run").splitlines()]
+    assert _nox_command("slow") in lines
 
 
 def _nox_command(session: str) -> str:
@@ -183,3 +191,17 @@ def test_ci_workflow_uses_only_real_options():
                 if not re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", helps[sub]):
                     bad.append(f"parity {sub} {opt}")
     assert not bad, f"docs/ci.md uses options the command line does not have: {sorted(set(bad))}"
+
+
+def test_exit_codes_come_from_one_table():
+    """`parity run --help` prints parity.errors.EXIT_CODES; the README's list names every code in it."""
+    from parity.errors import EXIT_CODES
+
+    help_text = subprocess.run([sys.executable, "-m", "parity", "run", "--help"], capture_output=True, text=True, cwd=ROOT).stdout
+    readme = _text(README)
+    para = readme[readme.index("Exit codes of `parity run`"):]
+    para = para[: para.index("\n\n")]
+    for code, words in EXIT_CODES.items():
+        assert f"  {code:<4} {words}" in help_text, (code, help_text[-800:])
+        assert f"`{code}`" in para, f"README's exit codes miss {code}"
+    assert set(int(c) for c in re.findall(r"`(\d+)`", para)) == set(EXIT_CODES), para

@@ -73,9 +73,9 @@ def test_a_hang_is_still_a_timeout_and_says_how_long_the_reference_took(tmp_path
 
 def test_the_first_run_profile_is_chosen_on_a_cpu_run_and_covers_every_trap(monkeypatch):
     from parity import backends
-    from parity.cli.run import first_run_profile
     from parity.coverage import uncovered
     from parity.design import place
+    from parity.runner import first_run_profile
     from parity.strategies import CPU_LONG_CAP, PROFILES, edge_cases, generate
 
     monkeypatch.delenv("PARITY_PROFILE", raising=False)

@@ -78,6 +78,7 @@ def test_detection_names_the_bug(name, words):
     assert words in det.detail, det.detail
 
 
+@pytest.mark.slow  # about half of the whole suite's time: `pytest -m slow` (nox -s slow; CI runs it)
 @pytest.mark.parametrize("variant", HONEST, ids=lambda v: v.name)
 def test_honest_variant_never_fails(variant: HonestVariant):
     (res,) = selftest.check_honest([variant], honest_cases(), _BASELINES)

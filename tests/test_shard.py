@@ -3,7 +3,6 @@ pytest node-id shards, and lanes placed on GPUs (--gpus). CPU only."""
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -27,7 +26,7 @@ CPU_SPECS = tuple(backends.DEFAULT_CPU)
 
 @functools.cache
 def sweep_cases(name: str, seed: int, specs: tuple[str, ...] = CPU_SPECS) -> tuple[Case, ...]:
-    """The run command's cases (what ``parity.cli.run._load_cases`` does without --case / --dtype)."""
+    """The run command's cases (what ``parity.runner.load_cases`` does without --case / --dtype)."""
     prof = profile(name)
     instances = {s: backends.get(s) for s in specs}
     gpu = any(getattr(b, "device", "cpu") == "cuda" for b in instances.values())
@@ -37,10 +36,10 @@ def sweep_cases(name: str, seed: int, specs: tuple[str, ...] = CPU_SPECS) -> tup
 
 
 def test_sweep_cases_are_those_of_the_run_command():
-    from parity.cli.run import _load_cases as load
+    from parity.runner import RunRequest, load_cases
 
-    args = argparse.Namespace(case=None, case_file=None, profile="quick", seed=1, dtype=None, no_siblings=False)
-    cases, _ = load(args, list(CPU_SPECS))
+    cases, _, req = load_cases(RunRequest(profile="quick", seed=1), list(CPU_SPECS))
+    assert req.profile == "quick"
     assert [c.case_id for c in cases] == [c.case_id for c in sweep_cases("quick", 1)]
 
 
@@ -370,10 +369,9 @@ def test_pytest_parity_shard_option_partitions_the_collected_tests():
 
 def test_for_run_gives_the_shard_and_records_that_make_a_complete_set():
     cases = list(sweep_cases("quick", 0))
-    args = argparse.Namespace(dtype=["float16", "bfloat16"], case=None, case_file=None, no_siblings=False)
-    filters = shard.run_filters(args)
+    filters = shard.run_filters(dtype=("float16", "bfloat16"))
     assert filters == {"dtype": ["bfloat16", "float16"], "case": [], "case_file": "", "no_siblings": False}
-    assert shard.run_filters(argparse.Namespace()) == {"dtype": [], "case": [], "case_file": "", "no_siblings": False}
+    assert shard.run_filters() == {"dtype": [], "case": [], "case_file": "", "no_siblings": False}
     recs, got = [], []
     for k in (1, 2, 3):
         chosen, rec = shard.for_run(cases, f"{k}/3", CPU_SPECS, profile="quick", seed=0, filters=filters)

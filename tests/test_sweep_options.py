@@ -11,11 +11,12 @@ import os
 
 import pytest
 
-from parity import Case, Window, cli, shard
+from parity import Case, Window, cli, runner, shard
 from parity.backends.reference import ReferenceBackend
 from parity.execute import InlineExecutor
 from parity.judge import BaselineCache, judge
 from parity.results import COLUMNS, Judged
+from parity.runner import sweep_options
 from parity.sweep import SweepOptions, make_executor, run_sweep
 from parity.verdict import BUDGETS
 
@@ -28,7 +29,7 @@ def run_args(*argv: str):
 
 def test_options_are_built_once_from_the_command_line_and_frozen():
     args = run_args("--no-probes", "--jobs", "3", "--repeats", "2", "--timeout", "9", "--max-mask-passes", "7", "--shrink", "5")
-    opts = SweepOptions.from_args(args, budgets=BUDGETS, splits={}, expectations=None, reference_device="cpu", gpus=())
+    opts = sweep_options(cli.run.request(args), budgets=BUDGETS, splits={}, expectations=None, reference_device="cpu", gpus=())
     assert (opts.probes, opts.jobs, opts.repeats, opts.timeout, opts.max_passes, opts.shrink_calls) == (False, 3, 2, 9.0, 7, 5)
     assert opts.isolate and opts.gpus == ()
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -39,8 +40,8 @@ def test_executors_take_the_options_unchanged():
     ex = make_executor("reference", SweepOptions(isolate=False, probes=False, max_passes=5, repeats=3))
     assert isinstance(ex, InlineExecutor) and (ex.probes, ex.max_passes, ex.repeats) == (False, 5, 3)
     assert "options" in inspect.signature(make_executor).parameters
-    cmd_src = inspect.getsource(cli.run._shrink_failures)
-    assert "args" not in inspect.signature(cli.run._shrink_failures).parameters and "make_executor" not in cmd_src
+    cmd_src = inspect.getsource(runner._shrink_failures)
+    assert "args" not in inspect.signature(runner._shrink_failures).parameters and "make_executor" not in cmd_src
 
 
 def test_judge_returns_a_record_and_the_row_holds_the_columns_only():

@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..errors import UserError
+from ..errors import EXIT_INTERRUPTED, UserError
 from . import backends, consistency, decode, diff, export_repro, merge, report, run, selftest
 from .common import EXIT_OK, EXIT_USAGE
 
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("parity: interrupted; finished rows are in results.csv (use --resume)", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `parity run --list-cases | head`: the reader left; no traceback
         try:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - so the interpreter's final flush cannot fail again

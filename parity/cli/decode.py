@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .. import runfolder
 from ..errors import UserError as UsageError
 from ..results import DTYPES
 from .common import latest_run
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     result = run_decode(specs, cfg, args.out, log)
     print(summary_table(result.rows))
     print(f"parity decode: {result.seconds:.1f} s; wrote {args.out}/decode.csv, decode_steps.csv, decode.json", file=sys.stderr)
-    if (args.out / "results.csv").exists():  # a sweep's folder: refresh its HTML report, which shows the decode section
+    if (args.out / runfolder.RESULTS).exists():  # a sweep's folder: refresh its HTML report, which shows the decode section
         try:
             from ..report.write import write_all
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .. import runfolder
 from ..errors import UserError as UsageError
 
 REPORTS = Path("reports")
@@ -78,7 +79,7 @@ def _out_dir(out_dir: Path) -> Path:
 
 def _run_folders() -> list[Path]:
     """Every run folder under reports/ (a results.csv or results.csv.gz), not the untracked runs/ and latest."""
-    found = {p.parent for p in REPORTS.glob("**/results.csv*") if p.name in ("results.csv", "results.csv.gz")}
+    found = {p.parent for p in REPORTS.glob("**/results.csv*") if p.name in (runfolder.RESULTS, runfolder.RESULTS_GZ)}
     return sorted(d for d in found if d.relative_to(REPORTS).parts[0] not in ("runs", "latest"))
 
 

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 from typing import Any
 
+from .. import runfolder
+from ..errors import UserError
 from ..files import read_text
 
 
@@ -36,11 +37,7 @@ def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 
 
 def _write_csv(path: Path, fields: list[str], rows: list[dict[str, str]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
+    runfolder.write_table(path, fields, rows)
 
 
 def _lines(paths: list[Path]) -> list[str]:
@@ -87,18 +84,14 @@ def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Pa
     rows: dict[tuple[str, str], dict[str, str]] = {}
     origin: dict[tuple[str, str], Path] = {}
     for d in dirs:
-        path = d / "results.csv"
-        if not path.exists() and (d / "results.csv.gz").exists():
-            path = d / "results.csv.gz"
-        if not path.exists():
+        res = runfolder.read_results(d)
+        if res is None:
             raise ValueError(f"{d}: no results.csv (not a run folder)")
-        fields, rs = _read_csv(path)
-        missing = [c for c in ("backend", "case_id", "verdict") if c not in fields]
+        missing = [c for c in ("backend", "case_id", "verdict") if c not in res.fields]
         if missing:
-            raise ValueError(f"{path}: not a results.csv of this tool (no {', '.join(missing)} column)")
-        for r in rs:
-            if not r.get("verdict"):
-                continue  # a torn last row of a killed run
+            raise ValueError(f"{res.path}: not a results.csv of this tool (no {', '.join(missing)} column)")
+        for row in res.rows:  # finished rows only: a torn last row of a killed run is none
+            r = dict(row)
             k = (r["backend"], r["case_id"])
             if k in rows and rows[k] != r and not prefer_last:
                 raise ValueError(
@@ -108,8 +101,8 @@ def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Pa
             rows[k] = r
             origin[k] = d
     out.mkdir(parents=True, exist_ok=True)
-    _write_csv(out / "results.csv", COLUMNS, list(rows.values()))
-    for name in ("masks.jsonl", "shrunk.jsonl"):
+    runfolder.write_table(out / runfolder.RESULTS, COLUMNS, list(rows.values()))
+    for name in (runfolder.MASKS, runfolder.SHRUNK):
         lines = _lines([d / name for d in dirs])
         if lines:
             (out / name).write_text("\n".join(lines) + "\n")
@@ -150,14 +143,14 @@ def _merge_timing(out: Path, dirs: list[Path]) -> None:
 def _merge_environment(out: Path, dirs: list[Path], rows: dict, shard_set: dict[str, Any] | None) -> None:
     """OUT/environment.json: the first folder's, with every folder's backends and what each run was
     (``shards``: the shard set it completes)."""
-    envs = []
+    envs: list[tuple[Path, Any]] = []
     for d in dirs:
-        p = d / "environment.json"
-        if p.exists():
-            try:
-                envs.append((d, json.loads(p.read_text())))
-            except ValueError:
-                pass
+        try:
+            e = runfolder.read_environment(d)
+        except UserError:
+            continue
+        if e is not None:
+            envs.append((d, e))
     if envs:
         env = dict(envs[0][1])
         backends: dict[str, Any] = {}
@@ -175,7 +168,7 @@ def _merge_environment(out: Path, dirs: list[Path], rows: dict, shard_set: dict[
         env.pop("shard", None)
         if shard_set is not None:
             env["shards"] = shard_set
-        (out / "environment.json").write_text(json.dumps(env, indent=2, default=str) + "\n")
+        runfolder.write_environment(out, env)
 
 
 def _complete(rows: dict[tuple[str, str], dict[str, str]]) -> bool:

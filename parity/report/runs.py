@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 import math
-import zlib
 from pathlib import Path
 from typing import Any
 
+from .. import runfolder
 from ..case import FAMILIES, Case
 from ..errors import UserError as UsageError
 from ..expect import Expectations
@@ -82,19 +81,20 @@ def _pandas():
 
 
 def read_results(path: Path):
-    """``results.csv`` as a DataFrame of strings, checked for the required columns."""
-    pd = _pandas()
+    """``results.csv`` (or a .csv.gz) as a DataFrame of strings, checked for the required columns."""
     if not path.exists():
         raise UsageError(f"{path}: no such file (is this a parity run folder?)")
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, EOFError, zlib.error) as exc:
-        raise UsageError(f"{path}: not a readable CSV ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-    missing = [c for c in REQUIRED if c not in df.columns]
+    return frame(runfolder.parse_results(path, read_text(path)))
+
+
+def frame(results: runfolder.Results):
+    """A folder's rows, read once (:func:`parity.runfolder.read_results`), as a DataFrame of strings
+    checked for the required columns; older runs' missing columns added empty, NUMERIC as floats."""
+    pd = _pandas()
+    missing = [c for c in REQUIRED if c not in results.fields]
     if missing:
-        raise UsageError(f"{path}: not a parity results.csv (missing columns: {', '.join(missing)})")
-    # a run killed mid-write can leave a torn last row (no verdict yet): not a result
-    df = df[df["verdict"] != ""].reset_index(drop=True)
+        raise UsageError(f"{results.path}: not a parity results.csv (missing columns: {', '.join(missing)})")
+    df = pd.DataFrame([r.cells for r in results.rows], columns=list(dict.fromkeys(results.fields)), dtype=str)  # a repeated column once
     for c in ADDED_COLUMNS:
         if c not in df.columns:
             df[c] = ""
@@ -103,28 +103,39 @@ def read_results(path: Path):
     return df
 
 
-def load_run(folder: Path | str, expectations: Expectations | None = None, rejudge: bool = False) -> Run:
-    """The run in ``folder``; ``expectations`` / ``rejudge``: see the module docstring."""
+def load_run(folder: Path | str, expectations: Expectations | None = None, rejudge: bool = False,
+             results: runfolder.Results | None = None) -> Run:
+    """The run in ``folder``; ``expectations`` / ``rejudge``: see the module docstring; ``results``:
+    its rows when already read (``parity run`` reads them once)."""
     folder = Path(folder)
     if not folder.exists():
         raise UsageError(f"{folder}: no such folder")
     if not folder.is_dir():
         raise UsageError(f"{folder}: not a folder (give the run folder that holds results.csv)")
-    results = folder / "results.csv"
-    if not results.exists() and (folder / "results.csv.gz").exists():
-        results = folder / "results.csv.gz"  # a committed report keeps its rows gzipped
-    df = read_results(results)
-    env: dict[str, Any] = {}
-    env_path = folder / "environment.json"
-    if env_path.exists():
-        try:
-            env = json.loads(env_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{env_path}: not valid JSON ({exc})") from None
-    _mark_partial(folder, env, env_path.exists())
-    masks = _jsonl(folder / "masks.jsonl")
+    if results is None:
+        results = runfolder.read_results(folder)
+    if results is None:
+        raise UsageError(f"{folder / runfolder.RESULTS}: no such file (is this a parity run folder?)")
+    df = frame(results)
+    env = runfolder.read_environment(folder)
+    timing = runfolder.read_timing(folder)
+    env = _mark_partial(env, timing)
+    decode, decode_path, steps = _decode(folder)
+    consistency: list[dict[str, str]] = []
+    if (folder / runfolder.CONSISTENCY).exists():
+        import csv
+
+        with (folder / runfolder.CONSISTENCY).open(newline="") as fh:
+            consistency = [r for r in csv.DictReader(fh) if r.get("backend")]
+    run = Run(folder, df, env, runfolder.read_jsonl(folder / runfolder.MASKS), decode, decode_path, steps,
+              runfolder.read_jsonl(folder / runfolder.SHRUNK), consistency, results_path=results.path, timing=timing)
+    return judge_run(run, expectations, rejudge) if expectations is not None else run
+
+
+def _decode(folder: Path) -> tuple[Any, Path | None, Any]:
+    """decode.csv (beside the rows or in decode/), its path, and decode_steps.csv beside it (None when absent)."""
     decode, decode_path = None, None
-    for cand in (folder / "decode.csv", folder / "decode" / "decode.csv"):
+    for cand in (folder / runfolder.DECODE, folder / "decode" / runfolder.DECODE):
         if cand.exists():
             pd = _pandas()
             try:
@@ -134,43 +145,28 @@ def load_run(folder: Path | str, expectations: Expectations | None = None, rejud
                 decode, decode_path = None, cand
             break
     steps = None
-    if decode_path is not None and (decode_path.parent / "decode_steps.csv").exists():
+    if decode_path is not None and (decode_path.parent / runfolder.DECODE_STEPS).exists():
         pd = _pandas()
         try:
-            steps = pd.read_csv(decode_path.parent / "decode_steps.csv", dtype=str, keep_default_na=False)
+            steps = pd.read_csv(decode_path.parent / runfolder.DECODE_STEPS, dtype=str, keep_default_na=False)
         except (pd.errors.ParserError, pd.errors.EmptyDataError):
             steps = None
-    consistency: list[dict[str, str]] = []
-    if (folder / "consistency.csv").exists():
-        import csv
-
-        with (folder / "consistency.csv").open(newline="") as fh:
-            consistency = [r for r in csv.DictReader(fh) if r.get("backend")]
-    timing: dict[str, Any] = {}
-    if (folder / "timing.json").exists():
-        try:
-            timing = json.loads((folder / "timing.json").read_text())
-        except json.JSONDecodeError:
-            timing = {}  # rewritten after every case: a run killed mid-write may leave it torn; it only feeds one line
-    run = Run(folder, df, env, masks, decode, decode_path, steps, _jsonl(folder / "shrunk.jsonl"), consistency,
-              results_path=results, timing=timing)
-    return judge_run(run, expectations, rejudge) if expectations is not None else run
+    return decode, decode_path, steps
 
 
-def _mark_partial(folder: Path, env: dict[str, Any], env_found: bool) -> None:
+def _mark_partial(env: dict[str, Any] | None, timing: dict[str, Any]) -> dict[str, Any]:
     """``env["partial"]`` also for a run cut short before it wrote environment.json (Ctrl-C, a crash):
     timing.json, rewritten after every case, says ``partial`` until the sweep ends. ``env["missing"]``:
     no environment.json (its words replace "torch ? · GPU: unknown")."""
+    env_found = env is not None
+    env = {} if env is None else env
     if not env_found:
         env["missing"] = True
-    try:
-        timing = json.loads((folder / "timing.json").read_text())
-    except (OSError, ValueError):
-        timing = {}
-    if isinstance(timing, dict) and timing.get("partial") and not env.get("partial"):
+    if timing.get("partial") and not env.get("partial"):
         env["partial"], env["partial_why"] = True, "interrupted (Ctrl-C or a crash) before the sweep ended"
     elif not env_found and not timing:
         env["partial"], env["partial_why"] = True, "no environment.json nor timing.json: the run did not finish"
+    return env
 
 
 def partial_words(run: Run) -> str:
@@ -213,27 +209,9 @@ def _case(row: dict[str, Any], expectations: Expectations, cases: dict[str, Case
 
 def save_results(run: Run) -> Path:
     """Write ``run``'s rows (verdicts as judged now) back over its results.csv (or .csv.gz)."""
-    path = run.results_path or run.path / "results.csv"
+    path = run.results_path or run.path / runfolder.RESULTS
     run.df[run.columns].to_csv(path, index=False)
     return path
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    """The objects of ``path``, or of ``path.gz`` when only that is there (a committed run keeps its masks gzipped)."""
-    out: list[dict[str, Any]] = []
-    packed = path.with_name(path.name + ".gz")
-    if not path.exists() and packed.exists():
-        path = packed
-    if path.exists():
-        for line in read_text(path).splitlines():
-            if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by an interrupted run
-                if isinstance(obj, dict):
-                    out.append(obj)
-    return out
 
 
 def num(v: Any) -> float:

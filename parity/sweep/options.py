@@ -4,7 +4,6 @@ judge and the shrinker. Nothing below re-reads the command line."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -55,32 +54,6 @@ class SweepOptions:
             raise ValueError(f"timeout must be > 0 seconds, got {self.timeout:g}")
         if self.gpus and not self.isolate and len(self.gpus) > 1:
             raise ValueError("several GPUs need one worker process per lane: drop --no-isolate or give one GPU")
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, **checked: Any) -> SweepOptions:
-        """``parity run``'s options from its argparse namespace; ``checked``: what the command
-        already checked and resolved (``budgets``, ``splits``, ``expectations``, ``reference_device``,
-        ``shard``; ``gpus`` and ``worker_paths`` when read already, else they are read here: a bad
-        one is a :class:`UserError`)."""
-        isolate = not args.no_isolate
-        fields: dict[str, Any] = dict(
-            isolate=isolate,
-            probes=not args.no_probes,
-            max_passes=args.max_mask_passes,
-            timeout=args.timeout,
-            repeats=args.repeats,
-            resume=args.resume,
-            progress=not args.quiet,
-            jobs=args.jobs,
-            time_limit=args.time_limit,
-            shrink_calls=args.shrink,
-            fail_fast=getattr(args, "fail_fast", False),
-        )
-        if "worker_paths" not in checked:
-            fields["worker_paths"] = read_worker_paths(args.worker_path)
-        if "gpus" not in checked:
-            fields["gpus"] = tuple(read_gpus(getattr(args, "gpus", None), isolate))
-        return cls(**fields, **checked)
 
 
 def read_worker_paths(items: list[str] | None) -> dict[str, list[str]]:

@@ -19,12 +19,13 @@ from ..judge import BaselineCache, apply_expectations, harness_oom_row, judge, u
 from ..maskcheck import mask_passes
 from ..memory import MemoryEstimate, estimate, is_oom
 from ..results import FAIL_VERDICTS, Judged
+from ..runfolder import ResultsWriter
 from .eta import Eta, case_cost, clock
 from .lanes import LanePlan, make_executor, plan, run_lanes
 from .memgate import MemoryGate, device_budget
 from .options import SweepOptions
 from .timing import SweepTiming, split_line, write_timing
-from .writers import Progress, ResultsWriter
+from .writers import Progress
 
 #: One backend's answer waiting to be judged: (case, unit, backend info, result, seconds waited on the worker,
 #: seconds spent on the case's reference meanwhile, the row's time limit in seconds).

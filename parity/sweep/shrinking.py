@@ -10,6 +10,7 @@ from typing import Any
 
 from ..case import Case
 from ..judge import BaselineCache, judge
+from ..runfolder import SHRUNK
 from ..shrink import Shrunk, budget_note, shrink
 from .lanes import make_executor
 from .options import SweepOptions
@@ -26,7 +27,7 @@ def shrink_failures(failures: list[dict[str, Any]], options: SweepOptions, out: 
         firsts.setdefault(r["backend"], r)
     baselines = BaselineCache(options.reference_device)
     done = []
-    with (out / "shrunk.jsonl").open("a" if options.resume else "w") as fh:
+    with (out / SHRUNK).open("a" if options.resume else "w") as fh:
         for spec, row in firsts.items():
             case = Case.from_json(row["case_json"])
             found = _shrink_one(spec, case, row, options, baselines)

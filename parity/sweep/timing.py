@@ -3,19 +3,14 @@ shard the run was (``--shard``)."""
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
 from ..case import Case
+from ..runfolder import read_timing, write_timing
 
-
-def write_timing(out_dir: Path, summary: dict[str, Any]) -> None:
-    """``OUT/timing.json``, written atomically (a kill never leaves half a file)."""
-    tmp = out_dir / "timing.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    tmp.replace(out_dir / "timing.json")
+__all__ = ["SweepTiming", "merged_timing", "split_line", "write_timing"]
 
 
 def _median(xs: list[float]) -> float | None:
@@ -175,9 +170,8 @@ def merged_timing(dirs: list[Path]) -> dict[str, Any] | None:
     wall time, rows and GPUs, the longest wall and the rows summed; None when no input has one."""
     runs = []
     for d in dirs:
-        try:
-            t = json.loads((Path(d) / "timing.json").read_text())
-        except (OSError, ValueError):
+        t = read_timing(Path(d))
+        if not t:
             continue
         runs.append({"folder": str(d), "shard": t.get("shard"), "wall_s": t.get("wall_s", 0.0), "rows_run": t.get("rows_run", 0),
                      "lanes": len(t.get("lanes") or []), "gpus": t.get("gpus") or [], "per_gpu": t.get("per_gpu") or {}})

@@ -1,106 +1,18 @@
-"""What a sweep writes as it goes: ``results.csv`` and ``masks.jsonl`` (flushed row by row), the
+"""What a sweep shows as it goes: ``results.csv`` and ``masks.jsonl`` are written by
+:class:`parity.runfolder.ResultsWriter` (flushed row by row); the
 progress line, and the summary table printed at the end."""
 
 from __future__ import annotations
 
-import csv
-import json
 import sys
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
-from ..files import read_text
-from ..results import ADDED_COLUMNS, COLUMNS, RAW_FAIL_VERDICTS, VERDICTS, Judged
+from ..results import RAW_FAIL_VERDICTS, VERDICTS
+from ..runfolder import ResultsWriter
 
-
-class ResultsWriter:
-    """Appends rows to ``DIR/results.csv`` (flushed per row) and mask images to ``masks.jsonl``."""
-
-    def __init__(self, out_dir: Path, resume: bool = False):
-        self.dir = out_dir
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.dir / "results.csv"
-        self.done: set[tuple[str, str]] = set()
-        mode = "w"
-        if resume and not self.path.exists() and (self.dir / "results.csv.gz").exists():
-            self._unpack_gz()
-        if resume and self.path.exists() and self._drop_torn_row():
-            self._read_earlier_rows()
-            mode = "a"
-        self._fh = self.path.open(mode, newline="")
-        self._csv = csv.DictWriter(self._fh, fieldnames=COLUMNS, extrasaction="ignore")
-        if mode == "w":
-            self._csv.writeheader()
-            self._fh.flush()
-        self._masks = (self.dir / "masks.jsonl").open("a" if resume else "w")
-
-    def _unpack_gz(self) -> None:
-        """--resume on a folder that keeps its rows gzipped (a committed report): they move to results.csv,
-        the one file the rows are appended to and the reports read first."""
-        gz = self.dir / "results.csv.gz"
-        self.path.write_text(read_text(gz), encoding="utf-8")
-        gz.unlink()
-        print(f"parity: --resume: {gz} unpacked into results.csv (gzip it again to commit the folder)", file=sys.stderr)
-
-    def _read_earlier_rows(self) -> None:
-        """--resume: the finished rows of results.csv go into ``done``. One written before a column of
-        ADDED_COLUMNS existed is rewritten with the full header (those cells empty; stderr says so);
-        one without another column of COLUMNS, or with a column this version does not write, is refused."""
-        with self.path.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            fields = list(reader.fieldnames or [])
-            rows = list(reader)
-        missing = [c for c in COLUMNS if c not in fields]
-        essential = [c for c in missing if c not in ADDED_COLUMNS]
-        if essential:
-            named = ", ".join(essential[:8]) + (f" and {len(essential) - 8} more" if len(essential) > 8 else "")
-            raise UserError(f"--resume: {self.path} is not a results.csv of this tool (it lacks the columns {named}); start a new --out")
-        extra = [c for c in fields if c not in COLUMNS]
-        if extra:
-            raise UserError(
-                f"--resume: {self.path} has columns this attn-parity does not write ({', '.join(extra)}): "
-                "a newer version's run; finish it with that version, or start a new --out"
-            )
-        if fields != COLUMNS:
-            self._rewrite(rows)
-        if missing:
-            s = "s" if len(missing) > 1 else ""
-            words = "its rows have no GPU recorded" if missing == ["gpu"] else "they are left empty in its rows"
-            print(f"parity: resuming a run written before the {', '.join(missing)} column{s}: {words}", file=sys.stderr)
-        self.done = {(r["backend"], r["case_id"]) for r in rows if r.get("verdict")}
-
-    def _rewrite(self, rows: list[dict[str, str]]) -> None:
-        """results.csv anew with the header of COLUMNS (cells of columns it lacked empty), through a temporary file."""
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with tmp.open("w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=COLUMNS, restval="", extrasaction="ignore")
-            w.writeheader()
-            w.writerows(rows)
-        tmp.replace(self.path)
-
-    def _drop_torn_row(self) -> int:
-        """A run killed mid-write can leave a last line without its newline: cut it off; the size left."""
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            data = data[: data.rfind(b"\n") + 1]
-            with self.path.open("r+b") as fh:
-                fh.truncate(len(data))
-        return len(data)
-
-    def write(self, judged: Judged) -> None:
-        row = judged.row
-        self._csv.writerow(row)
-        self._fh.flush()
-        if judged.mask_image:
-            self._masks.write(json.dumps({"backend": row["backend"], "case_id": row["case_id"], **judged.mask_image}) + "\n")
-            self._masks.flush()
-
-    def close(self) -> None:
-        self._fh.close()
-        self._masks.close()
+__all__ = ["Progress", "ResultsWriter", "known_vs_new", "summary_table"]
 
 
 class Progress:

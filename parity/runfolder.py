@@ -1,0 +1,366 @@
+"""A run folder and every file in it, in one place: which files there are, where the rows are
+(``results.csv``, or ``results.csv.gz`` in a committed run), how each is read and written.
+
+==================  =========================================================================
+``results.csv``     the rows (:data:`parity.results.COLUMNS`), appended and flushed one by one
+                    (:class:`ResultsWriter`); a committed run keeps them as ``results.csv.gz``
+``results.json``    the same rows as one JSON list (:func:`write_json`)
+``environment.json``  what the run ran on and what it was (:func:`write_environment`)
+``masks.jsonl``     the mask probes' pictures (``.gz`` in a committed run)
+``shrunk.jsonl``    the shrunk failing cases (``.gz`` in a committed run)
+``timing.json``     where the wall time went (:func:`write_timing`)
+``coverage.csv``    backends x coverage cells (:func:`write_table`, rows from :mod:`parity.coverage`)
+``decode.csv``      greedy-decode results, beside the rows or in ``decode/``
+==================  =========================================================================
+
+A folder's rows are read once (:func:`read_results`) and handed to whoever needs them (coverage,
+the reports, results.json, the summary of a resumed run). Imports only ``errors``, ``files`` and
+``results``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import io
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+from .files import read_text
+from .results import ADDED_COLUMNS, COLUMNS, Judged
+
+RESULTS = "results.csv"
+RESULTS_GZ = "results.csv.gz"
+RESULTS_JSON = "results.json"
+ENVIRONMENT = "environment.json"
+MASKS = "masks.jsonl"
+SHRUNK = "shrunk.jsonl"
+TIMING = "timing.json"
+COVERAGE = "coverage.csv"
+CONSISTENCY = "consistency.csv"
+DECODE = "decode.csv"
+DECODE_STEPS = "decode_steps.csv"
+#: What ``environment.json`` keeps of each earlier, cut-short run into a resumed folder.
+EARLIER_KEEP = ("date_utc", "command", "wall_seconds", "partial", "rows_run", "rows_planned", "jobs", "backends")
+
+
+@dataclasses.dataclass(frozen=True)
+class ResultRow(Mapping[str, str]):
+    """One row of results.csv: its cells by column, as written (strings; ``""`` for empty).
+    Reads like the dict it was (``row["verdict"]``, ``row.get("gpu")``); :meth:`csv_cells` is
+    the row in :data:`COLUMNS` order, what is written."""
+
+    cells: Mapping[str, str]
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> ResultRow:
+        """A row from a dict of cells (a column it lacks is empty; a ``None`` cell is empty)."""
+        return row if isinstance(row, ResultRow) else cls({k: "" if v is None else v for k, v in row.items() if k is not None})
+
+    def __getitem__(self, column: str) -> str:
+        return self.cells[column]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.cells)
+
+    def __len__(self) -> int:
+        return len(self.cells)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(backend, case_id): one row per pair in a folder."""
+        return (str(self.cells.get("backend", "")), str(self.cells.get("case_id", "")))
+
+    def csv_cells(self) -> dict[str, Any]:
+        """The row as results.csv has it: every column of :data:`COLUMNS`, in order."""
+        return {c: self.cells.get(c, "") for c in COLUMNS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    """A folder's rows as read once: the file, its header, the finished rows (a torn last row of a
+    killed run, without a verdict, is not one)."""
+
+    path: Path
+    fields: tuple[str, ...]
+    rows: tuple[ResultRow, ...]
+
+
+def results_path(folder: Path) -> Path | None:
+    """``folder/results.csv``, else ``folder/results.csv.gz`` (a committed run), else None."""
+    for name in (RESULTS, RESULTS_GZ):
+        if (folder / name).exists():
+            return folder / name
+    return None
+
+
+def holds_run(folder: Path) -> bool:
+    """Whether ``folder`` holds a run's rows."""
+    return results_path(folder) is not None
+
+
+def parse_results(path: Path, text: str) -> Results:
+    """The rows of a results CSV's ``text`` (the file ``path``)."""
+    reader = csv.DictReader(io.StringIO(text, newline=""), restval="")
+    try:
+        rows = tuple(ResultRow.of(r) for r in reader if r.get("verdict"))
+    except csv.Error as exc:
+        raise UserError(f"{path}: not a readable CSV ({exc})") from None
+    if reader.fieldnames is None:
+        raise UserError(f"{path}: not a readable CSV (No columns to parse from file)")
+    return Results(path, tuple(reader.fieldnames), rows)
+
+
+def read_results(folder: Path) -> Results | None:
+    """The folder's rows (results.csv or results.csv.gz), read once; None when it holds none."""
+    path = results_path(folder)
+    return None if path is None else parse_results(path, read_text(path))
+
+
+def read_rows(folder: Path) -> list[ResultRow]:
+    """The folder's finished rows; ``[]`` when it holds none."""
+    res = read_results(folder)
+    return list(res.rows) if res else []
+
+
+def jsonl_path(folder: Path, name: str) -> Path:
+    """``folder/name``, or ``folder/name.gz`` when only that is there (a committed run)."""
+    path, packed = folder / name, folder / (name + ".gz")
+    return packed if not path.exists() and packed.exists() else path
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The objects of a .jsonl file (or its .gz); a line cut short by an interrupted run is skipped."""
+    path = jsonl_path(path.parent, path.name)
+    out: list[dict[str, Any]] = []
+    if path.exists():
+        for line in read_text(path).splitlines():
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(obj, dict):
+                    out.append(obj)
+    return out
+
+
+def read_environment(folder: Path) -> dict[str, Any] | None:
+    """``environment.json`` (None when there is none); a UserError when it is not JSON."""
+    path = folder / ENVIRONMENT
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc})") from None
+
+
+def write_environment(folder: Path, environment: dict[str, Any], keep_earlier: bool = False) -> Path:
+    """``environment.json``; ``keep_earlier`` (--resume): what the earlier, cut-short runs into the
+    folder were goes into ``earlier_runs``."""
+    path = folder / ENVIRONMENT
+    if keep_earlier and path.exists():
+        try:
+            prev = json.loads(path.read_text())
+            environment["earlier_runs"] = [*prev.get("earlier_runs", []), {k: prev.get(k) for k in EARLIER_KEEP}]
+        except (OSError, ValueError):
+            pass
+    path.write_text(json.dumps(environment, indent=2, default=str) + "\n")
+    return path
+
+
+def read_timing(folder: Path) -> dict[str, Any]:
+    """``timing.json`` ({} when absent or torn: it is rewritten after every case)."""
+    try:
+        timing = json.loads((folder / TIMING).read_text())
+    except (OSError, ValueError):
+        return {}
+    return timing if isinstance(timing, dict) else {}
+
+
+def write_timing(folder: Path, timing: Mapping[str, Any]) -> None:
+    """``timing.json``, written atomically (a kill never leaves half a file)."""
+    tmp = folder / (TIMING + ".tmp")
+    tmp.write_text(json.dumps(timing, indent=2) + "\n")
+    tmp.replace(folder / TIMING)
+
+
+def write_json(folder: Path, rows: Iterable[Mapping[str, str]]) -> None:
+    """``results.json``: the rows (the same columns, as strings) as one JSON list."""
+    try:
+        (folder / RESULTS_JSON).write_text(json.dumps([dict(r) for r in rows], indent=1) + "\n")
+    except OSError as exc:
+        print(f"parity: results.json not written ({exc})", file=sys.stderr)
+
+
+def write_table(path: Path, fields: Iterable[str], rows: Iterable[Mapping[str, Any]]) -> Path:
+    """A CSV (coverage.csv, a merged results.csv, decode.csv) with this header; cells of other columns dropped."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(fields), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+#: Where ``parity run`` puts a run without ``--out``: a new folder per run, ``reports/latest`` names the newest.
+RUNS_DIR, LATEST = Path("reports/runs"), Path("reports/latest")
+
+
+def latest_run(latest: Path = LATEST) -> Path:
+    """The newest run folder: ``reports/latest`` (a symlink, or a folder of an older layout), else the
+    folder ``reports/latest.txt`` names (platforms without symlinks)."""
+    note = latest.with_name(latest.name + ".txt")
+    if not latest.exists() and note.exists():
+        return Path(note.read_text().strip())
+    return latest
+
+
+def newest_runs(n: int, runs: Path = RUNS_DIR) -> list[Path]:
+    """The ``n`` newest run folders under ``runs`` (those holding results.csv or .csv.gz), oldest first:
+    newest by name, ``DATE-TIME`` then its ``-2``, ``-3``, ... suffix (:func:`new_run_dir`)."""
+
+    def order(p: Path) -> tuple[str, int]:
+        m = re.fullmatch(r"(\d{8}-\d{6})-(\d+)", p.name)
+        return (m.group(1), int(m.group(2))) if m else (p.name, 1)
+
+    found = [p for p in runs.iterdir() if holds_run(p)] if runs.is_dir() else []
+    return sorted(found, key=order)[-n:]
+
+
+def new_run_dir(runs: Path = RUNS_DIR, latest: Path = LATEST, now: datetime.datetime | None = None) -> Path:
+    """A new, empty run folder ``runs/YYYYMMDD-HHMMSS`` (``-2``, ``-3``, ... when taken), and ``latest``
+    pointed at it: a symlink where the platform allows, else ``latest.txt`` naming it."""
+    stamp = (now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    runs.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        out = runs / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            out.mkdir()
+            break
+        except FileExistsError:
+            continue
+    note = latest.with_name(latest.name + ".txt")
+    try:
+        if latest.is_symlink():
+            latest.unlink()
+        if latest.exists():  # a real folder (an older layout): leave it, say it in latest.txt
+            raise OSError("reports/latest is a folder")
+        latest.symlink_to(os.path.relpath(out, latest.parent), target_is_directory=True)
+        note.unlink(missing_ok=True)
+    except (OSError, NotImplementedError):
+        note.write_text(f"{out}\n")
+    return out
+
+
+def check_out_dir(out: Path, resume: bool, force: bool) -> None:
+    """An explicit ``--out`` that already holds a run is refused unless ``--resume`` (continue it) or
+    ``--force`` (replace it: its run files are removed, and stderr says so)."""
+    held = results_path(out)
+    if held is None or resume:
+        return
+    if not force:
+        raise UserError(
+            f"--out {out} already holds a run ({held.name}); add --resume to continue it, "
+            "--force to replace it, or leave --out out for a new folder under reports/runs/"
+        )
+    import shutil
+
+    print(f"parity: --force: replacing the run in {out}", file=sys.stderr)
+    for p in out.iterdir():
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+
+
+class ResultsWriter:
+    """Appends rows to ``DIR/results.csv`` (flushed per row) and mask images to ``masks.jsonl``."""
+
+    def __init__(self, out_dir: Path, resume: bool = False):
+        self.dir = out_dir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / RESULTS
+        self.done: set[tuple[str, str]] = set()
+        mode = "w"
+        if resume and not self.path.exists() and (self.dir / RESULTS_GZ).exists():
+            self._unpack_gz()
+        if resume and self.path.exists() and self._drop_torn_row():
+            self._read_earlier_rows()
+            mode = "a"
+        self._fh = self.path.open(mode, newline="")
+        self._csv = csv.DictWriter(self._fh, fieldnames=COLUMNS, extrasaction="ignore")
+        if mode == "w":
+            self._csv.writeheader()
+            self._fh.flush()
+        self._masks = (self.dir / MASKS).open("a" if resume else "w")
+
+    def _unpack_gz(self) -> None:
+        """--resume on a folder that keeps its rows gzipped (a committed report): they move to results.csv,
+        the one file the rows are appended to and the reports read first."""
+        gz = self.dir / RESULTS_GZ
+        self.path.write_text(read_text(gz), encoding="utf-8")
+        gz.unlink()
+        print(f"parity: --resume: {gz} unpacked into results.csv (gzip it again to commit the folder)", file=sys.stderr)
+
+    def _read_earlier_rows(self) -> None:
+        """--resume: the finished rows of results.csv go into ``done``. One written before a column of
+        ADDED_COLUMNS existed is rewritten with the full header (those cells empty; stderr says so);
+        one without another column of COLUMNS, or with a column this version does not write, is refused."""
+        with self.path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            fields = list(reader.fieldnames or [])
+            rows = list(reader)
+        missing = [c for c in COLUMNS if c not in fields]
+        essential = [c for c in missing if c not in ADDED_COLUMNS]
+        if essential:
+            named = ", ".join(essential[:8]) + (f" and {len(essential) - 8} more" if len(essential) > 8 else "")
+            raise UserError(f"--resume: {self.path} is not a results.csv of this tool (it lacks the columns {named}); start a new --out")
+        extra = [c for c in fields if c not in COLUMNS]
+        if extra:
+            raise UserError(
+                f"--resume: {self.path} has columns this attn-parity does not write ({', '.join(extra)}): "
+                "a newer version's run; finish it with that version, or start a new --out"
+            )
+        if fields != COLUMNS:
+            self._rewrite(rows)
+        if missing:
+            s = "s" if len(missing) > 1 else ""
+            words = "its rows have no GPU recorded" if missing == ["gpu"] else "they are left empty in its rows"
+            print(f"parity: resuming a run written before the {', '.join(missing)} column{s}: {words}", file=sys.stderr)
+        self.done = {(r["backend"], r["case_id"]) for r in rows if r.get("verdict")}
+
+    def _rewrite(self, rows: list[dict[str, str]]) -> None:
+        """results.csv anew with the header of COLUMNS (cells of columns it lacked empty), through a temporary file."""
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=COLUMNS, restval="", extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
+        tmp.replace(self.path)
+
+    def _drop_torn_row(self) -> int:
+        """A run killed mid-write can leave a last line without its newline: cut it off; the size left."""
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            data = data[: data.rfind(b"\n") + 1]
+            with self.path.open("r+b") as fh:
+                fh.truncate(len(data))
+        return len(data)
+
+    def write(self, judged: Judged) -> None:
+        row = ResultRow.of(judged.row)
+        self._csv.writerow(row.csv_cells())
+        self._fh.flush()
+        if judged.mask_image:
+            self._masks.write(json.dumps({"backend": row["backend"], "case_id": row["case_id"], **judged.mask_image}) + "\n")
+            self._masks.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+        self._masks.close()

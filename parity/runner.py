@@ -1,0 +1,506 @@
+"""``parity run``'s work, below the command line: a frozen :class:`RunRequest` (what the command
+line asked for, parsed by :mod:`parity.cli.run`) goes to :func:`run`, which loads the cases, runs the
+sweep, writes the run folder through :mod:`parity.runfolder` (its rows read back once), prints the
+failures, shrinks them, writes the reports, and returns the exit code (see :mod:`parity.cli.run`).
+No argparse Namespace reaches this module."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import runfolder
+from .errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL
+from .errors import UserError as UsageError
+from .files import read_text
+from .results import DTYPES
+
+
+def split_list(values: Sequence[str] | None) -> list[str]:
+    """Repeatable, comma-separated option values (``-b a,b -b c``) as one list."""
+    out: list[str] = []
+    for v in values or []:
+        out.extend(x.strip() for x in v.split(",") if x.strip())
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRequest:
+    """What ``parity run`` was asked: one field per flag, as given (repeatable flags as tuples; comma
+    lists are split and checked by :func:`run`)."""
+
+    backend: tuple[str, ...] = ()  # names and selectors as given (empty: the CPU backends)
+    profile: str | None = None
+    model: tuple[str, ...] = ()
+    length_scale: int | None = None
+    seed: int = 0
+    out: Path | None = None
+    force: bool = False
+    case: tuple[str, ...] = ()
+    case_file: Path | None = None
+    dtype: tuple[str, ...] | None = None  # as given (None: every dtype); checked by run()
+    fail_fast: bool = False
+    last_failed: Path | None = None
+    no_probes: bool = False
+    max_mask_passes: int = 64
+    timeout: float | None = None
+    no_isolate: bool = False
+    budget: tuple[str, ...] = ()
+    reference_device: str = "auto"
+    resume: bool = False
+    repeats: int = 1
+    worker_path: tuple[str, ...] = ()
+    jobs: int = 1
+    gpus: str | None = None
+    shard: str | None = None
+    split: tuple[str, ...] = ()
+    time_limit: float | None = None
+    compile_cache: str | None = None
+    quiet: bool = False
+    shrink: int = 40
+    list_cases: bool = False
+    no_report: bool = False
+    no_siblings: bool = False
+    require_coverage: bool = False
+    expect: tuple[str, ...] | None = None
+
+
+def load_cases(req: RunRequest, specs: Sequence[str] = ()) -> tuple[list, dict, RunRequest]:
+    """The run's cases, what the design did (long-case cap, siblings per backend) for environment.json,
+    and ``req`` with the profile it ran (``first`` / ``default`` when none was given)."""
+    from .case import Case
+    from .strategies import CPU_LONG_CAP, generate, profile
+
+    if req.case or req.case_file:
+        cases = [Case.from_json(text) for text in req.case or []]
+        if req.case_file:
+            if not req.case_file.exists():
+                raise UsageError(f"--case-file {req.case_file}: no such file")
+            text = read_text(req.case_file)
+            if req.case_file.name.endswith((".csv", ".csv.gz")):
+                import csv
+
+                seen = set()
+                for row in csv.DictReader(text.splitlines()):
+                    if row.get("case_json") and row["case_json"] not in seen:
+                        seen.add(row["case_json"])
+                        cases.append(Case.from_json(row["case_json"]))
+            else:
+                for n, line in enumerate(text.splitlines(), 1):
+                    if line.strip():
+                        try:
+                            cases.append(Case.from_json(line))
+                        except ValueError as exc:
+                            raise UsageError(f"{req.case_file}:{n}: {exc}") from None
+        if req.dtype:
+            cases = [c for c in cases if c.dtype in req.dtype]
+        return cases, {}, req
+    if req.model or req.profile == "models":
+        return (*_model_cases(req, specs), req)
+    from . import backends
+    from .design import place
+
+    instances = {s: backends.get(s) for s in specs}
+    gpu = any(getattr(b, "device", "cpu") == "cuda" for b in instances.values())
+    chosen = req.profile
+    req = dataclasses.replace(req, profile=first_run_profile(req.profile, instances, _gpu_here() if gpu else False))
+    try:
+        prof = profile(req.profile or "")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    long_len = prof.long_len if gpu else min(prof.long_len, CPU_LONG_CAP)
+    cases = generate(prof, req.seed, tuple(req.dtype) if req.dtype else DTYPES, long_len)
+    design = {"long_len": long_len, "long_capped": long_len < prof.long_len,
+              "long_cap_why": "" if gpu else f"no GPU backend in the run: long key ranges capped at Sk={CPU_LONG_CAP}"}
+    if not req.no_siblings:
+        cases, added = place(cases, instances)
+        design["siblings"] = {s: n for s, n in added.items() if n}
+    if prof.name == "first" and not chosen and not os.environ.get("PARITY_PROFILE") and not req.list_cases:
+        print(left_out(prof, len(cases)), file=sys.stderr)
+    return cases, design, req
+
+
+def _model_cases(req: RunRequest, specs: Sequence[str]) -> tuple[list, dict]:
+    """``--model`` / ``--profile models``: the models' cases; lengths divided on a run without a GPU backend (said on stdout)."""
+    from . import backends
+    from .models import CPU_SCALE_DOWN, profile_cases
+
+    if req.profile not in (None, "models"):
+        raise UsageError(f"--model runs the models' own cases: drop --profile {req.profile} (or use --profile models)")
+    gpu = any(getattr(backends.get(s), "device", "cpu") == "cuda" for s in specs)
+    if req.length_scale is not None and req.length_scale < 1:
+        raise UsageError(f"--length-scale must be >= 1, got {req.length_scale}")
+    scale = req.length_scale or (1 if gpu else CPU_SCALE_DOWN)
+    cases, models = profile_cases(list(req.model), tuple(req.dtype) if req.dtype else ("bfloat16",), scale, req.seed)
+    why = "" if scale == 1 else (f"lengths and windows divided by {scale} (--length-scale)" if req.length_scale
+                                 else f"no GPU backend in the run: lengths and windows divided by {scale}")
+    if why:
+        print(f"parity: models at REDUCED lengths: {why}")
+    for m in models:
+        for note in m.notes:
+            print(f"parity: model {m.name}: {note}")
+    design = {"models": {m.name: {"attention": m.describe(), "source": m.source, "notes": list(m.notes)} for m in models},
+              "length_scale": scale, "reduced_why": why, "long_capped": scale > 1, "long_cap_why": why}
+    return cases, design
+
+
+def first_run_profile(chosen: str | None, instances: dict, gpu_here: bool) -> str:
+    """The run's profile: ``--profile``, else ``$PARITY_PROFILE``, else ``default`` where a backend of the
+    run is a CUDA one and a GPU is here (a GPU runner), else ``first`` (CPU sizes, about two minutes)."""
+    if chosen or os.environ.get("PARITY_PROFILE"):
+        return chosen or os.environ["PARITY_PROFILE"]
+    gpu = gpu_here and any(getattr(b, "device", "cpu") == "cuda" for b in instances.values())
+    return "default" if gpu else "first"
+
+
+def _gpu_here() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def left_out(prof, n_cases: int) -> str:
+    """What the ``first`` profile leaves out of the ``default`` one, and how to run that."""
+    from .strategies import PROFILES
+
+    full = PROFILES["default"]
+    return (f"parity: first run on the CPU: profile 'first' ({n_cases} cases: every curated edge case in one dtype, "
+            f"the 100-cell window grid, a pairwise design of the coverage model, {prof.examples} drawn cases; "
+            f"lengths <= {prof.max_len}, {prof.long_count} long key range of 2048 keys).\n"
+            f"parity: left out (the default profile runs them): the edge cases in the other two dtypes, lengths "
+            f"{prof.max_len + 1}..{full.max_len} (the 256-key tile), {full.examples - prof.examples} more drawn cases, "
+            f"{full.long_count - prof.long_count} more long cases, batches of {full.max_batch}.\n"
+            f"parity: the full default profile (about 1300 rows, 8 min or more on 2 idle cores): "
+            f"python -m parity run --profile default")
+
+
+def _splits(items: Sequence[str] | None) -> dict[str, int]:
+    """``--split BACKEND=K`` items as ``{BACKEND: K}`` (checked against the run by :func:`sweep.check_splits`)."""
+    out: dict[str, int] = {}
+    for item in items or []:
+        name, sep, k = item.partition("=")
+        if not sep or not name or not k.strip().isdigit():
+            raise UsageError(f"--split wants BACKEND=K (K a whole number), got {item!r}")
+        out[name] = int(k)
+    return out
+
+
+def _run_specs(req: RunRequest) -> tuple[list[str], list[str]]:
+    """The backends of the run (selectors expanded, every name resolved) and those named explicitly."""
+    from . import backends
+
+    requested = split_list(req.backend)
+    if req.backend and not requested:
+        raise UsageError(f"--backend {' '.join(map(repr, req.backend))} names no backend")
+    explicit = [s for s in requested if s not in backends.SELECTORS]
+    specs: list[str] = []
+    for s in requested or list(backends.DEFAULT_CPU):
+        specs.extend(backends.expand(s))
+    for spec in specs:  # resolve now: an unknown name is a usage error, not a row
+        try:
+            backends.get(spec)
+        except backends.BackendSpecError as exc:
+            raise UsageError(str(exc)) from None
+    return specs, explicit
+
+
+def _check_run_args(req: RunRequest, specs: list[str]) -> tuple[dict, dict[str, int]]:
+    """The run's numeric arguments checked; its error budgets and its ``--split`` parts."""
+    from .sweep import check_splits
+    from .verdict import budgets_with
+
+    try:
+        budgets = budgets_with(list(req.budget) or None)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for flag, value in (("--repeats", req.repeats), ("--max-mask-passes", req.max_mask_passes), ("--jobs", req.jobs)):
+        if value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+    if req.timeout is not None and req.timeout <= 0:
+        raise UsageError(f"--timeout must be > 0 seconds, got {req.timeout:g}")
+    if req.time_limit is not None and req.time_limit <= 0:
+        raise UsageError(f"--time-limit must be > 0 seconds, got {req.time_limit:g}")
+    try:  # before any case is generated: a bad --split costs nothing
+        splits = check_splits(_splits(req.split), specs, req.jobs, not req.no_isolate)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return budgets, splits
+
+
+def _reference_device(choice: str) -> str:
+    import torch
+
+    ref_dev = choice
+    if ref_dev == "auto":
+        ref_dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if ref_dev == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--reference-device cuda: no CUDA device here")
+    return ref_dev
+
+
+def _compile_cache(choice: str | None) -> tuple[Path | None, dict[str, dict[str, int]]]:
+    """``--compile-cache`` enabled; its folder (None: off) and what it held before the run."""
+    from . import compile_cache
+
+    cache_root = compile_cache.resolve(choice)
+    cache_before: dict[str, dict[str, int]] = {}
+    if cache_root is not None:
+        try:
+            compile_cache.enable(cache_root)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        cache_before = compile_cache.inventory(cache_root)
+    return cache_root, cache_before
+
+
+def _dtypes(values: Sequence[str] | None) -> tuple[str, ...] | None:
+    """``--dtype a,b --dtype c`` as a checked tuple (None: every dtype)."""
+    names = tuple(split_list(values))
+    for d in names:
+        if d not in DTYPES:
+            raise UsageError(f"--dtype: invalid choice: {d!r} (choose from {', '.join(DTYPES)})")
+    return names or None
+
+
+def _last_failed(req: RunRequest) -> RunRequest:
+    """``--last-failed DIR``: its failing rows' cases become the run's cases, its failing backends the
+    run's backends (when --backend is not given)."""
+    from .results import FAIL_VERDICTS
+
+    res = runfolder.read_results(req.last_failed) if req.last_failed else None
+    if res is None:
+        raise UsageError(f"--last-failed {req.last_failed}: no results.csv there (not a run folder)")
+    rows = [r for r in res.rows if r.get("verdict") in FAIL_VERDICTS]
+    if not rows:
+        raise UsageError(f"--last-failed {req.last_failed}: no failing row in {res.path}; nothing to rerun")
+    return dataclasses.replace(req, case=(*req.case, *dict.fromkeys(r["case_json"] for r in rows)),
+                               backend=req.backend or tuple(dict.fromkeys(r["backend"] for r in rows)))
+
+
+def run(req: RunRequest) -> int:
+    """Run what ``req`` asks; the exit code (UserError on bad input)."""
+    from .expect import load_checked
+    from .sweep import run_sweep
+    from .sweep.options import read_gpus
+
+    req = dataclasses.replace(req, dtype=_dtypes(req.dtype))
+    if req.last_failed:
+        req = _last_failed(req)
+    specs, explicit = _run_specs(req)
+    budgets, splits = _check_run_args(req, specs)
+    gpus = read_gpus(req.gpus, not req.no_isolate)  # before any case is generated: a bad --gpus costs nothing
+    expectations = load_checked(req.expect)
+    cases, design, req = load_cases(req, specs)
+    cases, shard_rec = _shard(req, cases, specs)
+    if req.list_cases:
+        for c in cases:
+            print(c.to_json())
+        return EXIT_OK
+    if not cases:
+        raise UsageError("no case selected (check --case / --case-file / --dtype)")
+    ref_dev = _reference_device(req.reference_device)
+    out = _out_dir(req)
+    cache_root, cache_before = _compile_cache(req.compile_cache)
+    print(f"parity: {len(cases)} cases x {len(specs)} backends -> {out}/results.csv", file=sys.stderr)
+    options = sweep_options(req, budgets=budgets, splits=splits, expectations=expectations,
+                            reference_device=ref_dev, shard=shard_rec, gpus=tuple(gpus))
+    try:
+        result = run_sweep(specs, cases, out, options)
+    except KeyboardInterrupt:
+        print(f"parity: interrupted: a PARTIAL run; its finished rows are in {out}/results.csv; "
+              f"parity run --resume --out {out} runs the rest", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    _write_environment(req, out, result, {"cases": len(cases), "reference_device": ref_dev, "splits": splits,
+                                          "budgets": budgets, "design": design, "expectations": expectations,
+                                          "cache": (cache_root, cache_before), "shard": shard_rec, "gpus": list(options.gpus)})
+    return _finish_run(req, out, result, explicit, options)
+
+
+def sweep_options(req: RunRequest, **checked):
+    """The sweep's options (:class:`parity.sweep.SweepOptions`) from ``req``; ``checked``: what the
+    run already checked and resolved (``budgets``, ``splits``, ``expectations``, ``reference_device``,
+    ``shard``, ``gpus``); ``worker_paths`` read here (a bad one is a UserError)."""
+    from .sweep import SweepOptions
+    from .sweep.options import read_worker_paths
+
+    checked.setdefault("worker_paths", read_worker_paths(list(req.worker_path)))
+    return SweepOptions(isolate=not req.no_isolate, probes=not req.no_probes, max_passes=req.max_mask_passes,
+                        timeout=req.timeout, repeats=req.repeats, resume=req.resume, progress=not req.quiet,
+                        jobs=req.jobs, time_limit=req.time_limit, shrink_calls=req.shrink, fail_fast=req.fail_fast,
+                        **checked)
+
+
+def _out_dir(req: RunRequest) -> Path:
+    """The run's folder: ``--out`` (refused when it holds a run, unless --resume / --force), the latest
+    run on a bare --resume, else a new folder under reports/runs/ (reports/latest then names it)."""
+    out = runfolder.latest_run() if req.out is None and req.resume else req.out
+    if out is None:
+        return runfolder.new_run_dir()
+    runfolder.check_out_dir(out, req.resume, req.force)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot use it as the output folder ({exc.strerror or exc})") from None
+    return out
+
+
+def _shard(req: RunRequest, cases: list, specs: Sequence[str]) -> tuple[list, dict | None]:
+    """``--shard K/N``: the shard's cases and its ``environment.json["shard"]`` (:mod:`parity.shard`)."""
+    if not req.shard:
+        return cases, None
+    from . import shard
+
+    filters = shard.run_filters(req.dtype, req.case, req.case_file, req.no_siblings)
+    try:
+        return shard.for_run(cases, req.shard, specs, profile=_profile_name(req), seed=req.seed, filters=filters)
+    except ValueError as exc:
+        raise UsageError(f"--shard {req.shard}: {exc}") from None
+
+
+def _profile_name(req: RunRequest) -> str:
+    """The profile environment.json records: ``models`` for a --model run."""
+    return "models" if req.model else req.profile or os.environ.get("PARITY_PROFILE") or "default"
+
+
+def _write_environment(req: RunRequest, out: Path, result, run: dict) -> None:
+    """OUT/environment.json: the machine, the backends and what the run was (earlier cut-short runs kept)."""
+    from . import compile_cache, env
+
+    cache_root, cache_before = run["cache"]
+    environment = env.collect(
+        {
+            "backends": result.infos,
+            "profile": _profile_name(req),
+            "seed": req.seed,
+            "cases": run["cases"],
+            "reference_device": run["reference_device"],
+            "jobs": req.jobs,
+            "gpus": run["gpus"],  # --gpus: the GPUs the lanes were pinned to ([]: none)
+            "splits": run["splits"],
+            "partial": result.partial or result.already + len(result.rows) < result.total,
+            "rows_planned": result.planned,
+            "rows_run": len(result.rows),
+            "rows_in_folder": result.already + len(result.rows),
+            "rows_total": result.total,
+            "budgets": {k: vars(v) for k, v in run["budgets"].items()},
+            "wall_seconds": round(result.seconds, 2),
+            "reference_seconds": round(result.reference_seconds, 2),
+            "compile_cache": None if cache_root is None else compile_cache.record(cache_root, cache_before),
+            "design": run["design"],
+            "expectations": run["expectations"].summary(),
+            "shard": run["shard"],
+        }
+    )
+    runfolder.write_environment(out, environment, keep_earlier=req.resume)
+
+
+def _finish_run(req: RunRequest, out: Path, result, explicit: list[str], options) -> int:
+    """Print the failures, shrink them, write the reports and the summary; the exit code. The
+    folder's rows are read once, after shrinking, for the reports, coverage, results.json and the summary."""
+    from .sweep import FAIL_VERDICTS, summary_table
+
+    failures = [r for r in result.rows if r["verdict"] in FAIL_VERDICTS]
+    shown = _print_failures(failures, options.expectations)
+    to_shrink = [r for r in failures if r["verdict"] != "unexpected-pass"]  # a pass has nothing to shrink
+    if req.shrink > 0 and to_shrink:
+        _shrink_failures(to_shrink, options, out)
+    folder = runfolder.read_results(out)
+    rows = list(folder.rows) if folder else []
+    wrote = not req.no_report and _write_reports(out, options.expectations, folder)  # after shrinking: shows the shrunk cases
+    coverage_gaps = _coverage_warnings(out, rows, write=not wrote)
+    hidden = sum(max(0, n - 3) for n in shown.values())
+    if hidden:
+        print(f"\n... and {hidden} more failing rows in {out}/results.csv")
+    print()
+    partial = result.partial or result.already + len(result.rows) < result.total
+    stopped = f"{_stopped_by(req, result)}; {len(result.rows)} of {result.planned} rows ran"
+    result = dataclasses.replace(result, rows=[dict(r) for r in rows]) if req.resume and rows else result
+    runfolder.write_json(out, rows)
+    print(summary_table(result))
+    if partial:
+        print(f"parity: PARTIAL: {stopped}; parity run --resume --out {out} runs the rest "
+              f"(exit {EXIT_PARTIAL} unless a row failed)", file=sys.stderr)
+    unavailable_explicit = [s for s in explicit if result.infos.get(s, {}).get("unavailable")]
+    for s in unavailable_explicit:
+        print(f"parity: requested backend {s} is unavailable: {result.infos[s]['unavailable']}", file=sys.stderr)
+    if coverage_gaps and req.require_coverage:
+        print(f"parity: --require-coverage: {coverage_gaps} backend(s) ran none of a cell their family ran (above)", file=sys.stderr)
+        return EXIT_FAIL
+    return EXIT_FAIL if (result.failed or unavailable_explicit) else EXIT_PARTIAL if partial else EXIT_OK
+
+
+def _write_reports(out: Path, expectations, folder: runfolder.Results | None) -> bool:
+    """report.html, summary.md, junit.xml and coverage.csv of ``out`` from its rows as read; whether written."""
+    try:
+        from .report.write import write_all
+
+        written = write_all(out, expectations=expectations, results=folder)
+    except ImportError as exc:
+        print(f"parity: reports not written ({exc}); pip install 'attn-parity[report]'", file=sys.stderr)
+        return False
+    print("parity: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return True
+
+
+def _stopped_by(req: RunRequest, result) -> str:
+    if getattr(result, "stopped_by", ""):
+        return result.stopped_by
+    return f"--time-limit {req.time_limit:g} s reached" if req.time_limit is not None else "stopped early"
+
+
+def _coverage_warnings(out: Path, rows: list, write: bool) -> int:
+    """Write OUT/coverage.csv (unless the reports did); warn, per backend, about cells its family ran
+    and it did not. The count warned."""
+    from . import backends, coverage
+
+    if write:
+        coverage.write_csv(out, rows=rows)
+    gaps = coverage.gaps(coverage.tally(rows), backends.marker_for)
+    for b, others in gaps.items():
+        print(f"parity: coverage: {coverage.describe_gap(b, others)}", file=sys.stderr)
+    return len(gaps)
+
+
+def _print_failures(failures: list[dict], expectations) -> dict[str, int]:
+    """The first three failing rows of each backend, with their mask words and repro; rows shown per backend."""
+    shown: dict[str, int] = {}
+    for r in failures:
+        shown[r["backend"]] = shown.get(r["backend"], 0) + 1
+        if shown[r["backend"]] > 3:
+            continue
+        if r["verdict"] == "unexpected-pass":
+            entry = expectations.get(r["expected_id"])
+            print(f"\nUNEXPECTED-PASS {r['backend']} [{r['expected_id']}] {r['case_id']}")
+            print(f"  passed, but the strict known divergence {entry.describe() if entry else r['expected_id']}"
+                  f" ({entry.source if entry else '?'}) expects {entry.verdict if entry else 'a failure'}")
+            print(f"  repro: {r['repro']}")
+            continue
+        why = r["reasons"] or r["detail"]
+        print(f"\n{r['verdict'].upper()} {r['backend']} [{why}] {r['case_id']}")
+        if r.get("mask_check") == "mismatch":
+            print(f"  mask: {r['mask_detail']}")
+        if r.get("gqa_check") == "mismatch":
+            print(f"  gqa: {r['gqa_detail']}")
+        if r.get("worst_where"):
+            print(f"  {r['worst_where']} (budget {r['threshold_max']}, err ratio {r['err_ratio']})")
+        if r["verdict"] != "fail":
+            print(f"  {r['detail']}")
+        print(f"  repro: {r['repro']}")
+    return shown
+
+
+def _shrink_failures(failures: list[dict], options, out: Path) -> None:
+    """Shrink the first failure of each backend (:func:`parity.sweep.shrinking.shrink_failures`); print the smaller reproductions."""
+    from .sweep.shrinking import shrink_failures
+
+    for rec in shrink_failures(failures, options, out):
+        small_row, spec = rec["row"], rec["backend"]
+        if rec["small"].case_id != rec["original"].case_id:
+            print(f"\nSHRUNK {spec} [{small_row.get('reasons') or small_row.get('detail')}] {rec['original'].summary()}  ->  "
+                  f"{rec['small'].summary()} ({rec['calls']} calls{'; ' + rec['note'] if rec.get('note') else ''})")
+            if small_row.get("mask_check") == "mismatch":
+                print(f"  mask: {small_row['mask_detail']}")
+            print(f"  repro: {rec['repro']}")
