@@ -11,9 +11,9 @@ from .backends.base import Backend
 from .case import Case
 from .execute import ProcessExecutor, backend_info, context_lost, execute
 from .expect import Expectations
+from .judge import BaselineCache, apply_expectations, judge, unavailable
 from .maskcheck import DEFAULT_MAX_PASSES, ProbeResult, run_gqa_probe, run_mask_probe
-from .results import Judged
-from .sweep.judging import BaselineCache, apply_expectations, judge, unavailable_row
+from .results import Judged, Verdict
 from .verdict import BUDGETS, Budget
 
 _BASELINES = BaselineCache("cpu", keep=16)
@@ -150,12 +150,12 @@ def evaluate_record(
         worker = _worker(backend, worker_path or [], probes, max_passes)
         inst, spec, info = None, backend, worker.info
         if info.get("unavailable"):
-            return Judged(unavailable_row(case, spec, info), summary=case.summary())
+            return unavailable(case, spec, info)
         res = worker.run(case)
     else:
         inst, spec, info = _resolve(backend)
         if info.get("unavailable"):
-            return Judged(unavailable_row(case, spec, info), summary=case.summary())
+            return unavailable(case, spec, info)
         res = _in_process(inst, spec, case, probes, max_passes)
     judged = judge(case, spec, info, res, baselines or _BASELINES, budgets or BUDGETS)
     if not expectations:
@@ -169,75 +169,57 @@ def evaluate_record(
     return apply_expectations(judged, expectations, str(version), case)
 
 
-def failure_message(row: dict[str, Any] | Judged, comparison: Any = None) -> str:
+def failure_message(row: dict[str, Any] | Judged) -> str:
     """A multi-line account of a failing row: what, by how much, where, and how to rerun it. Given a
-    :class:`parity.results.Judged` record (or the row and its ``comparison``), the error budget's
-    figures too."""
+    :class:`parity.results.Judged` record, its verdict's figures; given a results row (read back from
+    results.csv), the same figures parsed from its columns (no allowed mean nor unwritten count: not columns)."""
+    record = row.verdict if isinstance(row, Judged) else Verdict.from_row(row)
     if isinstance(row, Judged):
-        comparison = row.comparison
         row = row.row
     case = Case.from_json(row["case_json"])
     lines = [f"{row['backend']} {row['verdict'].upper()} on {case.summary()} [{row['reasons'] or row['detail']}]"]
-    lines += [f"  {line}" for line in miss_lines(row, comparison)]
+    lines += [f"  {line}" for line in miss_lines(record)]
     lines.append(f"  repro: {row['repro']}")
     return "\n".join(lines)
 
 
-def miss_lines(row: dict[str, Any], comparison: Any = None) -> list[str]:
-    """The measured lines of :func:`failure_message` (between its header and its repro), unindented:
-    unwritten elements, the error budget's figures and the worst element (with the row's
-    ``comparison``), non-finite output, the mask and GQA probes' misses, the backend's own words."""
+def miss_lines(record: Verdict | Judged | dict[str, Any]) -> list[str]:
+    """The measured lines of :func:`failure_message` (between its header and its repro), unindented, from
+    one source, the typed :class:`parity.results.Verdict` (a results row is parsed into one): unwritten
+    elements, the error budget's figures and the worst element, non-finite output, the mask and GQA
+    probes' misses, the backend's own words."""
+    v = record.verdict if isinstance(record, Judged) else record if isinstance(record, Verdict) else Verdict.from_row(record)
     lines = []
-    cmp = comparison
-    if cmp is not None and cmp.unwritten:  # first: it explains the rest; alone when nothing was written
-        lines.append(f"{cmp.unwritten} of {cmp.elements} output elements never written (poison left in the buffer)")
-    if cmp is not None and not (cmp.unwritten and cmp.unwritten == cmp.elements):
-        lines += _budget_lines(_comparison_figures(cmp))
-    if cmp is None and row.get("threshold_max") not in (None, ""):  # a row read back: its columns
-        lines += _budget_lines(_row_figures(row))
-    if row.get("mask_check") == "mismatch":
-        lines.append(f"mask: {row['mask_detail']}")
-    if row.get("gqa_check") == "mismatch":
-        lines.append(f"gqa: {row['gqa_detail']}")
-    if row["verdict"] != "fail" and row.get("detail"):
-        lines.append(str(row["detail"]))
+    if v.unwritten and v.elements:  # first: it explains the rest; alone when nothing was written
+        lines.append(f"{v.unwritten} of {v.elements} output elements never written (poison left in the buffer)")
+    if v.measured and not (v.unwritten and v.unwritten == v.elements):
+        lines += _budget_lines(v)
+    if v.mask_check == "mismatch":
+        lines.append(f"mask: {v.mask_detail}")
+    if v.gqa_check == "mismatch":
+        lines.append(f"gqa: {v.gqa_detail}")
+    if v.verdict != "fail" and v.detail:
+        lines.append(v.detail)
     return lines
 
 
-def _budget_lines(f: dict[str, Any]) -> list[str]:
-    """The error budget's lines of :func:`miss_lines` from figures already formatted as text
-    (:func:`_comparison_figures`, or :func:`_row_figures` for a row read back from results.csv)."""
-    mean = f"mean|err| {f['mean']}" + (f" vs allowed {f['mean_allowed']}" if f["mean_allowed"] else "")
+def _budget_lines(v: Verdict) -> list[str]:
+    """The error budget's lines of :func:`miss_lines` (a row read back has no allowed mean: not a column)."""
+    mean = f"mean|err| {_g(v.mean_abs_err, '.3g')}" + (f" vs allowed {v.threshold_mean:.3g}" if v.threshold_mean is not None else "")
     lines = [
-        f"error budget: max|err| {f['max']} vs allowed {f['allowed']} (k x same-dtype baseline {f['baseline']} + floor); "
-        f"err ratio {f['ratio']}; {mean}; {f['pct']}% of elements over budget"
+        f"error budget: max|err| {_g(v.max_abs_err, '.4g')} vs allowed {_g(v.threshold_max, '.4g')} "
+        f"(k x same-dtype baseline {_g(v.baseline_max, '.4g')} + floor); "
+        f"err ratio {_g(v.err_ratio, '.3g')}; {mean}; {_g(v.mismatch_pct, '.3g')}% of elements over budget"
     ]
-    if f["worst"]:
-        lines.append(f["worst"])
-    if f["nonfinite"]:
-        lines.append(f"non-finite: {f['nan']} NaN ({f['masked']} in rows that see no key), {f['inf']} Inf")
+    if v.worst_where:
+        lines.append(v.worst_where)
+    if v.nan_count or v.inf_count:
+        lines.append(f"non-finite: {v.nan_count} NaN ({v.nan_masked_rows} in rows that see no key), {v.inf_count} Inf")
     return lines
 
 
-def _comparison_figures(cmp: Any) -> dict[str, Any]:
-    """:func:`_budget_lines`' figures from a :class:`parity.verdict.Comparison`."""
-    return {
-        "max": f"{cmp.max_abs_err:.4g}", "allowed": f"{cmp.threshold_max:.4g}", "baseline": f"{cmp.baseline_max:.4g}",
-        "ratio": f"{cmp.err_ratio:.3g}", "mean": f"{cmp.mean_abs_err:.3g}", "mean_allowed": f"{cmp.threshold_mean:.3g}",
-        "pct": f"{cmp.mismatch_pct:.3g}", "worst": cmp.worst_text(), "nonfinite": bool(cmp.nan_count or cmp.inf_count),
-        "nan": cmp.nan_count, "masked": cmp.nan_masked_rows, "inf": cmp.inf_count,
-    }
-
-
-def _row_figures(row: dict[str, Any]) -> dict[str, Any]:
-    """:func:`_budget_lines`' figures from a results row's own columns (no allowed mean: not a column)."""
-    nonfinite = str(row.get("nan_count", "0")) not in ("0", "") or str(row.get("inf_count", "0")) not in ("0", "")
-    return {
-        "max": row["max_abs_err"], "allowed": row["threshold_max"], "baseline": row.get("baseline_max", "?"),
-        "ratio": row.get("err_ratio", "?"), "mean": row.get("mean_abs_err", "?"), "mean_allowed": "",
-        "pct": row.get("mismatch_pct", "?"), "worst": str(row.get("worst_where") or ""), "nonfinite": nonfinite,
-        "nan": row.get("nan_count"), "masked": row.get("nan_masked_rows"), "inf": row.get("inf_count"),
-    }
+def _g(x: float | None, fmt: str) -> str:
+    return "?" if x is None else format(x, fmt)
 
 
 def assert_parity(backend: Backend | str, case: Case, **kw: Any) -> dict[str, Any]:

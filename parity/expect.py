@@ -56,7 +56,7 @@ import fnmatch
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -253,26 +253,6 @@ class Expectations:
         hit = next((e for e in covering if e.explains(out)), None)
         if hit:
             out.update(verdict=EXPECTED, expected_id=hit.id)
-        return out
-
-    def judge_rows(
-        self, rows: Iterable[dict[str, Any]], versions: Mapping[str, str], torch_version: str = "", only_unjudged: bool = True
-    ) -> list[dict[str, Any]]:
-        """Judge results rows of a run folder; ``versions``: backend spec -> its version string.
-
-        ``only_unjudged``: rows whose ``raw_verdict`` is set (judged when the run ran) are kept as
-        they are; the others (runs older than this module) are judged. False: every row anew."""
-        cases: dict[str, Case] = {}
-        out = []
-        for r in rows:
-            if only_unjudged and r.get("raw_verdict"):
-                out.append(r)
-                continue
-            key = str(r.get("case_json", ""))
-            case = cases.get(key)
-            if case is None and key and any(fnmatch.fnmatchcase(str(r.get("backend", "")), e.backend) for e in self.entries):
-                case = cases[key] = Case.from_json(key)
-            out.append(self.judge(r, versions.get(str(r.get("backend", "")), ""), torch_version, case))
         return out
 
     def summary(self) -> dict[str, Any]:

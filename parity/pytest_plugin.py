@@ -240,7 +240,7 @@ def parity_cases(pytestconfig: pytest.Config) -> list[Any]:
     return cases(pytestconfig)
 
 
-def check_row(row: dict[str, Any], expectations: Any = None, comparison: Any = None) -> dict[str, Any]:
+def check_row(row: dict[str, Any], expectations: Any = None, judged: Any = None) -> dict[str, Any]:
     """A judged row as a pytest outcome: ``pass`` returns it; ``unsupported`` / ``unavailable`` skip with
     the reason; ``expected`` xfails naming the known divergence; anything else fails with the measured
     miss and its ``repro:`` line (an ``unexpected-pass`` names the strict entry)."""
@@ -258,7 +258,7 @@ def check_row(row: dict[str, Any], expectations: Any = None, comparison: Any = N
     if v == "unexpected-pass":
         raise ParityError(f"{row['backend']} UNEXPECTED PASS: the strict known divergence {words} expects a failure; "
                           f"retire or narrow the entry\n  repro: {row['repro']}")
-    raise ParityError(failure_message(row, comparison))
+    raise ParityError(failure_message(judged if judged is not None else row))
 
 
 @pytest.fixture
@@ -272,6 +272,6 @@ def assert_parity(pytestconfig: pytest.Config) -> Any:
         if isinstance(backend, str) and "worker_path" not in kw:
             kw["worker_path"] = worker_paths(pytestconfig).get(backend)
         judged = evaluate_record(backend, case, expectations=exp, **kw)
-        return check_row(judged.row, exp, judged.comparison)
+        return check_row(judged.row, exp, judged)
 
     return check

@@ -11,6 +11,8 @@ known divergence passed); ``unsupported`` (the backend refused the case) and ``u
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Mapping
 from typing import Any
 
 #: The dtypes a case can have, in report order.
@@ -109,14 +111,118 @@ def blank_row() -> dict[str, Any]:
     return {c: "" for c in COLUMNS}
 
 
+#: How a measured number is written into results.csv (``format`` spec per column); each is parsed
+#: back once by :meth:`Verdict.from_row`.
+FORMATS = {
+    "max_abs_err": ".6g", "max_rel_err": ".6g", "mean_abs_err": ".6g", "err_ratio": ".4g", "budget_frac": ".4g",
+    "mismatch_pct": ".4g", "threshold_max": ".6g", "baseline_max": ".6g", "baseline_mean": ".6g",
+    "time_ms": ".4g", "est_mem_mb": ".4g", "peak_mem_mb": ".4g",
+}
+#: The integer columns of a verdict (written as they are).
+COUNTS = ("nan_count", "inf_count", "nan_masked_rows", "worst_seq", "worst_head", "worst_row", "worst_left_edge")
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """A judged row's verdict and measures, typed: what :func:`parity.judge.judge` returns and what a row
+    read back from results.csv parses into (:meth:`from_row`). Text is made only by :meth:`columns`
+    (results.csv) and by those that show it. ``None``: not measured (the backend did not run, or the
+    column is empty). ``threshold_mean`` and ``elements`` are not columns: a row read back has them None."""
+
+    verdict: str
+    raw_verdict: str = ""
+    reasons: tuple[str, ...] = ()
+    detail: str = ""
+    expected_id: str = ""
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    mean_abs_err: float | None = None
+    err_ratio: float | None = None
+    budget_frac: float | None = None
+    mismatch_pct: float | None = None
+    threshold_max: float | None = None
+    threshold_mean: float | None = None
+    baseline_max: float | None = None
+    baseline_mean: float | None = None
+    nan_count: int | None = None
+    inf_count: int | None = None
+    nan_masked_rows: int | None = None
+    unwritten: int | None = None  # measured: None = the backend returned its own buffer ("n/a")
+    elements: int | None = None
+    worst_seq: int | None = None
+    worst_head: int | None = None
+    worst_row: int | None = None
+    worst_left_edge: int | None = None
+    worst_where: str = ""
+    mask_check: str = ""
+    mask_detail: str = ""
+    gqa_check: str = ""
+    gqa_detail: str = ""
+    time_ms: float | None = None
+    est_mem_mb: float | None = None
+    peak_mem_mb: float | None = None
+
+    @property
+    def measured(self) -> bool:
+        """The output was compared with the reference (the error columns are filled)."""
+        return self.max_abs_err is not None
+
+    def columns(self) -> dict[str, Any]:
+        """The row's verdict columns, as results.csv writes them (numbers formatted here, once)."""
+        out: dict[str, Any] = {"verdict": self.verdict, "reasons": " ".join(self.reasons), "detail": self.detail,
+                               "raw_verdict": self.raw_verdict, "expected_id": self.expected_id}
+        for name, fmt in FORMATS.items():
+            v = getattr(self, name)
+            out[name] = "" if v is None else format(v, fmt)
+        for name in COUNTS:
+            v = getattr(self, name)
+            out[name] = "" if v is None else v
+        out["unwritten"] = ("n/a" if self.unwritten is None else self.unwritten) if self.measured else ""
+        for name in ("worst_where", "mask_check", "mask_detail", "gqa_check", "gqa_detail"):
+            out[name] = getattr(self, name)
+        return out
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Verdict:
+        """A results row (read back from results.csv, or as :meth:`columns` wrote it) parsed once."""
+        text = {f.name: str(row.get(f.name, "") or "") for f in dataclasses.fields(cls)}
+        kw: dict[str, Any] = {k: text[k] for k in ("verdict", "raw_verdict", "detail", "expected_id", "worst_where",
+                                                   "mask_check", "mask_detail", "gqa_check", "gqa_detail")}
+        kw["reasons"] = tuple(text["reasons"].split())
+        kw.update({k: _number(text[k], float) for k in FORMATS})
+        kw.update({k: _number(text[k], int) for k in COUNTS})
+        kw["unwritten"] = _number(text["unwritten"], int)
+        return cls(**kw)
+
+
+def _number(text: str, kind: type) -> Any:
+    try:
+        return kind(text) if text else None
+    except ValueError:
+        try:
+            return kind(float(text))  # "3.0" in an int column
+        except ValueError:
+            return None
+
+
 @dataclasses.dataclass
 class Judged:
-    """One judged (backend, case): ``row`` is the results.csv row (:data:`COLUMNS`, nothing else);
-    the rest lives in memory only: ``comparison`` (:class:`parity.verdict.Comparison`, None when the
-    backend did not run), ``mask_image`` (the mask probe's picture, written to ``masks.jsonl``) and
-    ``summary`` (the case in a few words, for the progress line)."""
+    """One judged (backend, case): ``head`` (the backend's and the case's columns) and ``verdict`` (the
+    typed record); :attr:`row` is the results.csv row they make (:data:`COLUMNS`, nothing else), made
+    once, when first asked for. The rest lives in memory only: ``comparison``
+    (:class:`parity.verdict.Comparison`, None when the backend did not run), ``mask_image`` (the mask
+    probe's picture, written to ``masks.jsonl``) and ``summary`` (the case in a few words, for the
+    progress line)."""
 
-    row: dict[str, Any]
+    head: dict[str, Any]
+    verdict: Verdict
     comparison: Any = None
     mask_image: dict[str, Any] | None = None
     summary: str = ""
+
+    @functools.cached_property
+    def row(self) -> dict[str, Any]:
+        row = blank_row()
+        row.update(self.head)
+        row.update(self.verdict.columns())
+        return row

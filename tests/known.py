@@ -42,7 +42,7 @@ def check(judged: Judged, expectations) -> Judged:
     if v == "unexpected-pass":
         entry = expectations.get(row["expected_id"]) if expectations else None
         case = Case.from_json(row["case_json"])
-        measured = "; ".join(miss_lines(row, judged.comparison)) or f"err ratio {row.get('err_ratio')}"
+        measured = "; ".join(miss_lines(judged)) or f"err ratio {row.get('err_ratio')}"
         raise ParityError(
             f"{row['backend']} UNEXPECTED PASS on {case.summary()}: the strict known divergence {entry_text(row, expectations)} "
             f"({entry.source if entry else '?'}) expects {entry.verdict if entry else 'a failure'}; retire or narrow the entry\n"
@@ -55,7 +55,7 @@ def check(judged: Judged, expectations) -> Judged:
 def expected_text(judged: Judged, expectations) -> str:
     """A known divergence's row in one line: ``"id [reasons]: measured miss"`` (a property test's event)."""
     row = judged.row
-    measured = "; ".join(miss_lines(row, judged.comparison))
+    measured = "; ".join(miss_lines(judged))
     return f"{row.get('expected_id')} [{row.get('reasons') or row.get('raw_verdict')}]: {measured}"
 
 
@@ -64,5 +64,5 @@ def xfail_if_expected(judged: Judged, expectations) -> None:
     measured miss and the repro command, on one line."""
     row = judged.row
     if row["verdict"] == "expected":
-        measured = "; ".join(miss_lines(row, judged.comparison))
+        measured = "; ".join(miss_lines(judged))
         pytest.xfail(f"{entry_text(row, expectations)} [{row.get('reasons') or row.get('raw_verdict')}]: {measured}; repro: {row['repro']}")

@@ -291,7 +291,7 @@ LAYERS = [
      "compile_cache", "repro_script", "runfolder"},
     {"backends"},
     {"coverage", "strategies", "models", "design", "shard", "expect"},
-    {"execute", "worker", "process"},
+    {"execute", "worker", "process", "judge"},
     {"sweep", "api", "shrink", "consistency", "decode", "selftest", "export_repro"},
     {"report"},
     {"runner"},

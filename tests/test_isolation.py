@@ -155,7 +155,7 @@ def test_cases_per_second_counts_only_the_cases_a_backend_ran(tmp_path):
 
 
 def test_the_shared_baseline_is_not_charged_to_the_backend_that_meets_a_case_first(tmp_path, monkeypatch):
-    import parity.sweep.judging as sweep_mod
+    import parity.judge as sweep_mod
 
     real = sweep_mod.make_baseline
 

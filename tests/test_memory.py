@@ -16,10 +16,10 @@ from torch.utils._pytree import tree_flatten
 import parity.maskcheck as maskcheck
 import parity.verdict as verdict
 from parity import Backend, Case, Window, check_mask, evaluate
+from parity import judge as judging
 from parity.backends.reference import ReferenceBackend
 from parity.memory import estimate, is_oom, oom_detail
 from parity.selftest.bugs import NanOnEmptyRows, TopLeftAlignment, WindowOneNarrower, WindowOneWider
-from parity.sweep import judging
 from parity.sweep import run as sweep_run
 from parity.sweep.memgate import MemoryGate
 

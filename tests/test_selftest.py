@@ -13,10 +13,10 @@ import functools
 import pytest
 
 from parity.cli import main
+from parity.judge import BaselineCache
 from parity.selftest import run as selftest
 from parity.selftest.bugs import BUGS, EagerAttention, PlantedBug, WindowOneWider
 from parity.selftest.honest import HONEST, HonestVariant
-from parity.sweep import BaselineCache
 
 _BASELINES = BaselineCache("cpu", keep=256)  # every case's reference once, for all tests here
 _DETECTIONS: dict[str, selftest.Detection] = {}

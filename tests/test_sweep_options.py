@@ -14,9 +14,10 @@ import pytest
 from parity import Case, Window, cli, runner, shard
 from parity.backends.reference import ReferenceBackend
 from parity.execute import InlineExecutor
+from parity.judge import BaselineCache, judge
 from parity.results import COLUMNS, Judged
 from parity.runner import sweep_options
-from parity.sweep import BaselineCache, SweepOptions, judge, make_executor, run_sweep
+from parity.sweep import SweepOptions, make_executor, run_sweep
 from parity.verdict import BUDGETS
 
 CASES = [Case((n,), (n + 4,), 2, 1, 8, "float32", Window(3, 0), seed=n) for n in (5, 9, 12)]

@@ -86,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_bugs(args: argparse.Namespace, bugs: list) -> tuple[list, bool]:
     """Every planted bug on the profile's sweep, the detection table; (detections, none escaped)."""
+    from ..judge import BaselineCache
     from ..selftest.run import detect, detection_table, profile_cases
-    from ..sweep import BaselineCache
 
     ok = True
     cases = profile_cases(args.profile, args.seed)

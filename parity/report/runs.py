@@ -21,21 +21,24 @@ given              True            every row, from ``raw_verdict`` (``--expect``
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import math
 from pathlib import Path
 from typing import Any
 
 from .. import runfolder
-from ..case import FAMILIES
+from ..case import FAMILIES, Case
 from ..errors import UserError as UsageError
 from ..expect import Expectations
 from ..files import read_text
+from ..judge import expect_verdict
 from ..results import (
     ADDED_COLUMNS,
     DTYPES,
     NUMERIC,
     RAW_FAIL_VERDICTS,  # noqa: F401 - re-exported for report and diff
     VERDICTS,  # noqa: F401 - re-exported for report and diff
+    Verdict,
 )
 from ..results import FAIL_VERDICTS as FAILING  # noqa: F401 - re-exported for report and diff
 
@@ -126,7 +129,7 @@ def load_run(folder: Path | str, expectations: Expectations | None = None, rejud
             consistency = [r for r in csv.DictReader(fh) if r.get("backend")]
     run = Run(folder, df, env, runfolder.read_jsonl(folder / runfolder.MASKS), decode, decode_path, steps,
               runfolder.read_jsonl(folder / runfolder.SHRUNK), consistency, results_path=results.path, timing=timing)
-    return apply_expectations(run, expectations, rejudge) if expectations is not None else run
+    return judge_run(run, expectations, rejudge) if expectations is not None else run
 
 
 def _decode(folder: Path) -> tuple[Any, Path | None, Any]:
@@ -177,16 +180,31 @@ def partial_words(run: Run) -> str:
     return f"PARTIAL: {why}; {ran}; resume: parity run --resume --out {run.path}"
 
 
-def apply_expectations(run: Run, expectations: Expectations, rejudge: bool = False) -> Run:
-    """``run`` with its rows judged against ``expectations`` (the module docstring's table),
-    using the backend versions and torch version its ``environment.json`` recorded."""
+def judge_run(run: Run, expectations: Expectations, rejudge: bool = False) -> Run:
+    """``run`` with its rows judged against ``expectations`` (the module docstring's table) by the one
+    judge (:func:`parity.judge.expect_verdict`), using the backend versions and torch version its
+    ``environment.json`` recorded. Each row judged is parsed once into a :class:`parity.results.Verdict`."""
     pd = _pandas()
     backends = run.env.get("backends") or {}
     versions = {k: str(v.get("version") or "") for k, v in backends.items() if isinstance(v, dict)}
+    torch_version = str(run.env.get("torch") or "")
+    cases: dict[str, Case] = {}
     recs = run.df.to_dict("records")
-    judged = expectations.judge_rows(recs, versions, str(run.env.get("torch") or ""), only_unjudged=not rejudge)
-    df = pd.DataFrame(judged, columns=run.df.columns) if judged else run.df
+    for r in recs:  # only the verdict columns change: the rest stays the text the run wrote
+        if rejudge or not r.get("raw_verdict"):
+            v = expect_verdict(Verdict.from_row(r), expectations, r["backend"], _case(r, expectations, cases), r.get("case_json", ""),
+                               versions.get(r["backend"], ""), torch_version)
+            r.update(verdict=v.verdict, raw_verdict=v.raw_verdict, expected_id=v.expected_id)
+    df = pd.DataFrame(recs, columns=run.df.columns) if recs else run.df
     return dataclasses.replace(run, df=df, expectations=expectations)
+
+
+def _case(row: dict[str, Any], expectations: Expectations, cases: dict[str, Case]) -> Case | None:
+    """The row's case, parsed once per case_json, where an entry's backend glob names the row's backend."""
+    key = str(row.get("case_json", ""))
+    if key not in cases and key and any(fnmatch.fnmatchcase(str(row["backend"]), e.backend) for e in expectations.entries):
+        cases[key] = Case.from_json(key)
+    return cases.get(key)
 
 
 def save_results(run: Run) -> Path:

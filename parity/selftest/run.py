@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..api import evaluate
+from ..api import evaluate, evaluate_record
 from ..case import Case
+from ..judge import BaselineCache
 from ..results import DTYPES
-from ..sweep import BaselineCache
 from .bugs import PlantedBug
 from .honest import HonestVariant
 
@@ -144,7 +144,8 @@ def check_honest(variants: Sequence[HonestVariant], cases: list[Case], baselines
     for case in cases:
         for res, backend in zip(results, backends):
             t0 = time.perf_counter()
-            row = evaluate(backend, case, baselines=baselines)
+            judged = evaluate_record(backend, case, baselines=baselines)
+            row, frac = judged.row, judged.verdict.budget_frac
             res.seconds += time.perf_counter() - t0
             res.cases += 1
             if row["verdict"] == "unsupported":
@@ -154,8 +155,8 @@ def check_honest(variants: Sequence[HonestVariant], cases: list[Case], baselines
                 res.passed += 1
             else:  # fail, error, crash, timeout: a false alarm
                 res.failed.append(row)
-            if row.get("budget_frac") not in ("", None) and float(row["budget_frac"]) > res.worst_budget_frac:
-                res.worst_budget_frac = float(row["budget_frac"])
+            if frac is not None and frac > res.worst_budget_frac:
+                res.worst_budget_frac = frac
                 res.worst_case = case.summary()
     return results
 

@@ -21,7 +21,7 @@ Only ``pass`` is a pass; :data:`FAIL_VERDICTS` make a run exit 1. Rows are appen
 so an interrupted run keeps every finished row, and ``resume=True`` skips them.
 
 Modules: :mod:`.options` (:class:`SweepOptions`, built once, passed down unchanged),
-:mod:`.judging` (a result -> a :class:`parity.results.Judged` record), :mod:`.lanes` (units,
+:mod:`parity.judge` (below the sweep: a result -> a :class:`parity.results.Judged` record), :mod:`.lanes` (units,
 lanes, GPUs, executors), :mod:`.timing` (``timing.json``), :mod:`.writers` (``results.csv``,
 ``masks.jsonl``, progress, the summary table), :mod:`.run` (:func:`run_sweep`),
 :mod:`.shrinking` (the first failure of each backend shrunk).
@@ -30,7 +30,6 @@ lanes, GPUs, executors), :mod:`.timing` (``timing.json``), :mod:`.writers` (``re
 from __future__ import annotations
 
 from ..results import COLUMNS, FAIL_VERDICTS, RAW_FAIL_VERDICTS, VERDICTS
-from .judging import BaselineCache, case_columns, judge, unavailable_row
 from .lanes import THREAD_VARS, check_splits, config_key, lane_thread_env, make_executor, plan_lanes, split_cases
 from .options import SweepOptions
 from .run import Sweep, SweepResult, _safe, run_sweep
@@ -38,8 +37,8 @@ from .timing import SweepTiming, split_line
 from .writers import Progress, ResultsWriter, known_vs_new, summary_table
 
 __all__ = [
-    "COLUMNS", "FAIL_VERDICTS", "RAW_FAIL_VERDICTS", "THREAD_VARS", "VERDICTS", "BaselineCache", "Progress",
-    "ResultsWriter", "Sweep", "SweepOptions", "SweepResult", "SweepTiming", "_safe", "case_columns", "check_splits",
-    "config_key", "judge", "known_vs_new", "lane_thread_env", "make_executor", "plan_lanes", "run_sweep", "split_cases",
-    "split_line", "summary_table", "unavailable_row",
+    "COLUMNS", "FAIL_VERDICTS", "RAW_FAIL_VERDICTS", "THREAD_VARS", "VERDICTS", "Progress",
+    "ResultsWriter", "Sweep", "SweepOptions", "SweepResult", "SweepTiming", "_safe", "check_splits",
+    "config_key", "known_vs_new", "lane_thread_env", "make_executor", "plan_lanes", "run_sweep", "split_cases",
+    "split_line", "summary_table",
 ]

@@ -1,5 +1,5 @@
 """Running a sweep: :class:`Sweep` starts one executor per unit (:mod:`.lanes`), runs the lanes,
-judges each result (:mod:`.judging`) while the next backend computes, and writes rows, masks and
+judges each result (:mod:`parity.judge`) while the next backend computes, and writes rows, masks and
 timing as it goes (:mod:`.writers`, :mod:`.timing`)."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any
 from .. import shard
 from ..case import Case
 from ..execute import context_lost, workspace_hint
+from ..judge import BaselineCache, apply_expectations, harness_oom_row, judge, unavailable
 from ..maskcheck import mask_passes
 from ..memory import MemoryEstimate, estimate, is_oom
 from ..results import FAIL_VERDICTS, Judged
 from ..runfolder import ResultsWriter
 from .eta import Eta, case_cost, clock
-from .judging import BaselineCache, apply_expectations, harness_oom_row, judge, unavailable_row
 from .lanes import LanePlan, make_executor, plan, run_lanes
 from .memgate import MemoryGate, device_budget
 from .options import SweepOptions
@@ -183,7 +183,7 @@ class Sweep:
             if self.eta:
                 with self.lock:
                     self.eta.skip(spec, case.case_id)
-            self._emit(Judged(unavailable_row(case, spec, info), summary=case.summary()), unit)
+            self._emit(unavailable(case, spec, info), unit)
             return True
         if not self.options.isolate:  # nothing to overlap in this process; judged (reference included) before
             self._finish(pending)  # this backend's call can leave the process's CUDA context unusable

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ..case import Case
+from ..judge import BaselineCache, judge
 from ..runfolder import SHRUNK
 from ..shrink import Shrunk, budget_note, shrink
-from .judging import BaselineCache, judge
 from .lanes import make_executor
 from .options import SweepOptions
 

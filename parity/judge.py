@@ -1,9 +1,16 @@
-"""One execution result judged against the float64 reference: a :class:`parity.results.Judged`
-record (the results row and the in-memory extras). The reference and same-dtype baseline are
-computed once per case (:class:`BaselineCache`) and shared by the backends that meet it."""
+"""The one judge: an execution result against the float64 reference, then against the known
+divergences (:func:`apply_expectations`, the only place a verdict becomes ``expected`` /
+``unexpected-pass``). It returns a :class:`parity.results.Judged` record: the backend's and case's
+columns and a typed :class:`parity.results.Verdict` (numbers as numbers; results.csv's text is made
+by the record). The reference and same-dtype baseline are computed once per case
+(:class:`BaselineCache`) and shared by the backends that meet it.
+
+Used by the sweep (:mod:`parity.sweep`), :func:`parity.evaluate` and the self-test; the reports
+show the verdicts a run stored and judge again only when asked (``parity report --expect``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Mapping
@@ -11,11 +18,11 @@ from typing import Any
 
 import torch
 
-from ..case import Case, make_inputs
-from ..memory import is_oom
-from ..reference import attention_reference
-from ..results import Judged, blank_row
-from ..verdict import Baseline, Budget, Comparison, compare, make_baseline
+from .case import Case, make_inputs
+from .memory import is_oom
+from .reference import attention_reference
+from .results import Judged, Verdict
+from .verdict import Baseline, Budget, Comparison, compare, make_baseline
 
 #: Bytes of baselines a cache keeps (their float64 references), oldest evicted first.
 CACHE_BYTES = 4 << 30
@@ -47,17 +54,18 @@ def case_columns(case: Case) -> dict[str, Any]:
 
 
 def _head(case: Case, spec: str, info: dict[str, Any]) -> dict[str, Any]:
-    row = blank_row()
-    row.update(case_columns(case))
-    row.update(backend=spec, backend_name=info.get("name", spec), repro=case.repro(spec))
-    return row
+    return {**case_columns(case), "backend": spec, "backend_name": info.get("name", spec), "repro": case.repro(spec)}
+
+
+def unavailable(case: Case, spec: str, info: dict[str, Any]) -> Judged:
+    """A backend that cannot run here: verdict ``unavailable``, the reason in ``detail``."""
+    verdict = Verdict("unavailable", raw_verdict="unavailable", detail=info["unavailable"])
+    return Judged(_head(case, spec, info), verdict, summary=case.summary())
 
 
 def unavailable_row(case: Case, spec: str, info: dict[str, Any]) -> dict[str, Any]:
-    """The row of a backend that cannot run here: verdict ``unavailable``, the reason in ``detail``."""
-    row = _head(case, spec, info)
-    row.update(verdict="unavailable", detail=info["unavailable"], raw_verdict="unavailable")
-    return row
+    """:func:`unavailable`'s results row."""
+    return unavailable(case, spec, info).row
 
 
 class BaselineCache:
@@ -145,16 +153,14 @@ def compare_safely(case: Case, out: torch.Tensor, base: Baseline, budget: Budget
 def harness_oom_row(case: Case, spec: str, info: dict[str, Any], res: dict[str, Any], exc: BaseException) -> Judged:
     """The ``error`` row of a case whose reference, baseline or comparison ran out of memory in this
     process (on the device and on the CPU): the run goes on."""
-    row = _head(case, spec, info)
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-    row.update(_memory_columns(res))
-    row.update(verdict="error", raw_verdict="error",
-               detail=f"out of memory in the harness (reference, baseline or comparison): {first}")
-    return Judged(row, summary=case.summary())
+    detail = f"out of memory in the harness (reference, baseline or comparison): {first}"
+    verdict = Verdict("error", raw_verdict="error", detail=detail, **_memory(res))
+    return Judged(_head(case, spec, info), verdict, summary=case.summary())
 
 
-def _memory_columns(res: dict[str, Any]) -> dict[str, str]:
-    return {k: f"{res[k]:.4g}" if isinstance(res.get(k), (int, float)) else "" for k in ("est_mem_mb", "peak_mem_mb")}
+def _memory(res: dict[str, Any]) -> dict[str, Any]:
+    return {k: float(res[k]) if isinstance(res.get(k), (int, float)) else None for k in ("est_mem_mb", "peak_mem_mb")}
 
 
 def judge(
@@ -165,54 +171,65 @@ def judge(
     baselines: BaselineCache,
     budgets: Mapping[str, Budget],
 ) -> Judged:
-    """Turn one execution result into a judged record (its ``row`` is the results.csv row)."""
-    row = _head(case, spec, info)
+    """One execution result judged against the reference (known divergences not yet applied)."""
+    head = _head(case, spec, info)
     status = res.get("status")
     if status != "ok":
-        row["verdict"] = row["raw_verdict"] = status if status in ("unsupported", "error", "crash", "timeout") else "error"
-        row["detail"] = res.get("detail", "")
-        row.update(_memory_columns(res))
-        return Judged(row, summary=case.summary())
+        raw = status if status in ("unsupported", "error", "crash", "timeout") else "error"
+        verdict = Verdict(raw, raw_verdict=raw, detail=res.get("detail", ""), **_memory(res))
+        return Judged(head, verdict, summary=case.summary())
     cmp = compare_safely(case, res["output"], baselines.get(case), budgets[case.dtype], res.get("unwritten"))
     reasons = list(cmp.reasons)
     mask = res.get("mask") or {"status": "not_run", "detail": "probes disabled"}
     gqa = res.get("gqa") or {"status": "not_run", "detail": "probes disabled"}
     reasons += [name for name, probe in (("mask", mask), ("gqa", gqa)) if probe["status"] == "mismatch"]
-    row.update(_measures(cmp), verdict="fail" if reasons else "pass", reasons=" ".join(reasons),
-               mask_check=mask["status"], mask_detail=mask["detail"], gqa_check=gqa["status"], gqa_detail=gqa["detail"],
-               time_ms=f"{res.get('time_ms', 0.0):.4g}", **_memory_columns(res))
-    row["raw_verdict"] = row["verdict"]  # parity.expect may turn it into expected / unexpected-pass
-    return Judged(row, comparison=cmp, mask_image=mask.get("image"), summary=case.summary())
+    raw = "fail" if reasons else "pass"  # apply_expectations may turn it into expected / unexpected-pass
+    verdict = Verdict(raw, raw_verdict=raw, reasons=tuple(reasons), **_measures(cmp),
+                      mask_check=mask["status"], mask_detail=mask["detail"], gqa_check=gqa["status"], gqa_detail=gqa["detail"],
+                      time_ms=float(res.get("time_ms", 0.0)), **_memory(res))
+    return Judged(head, verdict, comparison=cmp, mask_image=mask.get("image"), summary=case.summary())
 
 
-def _measures(cmp: Any) -> dict[str, Any]:
-    """The comparison's columns of a row."""
+def _measures(cmp: Comparison) -> dict[str, Any]:
+    """The comparison's fields of a verdict."""
     w = cmp.worst
     return {
-        "max_abs_err": f"{cmp.max_abs_err:.6g}",
-        "max_rel_err": f"{cmp.max_rel_err:.6g}",
-        "mean_abs_err": f"{cmp.mean_abs_err:.6g}",
-        "err_ratio": f"{cmp.err_ratio:.4g}",
-        "budget_frac": f"{cmp.budget_frac:.4g}",
-        "mismatch_pct": f"{cmp.mismatch_pct:.4g}",
-        "threshold_max": f"{cmp.threshold_max:.6g}",
-        "baseline_max": f"{cmp.baseline_max:.6g}",
-        "baseline_mean": f"{cmp.baseline_mean:.6g}",
+        "max_abs_err": float(cmp.max_abs_err),
+        "max_rel_err": float(cmp.max_rel_err),
+        "mean_abs_err": float(cmp.mean_abs_err),
+        "err_ratio": float(cmp.err_ratio),
+        "budget_frac": float(cmp.budget_frac),
+        "mismatch_pct": float(cmp.mismatch_pct),
+        "threshold_max": float(cmp.threshold_max),
+        "threshold_mean": float(cmp.threshold_mean),
+        "baseline_max": float(cmp.baseline_max),
+        "baseline_mean": float(cmp.baseline_mean),
         "nan_count": cmp.nan_count,
         "inf_count": cmp.inf_count,
         "nan_masked_rows": cmp.nan_masked_rows,
-        "unwritten": "n/a" if cmp.unwritten is None else cmp.unwritten,
-        "worst_seq": w.get("seq", ""),
-        "worst_head": w.get("head", ""),
-        "worst_row": w.get("row", ""),
-        "worst_left_edge": "" if w.get("left_edge") is None else w["left_edge"],
+        "unwritten": cmp.unwritten,
+        "elements": cmp.elements,
+        "worst_seq": w.get("seq"),
+        "worst_head": w.get("head"),
+        "worst_row": w.get("row"),
+        "worst_left_edge": w.get("left_edge"),
         "worst_where": cmp.worst_text(),
     }
 
 
+def expect_verdict(verdict: Verdict, expectations: Any, spec: str, case: Case | None, case_json: str = "",
+                   version: str = "", torch_version: str = "") -> Verdict:
+    """``verdict`` judged against the known divergences (``parity.expect``), anew from its raw verdict."""
+    row = {"backend": spec, "verdict": verdict.verdict, "raw_verdict": verdict.raw_verdict, "reasons": " ".join(verdict.reasons),
+           "detail": verdict.detail, "case_json": case_json}
+    out = expectations.judge(row, version, torch_version, case)
+    return dataclasses.replace(verdict, verdict=out["verdict"], raw_verdict=out["raw_verdict"], expected_id=out["expected_id"])
+
+
 def apply_expectations(judged: Judged, expectations: Any, version: str, case: Case) -> Judged:
-    """``judged`` with its row judged against the known divergences (``parity.expect``), if any."""
+    """``judged`` with its verdict judged against the known divergences (``parity.expect``), if any."""
     if not expectations:
         return judged
-    row = expectations.judge(judged.row, version, torch.__version__, case)
-    return Judged(row, judged.comparison, judged.mask_image, judged.summary)
+    verdict = expect_verdict(judged.verdict, expectations, judged.head["backend"], case, version=version,
+                             torch_version=torch.__version__)
+    return dataclasses.replace(judged, verdict=verdict)
