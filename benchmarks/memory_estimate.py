@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from parity import Case, Window, backends  # noqa: E402
 from parity.execute import execute, workspace_hint  # noqa: E402
+from parity.judge import compare_safely, compute_baseline  # noqa: E402
 from parity.memory import MIB, estimate  # noqa: E402
-from parity.sweep.judging import compare_safely, compute_baseline  # noqa: E402
 from parity.verdict import BUDGETS  # noqa: E402
 
 MODELS = {  # name: (hq, hkv, d, window left, softcap, scale)
