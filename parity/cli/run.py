@@ -23,6 +23,15 @@ from .common import add_expect_argument
 def add_parser(subparsers) -> argparse.ArgumentParser:
     r = subparsers.add_parser("run", help="run the parity sweep", epilog=exit_codes_text(),
                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    _what_runs(r)
+    _how_it_runs(r)
+    _lanes_and_output(r)
+    add_expect_argument(r)
+    return r
+
+
+def _what_runs(r: argparse.ArgumentParser) -> None:
+    """The backends and the cases."""
     r.add_argument("--backend", "-b", action="append", metavar="NAME|module:Class",
                    help="backend to test (repeatable, or comma-separated); 'all', 'all-cpu', 'all-gpu' select groups; "
                         "default: the CPU backends")
@@ -44,6 +53,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--case-file", type=Path, help="run the cases in this file (one JSON case per line, or a results.csv)")
     r.add_argument("--dtype", action="append", metavar="DTYPE[,DTYPE...]",
                    help=f"only these dtypes (repeatable, or comma-separated): {', '.join(DTYPES)}")
+
+
+def _how_it_runs(r: argparse.ArgumentParser) -> None:
+    """Which rows run again, how each is checked and timed."""
     r.add_argument("--fail-fast", "-x", action="store_true",
                    help="start no new row after the first failing one (the run is then partial; --resume runs the rest)")
     r.add_argument("--last-failed", type=Path, metavar="DIR",
@@ -64,6 +77,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--repeats", type=int, default=1, help="time each call this many times, report the median (default 1)")
     r.add_argument("--worker-path", action="append", metavar="BACKEND=PATH[:PATH]",
                    help="prepend PATH to sys.path of BACKEND's worker (packages that cannot share one sys.path)")
+
+
+def _lanes_and_output(r: argparse.ArgumentParser) -> None:
+    """Lanes, GPUs, shards, caches and what the run writes."""
     r.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                    help="run the backends in N lanes at once (compile-bound backends then do not hold up the rest; "
                         "per-case times are measured under that load); default 1")
@@ -92,8 +109,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "change the window logic (dtype, softcap, top-left, head dim, paged)")
     r.add_argument("--require-coverage", action="store_true",
                    help="exit 1 when a backend ran none of a coverage cell that another backend of its family ran")
-    add_expect_argument(r)
-    return r
 
 
 def request(args: argparse.Namespace) -> RunRequest:
