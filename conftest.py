@@ -28,12 +28,30 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         # register the plugin under its entry-point name; pytest_addoption is historic, so its
         # options are added now too
         pluginmanager.register(pytest_plugin, "attn_parity")
-    parser.addoption("--backend", action="append", default=None, dest="parity_backend", metavar="NAME|module:Class",
-                     help="backend(s) for per-backend tests (default: all built-in); = --parity-backend")
-    parser.addoption("--worker-path", action="append", default=None, dest="parity_worker_path", metavar="BACKEND=PATH",
-                     help="= --parity-worker-path: run BACKEND in a worker process with PATH first on its sys.path")
-    parser.addoption("--expect", action="append", default=None, dest="parity_expect", metavar="FILE",
-                     help="= --parity-expect: known divergences TOML (repeatable; 'default', 'none')")
+    parser.addoption(
+        "--backend",
+        action="append",
+        default=None,
+        dest="parity_backend",
+        metavar="NAME|module:Class",
+        help="backend(s) for per-backend tests (default: all built-in); = --parity-backend",
+    )
+    parser.addoption(
+        "--worker-path",
+        action="append",
+        default=None,
+        dest="parity_worker_path",
+        metavar="BACKEND=PATH",
+        help="= --parity-worker-path: run BACKEND in a worker process with PATH first on its sys.path",
+    )
+    parser.addoption(
+        "--expect",
+        action="append",
+        default=None,
+        dest="parity_expect",
+        metavar="FILE",
+        help="= --parity-expect: known divergences TOML (repeatable; 'default', 'none')",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -64,18 +64,28 @@ def gpu(session: nox.Session) -> None:
     root = compile_cache.resolve(cache)
     assert root is not None
     compile_cache.enable(root)  # in this process's environment: both steps inherit it
-    session.run(python, "-m", "pytest", "-m", "gpu", "--parity-profile", profile, *expect,
-                *(a for b in named for a in ("--backend", b)), *shlex.split(os.environ.get("PARITY_PYTEST_ARGS", "")),
-                success_codes=[0, 5])
+    session.run(
+        python,
+        "-m",
+        "pytest",
+        "-m",
+        "gpu",
+        "--parity-profile",
+        profile,
+        *expect,
+        *(a for b in named for a in ("--backend", b)),
+        *shlex.split(os.environ.get("PARITY_PYTEST_ARGS", "")),
+        success_codes=[0, 5],
+    )
     # lanes: compile-bound backends (flex, FA4, JAX XLA) run beside the rest instead of holding them up
     jobs = os.environ.get("PARITY_GPU_JOBS", "4")
-    session.run(python, "-m", "parity", "run", "--backend", backends,
-                "--jobs", jobs, "--compile-cache", cache, *expect, *session.posargs)
+    session.run(python, "-m", "parity", "run", "--backend", backends, "--jobs", jobs, "--compile-cache", cache, *expect, *session.posargs)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install(TORCH)
     session.install("-e", ".[lint]")
-    session.run("ruff", "check", "parity", "tests", "lab", "examples", "noxfile.py", "conftest.py")
+    session.run("ruff", "check", "parity", "tests", "lab", "examples", "benchmarks", "noxfile.py", "conftest.py")
+    session.run("ruff", "format", "--check", "parity", "tests", "lab", "examples", "benchmarks", "noxfile.py", "conftest.py")
     session.run("mypy", "parity")

@@ -37,8 +37,10 @@ def describe(name: str, run: dict) -> str:
     t, e = run["timing"], run["env"]
     cc = e.get("compile_cache") or {}
     state = f"cache {cc.get('state')} ({cc.get('files_before')} files before, {cc.get('files_added')} added)" if cc else "no cache"
-    return (f"{name}: {e.get('date_utc')} seed {e.get('seed')} profile {e.get('profile')}, {t['rows_run']} rows, wall "
-            f"{t['wall_s']:.0f} s, {t.get('jobs')} lanes, {state}" + (" [PARTIAL]" if t.get("partial") else ""))
+    return (
+        f"{name}: {e.get('date_utc')} seed {e.get('seed')} profile {e.get('profile')}, {t['rows_run']} rows, wall "
+        f"{t['wall_s']:.0f} s, {t.get('jobs')} lanes, {state}" + (" [PARTIAL]" if t.get("partial") else "")
+    )
 
 
 def compare(runs: dict[str, dict]) -> tuple[str, dict]:
@@ -69,8 +71,10 @@ def compare(runs: dict[str, dict]) -> tuple[str, dict]:
         a, b = runs[first]["verdicts"], runs[n]["verdicts"]
         shared = set(a) & set(b)
         differ = sorted(k for k in shared if a[k] != b[k])
-        lines.append(f"verdicts {first} vs {n}: {len(shared)} shared rows, {len(differ)} differ"
-                     + "".join(f"\n  {k[0]} {k[1]}: {a[k]} -> {b[k]}" for k in differ[:10]))
+        lines.append(
+            f"verdicts {first} vs {n}: {len(shared)} shared rows, {len(differ)} differ"
+            + "".join(f"\n  {k[0]} {k[1]}: {a[k]} -> {b[k]}" for k in differ[:10])
+        )
         figures.setdefault("_verdicts", {})[n] = {"shared": len(shared), "differ": len(differ)}
     return "\n".join(lines), figures
 

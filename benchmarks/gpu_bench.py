@@ -75,8 +75,15 @@ def bench_one(be, case: Case, ceiling: float) -> dict:
     ms, times = cuda_median_ms(lambda: be.run(case, inputs, out))
     flops = 4 * case.head_dim * case.hq * sum(case.band_counts())
     tf = flops / (ms * 1e-3) / 1e12
-    return {"status": "ok", "median_ms": round(ms, 4), "min_ms": round(min(times), 4), "max_ms": round(max(times), 4),
-            "first_call_s": round(first, 3), "tflops": round(tf, 2), "frac_of_ceiling": round(tf / ceiling, 4)}
+    return {
+        "status": "ok",
+        "median_ms": round(ms, 4),
+        "min_ms": round(min(times), 4),
+        "max_ms": round(max(times), 4),
+        "first_call_s": round(first, 3),
+        "tflops": round(tf, 2),
+        "frac_of_ceiling": round(tf / ceiling, 4),
+    }
 
 
 def main() -> int:
@@ -113,8 +120,12 @@ def main() -> int:
                     msg = str(exc).splitlines()[0][:200] if str(exc) else ""
                     lines.append({**rec, "status": "error", "detail": f"{type(exc).__name__}: {msg}"})
                 torch.cuda.empty_cache()
-    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "ceiling_tflops": round(ceiling, 1),
-            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    meta = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "ceiling_tflops": round(ceiling, 1),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     print(f"{'backend':<24}{'S':>7}{'W':>6}  {'median ms':>10}{'TFLOP/s':>9}{'of ceil':>9}  status")
     for r in lines:
         if r["status"] == "ok":

@@ -56,8 +56,12 @@ def cases(scale: int, dtype: str) -> list[tuple[str, Case]]:
             q = tuple(max(1, n // scale) if n > 8 else n for n in ql)
             k = tuple(max(q[0], n // scale) for n in kl)
             win = Window(max(1, left // scale), 0)
-            out.append((f"{model} {call}", Case(q_lens=q, k_lens=k, hq=hq, hkv=hkv, head_dim=d, dtype=dtype,
-                                                  window=win, softcap=softcap, scale=sc, seed=0)))
+            out.append(
+                (
+                    f"{model} {call}",
+                    Case(q_lens=q, k_lens=k, hq=hq, hkv=hkv, head_dim=d, dtype=dtype, window=win, softcap=softcap, scale=sc, seed=0),
+                )
+            )
     return out
 
 
@@ -115,8 +119,10 @@ def row(name: str, case: Case, backend, probes: bool, ref_dev: str) -> str:
 
     h_peak = measure(ref_dev, judge)
     w_est, h_est = est.worker_bytes / MIB, est.harness_bytes / MIB
-    return (f"{name:<34} {case.q_lens[0]:>6} {case.k_lens[0]:>6} | {w_est:>10.1f} {w_peak:>8.1f} {w_est / max(w_peak, 1e-9):>6.2f}"
-            f" | {h_est:>11.1f} {h_peak:>8.1f} {h_est / max(h_peak, 1e-9):>6.2f}")
+    return (
+        f"{name:<34} {case.q_lens[0]:>6} {case.k_lens[0]:>6} | {w_est:>10.1f} {w_peak:>8.1f} {w_est / max(w_peak, 1e-9):>6.2f}"
+        f" | {h_est:>11.1f} {h_peak:>8.1f} {h_est / max(h_peak, 1e-9):>6.2f}"
+    )
 
 
 def main() -> int:

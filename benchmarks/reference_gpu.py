@@ -36,8 +36,16 @@ def main() -> int:
     inputs = make_inputs(case, "cuda")
     torch.cuda.synchronize()
     in_bytes = sum(t.numel() * t.element_size() for t in (inputs.q, inputs.k, inputs.v))
-    res = {"S": a.seq, "W": a.window, "hq": 8, "hkv": 2, "d": 128, "gpu": torch.cuda.get_device_name(),
-           "torch": torch.__version__, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    res = {
+        "S": a.seq,
+        "W": a.window,
+        "hq": 8,
+        "hkv": 2,
+        "d": 128,
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     for name, dt in (("float64 reference", torch.float64), ("bf16 baseline", torch.bfloat16)):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -50,11 +58,18 @@ def main() -> int:
         o_bytes = ref.numel() * ref.element_size()
         budget = in_bytes + o_bytes + DEFAULT_BLOCK_BYTES
         key = "ref" if dt == torch.float64 else "baseline"
-        res.update({f"{key}_seconds": round(sec, 3), f"{key}_peak_gib": round(peak / 2**30, 3),
-                    f"{key}_peak_over_in_out_band": round((peak + in_bytes) / budget, 2)})
-        print(f"{name}: {sec:.2f} s, peak {peak / 2**30:.2f} GiB above the inputs "
-              f"(inputs {in_bytes / 2**30:.2f} GiB, output {o_bytes / 2**30:.2f} GiB, band block {DEFAULT_BLOCK_BYTES / 2**20:.0f} MiB; "
-              f"(peak + inputs) / (inputs + output + band) = {(peak + in_bytes) / budget:.2f})")
+        res.update(
+            {
+                f"{key}_seconds": round(sec, 3),
+                f"{key}_peak_gib": round(peak / 2**30, 3),
+                f"{key}_peak_over_in_out_band": round((peak + in_bytes) / budget, 2),
+            }
+        )
+        print(
+            f"{name}: {sec:.2f} s, peak {peak / 2**30:.2f} GiB above the inputs "
+            f"(inputs {in_bytes / 2**30:.2f} GiB, output {o_bytes / 2**30:.2f} GiB, band block {DEFAULT_BLOCK_BYTES / 2**20:.0f} MiB; "
+            f"(peak + inputs) / (inputs + output + band) = {(peak + in_bytes) / budget:.2f})"
+        )
         if dt == torch.float64:
             worst = 0.0
             for i in (0, 5, a.window - 1, a.window, a.seq // 2, a.seq - 1):

@@ -29,8 +29,9 @@ def main() -> None:
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--dtype", default="bfloat16")
     a = p.parse_args()
-    case = Case(q_lens=(a.seq,), k_lens=(a.seq,), hq=a.heads, hkv=a.kv_heads, head_dim=a.dim, dtype=a.dtype,
-                window=Window.tokens(a.window), seed=0)
+    case = Case(
+        q_lens=(a.seq,), k_lens=(a.seq,), hq=a.heads, hkv=a.kv_heads, head_dim=a.dim, dtype=a.dtype, window=Window.tokens(a.window), seed=0
+    )
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     inputs = make_inputs(case)
     t0 = time.perf_counter()

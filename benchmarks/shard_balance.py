@@ -45,8 +45,7 @@ def model(name: str, seeds: list[int], ns: list[int]) -> None:
                 loads = shard.shard_loads(cases, specs, n, costs)
                 mean = sum(loads) / n
                 figs.append(f"N={n} {max(loads) / mean:.3f}/{min(loads) / mean:.3f}")
-            print(f"model {name} {label:7} seed {seed}: {len(cases)} cases, {groups} configurations; max/min over mean: "
-                  + ", ".join(figs))
+            print(f"model {name} {label:7} seed {seed}: {len(cases)} cases, {groups} configurations; max/min over mean: " + ", ".join(figs))
 
 
 def measured(run: Path, ns: list[int]) -> None:

@@ -34,8 +34,9 @@ def machine() -> str:
 
 def table(timing: dict) -> str:
     per = timing["per_backend"]
-    head = (f"{'backend':<26}{'rows':>6}{'cases/s':>9}{'wait s':>8}{'judge s':>8}{'calls s':>8}"
-            f"{'probe calls s':>14}{'probe s':>8}{'gen s':>7}")
+    head = (
+        f"{'backend':<26}{'rows':>6}{'cases/s':>9}{'wait s':>8}{'judge s':>8}{'calls s':>8}{'probe calls s':>14}{'probe s':>8}{'gen s':>7}"
+    )
     lines = [head, "-" * len(head)]
     for spec, t in per.items():
         rate = t.get("cases_per_s_upto_4096")
@@ -95,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         f"wall {timing['wall_s']:.1f} s (start-up {timing['startup_s']:.1f} s), backend calls {timing['backend_calls_s']:.1f} s, "
         f"reference {timing['reference_s']:.1f} s; harness overhead {pct(timing.get('harness_overhead_share'))} of wall "
         f"({pct(timing.get('harness_overhead_share_after_startup'))} after start-up; lanes: see lane_overhead_share); "
-        f"{timing.get('rows_per_s_after_startup')} rows/s after start-up"
-        + (" [PARTIAL]" if timing.get("partial") else "")
+        f"{timing.get('rows_per_s_after_startup')} rows/s after start-up" + (" [PARTIAL]" if timing.get("partial") else "")
     )
     if args.json:
         with args.json.open("a") as fh:

@@ -37,13 +37,19 @@ def _in_process(inst: Backend, spec: str, case: Case, probes: bool, max_passes: 
     """:func:`execute` here, unless an earlier call lost this process's CUDA context (then a CUDA
     backend is not run); a call that loses it is recorded in :data:`_LOST`."""
     if _LOST and getattr(inst, "device", "cpu") == "cuda":
-        return {"status": "error", "detail": f"not run: this process's CUDA context was lost earlier ({_LOST[0]}); "
-                "name the backend by its spec, or run it with a worker path, to run it in a fresh process"}
+        return {
+            "status": "error",
+            "detail": f"not run: this process's CUDA context was lost earlier ({_LOST[0]}); "
+            "name the backend by its spec, or run it with a worker path, to run it in a fresh process",
+        }
     res = execute(inst, case, probes, max_passes)
     if context_lost(res):
         _LOST.append(f"{spec} on {case.summary()}: {str(res.get('detail', ''))[:160]}")
-        res = {**res, "detail": f"{res.get('detail', '')} [this process's CUDA context is lost: later calls of named "
-               "backends run in worker processes]"}
+        res = {
+            **res,
+            "detail": f"{res.get('detail', '')} [this process's CUDA context is lost: later calls of named "
+            "backends run in worker processes]",
+        }
     return res
 
 
@@ -234,9 +240,7 @@ def assert_parity(backend: Backend | str, case: Case, **kw: Any) -> dict[str, An
     return judged.row
 
 
-def check_mask(
-    backend: Backend | str, case: Case, max_passes: int = DEFAULT_MAX_PASSES, batch_passes: bool = True
-) -> ProbeResult:
+def check_mask(backend: Backend | str, case: Case, max_passes: int = DEFAULT_MAX_PASSES, batch_passes: bool = True) -> ProbeResult:
     """The exact effective-mask probe alone (see :mod:`parity.maskcheck`).
 
     ``batch_passes=False`` runs one probe pass per backend call, at the case's own shape.

@@ -71,10 +71,7 @@ class Case:
         if not self.q_lens:
             raise SpecError("Case.q_lens must hold at least one sequence length, got ()")
         if len(self.q_lens) != len(self.k_lens):
-            raise SpecError(
-                f"Case.q_lens and Case.k_lens must have one entry per sequence; "
-                f"got {len(self.q_lens)} and {len(self.k_lens)}"
-            )
+            raise SpecError(f"Case.q_lens and Case.k_lens must have one entry per sequence; got {len(self.q_lens)} and {len(self.k_lens)}")
         for name, lens in (("q_lens", self.q_lens), ("k_lens", self.k_lens)):
             for n in lens:
                 if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -85,8 +82,7 @@ class Case:
         _int_field("seed", self.seed, 0)
         if self.hq % self.hkv:
             raise SpecError(
-                f"Case.hq ({self.hq}) must be divisible by Case.hkv ({self.hkv}) "
-                "for GQA/MQA (query head h uses kv head h // (hq // hkv))"
+                f"Case.hq ({self.hq}) must be divisible by Case.hkv ({self.hkv}) for GQA/MQA (query head h uses kv head h // (hq // hkv))"
             )
         dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
         if dtype not in DTYPES:
@@ -386,8 +382,18 @@ def draw_args(case: Case) -> dict[str, Any]:
     }
 
 
-def draw_qkv(seed: int, total_q: int, total_k: int, hq: int, hkv: int, head_dim: int, dtype: str,
-             regime: str = "normal", starts: list | None = None, scale: float = 1.0):
+def draw_qkv(
+    seed: int,
+    total_q: int,
+    total_k: int,
+    hq: int,
+    hkv: int,
+    head_dim: int,
+    dtype: str,
+    regime: str = "normal",
+    starts: list | None = None,
+    scale: float = 1.0,
+):
     """Packed ``q``, ``k``, ``v``: standard normal from a CPU generator seeded with ``seed``
     (``q`` first, then ``k``, then ``v``), reshaped by the input ``regime`` (``starts``: each
     sequence's first key row; ``scale``: the softmax scale), rounded to ``dtype`` (``"bfloat16"``...)."""

@@ -95,8 +95,7 @@ def check(backend, case: Case, decode_positions: list[int] | None = None, chunk:
         try:
             got = _run(backend, _sub_inputs(full, case, p, p + 1, p + 1))  # (1, hq, d)
         except Exception as exc:  # noqa: BLE001
-            rows.append({"backend": backend.name, "check": "decode", "where": f"p={p}", "case": case.summary(),
-                         **_failed(exc)})
+            rows.append({"backend": backend.name, "check": "decode", "where": f"p={p}", "case": case.summary(), **_failed(exc)})
             continue
         record("decode", f"p={p}", got, prefill[p : p + 1], ref[p : p + 1])
     c = chunk or max(1, s // 4 + 3)  # an odd chunk size: chunk edges off the block grid
@@ -107,8 +106,7 @@ def check(backend, case: Case, decode_positions: list[int] | None = None, chunk:
             pieces.append(_run(backend, _sub_inputs(full, case, c0, c1, c1)))  # (c1 - c0, hq, d)
         record("chunked", f"chunk={c}", torch.cat(pieces), prefill, ref)
     except Exception as exc:  # noqa: BLE001
-        rows.append({"backend": backend.name, "check": "chunked", "where": f"chunk={c}", "case": case.summary(),
-                     **_failed(exc)})
+        rows.append({"backend": backend.name, "check": "chunked", "where": f"chunk={c}", "case": case.summary(), **_failed(exc)})
     return rows
 
 

@@ -37,8 +37,12 @@ DESIGN_DIMS = ("left", "right", "length", "batch", "tile", "align", "layout", "h
 SOFTCAPS = (1.0, 5.0, 30.0)
 SCALES = (0.5, 0.05)
 PAGES = (16, 64)
-HEADS = {"MHA": ((1, 1), (2, 2), (4, 4), (8, 8)), "GQA-pow2": ((4, 2), (8, 2), (8, 4), (16, 2)),
-         "GQA-other": ((6, 2), (12, 4), (9, 3), (12, 2)), "MQA": ((2, 1), (4, 1), (6, 1), (8, 1))}
+HEADS = {
+    "MHA": ((1, 1), (2, 2), (4, 4), (8, 8)),
+    "GQA-pow2": ((4, 2), (8, 2), (8, 4), (16, 2)),
+    "GQA-other": ((6, 2), (12, 4), (9, 3), (12, 2)),
+    "MQA": ((2, 1), (4, 1), (6, 1), (8, 1)),
+}
 DIMS_OF = {"d<=32": (16, 32), "d64": (64,), "d128": (128,), "d256": (256,), "odd8": (40, 72, 80, 96), "irregular": (20, 33)}
 #: What a flash kernel takes: the grid's fixed values.
 FLASH_FIXED = {"align": "bottom_right", "softcap": "none", "paged": "no"}
@@ -147,12 +151,18 @@ def concretize(row: Mapping[str, str], rng: random.Random, limits: Limits) -> Ca
     try:
         window = Window(_side(pick["left"], sk, rng, True), _side(pick["right"], sk, rng, False), pick["align"])  # type: ignore[arg-type]
         return Case(
-            q_lens=q_lens, k_lens=k_lens, hq=hq, hkv=hkv, head_dim=rng.choice(DIMS_OF[pick["head_dim"]]),
-            dtype=pick["dtype"], window=window,
+            q_lens=q_lens,
+            k_lens=k_lens,
+            hq=hq,
+            hkv=hkv,
+            head_dim=rng.choice(DIMS_OF[pick["head_dim"]]),
+            dtype=pick["dtype"],
+            window=window,
             scale=None if pick["scale"] == "default" else rng.choice(SCALES),
             softcap=None if pick["softcap"] == "none" else rng.choice(SOFTCAPS),
             page_size=None if pick["paged"] == "no" else rng.choice(PAGES),
-            seed=rng.randrange(2**31), regime=pick["regime"],
+            seed=rng.randrange(2**31),
+            regime=pick["regime"],
         )
     except SpecError:
         return None
@@ -184,6 +194,7 @@ def _fill(preset: Mapping[str, str], values: Mapping[str, Sequence[str]], open_p
     rest = [d for d in DESIGN_DIMS if d not in row]
     rng.shuffle(rest)
     for d in rest:
+
         def gain(v: str, d: str = d) -> tuple[int, float]:
             new = sum(1 for e, x in row.items() if _pair((e, x), (d, v)) in open_pairs)
             return new, rng.random()
@@ -214,8 +225,7 @@ def grid_rows(limits: Limits, rng: random.Random, open_pairs: set[Pair], tries: 
     """One flash-acceptable case per window-grid cell (see the module docstring)."""
     values = design_values(limits)
     half = tuple(d for d in HALF_DTYPES if d in values["dtype"]) or values["dtype"]
-    values = {**values, "dtype": half, "head_dim": FLASH_HEAD_DIMS,
-              **{d: (v,) for d, v in FLASH_FIXED.items()}}
+    values = {**values, "dtype": half, "head_dim": FLASH_HEAD_DIMS, **{d: (v,) for d, v in FLASH_FIXED.items()}}
     out = []
     for n, (left, right, rel) in enumerate(itertools.product(GRID_SIDES, GRID_SIDES, GRID_LENGTHS)):
         wanted: tuple[str, ...] = ("narrow", "inside") if left == "inside" else (left,)
@@ -261,9 +271,19 @@ def long_rows(limits: Limits, rng: random.Random, count: int) -> list[Case]:
         left = min(rng.choice((1023, 2047, 4095)), sk - 2)
         b = 4 if sq == 1 else 1
         hq, hkv = ((8, 2), (8, 1), (4, 4), (16, 2))[n % 4]
-        out.append(Case(q_lens=(sq,) * b, k_lens=(sk,) * b, hq=hq, hkv=hkv, head_dim=(128, 64)[n % 2], dtype=half[n % len(half)],
-                        window=Window(left, 0), seed=rng.randrange(2**31),
-                        regime=("normal", "large_logits", "outliers", "normal")[n % 4]))
+        out.append(
+            Case(
+                q_lens=(sq,) * b,
+                k_lens=(sk,) * b,
+                hq=hq,
+                hkv=hkv,
+                head_dim=(128, 64)[n % 2],
+                dtype=half[n % len(half)],
+                window=Window(left, 0),
+                seed=rng.randrange(2**31),
+                regime=("normal", "large_logits", "outliers", "normal")[n % 4],
+            )
+        )
     return out
 
 

@@ -23,7 +23,7 @@ EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "every case that ran passed, or failed as a known divergence describes (expected)",
     EXIT_FAIL: "a case failed, errored, crashed or timed out with no known divergence explaining it, a strict known "
-               "divergence passed (unexpected-pass), or a backend named with --backend is unavailable",
+    "divergence passed (unexpected-pass), or a backend named with --backend is unavailable",
     EXIT_USAGE: "a usage error (bad argument, invalid case, unknown backend, a bad expectations file): one line, no traceback",
     EXIT_PARTIAL: "a partial run (--time-limit, --fail-fast, a CUDA context lost under --no-isolate) with no failing row",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); the finished rows are kept (--resume runs the rest)",

@@ -109,8 +109,12 @@ def version_key(text: str) -> tuple[Any, ...] | None:
 
 
 _OPS = {
-    ">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b,
-    "<": lambda a, b: a < b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+    ">=": lambda a, b: a >= b,
+    ">": lambda a, b: a > b,
+    "<=": lambda a, b: a <= b,
+    "<": lambda a, b: a < b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
 }
 
 
@@ -334,9 +338,17 @@ def _entry(path: Path, n: int, raw: Any, builtin: Sequence[str]) -> Expectation:
         except ValueError as exc:
             raise _fail(path, where, f"field 'versions': {exc}") from None
     return Expectation(
-        id=_text(path, where, raw, "id"), backend=backend, condition=_condition(path, where, raw["condition"]),
-        explanation=_text(path, where, raw, "explanation"), upstream=_text(path, where, raw, "upstream"),
-        verdict=verdict, reasons=tuple(reasons), strict=strict, versions=versions, detail=detail, source=str(path),
+        id=_text(path, where, raw, "id"),
+        backend=backend,
+        condition=_condition(path, where, raw["condition"]),
+        explanation=_text(path, where, raw, "explanation"),
+        upstream=_text(path, where, raw, "upstream"),
+        verdict=verdict,
+        reasons=tuple(reasons),
+        strict=strict,
+        versions=versions,
+        detail=detail,
+        source=str(path),
     )
 
 

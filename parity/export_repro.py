@@ -112,8 +112,10 @@ def export_one(
     row_summary, extra = case.summary(), ""
     if entry is not None:
         case = Case.from_dict(entry["case"])
-        extra = (f"the row's case to ({entry.get('calls', '?')} backend calls); the harness's verdict on it: "
-                 f"{entry.get('verdict', '?')} [{entry.get('reasons', '')}]")
+        extra = (
+            f"the row's case to ({entry.get('calls', '?')} backend calls); the harness's verdict on it: "
+            f"{entry.get('verdict', '?')} [{entry.get('reasons', '')}]"
+        )
     path = _write(run, index, row, spec, case, dict(row_summary=row_summary, shrunk=extra), out_dir / f"{_safe(spec)}_{case.case_id}.py")
     refusal = _control_refusal(control, case) if path is not None and control else None
     if refusal:
@@ -177,11 +179,19 @@ def _safe(name: str) -> str:
 #: the control backend of each failing backend: the same library's other path where there is one, else a
 #: backend that passed every case it ran in the 2026-12-04 H200 run
 CONTROLS = {
-    "torch-fa2-cuda": "fa4-cuda", "torch-fa2-varlen-cuda": "fa4-cuda", "xformers-flash-cuda": "fa4-cuda",
-    "xformers-cutlass-cuda": "fa4-cuda", "sdpa-cudnn-cuda": "sdpa-efficient-cuda",
-    "jax-cudnn-cuda": "jax-cudnn-causal-cuda", "jax-xla-cuda": "sdpa-math-cuda", "fa4-cuda": "sdpa-math-cuda",
-    "fa4-varlen-cuda": "sdpa-math-cuda", "flashinfer-cuda": "sdpa-math-cuda",
-    "flashinfer-paged-cuda": "sdpa-math-cuda", "flashinfer-decode-cuda": "sdpa-math-cuda", "vllm-fa2-cuda": "vllm-fa3-cuda",
+    "torch-fa2-cuda": "fa4-cuda",
+    "torch-fa2-varlen-cuda": "fa4-cuda",
+    "xformers-flash-cuda": "fa4-cuda",
+    "xformers-cutlass-cuda": "fa4-cuda",
+    "sdpa-cudnn-cuda": "sdpa-efficient-cuda",
+    "jax-cudnn-cuda": "jax-cudnn-causal-cuda",
+    "jax-xla-cuda": "sdpa-math-cuda",
+    "fa4-cuda": "sdpa-math-cuda",
+    "fa4-varlen-cuda": "sdpa-math-cuda",
+    "flashinfer-cuda": "sdpa-math-cuda",
+    "flashinfer-paged-cuda": "sdpa-math-cuda",
+    "flashinfer-decode-cuda": "sdpa-math-cuda",
+    "vllm-fa2-cuda": "vllm-fa3-cuda",
 }
 #: controls tried in turn when the preferred one refuses the case (SDPA has no softcap, for one)
 FALLBACK_CONTROLS = ("sdpa-math-cuda", "flex-cuda", "reference-cuda")

@@ -184,9 +184,18 @@ def judge(
     gqa = res.get("gqa") or {"status": "not_run", "detail": "probes disabled"}
     reasons += [name for name, probe in (("mask", mask), ("gqa", gqa)) if probe["status"] == "mismatch"]
     raw = "fail" if reasons else "pass"  # apply_expectations may turn it into expected / unexpected-pass
-    verdict = Verdict(raw, raw_verdict=raw, reasons=tuple(reasons), **_measures(cmp),
-                      mask_check=mask["status"], mask_detail=mask["detail"], gqa_check=gqa["status"], gqa_detail=gqa["detail"],
-                      time_ms=float(res.get("time_ms", 0.0)), **_memory(res))
+    verdict = Verdict(
+        raw,
+        raw_verdict=raw,
+        reasons=tuple(reasons),
+        **_measures(cmp),
+        mask_check=mask["status"],
+        mask_detail=mask["detail"],
+        gqa_check=gqa["status"],
+        gqa_detail=gqa["detail"],
+        time_ms=float(res.get("time_ms", 0.0)),
+        **_memory(res),
+    )
     return Judged(head, verdict, comparison=cmp, mask_image=mask.get("image"), summary=case.summary())
 
 
@@ -217,11 +226,18 @@ def _measures(cmp: Comparison) -> dict[str, Any]:
     }
 
 
-def expect_verdict(verdict: Verdict, expectations: Any, spec: str, case: Case | None, case_json: str = "",
-                   version: str = "", torch_version: str = "") -> Verdict:
+def expect_verdict(
+    verdict: Verdict, expectations: Any, spec: str, case: Case | None, case_json: str = "", version: str = "", torch_version: str = ""
+) -> Verdict:
     """``verdict`` judged against the known divergences (``parity.expect``), anew from its raw verdict."""
-    row = {"backend": spec, "verdict": verdict.verdict, "raw_verdict": verdict.raw_verdict, "reasons": " ".join(verdict.reasons),
-           "detail": verdict.detail, "case_json": case_json}
+    row = {
+        "backend": spec,
+        "verdict": verdict.verdict,
+        "raw_verdict": verdict.raw_verdict,
+        "reasons": " ".join(verdict.reasons),
+        "detail": verdict.detail,
+        "case_json": case_json,
+    }
     out = expectations.judge(row, version, torch_version, case)
     return dataclasses.replace(verdict, verdict=out["verdict"], raw_verdict=out["raw_verdict"], expected_id=out["expected_id"])
 
@@ -230,6 +246,5 @@ def apply_expectations(judged: Judged, expectations: Any, version: str, case: Ca
     """``judged`` with its verdict judged against the known divergences (``parity.expect``), if any."""
     if not expectations:
         return judged
-    verdict = expect_verdict(judged.verdict, expectations, judged.head["backend"], case, version=version,
-                             torch_version=torch.__version__)
+    verdict = expect_verdict(judged.verdict, expectations, judged.head["backend"], case, version=version, torch_version=torch.__version__)
     return dataclasses.replace(judged, verdict=verdict)

@@ -112,7 +112,10 @@ def mask_probe_inputs(case: Case, p: int, device: torch.device | str = "cpu", ba
         v[torch.cat(rows).to(dev), :, torch.cat(dims).to(dev)] = 1
     cq, ckp = pc.cu_seqlens()
     probe = Inputs(
-        pc, q, k, v,
+        pc,
+        q,
+        k,
+        v,
         torch.tensor(cq, dtype=torch.int32, device=dev),
         torch.tensor(ckp, dtype=torch.int32, device=dev),
     )
@@ -270,8 +273,14 @@ def _mask_verdict(total_rows: int, bad_rows: int, skipped: int, patterns: Counte
         return ProbeResult("n/a", f"output not written: none of the {skipped} (head, row) pairs to judge")
     note = f" ({skipped} unwritten (head, row) pairs not judged)" if skipped else ""
     if bad_rows == 0:
-        return ProbeResult("ok", f"all {total_rows} written (head, row) pairs see exactly the spec's keys{note}"
-                           if skipped else f"all {total_rows} (head, row) pairs see exactly the spec's keys", 0, total_rows)
+        return ProbeResult(
+            "ok",
+            f"all {total_rows} written (head, row) pairs see exactly the spec's keys{note}"
+            if skipped
+            else f"all {total_rows} (head, row) pairs see exactly the spec's keys",
+            0,
+            total_rows,
+        )
     common = "; ".join(f"{n} x {p}" for p, n in patterns.most_common(3))
     head = patterns.most_common(1)[0][0]
     detail = f"{head}: {bad_rows} of {total_rows} (head, row) pairs differ{note} [{common}]. First: {first}"

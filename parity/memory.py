@@ -89,8 +89,7 @@ def _probe_bytes(case: Case, max_passes: int) -> int:
     return max(gqa, call + stream)
 
 
-def estimate(case: Case, probes: bool = True, max_passes: int = 64, workspace: int = 0,
-             harness_on_device: bool = False) -> MemoryEstimate:
+def estimate(case: Case, probes: bool = True, max_passes: int = 64, workspace: int = 0, harness_on_device: bool = False) -> MemoryEstimate:
     """``case``'s estimated bytes per part (see the module docstring)."""
     e = torch.finfo(case.torch_dtype).bits // 8
     tq, tk = sum(case.q_lens), sum(case.k_lens)

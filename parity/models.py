@@ -199,10 +199,23 @@ def load_config(path: Path | str) -> ModelAttention:
     return parse_config(cfg, p.parent.name or p.stem, where=str(p), source=str(p))
 
 
-def _m(model_type: str, heads: int, kv: int, layers: int, window: int | None, head_dim: int | None = None,
-       hidden: int | None = None, **extra: Any) -> dict[str, Any]:
-    cfg: dict[str, Any] = {"model_type": model_type, "num_attention_heads": heads, "num_key_value_heads": kv,
-                           "num_hidden_layers": layers, "sliding_window": window}
+def _m(
+    model_type: str,
+    heads: int,
+    kv: int,
+    layers: int,
+    window: int | None,
+    head_dim: int | None = None,
+    hidden: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "model_type": model_type,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "num_hidden_layers": layers,
+        "sliding_window": window,
+    }
     cfg.update({k: v for k, v in (("head_dim", head_dim), ("hidden_size", hidden)) if v is not None}, **extra)
     return cfg
 
@@ -210,53 +223,81 @@ def _m(model_type: str, heads: int, kv: int, layers: int, window: int | None, he
 _TF = "transformers (commit 008e574) src/transformers/models"
 #: name -> (the config.json keys that decide attention, where the numbers come from).
 TABLE: dict[str, tuple[dict[str, Any], str]] = {
-    "mistral-7b-v0.1": (_m("mistral", 32, 8, 32, 4096, hidden=4096),
-                        "mistralai/Mistral-7B-v0.1 config.json: num_attention_heads 32, num_key_value_heads 8, hidden_size 4096 "
-                        "(head_dim 128), sliding_window 4096, 32 layers (window confirmed in a public config copy; heads as "
-                        "the Mistral paper, not confirmed here against the hub file)"),
-    "mixtral-8x7b-v0.1": (_m("mixtral", 32, 8, 32, None, hidden=4096),
-                          "mistralai/Mixtral-8x7B-v0.1 config.json (as copied in TensorRT-LLM's tests): num_attention_heads 32, "
-                          "num_key_value_heads 8, hidden_size 4096, 32 layers, sliding_window null: NO window, global layers only"),
-    "gemma-2-2b": (_m("gemma2", 8, 4, 26, 4096, head_dim=256, query_pre_attn_scalar=256, attn_logit_softcapping=50.0),
-                   f"{_TF}/gemma2/configuration_gemma2.py defaults (hidden 2304 = gemma-2-2b): 8/4 heads, head_dim 256, 26 layers, "
-                   "sliding_window 4096, query_pre_attn_scalar 256, attn_logit_softcapping 50.0, layer i local when (i+1) % 2"),
-    "gemma-2-9b": (_m("gemma2", 16, 8, 42, 4096, head_dim=256, query_pre_attn_scalar=256, attn_logit_softcapping=50.0),
-                   "google/gemma-2-9b config.json: 16/8 heads, head_dim 256, 42 layers (not confirmed here; the issue's "
-                   "H200 measurements used 16/8, d256, window 4096, softcap 50, scale 1/16); pattern and softcap as gemma-2-2b"),
-    "gemma-2-27b": (_m("gemma2", 32, 16, 46, 4096, head_dim=128, query_pre_attn_scalar=144, attn_logit_softcapping=50.0),
-                    "google/gemma-2-27b config.json: 32/16 heads, head_dim 128, 46 layers, query_pre_attn_scalar 144 "
-                    "(= hidden 4608 / 32; scale 1/12) - NOT confirmed here, from memory of the hub file"),
-    "gemma-3-1b": (_m("gemma3_text", 4, 1, 26, 512, head_dim=256, query_pre_attn_scalar=256, sliding_window_pattern=6),
-                   "google/gemma-3-1b-pt config.json as mlx-lm's gemma3_text defaults copy it: 4/1 heads, head_dim 256, 26 layers, "
-                   "sliding_window 512, sliding_window_pattern 6, query_pre_attn_scalar 256"),
-    "gemma-3-4b": (_m("gemma3_text", 8, 4, 34, 1024, head_dim=256, query_pre_attn_scalar=256, sliding_window_pattern=6),
-                   f"{_TF}/gemma3/configuration_gemma3.py Gemma3TextConfig defaults (8/4 heads, head_dim 256, pattern 6; its "
-                   "default window is 4096, the released gemma-3-4b text_config has 1024 and 34 layers: not confirmed here)"),
-    "gemma-3-12b": (_m("gemma3_text", 16, 8, 48, 1024, head_dim=256, query_pre_attn_scalar=256, sliding_window_pattern=6),
-                    "google/gemma-3-12b text_config as a public copy has it: 16/8 heads, head_dim 256, 48 layers, sliding_window "
-                    "1024, sliding_window_pattern 6, query_pre_attn_scalar 256, attn_logit_softcapping null"),
-    "gemma-3-27b": (_m("gemma3_text", 32, 16, 62, 1024, head_dim=128, query_pre_attn_scalar=168, sliding_window_pattern=6),
-                    "google/gemma-3-27b text_config: 32/16 heads, head_dim 128, 62 layers, query_pre_attn_scalar 168 - NOT "
-                    "confirmed here (from memory of the hub file); window 1024 and pattern 6 as the other Gemma-3 sizes"),
-    "phi-3-mini-4k": (_m("phi3", 32, 32, 32, 2047, hidden=3072),
-                      "microsoft/Phi-3-mini-4k-instruct config.json (public copies): num_attention_heads 32, num_key_value_heads "
-                      "32, hidden_size 3072 (head_dim 96), 32 layers, sliding_window 2047"),
-    "qwen2-7b-swa": (_m("qwen2", 28, 4, 28, 4096, hidden=3584, use_sliding_window=True, max_window_layers=21),
-                     "Qwen/Qwen2-7B config.json: 28/4 heads, hidden_size 3584 (head_dim 128), 28 layers; released with "
-                     "use_sliding_window false (and max_window_layers 28: no layer would slide). Here use_sliding_window true, "
-                     f"sliding_window 4096 ({_TF}/qwen2/configuration_qwen2.py default) and max_window_layers 21 (a "
-                     "user's setting, NOT a released config): layers 21-27 local, as Qwen2Config derives layer_types"),
-    "gpt-oss-20b": (_m("gpt_oss", 64, 8, 24, 128, head_dim=64),
-                    f"{_TF}/gpt_oss/configuration_gpt_oss.py defaults: 64/8 heads, head_dim 64, sliding_window 128, layers "
-                    "alternate sliding/full from layer 0; 24 layers for gpt-oss-20b (36 is the 120b default; 24 not "
-                    "confirmed here). Learned attention sinks: not expressible yet, run without them"),
-    "command-r7b": (_m("cohere2", 32, 8, 32, 4096, hidden=4096, sliding_window_pattern=4),
-                    f"{_TF}/cohere2/configuration_cohere2.py: sliding_window 4096 default, sliding_window_pattern 4 (3 local : "
-                    "1 global), head_dim = hidden_size / heads. CohereForAI/c4ai-command-r7b-12-2024's 32/8 heads, hidden 4096, "
-                    "32 layers: NOT confirmed here"),
-    "starcoder2-3b": (_m("starcoder2", 24, 2, 30, 4096, hidden=3072),
-                      "bigcode/starcoder2-3b config.json as TensorRT-LLM's and mlx tests copy it: 24/2 heads, hidden_size 3072 "
-                      "(head_dim 128), 30 layers, sliding_window 4096"),
+    "mistral-7b-v0.1": (
+        _m("mistral", 32, 8, 32, 4096, hidden=4096),
+        "mistralai/Mistral-7B-v0.1 config.json: num_attention_heads 32, num_key_value_heads 8, hidden_size 4096 "
+        "(head_dim 128), sliding_window 4096, 32 layers (window confirmed in a public config copy; heads as "
+        "the Mistral paper, not confirmed here against the hub file)",
+    ),
+    "mixtral-8x7b-v0.1": (
+        _m("mixtral", 32, 8, 32, None, hidden=4096),
+        "mistralai/Mixtral-8x7B-v0.1 config.json (as copied in TensorRT-LLM's tests): num_attention_heads 32, "
+        "num_key_value_heads 8, hidden_size 4096, 32 layers, sliding_window null: NO window, global layers only",
+    ),
+    "gemma-2-2b": (
+        _m("gemma2", 8, 4, 26, 4096, head_dim=256, query_pre_attn_scalar=256, attn_logit_softcapping=50.0),
+        f"{_TF}/gemma2/configuration_gemma2.py defaults (hidden 2304 = gemma-2-2b): 8/4 heads, head_dim 256, 26 layers, "
+        "sliding_window 4096, query_pre_attn_scalar 256, attn_logit_softcapping 50.0, layer i local when (i+1) % 2",
+    ),
+    "gemma-2-9b": (
+        _m("gemma2", 16, 8, 42, 4096, head_dim=256, query_pre_attn_scalar=256, attn_logit_softcapping=50.0),
+        "google/gemma-2-9b config.json: 16/8 heads, head_dim 256, 42 layers (not confirmed here; the issue's "
+        "H200 measurements used 16/8, d256, window 4096, softcap 50, scale 1/16); pattern and softcap as gemma-2-2b",
+    ),
+    "gemma-2-27b": (
+        _m("gemma2", 32, 16, 46, 4096, head_dim=128, query_pre_attn_scalar=144, attn_logit_softcapping=50.0),
+        "google/gemma-2-27b config.json: 32/16 heads, head_dim 128, 46 layers, query_pre_attn_scalar 144 "
+        "(= hidden 4608 / 32; scale 1/12) - NOT confirmed here, from memory of the hub file",
+    ),
+    "gemma-3-1b": (
+        _m("gemma3_text", 4, 1, 26, 512, head_dim=256, query_pre_attn_scalar=256, sliding_window_pattern=6),
+        "google/gemma-3-1b-pt config.json as mlx-lm's gemma3_text defaults copy it: 4/1 heads, head_dim 256, 26 layers, "
+        "sliding_window 512, sliding_window_pattern 6, query_pre_attn_scalar 256",
+    ),
+    "gemma-3-4b": (
+        _m("gemma3_text", 8, 4, 34, 1024, head_dim=256, query_pre_attn_scalar=256, sliding_window_pattern=6),
+        f"{_TF}/gemma3/configuration_gemma3.py Gemma3TextConfig defaults (8/4 heads, head_dim 256, pattern 6; its "
+        "default window is 4096, the released gemma-3-4b text_config has 1024 and 34 layers: not confirmed here)",
+    ),
+    "gemma-3-12b": (
+        _m("gemma3_text", 16, 8, 48, 1024, head_dim=256, query_pre_attn_scalar=256, sliding_window_pattern=6),
+        "google/gemma-3-12b text_config as a public copy has it: 16/8 heads, head_dim 256, 48 layers, sliding_window "
+        "1024, sliding_window_pattern 6, query_pre_attn_scalar 256, attn_logit_softcapping null",
+    ),
+    "gemma-3-27b": (
+        _m("gemma3_text", 32, 16, 62, 1024, head_dim=128, query_pre_attn_scalar=168, sliding_window_pattern=6),
+        "google/gemma-3-27b text_config: 32/16 heads, head_dim 128, 62 layers, query_pre_attn_scalar 168 - NOT "
+        "confirmed here (from memory of the hub file); window 1024 and pattern 6 as the other Gemma-3 sizes",
+    ),
+    "phi-3-mini-4k": (
+        _m("phi3", 32, 32, 32, 2047, hidden=3072),
+        "microsoft/Phi-3-mini-4k-instruct config.json (public copies): num_attention_heads 32, num_key_value_heads "
+        "32, hidden_size 3072 (head_dim 96), 32 layers, sliding_window 2047",
+    ),
+    "qwen2-7b-swa": (
+        _m("qwen2", 28, 4, 28, 4096, hidden=3584, use_sliding_window=True, max_window_layers=21),
+        "Qwen/Qwen2-7B config.json: 28/4 heads, hidden_size 3584 (head_dim 128), 28 layers; released with "
+        "use_sliding_window false (and max_window_layers 28: no layer would slide). Here use_sliding_window true, "
+        f"sliding_window 4096 ({_TF}/qwen2/configuration_qwen2.py default) and max_window_layers 21 (a "
+        "user's setting, NOT a released config): layers 21-27 local, as Qwen2Config derives layer_types",
+    ),
+    "gpt-oss-20b": (
+        _m("gpt_oss", 64, 8, 24, 128, head_dim=64),
+        f"{_TF}/gpt_oss/configuration_gpt_oss.py defaults: 64/8 heads, head_dim 64, sliding_window 128, layers "
+        "alternate sliding/full from layer 0; 24 layers for gpt-oss-20b (36 is the 120b default; 24 not "
+        "confirmed here). Learned attention sinks: not expressible yet, run without them",
+    ),
+    "command-r7b": (
+        _m("cohere2", 32, 8, 32, 4096, hidden=4096, sliding_window_pattern=4),
+        f"{_TF}/cohere2/configuration_cohere2.py: sliding_window 4096 default, sliding_window_pattern 4 (3 local : "
+        "1 global), head_dim = hidden_size / heads. CohereForAI/c4ai-command-r7b-12-2024's 32/8 heads, hidden 4096, "
+        "32 layers: NOT confirmed here",
+    ),
+    "starcoder2-3b": (
+        _m("starcoder2", 24, 2, 30, 4096, hidden=3072),
+        "bigcode/starcoder2-3b config.json as TensorRT-LLM's and mlx tests copy it: 24/2 heads, hidden_size 3072 "
+        "(head_dim 128), 30 layers, sliding_window 4096",
+    ),
 }
 
 
@@ -311,8 +352,9 @@ def _scaled(n: int, by: int, keep_small: int = 8) -> int:
     return n if n <= keep_small else max(keep_small + 1, round(n / by))
 
 
-def model_cases(model: ModelAttention, dtypes: Sequence[str] = ("bfloat16",), scale_down: int = 1, seed: int = 0,
-                calls: Sequence[Call] = CALLS) -> list[Case]:
+def model_cases(
+    model: ModelAttention, dtypes: Sequence[str] = ("bfloat16",), scale_down: int = 1, seed: int = 0, calls: Sequence[Call] = CALLS
+) -> list[Case]:
     """Per layer kind of ``model`` and per call, one case in each dtype; lengths and windows divided by ``scale_down``."""
     out = []
     for kind in model.kinds:
@@ -323,14 +365,30 @@ def model_cases(model: ModelAttention, dtypes: Sequence[str] = ("bfloat16",), sc
             k = tuple(max(a, _scaled(n, scale_down)) for a, n in zip(q, call.k_lens))
             for dt in dtypes:
                 s = (seed * 1_000_003 + zlib.crc32(f"{model.name}/{kind.name}/{call.name}/{dt}".encode())) % (2**31)
-                out.append(Case(q_lens=q, k_lens=k, hq=model.hq, hkv=model.hkv, head_dim=model.head_dim, dtype=dt,
-                                window=window, scale=model.scale, softcap=model.softcap, page_size=call.page_size, seed=s,
-                                regime=call.regime, model=model.name, layer=kind.name))
+                out.append(
+                    Case(
+                        q_lens=q,
+                        k_lens=k,
+                        hq=model.hq,
+                        hkv=model.hkv,
+                        head_dim=model.head_dim,
+                        dtype=dt,
+                        window=window,
+                        scale=model.scale,
+                        softcap=model.softcap,
+                        page_size=call.page_size,
+                        seed=s,
+                        regime=call.regime,
+                        model=model.name,
+                        layer=kind.name,
+                    )
+                )
     return out
 
 
-def profile_cases(specs: Sequence[str], dtypes: Sequence[str] = ("bfloat16",), scale_down: int = 1,
-                  seed: int = 0) -> tuple[list[Case], list[ModelAttention]]:
+def profile_cases(
+    specs: Sequence[str], dtypes: Sequence[str] = ("bfloat16",), scale_down: int = 1, seed: int = 0
+) -> tuple[list[Case], list[ModelAttention]]:
     """The cases of ``specs`` (``--model`` values; empty: the whole table) and the models they came from."""
     models = [resolve(s) for s in (specs or list(TABLE))]
     cases: dict[str, Case] = {}

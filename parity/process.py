@@ -46,8 +46,6 @@ def worker_paths(items: Iterable[str] | None) -> dict[str, list[str]]:
     return parse_worker_paths([*env_worker_paths(), *(items or [])])
 
 
-
-
 # -- worker protocol: length-prefixed pickles over the worker's stdin / a dup of its stdout -------
 
 

@@ -59,17 +59,45 @@ _INFO = pytest.StashKey[dict]()  # spec -> backend_info
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("attn-parity", "attn-parity: attention backends against a float64 reference")
-    group.addoption("--parity-backend", action="append", default=None, dest="parity_backend", metavar="NAME|module:Class",
-                    help="backend for parity_backend tests (repeatable): a built-in name, an entry point, or package.module:Class")
-    group.addoption("--parity-profile", default=None, dest="parity_profile", metavar="PROFILE",
-                    help="cases and hypothesis profile: quick, default, thorough ($PARITY_PROFILE)")
-    group.addoption("--parity-expect", action="append", default=None, dest="parity_expect", metavar="FILE",
-                    help="known divergences TOML (repeatable; 'default', 'none'; default: $PARITY_EXPECT, else the packaged file)")
-    group.addoption("--parity-worker-path", action="append", default=None, dest="parity_worker_path", metavar="BACKEND=PATH",
-                    help="run BACKEND in a worker process with PATH first on its sys.path (repeatable; also "
-                         "$PARITY_WORKER_PATH, items separated by spaces or ';')")
-    group.addoption("--parity-shard", default=None, dest="parity_shard", metavar="K/N",
-                    help="run only shard K of N of the collected tests (by node id, as pytest-shard)")
+    group.addoption(
+        "--parity-backend",
+        action="append",
+        default=None,
+        dest="parity_backend",
+        metavar="NAME|module:Class",
+        help="backend for parity_backend tests (repeatable): a built-in name, an entry point, or package.module:Class",
+    )
+    group.addoption(
+        "--parity-profile",
+        default=None,
+        dest="parity_profile",
+        metavar="PROFILE",
+        help="cases and hypothesis profile: quick, default, thorough ($PARITY_PROFILE)",
+    )
+    group.addoption(
+        "--parity-expect",
+        action="append",
+        default=None,
+        dest="parity_expect",
+        metavar="FILE",
+        help="known divergences TOML (repeatable; 'default', 'none'; default: $PARITY_EXPECT, else the packaged file)",
+    )
+    group.addoption(
+        "--parity-worker-path",
+        action="append",
+        default=None,
+        dest="parity_worker_path",
+        metavar="BACKEND=PATH",
+        help="run BACKEND in a worker process with PATH first on its sys.path (repeatable; also "
+        "$PARITY_WORKER_PATH, items separated by spaces or ';')",
+    )
+    group.addoption(
+        "--parity-shard",
+        default=None,
+        dest="parity_shard",
+        metavar="K/N",
+        help="run only shard K of N of the collected tests (by node id, as pytest-shard)",
+    )
     parser.addini("parity_backends", "backends for parity_backend tests when --parity-backend is not given", type="linelist", default=[])
 
 
@@ -121,8 +149,9 @@ def load_profile(config: pytest.Config, default: str = "default") -> str:
     from hypothesis.database import DirectoryBasedExampleDatabase
 
     db = DirectoryBasedExampleDatabase(str(Path(config.rootpath) / ".hypothesis" / "examples"))
-    common: dict[str, Any] = dict(database=db, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-                                  print_blob=True)
+    common: dict[str, Any] = dict(
+        database=db, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much], print_blob=True
+    )
     for prof in PROFILES.values():
         settings.register_profile(f"parity-{prof.name}", max_examples=prof.test_examples, **common)
     settings.load_profile(f"parity-{name}")
@@ -215,8 +244,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if specs:
             metafunc.parametrize("parity_backend", backend_params(metafunc.config, specs))
         else:
-            metafunc.parametrize("parity_backend", [pytest.param(None, marks=pytest.mark.skip(
-                reason="no backend: give --parity-backend NAME|module:Class (or parity_backends in the ini file)"), id="no-backend")])
+            metafunc.parametrize(
+                "parity_backend",
+                [
+                    pytest.param(
+                        None,
+                        marks=pytest.mark.skip(
+                            reason="no backend: give --parity-backend NAME|module:Class (or parity_backends in the ini file)"
+                        ),
+                        id="no-backend",
+                    )
+                ],
+            )
     if "parity_case" in names:
         cs = cases(metafunc.config)
         metafunc.parametrize("parity_case", cs, ids=[f"{c.dtype}-{c.case_id}" for c in cs])
@@ -256,8 +295,10 @@ def check_row(row: dict[str, Any], expectations: Any = None, judged: Any = None)
     if v == "expected":
         pytest.xfail(f"{words} [{row.get('reasons') or row.get('raw_verdict')}]")
     if v == "unexpected-pass":
-        raise ParityError(f"{row['backend']} UNEXPECTED PASS: the strict known divergence {words} expects a failure; "
-                          f"retire or narrow the entry\n  repro: {row['repro']}")
+        raise ParityError(
+            f"{row['backend']} UNEXPECTED PASS: the strict known divergence {words} expects a failure; "
+            f"retire or narrow the entry\n  repro: {row['repro']}"
+        )
     raise ParityError(failure_message(judged if judged is not None else row))
 
 

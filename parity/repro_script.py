@@ -95,13 +95,21 @@ def docstring(meta: dict[str, Any]) -> str:
     if meta.get("shrunk"):
         lines += [f"This is the smaller case the harness shrank {meta['shrunk']}.", ""]
     if meta.get("control_of"):
-        lines += [f"A control: the case on which {meta['control_of']} diverges, called through {meta['backend']}, a",
-                  "backend without that divergence; it should exit 0.", ""]
+        lines += [
+            f"A control: the case on which {meta['control_of']} diverges, called through {meta['backend']}, a",
+            "backend without that divergence; it should exit 0.",
+            "",
+        ]
     on = f" on {meta['row_summary']}" if meta.get("row_summary") else ""
     if not meta.get("control_of"):
         lines.append(f"Harness verdict{on}: {meta['verdict']}" + (f" [{meta['reasons']}]" if meta.get("reasons") else ""))
-    for key, label in (("errors", "error"), ("mask_detail", "mask probe"), ("gqa_detail", "GQA probe"),
-                       ("worst_where", "worst element"), ("detail", "detail")):
+    for key, label in (
+        ("errors", "error"),
+        ("mask_detail", "mask probe"),
+        ("gqa_detail", "GQA probe"),
+        ("worst_where", "worst element"),
+        ("detail", "detail"),
+    ):
         if meta.get(key):
             lines.append(f"  {label}: {meta[key]}")
     lines += [

@@ -114,9 +114,18 @@ def blank_row() -> dict[str, Any]:
 #: How a measured number is written into results.csv (``format`` spec per column); each is parsed
 #: back once by :meth:`Verdict.from_row`.
 FORMATS = {
-    "max_abs_err": ".6g", "max_rel_err": ".6g", "mean_abs_err": ".6g", "err_ratio": ".4g", "budget_frac": ".4g",
-    "mismatch_pct": ".4g", "threshold_max": ".6g", "baseline_max": ".6g", "baseline_mean": ".6g",
-    "time_ms": ".4g", "est_mem_mb": ".4g", "peak_mem_mb": ".4g",
+    "max_abs_err": ".6g",
+    "max_rel_err": ".6g",
+    "mean_abs_err": ".6g",
+    "err_ratio": ".4g",
+    "budget_frac": ".4g",
+    "mismatch_pct": ".4g",
+    "threshold_max": ".6g",
+    "baseline_max": ".6g",
+    "baseline_mean": ".6g",
+    "time_ms": ".4g",
+    "est_mem_mb": ".4g",
+    "peak_mem_mb": ".4g",
 }
 #: The integer columns of a verdict (written as they are).
 COUNTS = ("nan_count", "inf_count", "nan_masked_rows", "worst_seq", "worst_head", "worst_row", "worst_left_edge")
@@ -169,8 +178,13 @@ class Verdict:
 
     def columns(self) -> dict[str, Any]:
         """The row's verdict columns, as results.csv writes them (numbers formatted here, once)."""
-        out: dict[str, Any] = {"verdict": self.verdict, "reasons": " ".join(self.reasons), "detail": self.detail,
-                               "raw_verdict": self.raw_verdict, "expected_id": self.expected_id}
+        out: dict[str, Any] = {
+            "verdict": self.verdict,
+            "reasons": " ".join(self.reasons),
+            "detail": self.detail,
+            "raw_verdict": self.raw_verdict,
+            "expected_id": self.expected_id,
+        }
         for name, fmt in FORMATS.items():
             v = getattr(self, name)
             out[name] = "" if v is None else format(v, fmt)
@@ -186,8 +200,20 @@ class Verdict:
     def from_row(cls, row: Mapping[str, Any]) -> Verdict:
         """A results row (read back from results.csv, or as :meth:`columns` wrote it) parsed once."""
         text = {f.name: str(row.get(f.name, "") or "") for f in dataclasses.fields(cls)}
-        kw: dict[str, Any] = {k: text[k] for k in ("verdict", "raw_verdict", "detail", "expected_id", "worst_where",
-                                                   "mask_check", "mask_detail", "gqa_check", "gqa_detail")}
+        kw: dict[str, Any] = {
+            k: text[k]
+            for k in (
+                "verdict",
+                "raw_verdict",
+                "detail",
+                "expected_id",
+                "worst_where",
+                "mask_check",
+                "mask_detail",
+                "gqa_check",
+                "gqa_detail",
+            )
+        }
         kw["reasons"] = tuple(text["reasons"].split())
         kw.update({k: _number(text[k], float) for k in FORMATS})
         kw.update({k: _number(text[k], int) for k in COUNTS})

@@ -113,8 +113,11 @@ def load_cases(req: RunRequest, specs: Sequence[str] = ()) -> tuple[list, dict, 
         raise UsageError(str(exc)) from None
     long_len = prof.long_len if gpu else min(prof.long_len, CPU_LONG_CAP)
     cases = generate(prof, req.seed, tuple(req.dtype) if req.dtype else DTYPES, long_len)
-    design = {"long_len": long_len, "long_capped": long_len < prof.long_len,
-              "long_cap_why": "" if gpu else f"no GPU backend in the run: long key ranges capped at Sk={CPU_LONG_CAP}"}
+    design = {
+        "long_len": long_len,
+        "long_capped": long_len < prof.long_len,
+        "long_cap_why": "" if gpu else f"no GPU backend in the run: long key ranges capped at Sk={CPU_LONG_CAP}",
+    }
     if not req.no_siblings:
         cases, added = place(cases, instances)
         design["siblings"] = {s: n for s, n in added.items() if n}
@@ -135,15 +138,27 @@ def _model_cases(req: RunRequest, specs: Sequence[str]) -> tuple[list, dict]:
         raise UsageError(f"--length-scale must be >= 1, got {req.length_scale}")
     scale = req.length_scale or (1 if gpu else CPU_SCALE_DOWN)
     cases, models = profile_cases(list(req.model), tuple(req.dtype) if req.dtype else ("bfloat16",), scale, req.seed)
-    why = "" if scale == 1 else (f"lengths and windows divided by {scale} (--length-scale)" if req.length_scale
-                                 else f"no GPU backend in the run: lengths and windows divided by {scale}")
+    why = (
+        ""
+        if scale == 1
+        else (
+            f"lengths and windows divided by {scale} (--length-scale)"
+            if req.length_scale
+            else f"no GPU backend in the run: lengths and windows divided by {scale}"
+        )
+    )
     if why:
         print(f"parity: models at REDUCED lengths: {why}")
     for m in models:
         for note in m.notes:
             print(f"parity: model {m.name}: {note}")
-    design = {"models": {m.name: {"attention": m.describe(), "source": m.source, "notes": list(m.notes)} for m in models},
-              "length_scale": scale, "reduced_why": why, "long_capped": scale > 1, "long_cap_why": why}
+    design = {
+        "models": {m.name: {"attention": m.describe(), "source": m.source, "notes": list(m.notes)} for m in models},
+        "length_scale": scale,
+        "reduced_why": why,
+        "long_capped": scale > 1,
+        "long_cap_why": why,
+    }
     return cases, design
 
 
@@ -167,14 +182,16 @@ def left_out(prof, n_cases: int) -> str:
     from .strategies import PROFILES
 
     full = PROFILES["default"]
-    return (f"parity: first run on the CPU: profile 'first' ({n_cases} cases: every curated edge case in one dtype, "
-            f"the 100-cell window grid, a pairwise design of the coverage model, {prof.examples} drawn cases; "
-            f"lengths <= {prof.max_len}, {prof.long_count} long key range of 2048 keys).\n"
-            f"parity: left out (the default profile runs them): the edge cases in the other two dtypes, lengths "
-            f"{prof.max_len + 1}..{full.max_len} (the 256-key tile), {full.examples - prof.examples} more drawn cases, "
-            f"{full.long_count - prof.long_count} more long cases, batches of {full.max_batch}.\n"
-            f"parity: the full default profile (about 1300 rows, 8 min or more on 2 idle cores): "
-            f"python -m parity run --profile default")
+    return (
+        f"parity: first run on the CPU: profile 'first' ({n_cases} cases: every curated edge case in one dtype, "
+        f"the 100-cell window grid, a pairwise design of the coverage model, {prof.examples} drawn cases; "
+        f"lengths <= {prof.max_len}, {prof.long_count} long key range of 2048 keys).\n"
+        f"parity: left out (the default profile runs them): the edge cases in the other two dtypes, lengths "
+        f"{prof.max_len + 1}..{full.max_len} (the 256-key tile), {full.examples - prof.examples} more drawn cases, "
+        f"{full.long_count - prof.long_count} more long cases, batches of {full.max_batch}.\n"
+        f"parity: the full default profile (about 1300 rows, 8 min or more on 2 idle cores): "
+        f"python -m parity run --profile default"
+    )
 
 
 def _splits(items: Sequence[str] | None) -> dict[str, int]:
@@ -276,8 +293,11 @@ def _last_failed(req: RunRequest) -> RunRequest:
     rows = [r for r in res.rows if r.get("verdict") in FAIL_VERDICTS]
     if not rows:
         raise UsageError(f"--last-failed {req.last_failed}: no failing row in {res.path}; nothing to rerun")
-    return dataclasses.replace(req, case=(*req.case, *dict.fromkeys(r["case_json"] for r in rows)),
-                               backend=req.backend or tuple(dict.fromkeys(r["backend"] for r in rows)))
+    return dataclasses.replace(
+        req,
+        case=(*req.case, *dict.fromkeys(r["case_json"] for r in rows)),
+        backend=req.backend or tuple(dict.fromkeys(r["backend"] for r in rows)),
+    )
 
 
 def run(req: RunRequest) -> int:
@@ -305,17 +325,34 @@ def run(req: RunRequest) -> int:
     out = _out_dir(req)
     cache_root, cache_before = _compile_cache(req.compile_cache)
     print(f"parity: {len(cases)} cases x {len(specs)} backends -> {out}/results.csv", file=sys.stderr)
-    options = sweep_options(req, budgets=budgets, splits=splits, expectations=expectations,
-                            reference_device=ref_dev, shard=shard_rec, gpus=tuple(gpus))
+    options = sweep_options(
+        req, budgets=budgets, splits=splits, expectations=expectations, reference_device=ref_dev, shard=shard_rec, gpus=tuple(gpus)
+    )
     try:
         result = run_sweep(specs, cases, out, options)
     except KeyboardInterrupt:
-        print(f"parity: interrupted: a PARTIAL run; its finished rows are in {out}/results.csv; "
-              f"parity run --resume --out {out} runs the rest", file=sys.stderr)
+        print(
+            f"parity: interrupted: a PARTIAL run; its finished rows are in {out}/results.csv; "
+            f"parity run --resume --out {out} runs the rest",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
-    _write_environment(req, out, result, {"cases": len(cases), "reference_device": ref_dev, "splits": splits,
-                                          "budgets": budgets, "design": design, "expectations": expectations,
-                                          "cache": (cache_root, cache_before), "shard": shard_rec, "gpus": list(options.gpus)})
+    _write_environment(
+        req,
+        out,
+        result,
+        {
+            "cases": len(cases),
+            "reference_device": ref_dev,
+            "splits": splits,
+            "budgets": budgets,
+            "design": design,
+            "expectations": expectations,
+            "cache": (cache_root, cache_before),
+            "shard": shard_rec,
+            "gpus": list(options.gpus),
+        },
+    )
     return _finish_run(req, out, result, explicit, options)
 
 
@@ -327,10 +364,20 @@ def sweep_options(req: RunRequest, **checked):
     from .sweep.options import read_worker_paths
 
     checked.setdefault("worker_paths", read_worker_paths(list(req.worker_path)))
-    return SweepOptions(isolate=not req.no_isolate, probes=not req.no_probes, max_passes=req.max_mask_passes,
-                        timeout=req.timeout, repeats=req.repeats, resume=req.resume, progress=not req.quiet,
-                        jobs=req.jobs, time_limit=req.time_limit, shrink_calls=req.shrink, fail_fast=req.fail_fast,
-                        **checked)
+    return SweepOptions(
+        isolate=not req.no_isolate,
+        probes=not req.no_probes,
+        max_passes=req.max_mask_passes,
+        timeout=req.timeout,
+        repeats=req.repeats,
+        resume=req.resume,
+        progress=not req.quiet,
+        jobs=req.jobs,
+        time_limit=req.time_limit,
+        shrink_calls=req.shrink,
+        fail_fast=req.fail_fast,
+        **checked,
+    )
 
 
 def _out_dir(req: RunRequest) -> Path:
@@ -421,8 +468,10 @@ def _finish_run(req: RunRequest, out: Path, result, explicit: list[str], options
     runfolder.write_json(out, rows)
     print(summary_table(result))
     if partial:
-        print(f"parity: PARTIAL: {stopped}; parity run --resume --out {out} runs the rest "
-              f"(exit {EXIT_PARTIAL} unless a row failed)", file=sys.stderr)
+        print(
+            f"parity: PARTIAL: {stopped}; parity run --resume --out {out} runs the rest (exit {EXIT_PARTIAL} unless a row failed)",
+            file=sys.stderr,
+        )
     unavailable_explicit = [s for s in explicit if result.infos.get(s, {}).get("unavailable")]
     for s in unavailable_explicit:
         print(f"parity: requested backend {s} is unavailable: {result.infos[s]['unavailable']}", file=sys.stderr)
@@ -474,8 +523,10 @@ def _print_failures(failures: list[dict], expectations) -> dict[str, int]:
         if r["verdict"] == "unexpected-pass":
             entry = expectations.get(r["expected_id"])
             print(f"\nUNEXPECTED-PASS {r['backend']} [{r['expected_id']}] {r['case_id']}")
-            print(f"  passed, but the strict known divergence {entry.describe() if entry else r['expected_id']}"
-                  f" ({entry.source if entry else '?'}) expects {entry.verdict if entry else 'a failure'}")
+            print(
+                f"  passed, but the strict known divergence {entry.describe() if entry else r['expected_id']}"
+                f" ({entry.source if entry else '?'}) expects {entry.verdict if entry else 'a failure'}"
+            )
             print(f"  repro: {r['repro']}")
             continue
         why = r["reasons"] or r["detail"]
@@ -499,8 +550,10 @@ def _shrink_failures(failures: list[dict], options, out: Path) -> None:
     for rec in shrink_failures(failures, options, out):
         small_row, spec = rec["row"], rec["backend"]
         if rec["small"].case_id != rec["original"].case_id:
-            print(f"\nSHRUNK {spec} [{small_row.get('reasons') or small_row.get('detail')}] {rec['original'].summary()}  ->  "
-                  f"{rec['small'].summary()} ({rec['calls']} calls{'; ' + rec['note'] if rec.get('note') else ''})")
+            print(
+                f"\nSHRUNK {spec} [{small_row.get('reasons') or small_row.get('detail')}] {rec['original'].summary()}  ->  "
+                f"{rec['small'].summary()} ({rec['calls']} calls{'; ' + rec['note'] if rec.get('note') else ''})"
+            )
             if small_row.get("mask_check") == "mismatch":
                 print(f"  mask: {small_row['mask_detail']}")
             print(f"  repro: {rec['repro']}")

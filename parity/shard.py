@@ -194,7 +194,9 @@ def case_weight(case: Any) -> float:
 
 
 def config_costs(
-    cases: Iterable[Any], specs: Sequence[str], cost: Mapping[str, float] | None = None,
+    cases: Iterable[Any],
+    specs: Sequence[str],
+    cost: Mapping[str, float] | None = None,
     key: Callable[[Any], tuple[Any, ...]] = config_key,
 ) -> dict[str, tuple[float, list[Any]]]:
     """``{config key JSON: (cost, its cases in input order)}`` (the model: module docstring)."""
@@ -214,16 +216,23 @@ def config_costs(
     return out
 
 
-def assign(cases: Iterable[Any], specs: Sequence[str], n: int, cost: Mapping[str, float] | None = None,
-           key: Callable[[Any], tuple[Any, ...]] = config_key) -> dict[str, int]:
+def assign(
+    cases: Iterable[Any],
+    specs: Sequence[str],
+    n: int,
+    cost: Mapping[str, float] | None = None,
+    key: Callable[[Any], tuple[Any, ...]] = config_key,
+) -> dict[str, int]:
     """Case id -> shard index (0 .. n-1): configurations dealt out largest cost first onto the
     least loaded shard. ValueError when ``n < 1`` or ``n`` exceeds the configurations."""
     if n < 1:
         raise ValueError(f"the number of shards must be >= 1, got {n}")
     groups = config_costs(cases, specs, cost, key)
     if n > len(groups):
-        raise ValueError(f"{n} shards but only {len(groups)} configurations (dtype, heads, head dim, softcap, paged) "
-                         f"in this sweep; a configuration is never split, so use N <= {len(groups)}")
+        raise ValueError(
+            f"{n} shards but only {len(groups)} configurations (dtype, heads, head dim, softcap, paged) "
+            f"in this sweep; a configuration is never split, so use N <= {len(groups)}"
+        )
     load = [0.0] * n
     out: dict[str, int] = {}
     for k in sorted(groups, key=lambda g: (-groups[g][0], g)):
@@ -270,8 +279,9 @@ def cost_hints(specs: Iterable[str]) -> dict[str, float]:
 # -- the shard record and the set check ----------------------------------------------------------
 
 
-def shard_key(profile: str | None, seed: int, filters: Mapping[str, Any], specs: Sequence[str],
-              costs: Mapping[str, float], case_ids: Iterable[str]) -> str:
+def shard_key(
+    profile: str | None, seed: int, filters: Mapping[str, Any], specs: Sequence[str], costs: Mapping[str, float], case_ids: Iterable[str]
+) -> str:
     """A fingerprint of the sweep the shards cut (not of the shard): equal on every shard."""
     doc = {
         "algorithm": ALGORITHM,
@@ -286,8 +296,18 @@ def shard_key(profile: str | None, seed: int, filters: Mapping[str, Any], specs:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def shard_record(k: int, n: int, *, profile: str | None, seed: int, filters: Mapping[str, Any], specs: Sequence[str],
-                 costs: Mapping[str, float], case_ids: Iterable[str], shard_cases: int | None = None) -> dict[str, Any]:
+def shard_record(
+    k: int,
+    n: int,
+    *,
+    profile: str | None,
+    seed: int,
+    filters: Mapping[str, Any],
+    specs: Sequence[str],
+    costs: Mapping[str, float],
+    case_ids: Iterable[str],
+    shard_cases: int | None = None,
+) -> dict[str, Any]:
     """``environment.json["shard"]`` of a shard run; ``case_ids``: the whole sweep's, before the filter."""
     rec: dict[str, Any] = {"k": int(k), "n": int(n), "key": shard_key(profile, seed, filters, specs, costs, case_ids)}
     if shard_cases is not None:
@@ -323,8 +343,7 @@ def check_shard_set(envs: Sequence[Mapping[str, Any]], names: Sequence[str] | No
         raise ValueError(f"shards of different splits (different N): {by}")
     keys = list(dict.fromkeys(r["key"] for _, r in recs))
     if len(keys) > 1:
-        by = "; ".join(f"key {key}: " + ", ".join(f"{name} ({r['k']}/{r['n']})" for name, r in recs if r["key"] == key)
-                       for key in keys)
+        by = "; ".join(f"key {key}: " + ", ".join(f"{name} ({r['k']}/{r['n']})" for name, r in recs if r["key"] == key) for key in keys)
         raise ValueError(f"shards of different sweeps (profile, seed, filters, backends or cases differ): {by}")
     n = ns[0]
     seen: dict[int, list[str]] = {}
@@ -360,8 +379,9 @@ def check_shard_folders(dirs: Sequence[Any]) -> dict[str, Any] | None:
     return check_shard_set(envs, names=[str(d) for d in dirs])
 
 
-def run_filters(dtype: Iterable[str] | None = None, case: Iterable[str] | None = None, case_file: Any = None,
-                no_siblings: bool = False) -> dict[str, Any]:
+def run_filters(
+    dtype: Iterable[str] | None = None, case: Iterable[str] | None = None, case_file: Any = None, no_siblings: bool = False
+) -> dict[str, Any]:
     """What narrows a ``parity run``'s cases besides profile and seed (for :func:`shard_key`):
     its ``--dtype``, ``--case``, ``--case-file`` and ``--no-siblings`` (None counts as unset)."""
     return {
@@ -372,16 +392,33 @@ def run_filters(dtype: Iterable[str] | None = None, case: Iterable[str] | None =
     }
 
 
-def for_run(cases: Sequence[Any], text: str, specs: Sequence[str], *, profile: str | None, seed: int,
-            filters: Mapping[str, Any], costs: Mapping[str, float] | None = None) -> tuple[list[Any], dict[str, Any]]:
+def for_run(
+    cases: Sequence[Any],
+    text: str,
+    specs: Sequence[str],
+    *,
+    profile: str | None,
+    seed: int,
+    filters: Mapping[str, Any],
+    costs: Mapping[str, float] | None = None,
+) -> tuple[list[Any], dict[str, Any]]:
     """``parity run --shard TEXT`` in one call: (the shard's cases, its ``environment.json["shard"]``).
     ``cases``: the whole sweep's; ``costs``: default :func:`cost_hints` of ``specs``. ValueError
     on a bad ``K/N`` or too many shards."""
     k, n = parse_shard(text)
     costs = dict(costs) if costs is not None else cost_hints(specs)
     chosen = select(cases, k, n, specs, costs)
-    rec = shard_record(k, n, profile=profile, seed=seed, filters=filters, specs=specs, costs=costs,
-                       case_ids=[c.case_id for c in cases], shard_cases=len(chosen))
+    rec = shard_record(
+        k,
+        n,
+        profile=profile,
+        seed=seed,
+        filters=filters,
+        specs=specs,
+        costs=costs,
+        case_ids=[c.case_id for c in cases],
+        shard_cases=len(chosen),
+    )
     return chosen, rec
 
 
@@ -451,8 +488,10 @@ def parse_gpus(text: str, visible: Sequence[str] | None = None) -> list[str]:
         gone = [g for g in out if g not in visible]
         if gone:
             seen = ",".join(visible) if visible else "none"
-            raise ValueError(f"--gpus {text!r}: GPU {', '.join(gone)} not visible to this process "
-                             f"(visible: {seen}; CUDA_VISIBLE_DEVICES / torch.cuda.device_count())")
+            raise ValueError(
+                f"--gpus {text!r}: GPU {', '.join(gone)} not visible to this process "
+                f"(visible: {seen}; CUDA_VISIBLE_DEVICES / torch.cuda.device_count())"
+            )
     return out
 
 

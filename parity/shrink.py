@@ -54,9 +54,9 @@ def candidates(case: Case) -> Iterator[dict[str, Any]]:
         if d < case.head_dim:
             yield dict(head_dim=d)
     w = case.window
-    for left in ([w.left // 2, w.left - 1] if w.left else []):
+    for left in [w.left // 2, w.left - 1] if w.left else []:
         yield dict(window=Window(left, w.right, w.align))
-    for right in ([w.right // 2, w.right - 1] if w.right else []):
+    for right in [w.right // 2, w.right - 1] if w.right else []:
         yield dict(window=Window(w.left, right, w.align))
     if case.page_size is not None and case.page_size > 1:
         yield dict(page_size=max(1, case.page_size // 2))

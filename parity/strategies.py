@@ -61,14 +61,25 @@ class Profile:
 #: ``parity_case``) and the hypothesis settings of property tests (``--parity-profile``).
 PROFILES: dict[str, Profile] = {
     # the first run on a machine without a GPU (``parity run`` with no --profile there): every trap, CPU sizes
-    "first": Profile("first", examples=4, max_len=130, max_batch=2, odd_head_dims=True, grid=True, long_len=2048, long_count=1,
-                     test_examples=12, edge_once=True),
-    "quick": Profile("quick", examples=16, max_len=160, max_batch=3, odd_head_dims=True, long_len=2048, long_count=2,
-                     test_examples=12),
-    "default": Profile("default", examples=80, max_len=600, max_batch=4, odd_head_dims=True, grid=True, long_len=16384, long_count=8,
-                       test_examples=40),
-    "thorough": Profile("thorough", examples=800, max_len=2048, max_batch=6, odd_head_dims=True, grid=True, long_len=16384,
-                        long_count=16, test_examples=300),
+    "first": Profile(
+        "first",
+        examples=4,
+        max_len=130,
+        max_batch=2,
+        odd_head_dims=True,
+        grid=True,
+        long_len=2048,
+        long_count=1,
+        test_examples=12,
+        edge_once=True,
+    ),
+    "quick": Profile("quick", examples=16, max_len=160, max_batch=3, odd_head_dims=True, long_len=2048, long_count=2, test_examples=12),
+    "default": Profile(
+        "default", examples=80, max_len=600, max_batch=4, odd_head_dims=True, grid=True, long_len=16384, long_count=8, test_examples=40
+    ),
+    "thorough": Profile(
+        "thorough", examples=800, max_len=2048, max_batch=6, odd_head_dims=True, grid=True, long_len=16384, long_count=16, test_examples=300
+    ),
 }
 #: Longest key range of the long cases when no backend of the run is on a GPU (the CPU reference
 #: and CPU backends would take minutes per case beyond it); environment.json records the cap.

@@ -197,10 +197,7 @@ class Comparison:
         w = self.worst
         if not w:
             return "no element written to compare" if self.unwritten and self.unwritten == self.elements else "no finite element to compare"
-        return (
-            f"worst |err| {w['err']:.3g} at head {w['head']} dim {w['dim']}, "
-            f"{w['where']}: got {w['got']:.6g}, want {w['want']:.6g}"
-        )
+        return f"worst |err| {w['err']:.3g} at head {w['head']} dim {w['dim']}, {w['where']}: got {w['got']:.6g}, want {w['want']:.6g}"
 
 
 @dataclasses.dataclass
@@ -219,8 +216,9 @@ class _Tally:
     worst_idx: int = -1
 
 
-def _tally_chunk(t: _Tally, r0: int, got: torch.Tensor, ref: torch.Tensor, written: torch.Tensor, empty: torch.Tensor,
-                 budget: Budget, thr_max: float) -> None:
+def _tally_chunk(
+    t: _Tally, r0: int, got: torch.Tensor, ref: torch.Tensor, written: torch.Tensor, empty: torch.Tensor, budget: Budget, thr_max: float
+) -> None:
     """Add one row chunk (``got``, ``ref`` ``(C, hq, d)`` float64, ``written`` same shape bool, ``empty``
     ``(C,)``) to ``t``."""
     got = torch.where(written, got, ref)  # (C, hq, d)

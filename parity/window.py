@@ -67,15 +67,9 @@ def _check_side(name: str, value: object) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(
-            f"Window.{name} must be a non-negative int or None (unbounded), got {value!r}"
-        )
+        raise SpecError(f"Window.{name} must be a non-negative int or None (unbounded), got {value!r}")
     if value < 0:
-        hint = (
-            " (-1 is flash-attn 2's sentinel for 'unbounded'; the canonical spelling is None)"
-            if value == -1
-            else ""
-        )
+        hint = " (-1 is flash-attn 2's sentinel for 'unbounded'; the canonical spelling is None)" if value == -1 else ""
         raise SpecError(
             f"Window.{name} must be >= 0 or None, got {value}{hint}; a negative side would push the band "
             "off the aligned diagonal and can leave it empty"
@@ -98,9 +92,7 @@ class Window:
         _check_side("left", self.left)
         _check_side("right", self.right)
         if self.align not in ALIGNMENTS:
-            raise SpecError(
-                f"Window.align must be one of {ALIGNMENTS}, got {self.align!r}"
-            )
+            raise SpecError(f"Window.align must be one of {ALIGNMENTS}, got {self.align!r}")
 
     # -- constructors -------------------------------------------------------------------
     @classmethod
@@ -111,9 +103,7 @@ class Window:
         ``LowerTriangularFromBottomRightLocalAttentionMask(w)``.
         """
         if isinstance(w, bool) or not isinstance(w, int) or w < 1:
-            raise SpecError(
-                f"Window.tokens(w) needs w >= 1 (w counts the current token), got {w!r}"
-            )
+            raise SpecError(f"Window.tokens(w) needs w >= 1 (w counts the current token), got {w!r}")
         return cls(left=w - 1, right=0, align=align)
 
     @classmethod
@@ -183,6 +173,4 @@ class Window:
         unknown = set(data) - {"left", "right", "align"}
         if unknown:
             raise SpecError(f"window has unknown field(s) {sorted(unknown)}")
-        return cls(
-            left=data.get("left"), right=data.get("right"), align=data.get("align", "bottom_right")
-        )
+        return cls(left=data.get("left"), right=data.get("right"), align=data.get("align", "bottom_right"))

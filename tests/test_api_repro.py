@@ -36,8 +36,9 @@ def test_repro_of_a_backend_instance_runs_and_fails(tmp_path):
     assert last.startswith("repro: python -m parity run --backend examples.my_kernel:MyKernelOffByOne --case "), last
     cmd = shlex.split(last.removeprefix("repro: "))
     assert cmd[:3] == ["python", "-m", "parity"]
-    p = subprocess.run([sys.executable, *cmd[1:], "--out", str(tmp_path / "o"), "-q", "--no-report"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, *cmd[1:], "--out", str(tmp_path / "o"), "-q", "--no-report"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 1, p.stdout + p.stderr  # a failure, not 2 (unknown backend)
     assert "FAIL" in p.stdout + p.stderr
 

@@ -151,7 +151,11 @@ def test_broken_plugin_from_the_shell_prints_one_line(plugins, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugins), str(ROOT)])}
     p = subprocess.run(
         [sys.executable, "-m", "parity", "run", "--backend", "plug_import_raises:X", "--case", case(), "--out", str(tmp_path / "o")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert p.stderr.strip().splitlines()[-1] == (
@@ -244,8 +248,9 @@ def test_a_closed_pipe_is_not_a_traceback():
     import subprocess
     import sys
 
-    p = subprocess.Popen([sys.executable, "-m", "parity", "run", "--list-cases", "--profile", "quick"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "parity", "run", "--list-cases", "--profile", "quick"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     assert p.stdout is not None and p.stdout.readline()
     p.stdout.close()  # like `head -1`
     err = p.stderr.read().decode() if p.stderr else ""

@@ -21,8 +21,13 @@ class EnvEcho(SdpaBackend):
     name = "env-echo"
 
     def version(self) -> str:
-        keys = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR", "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR",
-                "FLASHINFER_WORKSPACE_BASE")
+        keys = (
+            "TORCHINDUCTOR_CACHE_DIR",
+            "TRITON_CACHE_DIR",
+            "JAX_COMPILATION_CACHE_DIR",
+            "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR",
+            "FLASHINFER_WORKSPACE_BASE",
+        )
         return json.dumps({k: os.environ.get(k) for k in keys})
 
 
@@ -52,8 +57,7 @@ def test_record_tells_cold_warm_and_partly_warm(tmp_path):
 def test_workers_get_the_cache_folders_and_the_run_records_them(tmp_path):
     cc, out = tmp_path / "cc", tmp_path / "out"
     spec = "tests.test_compile_cache:EnvEcho"
-    p = run_cli("run", "--backend", spec, "--case", CASE.to_json(), "--out", str(out), "-q", "--no-report",
-                "--compile-cache", str(cc))
+    p = run_cli("run", "--backend", spec, "--case", CASE.to_json(), "--out", str(out), "-q", "--no-report", "--compile-cache", str(cc))
     assert p.returncode == 0, p.stdout + p.stderr
     env = json.loads((out / "environment.json").read_text())
     seen = json.loads(env["backends"][spec]["version"])  # what the worker process saw
@@ -77,8 +81,7 @@ def test_workers_get_the_cache_folders_and_the_run_records_them(tmp_path):
 def test_a_cache_folder_that_cannot_be_made_is_a_usage_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    p = run_cli("run", "--backend", "sdpa", "--case", CASE.to_json(), "--out", str(tmp_path / "o"), "-q",
-                "--compile-cache", str(blocker))
+    p = run_cli("run", "--backend", "sdpa", "--case", CASE.to_json(), "--out", str(tmp_path / "o"), "-q", "--compile-cache", str(blocker))
     assert p.returncode == 2, p.stdout + p.stderr
     assert "--compile-cache" in p.stderr and str(blocker) in p.stderr
     assert "Traceback" not in p.stderr
@@ -91,8 +94,20 @@ def test_flex_compiled_fills_the_inductor_cache_and_a_rerun_finds_it_warm(tmp_pa
     states = []
     for i in range(2):
         out = tmp_path / f"run{i}"
-        p = run_cli("run", "--backend", "flex-compiled", "--case", CASE.to_json(), "--out", str(out), "-q",
-                    "--no-report", "--no-probes", "--compile-cache", str(cc))
+        p = run_cli(
+            "run",
+            "--backend",
+            "flex-compiled",
+            "--case",
+            CASE.to_json(),
+            "--out",
+            str(out),
+            "-q",
+            "--no-report",
+            "--no-probes",
+            "--compile-cache",
+            str(cc),
+        )
         assert p.returncode == 0, p.stdout + p.stderr
         rec = json.loads((out / "environment.json").read_text())["compile_cache"]
         states.append((rec["state"], rec["after"]["inductor"]["files"] > 0))

@@ -32,9 +32,20 @@ FLASH_API = ("torch-fa2-cuda", "torch-fa2-varlen-cuda", "fa4-cuda", "fa4-varlen-
 
 @pytest.mark.parametrize(
     "value, sk, left, want",
-    [(None, 9, True, "unbounded"), (0, 9, True, "0"), (0, 1, True, "0"), (8, 9, True, "sk-1"), (9, 9, True, ">=sk"),
-     (30, 9, False, ">=sk"), (5, 9, True, "narrow"), (5, 9, False, "inside"), (63, 200, True, "narrow"),
-     (64, 200, True, "inside"), (198, 200, True, "inside"), (199, 200, True, "sk-1")],
+    [
+        (None, 9, True, "unbounded"),
+        (0, 9, True, "0"),
+        (0, 1, True, "0"),
+        (8, 9, True, "sk-1"),
+        (9, 9, True, ">=sk"),
+        (30, 9, False, ">=sk"),
+        (5, 9, True, "narrow"),
+        (5, 9, False, "inside"),
+        (63, 200, True, "narrow"),
+        (64, 200, True, "inside"),
+        (198, 200, True, "inside"),
+        (199, 200, True, "sk-1"),
+    ],
 )
 def test_side_classes(value, sk, left, want):
     assert side_class(value, sk, left) == want
@@ -54,8 +65,7 @@ def test_case_cells_of_a_mixed_varlen_batch():
     assert not matches(c, {"length": "sq>sk", "dtype": "float32"})
 
 
-@pytest.mark.parametrize("cond, words", [({"lenght": "decode"}, "unknown coverage dimension"),
-                                         ({"length": "prefill"}, "has no value")])
+@pytest.mark.parametrize("cond, words", [({"lenght": "decode"}, "unknown coverage dimension"), ({"length": "prefill"}, "has no value")])
 def test_a_condition_with_a_typo_is_an_error_not_a_silent_miss(cond, words):
     with pytest.raises(ValueError, match=words):
         matches(Case((4,), (4,), 1, 1, 16), cond)
@@ -152,7 +162,13 @@ def test_placement_gives_a_refused_trap_a_sibling_the_backend_takes():
     sib = out[2]
     assert takes(_Picky(), sib)
     assert (sib.q_lens, sib.k_lens, sib.hq, sib.hkv, sib.window.left, sib.window.right) == (
-        trap.q_lens, trap.k_lens, trap.hq, trap.hkv, trap.window.left, trap.window.right)
+        trap.q_lens,
+        trap.k_lens,
+        trap.hq,
+        trap.hkv,
+        trap.window.left,
+        trap.window.right,
+    )
     assert sib.softcap is None and sib.dtype in ("float16", "bfloat16") and sib.window.align == "bottom_right"
     again, _ = place(out, {"picky": _Picky()})
     assert len(again) == 3  # idempotent: a case already served gets no second sibling
@@ -208,8 +224,10 @@ def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 
 def test_run_writes_coverage_and_require_coverage_fails_on_a_family_gap(tmp_path):
-    cases = [Case((24,), (24,), 2, 1, 16, "float32", Window.causal(), seed=1),
-             Case((24,), (24,), 2, 1, 16, "float32", Window(5, 0), seed=2)]
+    cases = [
+        Case((24,), (24,), 2, 1, 16, "float32", Window.causal(), seed=1),
+        Case((24,), (24,), 2, 1, 16, "float32", Window(5, 0), seed=2),
+    ]
     cf = tmp_path / "cases.jsonl"
     cf.write_text("".join(c.to_json() + "\n" for c in cases))
     out = tmp_path / "run"

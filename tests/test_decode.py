@@ -202,8 +202,22 @@ def test_cli(tmp_path, capsys):
     assert "reference" in capsys.readouterr().out
     assert main(["decode", "-b", "no-such-backend", "--out", str(tmp_path)]) == 2
     assert main(["decode", "--prompt-lens", "0", "--out", str(tmp_path)]) == 2
-    rc = main(["decode", "-b", "examples.my_kernel:MyKernelOffByOne", "--model", "mistral", "--prompt-lens", "40",
-               "--steps", "4", "--out", str(tmp_path), "-q"])
+    rc = main(
+        [
+            "decode",
+            "-b",
+            "examples.my_kernel:MyKernelOffByOne",
+            "--model",
+            "mistral",
+            "--prompt-lens",
+            "40",
+            "--steps",
+            "4",
+            "--out",
+            str(tmp_path),
+            "-q",
+        ]
+    )
     assert rc == 1
 
 

@@ -134,8 +134,10 @@ def test_all_is_what_parity_exports():
     import __future__
 
     public = {
-        n for n, v in vars(parity).items()
-        if not n.startswith("_") and not isinstance(v, (type(parity), __future__._Feature))  # submodules, annotations
+        n
+        for n, v in vars(parity).items()
+        if not n.startswith("_")
+        and not isinstance(v, (type(parity), __future__._Feature))  # submodules, annotations
         and n != "TYPE_CHECKING"
     } | set(parity._LAZY)
     assert set(parity.__all__) - {"__version__"} == public
@@ -166,8 +168,17 @@ def test_only_user_errors_are_exit_2(monkeypatch, capsys):
 
 
 #: A command line that parses, per subcommand (its run is replaced below).
-_ARGV = {"run": [], "backends": [], "report": ["dir"], "diff": ["base", "head"], "merge": ["out", "dir"],
-         "export-repro": ["dir"], "decode": [], "selftest": [], "consistency": ["-b", "sdpa"]}
+_ARGV = {
+    "run": [],
+    "backends": [],
+    "report": ["dir"],
+    "diff": ["base", "head"],
+    "merge": ["out", "dir"],
+    "export-repro": ["dir"],
+    "decode": [],
+    "selftest": [],
+    "consistency": ["-b", "sdpa"],
+}
 
 
 def _command_names() -> dict[str, object]:
@@ -214,12 +225,27 @@ def test_every_cli_module_is_a_command():
 def test_consistency_is_a_subcommand(tmp_path, capsys):
     from parity import cli
 
-    argv = ["-b", "sdpa", "--seq", "24", "--window", "8", "--dtype", "float32", "--hq", "2", "--hkv", "1",
-            "--head-dim", "8", "--out", str(tmp_path)]
+    argv = [
+        "-b",
+        "sdpa",
+        "--seq",
+        "24",
+        "--window",
+        "8",
+        "--dtype",
+        "float32",
+        "--hq",
+        "2",
+        "--hkv",
+        "1",
+        "--head-dim",
+        "8",
+        "--out",
+        str(tmp_path),
+    ]
     assert cli.main(["consistency", *argv]) == 0
     assert "pass" in capsys.readouterr().out
     assert (tmp_path / "consistency.csv").read_text().startswith("backend,check,")
-
 
 
 def test_python_m_parity_consistency_is_the_subcommand(tmp_path):
@@ -229,15 +255,30 @@ def test_python_m_parity_consistency_is_the_subcommand(tmp_path):
     import sys
 
     env = {**os.environ, "PYTHONPATH": str(PKG.parent)}
-    argv = ["-b", "sdpa", "--seq", "12", "--window", "4", "--dtype", "float32", "--hq", "1", "--hkv", "1",
-            "--head-dim", "8", "--out", str(tmp_path)]
-    res = subprocess.run([sys.executable, "-m", "parity.consistency", *argv], capture_output=True, text=True, env=env,
-                         timeout=300)
+    argv = [
+        "-b",
+        "sdpa",
+        "--seq",
+        "12",
+        "--window",
+        "4",
+        "--dtype",
+        "float32",
+        "--hq",
+        "1",
+        "--hkv",
+        "1",
+        "--head-dim",
+        "8",
+        "--out",
+        str(tmp_path),
+    ]
+    res = subprocess.run([sys.executable, "-m", "parity.consistency", *argv], capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert (tmp_path / "consistency.csv").read_text().startswith("backend,check,")
-    bad = subprocess.run([sys.executable, "-m", "parity.consistency", "--seq", "x"], capture_output=True, text=True,
-                         env=env, timeout=300)
+    bad = subprocess.run([sys.executable, "-m", "parity.consistency", "--seq", "x"], capture_output=True, text=True, env=env, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == "parity: error: argument --seq: invalid int value: 'x'"
+
 
 def architecture_tree() -> set[str]:
     """The modules docs/architecture.md's tree names, as paths under parity/: a line
@@ -280,15 +321,33 @@ def test_the_layers_of_the_reports_and_the_command_line():
     graph = import_graph()
     assert "parity.report.text" not in graph["parity.report.html"]
     assert "parity.report.html" not in graph["parity.report.text"]
-    above_cli = {m for m, deps in graph.items() if not m.startswith("parity.cli") and m != "parity.__main__"
-                 and any(d == "parity.cli" or d.startswith("parity.cli.") for d in deps)}
+    above_cli = {
+        m
+        for m, deps in graph.items()
+        if not m.startswith("parity.cli") and m != "parity.__main__" and any(d == "parity.cli" or d.startswith("parity.cli.") for d in deps)
+    }
     assert not above_cli, f"library modules import the command line: {sorted(above_cli)}"
 
 
 #: The layers of the README's Architecture section, lowest first (top-level names under parity/).
 LAYERS = [
-    {"errors", "files", "results", "window", "case", "reference", "verdict", "maskcheck", "memory", "regimes", "markers", "env",
-     "compile_cache", "repro_script", "runfolder"},
+    {
+        "errors",
+        "files",
+        "results",
+        "window",
+        "case",
+        "reference",
+        "verdict",
+        "maskcheck",
+        "memory",
+        "regimes",
+        "markers",
+        "env",
+        "compile_cache",
+        "repro_script",
+        "runfolder",
+    },
     {"backends"},
     {"coverage", "strategies", "models", "design", "shard", "expect"},
     {"execute", "worker", "process", "judge"},
@@ -302,14 +361,14 @@ LAYERS = [
 def test_no_module_imports_from_a_later_layer():
     """The README's layering holds: every module of parity/ is in one layer, and none imports from a
     layer after its own (function-level imports counted, as in the import-circle test)."""
+
     def layer(mod: str) -> int:
         top = mod.split(".")[1] if "." in mod else "__init__"
         found = [i for i, names in enumerate(LAYERS) if top in names]
         assert found, f"{mod}: in no layer of LAYERS (add it, and to the README's Architecture section)"
         return found[0]
 
-    up = [(m, d) for m, deps in import_graph().items() if m != "parity"
-          for d in deps if d != "parity" and layer(d) > layer(m)]
+    up = [(m, d) for m, deps in import_graph().items() if m != "parity" for d in deps if d != "parity" and layer(d) > layer(m)]
     assert not up, f"imports from a later layer: {sorted(up)}"
 
 
@@ -331,8 +390,16 @@ def test_every_relative_import_names_a_module_that_exists():
     assert not missing, missing
 
 
-RUN_FOLDER_FILES = {"results.csv", "results.csv.gz", "results.json", "environment.json", "masks.jsonl", "shrunk.jsonl",
-                    "timing.json", "coverage.csv"}
+RUN_FOLDER_FILES = {
+    "results.csv",
+    "results.csv.gz",
+    "results.json",
+    "environment.json",
+    "masks.jsonl",
+    "shrunk.jsonl",
+    "timing.json",
+    "coverage.csv",
+}
 
 
 def test_the_run_folder_files_are_named_in_runfolder_only():

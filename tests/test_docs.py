@@ -199,7 +199,7 @@ def test_exit_codes_come_from_one_table():
 
     help_text = subprocess.run([sys.executable, "-m", "parity", "run", "--help"], capture_output=True, text=True, cwd=ROOT).stdout
     readme = _text(README)
-    para = readme[readme.index("Exit codes of `parity run`"):]
+    para = readme[readme.index("Exit codes of `parity run`") :]
     para = para[: para.index("\n\n")]
     for code, words in EXIT_CODES.items():
         assert f"  {code:<4} {words}" in help_text, (code, help_text[-800:])

@@ -130,8 +130,24 @@ def test_a_bad_file_is_one_line_naming_file_entry_and_field(tmp_path, capsys, te
     msg = str(err.value)
     assert msg.startswith(f"{path}: ") and words in msg and "\n" not in msg, msg
     # on the command line: exit 2, the same line, before any case runs
-    assert main(["run", "--backend", "reference", "--case", NO_EMPTY_ROWS.to_json(), "--expect", str(path), "-q", "--no-report",
-                 "--out", str(tmp_path / "out")]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--backend",
+                "reference",
+                "--case",
+                NO_EMPTY_ROWS.to_json(),
+                "--expect",
+                str(path),
+                "-q",
+                "--no-report",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 2
+    )
     err_text = capsys.readouterr().err
     assert words in err_text and not (tmp_path / "out" / "results.csv").exists()
 
@@ -210,11 +226,15 @@ def test_committed_gpu_runs_rejudged(folder):
     contradicts a strict entry. (The one exception: FA4's own d = 72 refusal, no entry on purpose.)"""
     df = load_run(folder, load(), rejudge=True).df
     bad = _raw_failing(df)
-    refusals = (bad["detail"].str.contains(FA4_REFUSAL, regex=False) | bad["detail"].str.contains(XFORMERS_REFUSAL, regex=False)
-                | bad["detail"].str.contains(JAX_UNALIGNED, regex=False)
-                | bad["detail"].str.contains(FLASHINFER_REFUSAL, regex=False) | bad["detail"].str.contains(STICKY_COLLATERAL)
-                | (bad["backend"].eq("vllm-fa2-cuda") & bad["detail"].str.contains(CONTENDED_TIMEOUT, regex=False))
-                | (bad["backend"].str.startswith("flashinfer-") & bad["detail"].str.contains(JIT_CONTENDED_TIMEOUT, regex=False)))
+    refusals = (
+        bad["detail"].str.contains(FA4_REFUSAL, regex=False)
+        | bad["detail"].str.contains(XFORMERS_REFUSAL, regex=False)
+        | bad["detail"].str.contains(JAX_UNALIGNED, regex=False)
+        | bad["detail"].str.contains(FLASHINFER_REFUSAL, regex=False)
+        | bad["detail"].str.contains(STICKY_COLLATERAL)
+        | (bad["backend"].eq("vllm-fa2-cuda") & bad["detail"].str.contains(CONTENDED_TIMEOUT, regex=False))
+        | (bad["backend"].str.startswith("flashinfer-") & bad["detail"].str.contains(JIT_CONTENDED_TIMEOUT, regex=False))
+    )
     assert (bad[~refusals]["verdict"] == "expected").all(), bad[~refusals & (bad["verdict"] != "expected")][["backend", "case_id"]]
     sticky = bad["detail"].str.contains(STICKY_COLLATERAL)  # two of them match the head-dim-33 entry (README there)
     assert bad[refusals & ~sticky]["verdict"].isin(["error", "timeout"]).all()
@@ -368,8 +388,11 @@ def test_run_strict_entry_on_a_correct_backend_is_an_unexpected_pass(tmp_path, c
     assert _fake_run.rc == 1  # type: ignore[attr-defined]
     assert _verdicts(out) == [("unexpected-pass", "pass", "reference-said-to-fail")] * 2 + [("pass", "pass", "")]
     text = capsys.readouterr().out
-    assert re.search(r"UNEXPECTED-PASS reference \[reference-said-to-fail\] \w+\n  passed, but the strict known divergence "
-                     r"reference-said-to-fail: A claim that is false", text), text
+    assert re.search(
+        r"UNEXPECTED-PASS reference \[reference-said-to-fail\] \w+\n  passed, but the strict known divergence "
+        r"reference-said-to-fail: A claim that is false",
+        text,
+    ), text
     assert "unexpected passes: 2 rows covered by strict entries that passed (reference-said-to-fail 2)" in text
     junit = (out / "junit.xml").read_text()
     assert junit.count('type="parity.unexpected-pass"') == 2 and 'failures="2"' in junit

@@ -32,8 +32,22 @@ def _pytest(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tu
     into draws): CI missed with the seed that met them here. The ``thorough`` profile's 300 met
     them on 111 of 111 seeds (10-40, 100-179; a few seconds per child run)."""
     junit = tmp_path / "inner.xml"
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "tests" / "test_backends.py"), "-q", "-p", "no:cacheprovider", "-rxXf",
-           "--parity-profile", "thorough", "--hypothesis-seed", "3", f"--junitxml={junit}", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(ROOT / "tests" / "test_backends.py"),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-rxXf",
+        "--parity-profile",
+        "thorough",
+        "--hypothesis-seed",
+        "3",
+        f"--junitxml={junit}",
+        *args,
+    ]
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     if "PARITY_EXPECT" not in (env or {}):
         full_env.pop("PARITY_EXPECT", None)

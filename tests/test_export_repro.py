@@ -156,8 +156,10 @@ def _inputs_of(src: str) -> dict:
         CASE,
         Case(q_lens=(5, 1, 9), k_lens=(40, 33, 9), hq=6, hkv=1, head_dim=24, dtype="float16", window=Window(4, 2), seed=17),
         Case(q_lens=(3, 1), k_lens=(70, 20), hq=4, hkv=2, head_dim=32, dtype="float32", window=Window(19, 0), page_size=16, seed=5),
-        *(Case(q_lens=(5, 1), k_lens=(40, 33), hq=4, hkv=2, head_dim=32, dtype="float16", window=Window(4, 0), seed=9, regime=r)
-          for r in REGIMES[1:]),
+        *(
+            Case(q_lens=(5, 1), k_lens=(40, 33), hq=4, hkv=2, head_dim=32, dtype="float16", window=Window(4, 0), seed=9, regime=r)
+            for r in REGIMES[1:]
+        ),
     ],
     ids=["varlen-bf16", "mqa-fp16", "paged-fp32", *REGIMES[1:]],
 )
@@ -220,16 +222,38 @@ def _native_texts(spec: str, case: Case) -> list[str]:
 
 
 GPU_TEMPLATES = [
-    ("fa4-cuda", DECODE), ("fa4-cuda", DENSE), ("fa4-varlen-cuda", DENSE), ("fa4-cuda", PAGED),
-    ("torch-fa2-cuda", DENSE), ("torch-fa2-varlen-cuda", DENSE), ("torch-fa2-cuda", DECODE),
-    ("fa2-cuda", DENSE), ("fa2-cuda", DECODE), ("fa3-cuda", DENSE), ("fa2-kvcache-cuda", DECODE), ("fa2-kvcache-cuda", PAGED256),
-    ("xformers-cutlass-cuda", DENSE), ("xformers-flash-cuda", DECODE), ("xformers-cutlass-cuda", TOP_LEFT),
-    ("jax-xla-cuda", DECODE), ("jax-cudnn-cuda", DENSE), ("jax-cudnn-causal-cuda", TOP_LEFT),
-    ("flashinfer-cuda", DECODE), ("flex-cuda", DECODE),
-    ("flashinfer-paged-cuda", DENSE), ("flashinfer-paged-cuda", PAGED), ("flashinfer-decode-cuda", DECODE),
+    ("fa4-cuda", DECODE),
+    ("fa4-cuda", DENSE),
+    ("fa4-varlen-cuda", DENSE),
+    ("fa4-cuda", PAGED),
+    ("torch-fa2-cuda", DENSE),
+    ("torch-fa2-varlen-cuda", DENSE),
+    ("torch-fa2-cuda", DECODE),
+    ("fa2-cuda", DENSE),
+    ("fa2-cuda", DECODE),
+    ("fa3-cuda", DENSE),
+    ("fa2-kvcache-cuda", DECODE),
+    ("fa2-kvcache-cuda", PAGED256),
+    ("xformers-cutlass-cuda", DENSE),
+    ("xformers-flash-cuda", DECODE),
+    ("xformers-cutlass-cuda", TOP_LEFT),
+    ("jax-xla-cuda", DECODE),
+    ("jax-cudnn-cuda", DENSE),
+    ("jax-cudnn-causal-cuda", TOP_LEFT),
+    ("flashinfer-cuda", DECODE),
+    ("flex-cuda", DECODE),
+    ("flashinfer-paged-cuda", DENSE),
+    ("flashinfer-paged-cuda", PAGED),
+    ("flashinfer-decode-cuda", DECODE),
     ("flashinfer-decode-cuda", PAGED256),
-    ("vllm-fa2-cuda", DECODE), ("vllm-fa2-cuda", PAGED), ("vllm-fa3-cuda", DENSE), ("vllm-fa3-cuda", PAGED),
-    ("sdpa-math-cuda", DENSE), ("sdpa-efficient-cuda", DECODE), ("sdpa-cudnn-cuda", DENSE), ("sdpa-flash-causal-cuda", TOP_LEFT),
+    ("vllm-fa2-cuda", DECODE),
+    ("vllm-fa2-cuda", PAGED),
+    ("vllm-fa3-cuda", DENSE),
+    ("vllm-fa3-cuda", PAGED),
+    ("sdpa-math-cuda", DENSE),
+    ("sdpa-efficient-cuda", DECODE),
+    ("sdpa-cudnn-cuda", DENSE),
+    ("sdpa-flash-causal-cuda", TOP_LEFT),
 ]
 
 

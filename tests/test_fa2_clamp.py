@@ -22,8 +22,11 @@ HALF = ("float16", "bfloat16")  # vLLM's FA2 and flash-attn take no float32
 def clamp_changes_mask(case: Case) -> bool:
     """Does the clamp give some prefill row other keys than the spec? (Decode rows: Sq = 1 <= Sk.)"""
     bug, honest = Fa2RightSideClampedToSk(), EagerAttention()
-    return any(bool((bug.prefill_mask(case, sq, sk) != honest.prefill_mask(case, sq, sk)).any())  # (Sq, Sk)
-               for sq, sk in zip(case.q_lens, case.k_lens) if sq > sk)
+    return any(
+        bool((bug.prefill_mask(case, sq, sk) != honest.prefill_mask(case, sq, sk)).any())  # (Sq, Sk)
+        for sq, sk in zip(case.q_lens, case.k_lens)
+        if sq > sk
+    )
 
 
 def _committed_fa2_rows() -> pd.DataFrame:
@@ -54,4 +57,3 @@ def test_quick_profile_reaches_the_clamp_on_every_fa2_backend(name):
     for dtype in HALF:
         windows = {(c.window.left is None) for c in hits if c.dtype == dtype}
         assert windows == {True, False}, f"{name} {dtype}: the quick profile reaches the FA2 clamp in {len(hits)} cases {windows}"
-

@@ -177,8 +177,7 @@ def _start(tmp_path: Path, *extra: str) -> subprocess.Popen:
     # A process started with SIGINT ignored (a background job of a non-interactive shell: `pytest &`
     # in a CI script) passes SIG_IGN on, and Python then installs no KeyboardInterrupt handler:
     # the sweep would shrug off the test's Ctrl-C. Give the sweep the disposition a terminal gives it.
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_default_sigint)
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
 
 
 def _default_sigint() -> None:

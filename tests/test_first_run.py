@@ -50,8 +50,15 @@ def test_a_slow_but_right_backend_is_retried_alone_and_passes(tmp_path, monkeypa
     monkeypatch.setenv("PARITY_TEST_MARK", str(tmp_path / "slept"))
     monkeypatch.setenv("PARITY_TEST_SLEEP", "4")
     # scaled limit: a 1.5 s floor (the reference takes milliseconds here); the retry gets 4x that
-    res = run_sweep([f"{ME}:SlowButRight", "reference"], [CASE], out_dir=tmp_path / "out", progress=False,
-                    probes=False, timeout_floor=1.5, retry_scale=4.0)
+    res = run_sweep(
+        [f"{ME}:SlowButRight", "reference"],
+        [CASE],
+        out_dir=tmp_path / "out",
+        progress=False,
+        probes=False,
+        timeout_floor=1.5,
+        retry_scale=4.0,
+    )
     got = {r["backend"].split(":")[-1]: r for r in res.rows}
     assert got["SlowButRight"]["verdict"] == "pass", got["SlowButRight"]["detail"]
     assert got["reference"]["verdict"] == "pass"
@@ -62,8 +69,24 @@ def test_a_slow_but_right_backend_is_retried_alone_and_passes(tmp_path, monkeypa
 
 
 def test_a_hang_is_still_a_timeout_and_says_how_long_the_reference_took(tmp_path, capsys):
-    code = cli.main(["run", "--backend", f"{ME}:Hangs", "--case", CASE.to_json(), "--out", str(tmp_path / "out"),
-                     "--timeout", "1.5", "--no-probes", "--no-report", "--shrink", "0", "-q"])
+    code = cli.main(
+        [
+            "run",
+            "--backend",
+            f"{ME}:Hangs",
+            "--case",
+            CASE.to_json(),
+            "--out",
+            str(tmp_path / "out"),
+            "--timeout",
+            "1.5",
+            "--no-probes",
+            "--no-report",
+            "--shrink",
+            "0",
+            "-q",
+        ]
+    )
     assert code == 1
     out = capsys.readouterr()
     assert "TIMEOUT" in out.out
@@ -154,8 +177,11 @@ def test_the_time_left_of_a_real_first_run_is_right_within_a_factor_of_two_after
     250 s with 24 s left), so the ETA must not trust the line before it predicts better than the mean."""
     points = _replay(Path(__file__).parent / "fixtures" / "eta-first-run.json.gz")
     after = points[len(points) // 10 :]
-    off = [(round(t, 1), round(left, 1), round(true, 1)) for t, left, true in after
-           if true > 0.5 and (left is None or not true / 2 <= left <= 2 * true)]
+    off = [
+        (round(t, 1), round(left, 1), round(true, 1))
+        for t, left, true in after
+        if true > 0.5 and (left is None or not true / 2 <= left <= 2 * true)
+    ]
     assert len(after) > 600 and not off, off[:5]
 
 

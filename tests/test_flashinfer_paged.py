@@ -151,8 +151,23 @@ class _Prefill:
     def __init__(self, workspace, layout):
         assert layout == "NHD" and workspace.dtype == torch.uint8
 
-    def plan(self, qo_indptr, indptr, indices, last, hq, hkv, d, page_size, causal=False, sm_scale=None, window_left=-1,
-             logits_soft_cap=None, q_data_type=None, kv_data_type=None):
+    def plan(
+        self,
+        qo_indptr,
+        indptr,
+        indices,
+        last,
+        hq,
+        hkv,
+        d,
+        page_size,
+        causal=False,
+        sm_scale=None,
+        window_left=-1,
+        logits_soft_cap=None,
+        q_data_type=None,
+        kv_data_type=None,
+    ):
         self.p = (qo_indptr, indptr, indices, last, causal, sm_scale, window_left, logits_soft_cap or 0.0)
 
     def run(self, q, kv, out=None):
@@ -165,16 +180,31 @@ class _Prefill:
 
 
 class _Decode(_Prefill):
-    def plan(self, indptr, indices, last, hq, hkv, d, page_size, window_left=-1, logits_soft_cap=None, sm_scale=None,
-             q_data_type=None, kv_data_type=None):
+    def plan(
+        self,
+        indptr,
+        indices,
+        last,
+        hq,
+        hkv,
+        d,
+        page_size,
+        window_left=-1,
+        logits_soft_cap=None,
+        sm_scale=None,
+        q_data_type=None,
+        kv_data_type=None,
+    ):
         self.p = (indptr, indices, last, sm_scale, window_left, logits_soft_cap or 0.0)
 
     def run(self, q, kv):
         indptr, indices, last, scale, wl, cap = self.p
-        return torch.cat([
-            _attend(q[b : b + 1], *(_gather(c, indptr, indices, last, b) for c in kv), True, wl, scale, cap).to(q.dtype)
-            for b in range(q.shape[0])
-        ])
+        return torch.cat(
+            [
+                _attend(q[b : b + 1], *(_gather(c, indptr, indices, last, b) for c in kv), True, wl, scale, cap).to(q.dtype)
+                for b in range(q.shape[0])
+            ]
+        )
 
 
 def _cpu(cls, monkeypatch):

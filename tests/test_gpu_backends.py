@@ -189,8 +189,20 @@ def test_flashinfer_translation():
 
 def test_gpu_backends_are_registered_and_constructible_without_imports():
     names = backends.expand("all-gpu")
-    for n in ("torch-fa2-cuda", "fa4-cuda", "xformers-cutlass-cuda", "xformers-flash-cuda", "jax-xla-cuda",
-              "jax-cudnn-cuda", "fa2-cuda", "fa3-cuda", "fa2-kvcache-cuda", "flashinfer-cuda", "vllm-fa2-cuda", "vllm-fa3-cuda"):
+    for n in (
+        "torch-fa2-cuda",
+        "fa4-cuda",
+        "xformers-cutlass-cuda",
+        "xformers-flash-cuda",
+        "jax-xla-cuda",
+        "jax-cudnn-cuda",
+        "fa2-cuda",
+        "fa3-cuda",
+        "fa2-kvcache-cuda",
+        "flashinfer-cuda",
+        "vllm-fa2-cuda",
+        "vllm-fa3-cuda",
+    ):
         assert n in names
         assert backends.get(n).device == "cuda"
     assert backends.marker_for("torch-fa2-cuda") == "torch_fa2"
@@ -224,9 +236,23 @@ def test_consistency_check_catches_a_decode_bug():
 
 # -- on a GPU -----------------------------------------------------------------------------------
 
-GPU_BACKENDS = ["torch-fa2-cuda", "torch-fa2-varlen-cuda", "fa4-cuda", "fa4-varlen-cuda", "xformers-cutlass-cuda",
-                "xformers-flash-cuda", "jax-xla-cuda", "jax-cudnn-cuda", "fa2-cuda", "fa3-cuda", "flashinfer-cuda",
-                "flashinfer-paged-cuda", "flashinfer-decode-cuda", "vllm-fa2-cuda", "vllm-fa3-cuda"]
+GPU_BACKENDS = [
+    "torch-fa2-cuda",
+    "torch-fa2-varlen-cuda",
+    "fa4-cuda",
+    "fa4-varlen-cuda",
+    "xformers-cutlass-cuda",
+    "xformers-flash-cuda",
+    "jax-xla-cuda",
+    "jax-cudnn-cuda",
+    "fa2-cuda",
+    "fa3-cuda",
+    "flashinfer-cuda",
+    "flashinfer-paged-cuda",
+    "flashinfer-decode-cuda",
+    "vllm-fa2-cuda",
+    "vllm-fa3-cuda",
+]
 
 
 def _available(spec: str):
@@ -253,9 +279,11 @@ def _consistency_rows(spec: str, case: Case, path: list[str] | None) -> list[dic
 
     if not path:
         return consistency_check(_available(spec), case)
-    code = ("import json, sys; from parity import backends; from parity.case import Case; "
-            "from parity.consistency import check; be = backends.get(sys.argv[1]); why = be.unavailable_reason(); "
-            "print(json.dumps({'unavailable': why} if why else check(be, Case.from_json(sys.argv[2]))))")
+    code = (
+        "import json, sys; from parity import backends; from parity.case import Case; "
+        "from parity.consistency import check; be = backends.get(sys.argv[1]); why = be.unavailable_reason(); "
+        "print(json.dumps({'unavailable': why} if why else check(be, Case.from_json(sys.argv[2]))))"
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([*path, *[p for p in sys.path if p]]))
     p = subprocess.run([sys.executable, "-c", code, spec, case.to_json()], capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, f"{spec}: consistency worker exited {p.returncode}: {p.stderr[-2000:]}"

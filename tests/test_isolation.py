@@ -175,13 +175,13 @@ def test_the_shared_baseline_is_not_charged_to_the_backend_that_meets_a_case_fir
 
 # -- evaluate(worker_path=...): what pytest's --worker-path / PARITY_WORKER_PATH use ---------------
 
-_PATH_ONLY = '''
+_PATH_ONLY = """
 from parity.backends.reference import ReferenceBackend
 
 
 class PathOnly(ReferenceBackend):
     name = "path-only"
-'''
+"""
 
 
 def test_evaluate_with_a_worker_path_runs_a_backend_only_that_path_can_import(tmp_path):

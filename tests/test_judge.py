@@ -12,8 +12,14 @@ from parity import cli
 
 FIXTURE = Path(__file__).parent / "fixtures" / "judge-sweep"
 #: every verdict but timeout / error / crash: pass, fail, expected, unexpected-pass, unsupported, unavailable
-BACKENDS = ("reference", "sdpa", "reference-cuda", "parity.selftest.bugs:WindowOneWider",
-            "parity.selftest.bugs:NanOnEmptyRows", "parity.selftest.bugs:GqaRepeatNotInterleave")
+BACKENDS = (
+    "reference",
+    "sdpa",
+    "reference-cuda",
+    "parity.selftest.bugs:WindowOneWider",
+    "parity.selftest.bugs:NanOnEmptyRows",
+    "parity.selftest.bugs:GqaRepeatNotInterleave",
+)
 
 
 def _read(path: Path) -> str:
@@ -35,8 +41,18 @@ def blank_time(text: str) -> str:
 def test_a_small_sweep_writes_the_same_results_csv_as_before(tmp_path, capsys):
     """tests/fixtures/judge-sweep/results.csv was written by the code before the typed verdict record
     (main at 536a1a8), time_ms blanked: the same cases, backends and known divergences give the same bytes."""
-    argv = ["run", "--case-file", str(FIXTURE / "cases.jsonl"), "--no-isolate", "--no-report", "--no-siblings",
-            "--expect", str(FIXTURE / "known.toml"), "--out", str(tmp_path / "run")]
+    argv = [
+        "run",
+        "--case-file",
+        str(FIXTURE / "cases.jsonl"),
+        "--no-isolate",
+        "--no-report",
+        "--no-siblings",
+        "--expect",
+        str(FIXTURE / "known.toml"),
+        "--out",
+        str(tmp_path / "run"),
+    ]
     for b in BACKENDS:
         argv += ["--backend", b]
     assert cli.main(argv) == 1  # planted bugs fail

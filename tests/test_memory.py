@@ -107,8 +107,7 @@ def _oom(*_a, **_k):
     raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
 
-SWEEP_CASES = [Case(q_lens=(5,), k_lens=(5 + i,), hq=2, hkv=1, head_dim=8, dtype="float32", window=Window(2, 0), seed=i)
-               for i in range(3)]
+SWEEP_CASES = [Case(q_lens=(5,), k_lens=(5 + i,), hq=2, hkv=1, head_dim=8, dtype="float32", window=Window(2, 0), seed=i) for i in range(3)]
 
 
 def test_oom_in_the_harness_judging_costs_that_row_only(monkeypatch, tmp_path):

@@ -13,8 +13,19 @@ CASES = [Case((12,), (12,), 2, 1, 8, "float32", Window(3, 0), seed=s) for s in r
 
 
 def sweep(out, backends, cases=CASES, extra=(), rc=0):
-    got = main(["run", *sum((["-b", b] for b in backends), []), *sum((["--case", c.to_json()] for c in cases), []),
-                "--out", str(out), "-q", "--no-report", "--no-isolate", *extra])
+    got = main(
+        [
+            "run",
+            *sum((["-b", b] for b in backends), []),
+            *sum((["--case", c.to_json()] for c in cases), []),
+            "--out",
+            str(out),
+            "-q",
+            "--no-report",
+            "--no-isolate",
+            *extra,
+        ]
+    )
     assert got == rc
     return out
 
@@ -71,8 +82,22 @@ def test_bad_merge_input_is_a_usage_error(tmp_path, capsys):
 
 def test_partial_parts_merged_into_a_complete_folder_are_not_partial(tmp_path):
     first = tmp_path / "first"
-    assert main(["run", "-b", "reference", *sum((["--case", c.to_json()] for c in CASES[:2]), []),
-                 "--out", str(first), "-q", "--no-report", "--no-isolate"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "-b",
+                "reference",
+                *sum((["--case", c.to_json()] for c in CASES[:2]), []),
+                "--out",
+                str(first),
+                "-q",
+                "--no-report",
+                "--no-isolate",
+            ]
+        )
+        == 0
+    )
     env = json.loads((first / "environment.json").read_text())
     env["partial"] = True  # as a --time-limit run would have left it
     (first / "environment.json").write_text(json.dumps(env))
@@ -83,8 +108,19 @@ def test_partial_parts_merged_into_a_complete_folder_are_not_partial(tmp_path):
 
 def test_time_limit_leaves_a_partial_folder_that_resume_completes(tmp_path):
     out = tmp_path / "o"
-    args = ["run", "-b", "tests.test_isolation:SlowReference", *sum((["--case", c.to_json()] for c in CASES), []),
-            "--out", str(out), "-q", "--no-isolate", "--no-probes", "--shrink", "0"]
+    args = [
+        "run",
+        "-b",
+        "tests.test_isolation:SlowReference",
+        *sum((["--case", c.to_json()] for c in CASES), []),
+        "--out",
+        str(out),
+        "-q",
+        "--no-isolate",
+        "--no-probes",
+        "--shrink",
+        "0",
+    ]
     assert main([*args, "--time-limit", "0.1"]) == 3  # partial, no failing row
     env = json.loads((out / "environment.json").read_text())
     assert env["partial"] is True and env["rows_in_folder"] < env["rows_total"] == 3
@@ -103,8 +139,10 @@ def test_merge_with_expect_judges_the_rows_again(tmp_path):
     a = sweep(tmp_path / "a", [bug], extra=("--expect", "none"), rc=1)
     assert {r["verdict"] for r in rows(a)} == {"fail"}
     toml = tmp_path / "known.toml"
-    toml.write_text(f'[[divergence]]\nid = "planted-one-wider"\nbackend = "{bug}"\nverdict = "fail"\ncondition = {{ dtype = "float32" }}\n'
-                    'explanation = "The planted off-by-one."\nupstream = "none"\n')
+    toml.write_text(
+        f'[[divergence]]\nid = "planted-one-wider"\nbackend = "{bug}"\nverdict = "fail"\ncondition = {{ dtype = "float32" }}\n'
+        'explanation = "The planted off-by-one."\nupstream = "none"\n'
+    )
     assert main(["merge", str(tmp_path / "plain"), str(a)]) == 0
     assert "new failures: 3 rows" in (tmp_path / "plain" / "summary.md").read_text()
     assert main(["merge", str(tmp_path / "judged"), str(a), "--expect", str(toml)]) == 0

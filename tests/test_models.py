@@ -20,8 +20,16 @@ def _kinds(m: models.ModelAttention) -> dict[str, tuple[int | None, tuple[int, .
 
 
 def test_gemma2_style_alternation_softcap_and_scale():
-    cfg = {"model_type": "gemma2", "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
-           "num_hidden_layers": 6, "sliding_window": 4096, "query_pre_attn_scalar": 144, "attn_logit_softcapping": 50.0}
+    cfg = {
+        "model_type": "gemma2",
+        "num_attention_heads": 32,
+        "num_key_value_heads": 16,
+        "head_dim": 128,
+        "num_hidden_layers": 6,
+        "sliding_window": 4096,
+        "query_pre_attn_scalar": 144,
+        "attn_logit_softcapping": 50.0,
+    }
     m = models.parse_config(cfg, "g2")
     assert _kinds(m) == {"local": (4096, (0, 2, 4)), "global": (None, (1, 3, 5))}  # layer i local when (i + 1) % 2
     assert (m.hq, m.hkv, m.head_dim, m.softcap) == (32, 16, 128, 50.0)
@@ -31,8 +39,16 @@ def test_gemma2_style_alternation_softcap_and_scale():
 
 
 def test_qwen2_max_window_layers_and_use_sliding_window():
-    cfg = {"model_type": "qwen2", "num_attention_heads": 28, "num_key_value_heads": 4, "hidden_size": 3584,
-           "num_hidden_layers": 6, "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 4}
+    cfg = {
+        "model_type": "qwen2",
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "hidden_size": 3584,
+        "num_hidden_layers": 6,
+        "sliding_window": 4096,
+        "use_sliding_window": True,
+        "max_window_layers": 4,
+    }
     m = models.parse_config(cfg, "q")
     assert m.head_dim == 128  # hidden_size / heads
     assert _kinds(m) == {"local": (4096, (4, 5)), "global": (None, (0, 1, 2, 3))}  # local from max_window_layers on
@@ -42,28 +58,36 @@ def test_qwen2_max_window_layers_and_use_sliding_window():
 
 def test_layer_types_pattern_per_layer_windows_and_text_config():
     lt = ["sliding_attention", "full_attention", "sliding_attention"]
-    cfg = {"num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 3,
-           "sliding_window": 128, "layer_types": lt}
+    cfg = {
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "num_hidden_layers": 3,
+        "sliding_window": 128,
+        "layer_types": lt,
+    }
     assert _kinds(models.parse_config(cfg, "x")) == {"local": (128, (0, 2)), "global": (None, (1,))}
     pattern = {**cfg, "layer_types": None, "num_hidden_layers": 8, "sliding_window_pattern": 4}
     assert _kinds(models.parse_config(pattern, "x"))["global"] == (None, (3, 7))
     per_layer = {**cfg, "layer_types": None, "sliding_window": [128, None, 4096]}
-    assert _kinds(models.parse_config(per_layer, "x")) == {"local-w128": (128, (0,)), "local-w4096": (4096, (2,)),
-                                                           "global": (None, (1,))}
+    assert _kinds(models.parse_config(per_layer, "x")) == {"local-w128": (128, (0,)), "local-w4096": (4096, (2,)), "global": (None, (1,))}
     wrapped = {"model_type": "gemma3", "text_config": {**pattern, "model_type": "gemma3_text"}}
     assert _kinds(models.parse_config(wrapped, "x")) == _kinds(models.parse_config(pattern, "x"))
 
 
-@pytest.mark.parametrize("bad, key", [
-    ({"num_attention_heads": None}, "num_attention_heads"),
-    ({"num_key_value_heads": 3}, "num_key_value_heads"),
-    ({"head_dim": None, "hidden_size": None}, "hidden_size"),
-    ({"sliding_window": "4k"}, "sliding_window"),
-    ({"layer_types": ["sliding_attention"]}, "layer_types"),
-    ({"layer_types": ["sliding_attention", "linear_attention"]}, "layer_types"),
-    ({"attn_logit_softcapping": -1}, "attn_logit_softcapping"),
-    ({"num_hidden_layers": 0}, "num_hidden_layers"),
-])
+@pytest.mark.parametrize(
+    "bad, key",
+    [
+        ({"num_attention_heads": None}, "num_attention_heads"),
+        ({"num_key_value_heads": 3}, "num_key_value_heads"),
+        ({"head_dim": None, "hidden_size": None}, "hidden_size"),
+        ({"sliding_window": "4k"}, "sliding_window"),
+        ({"layer_types": ["sliding_attention"]}, "layer_types"),
+        ({"layer_types": ["sliding_attention", "linear_attention"]}, "layer_types"),
+        ({"attn_logit_softcapping": -1}, "attn_logit_softcapping"),
+        ({"num_hidden_layers": 0}, "num_hidden_layers"),
+    ],
+)
 def test_bad_configs_name_the_key(bad, key):
     cfg = {"num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 2, "sliding_window": 16}
     with pytest.raises(UserError, match=key):
@@ -89,8 +113,10 @@ def test_every_table_entry_gives_valid_cases_with_model_and_layer():
 def test_model_fields_leave_other_case_ids_alone():
     plain = Case(q_lens=(3,), k_lens=(5,), hq=1, hkv=1, head_dim=8)
     # the JSON (and so the id) of a case without a model is what it was before the fields existed
-    assert plain.to_json() == ('{"q_lens":[3],"k_lens":[5],"hq":1,"hkv":1,"head_dim":8,"dtype":"bfloat16","window":{"left":null,'
-                               '"right":null,"align":"bottom_right"},"scale":null,"softcap":null,"page_size":null,"seed":0}')
+    assert plain.to_json() == (
+        '{"q_lens":[3],"k_lens":[5],"hq":1,"hkv":1,"head_dim":8,"dtype":"bfloat16","window":{"left":null,'
+        '"right":null,"align":"bottom_right"},"scale":null,"softcap":null,"page_size":null,"seed":0}'
+    )
     tagged = Case(q_lens=(3,), k_lens=(5,), hq=1, hkv=1, head_dim=8, model="m", layer="local")
     assert tagged.case_id != plain.case_id and Case.from_json(tagged.to_json()).layer == "local"
 
@@ -104,18 +130,51 @@ def test_unknown_model_lists_the_known_names():
 def test_model_run_on_the_cpu_end_to_end(tmp_path, capsys):
     cfg = tmp_path / "tiny" / "config.json"
     cfg.parent.mkdir()
-    cfg.write_text(json.dumps({"model_type": "gemma2", "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-                               "num_hidden_layers": 2, "sliding_window": 2048, "attn_logit_softcapping": 50.0}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "model_type": "gemma2",
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "head_dim": 16,
+                "num_hidden_layers": 2,
+                "sliding_window": 2048,
+                "attn_logit_softcapping": 50.0,
+            }
+        )
+    )
     out = tmp_path / "run"
-    code = main(["run", "--model", str(cfg), "--model", "gpt-oss-20b", "--backend", "reference", "--no-isolate",
-                 "--length-scale", "512", "--out", str(out), "-q", "--shrink", "0", "--no-probes"])
+    code = main(
+        [
+            "run",
+            "--model",
+            str(cfg),
+            "--model",
+            "gpt-oss-20b",
+            "--backend",
+            "reference",
+            "--no-isolate",
+            "--length-scale",
+            "512",
+            "--out",
+            str(out),
+            "-q",
+            "--shrink",
+            "0",
+            "--no-probes",
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0
     assert "models at REDUCED lengths" in printed and "attention sinks" in printed
     with (out / "results.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert {(r["model"], r["layer"]) for r in rows} == {("tiny", "local"), ("tiny", "global"),
-                                                        ("gpt-oss-20b", "local"), ("gpt-oss-20b", "global")}
+    assert {(r["model"], r["layer"]) for r in rows} == {
+        ("tiny", "local"),
+        ("tiny", "global"),
+        ("gpt-oss-20b", "local"),
+        ("gpt-oss-20b", "global"),
+    }
     assert len(rows) == 4 * len(models.CALLS) and {r["verdict"] for r in rows} == {"pass"}
     env = json.loads((out / "environment.json").read_text())
     assert env["profile"] == "models" and env["design"]["length_scale"] == 512 and "divided by 512" in env["design"]["reduced_why"]
@@ -130,8 +189,28 @@ def test_report_shows_peak_memory_when_the_column_exists(tmp_path):
     from parity.report.text import markdown_summary
 
     out = tmp_path / "run"
-    assert main(["run", "--model", "gemma-3-1b", "--backend", "reference", "--no-isolate", "--length-scale", "512",
-                 "--out", str(out), "-q", "--shrink", "0", "--no-probes", "--no-report"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--model",
+                "gemma-3-1b",
+                "--backend",
+                "reference",
+                "--no-isolate",
+                "--length-scale",
+                "512",
+                "--out",
+                str(out),
+                "-q",
+                "--shrink",
+                "0",
+                "--no-probes",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     assert "Peak device memory" not in markdown_summary(load_run(out))  # no peak_mem_mb column: no line, no error
     path = out / "results.csv"
     with path.open(newline="") as fh:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-KERNELS = '''
+KERNELS = """
 import dataclasses
 
 from parity import Window
@@ -36,7 +36,7 @@ class KOffByOne(ReferenceBackend):
             case = dataclasses.replace(case, window=Window(w.left + 1, w.right, w.align))
         out.copy_(attention_reference(dataclasses.replace(inputs, case=case)))
         return out
-'''
+"""
 
 TEST_K = """
 def test_kernel(parity_backend, parity_case, assert_parity):
@@ -100,7 +100,7 @@ def test_buggy_module_class_backend_fails_with_a_repro_naming_it(project):
     assert "--backend mypkg.k:KOffByOne --case" in repro, msg
     assert "mask" in out and "one token wider on the left" in out, out
     # the failure message ends with the repro line: nothing of the message after it
-    block = out[out.index("ParityError"):]
+    block = out[out.index("ParityError") :]
     lines = [ln for ln in block.splitlines() if ln.startswith("E ")]
     assert "repro: python -m parity run --backend mypkg.k:KOffByOne" in lines[-1], lines
 
@@ -113,8 +113,24 @@ def test_checkout_without_installed_entry_point_still_has_the_options():
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--parity-profile", "quick", "-q", "-p", "no:cacheprovider",
-         "tests/test_window.py", "-k", "truth_table or from_"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--parity-profile",
+            "quick",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_window.py",
+            "-k",
+            "truth_table or from_",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout

@@ -306,8 +306,9 @@ END_TO_END = {
         RuntimeError("BatchPrefillWithPagedKVCache failed to dispatch with dtype BFloat16"),
     ),
     "flashinfer-decode-cuda": (
-        _setup_flashinfer_wrapper(flashinfer.FlashInferDecodeBackend, Case((1, 1), (40, 9), hq=4, hkv=2, head_dim=80, dtype="bfloat16",
-                                                                          window=Window(7, 0))),
+        _setup_flashinfer_wrapper(
+            flashinfer.FlashInferDecodeBackend, Case((1, 1), (40, 9), hq=4, hkv=2, head_dim=80, dtype="bfloat16", window=Window(7, 0))
+        ),
         RuntimeError("Unsupported head_dim: 80"),
     ),
     "vllm-fa2-cuda": (_setup_vllm_fa2, RuntimeError("Paged KV cache block size must be divisible by 16")),

@@ -59,8 +59,15 @@ def test_write_all_writes_self_contained_files(rendered):
     # nothing fetched from anywhere: no remote src/href/url(), no script
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
     assert "url(" not in page and "<script" not in page and "@import" not in page
-    for anchor in ('id="matrix"', 'id="coverage-table"',
-                   'id="worst"', 'id="plot-edge"', 'id="plot-ratio"', 'id="masks"', 'id="environment"'):
+    for anchor in (
+        'id="matrix"',
+        'id="coverage-table"',
+        'id="worst"',
+        'id="plot-edge"',
+        'id="plot-ratio"',
+        'id="masks"',
+        'id="environment"',
+    ):
         assert anchor in page
     assert 'id="decode"' not in page  # no decode.csv in this run
 
@@ -428,13 +435,32 @@ def test_the_smallest_failing_case_of_the_run_is_named_not_just_the_shrunk_one(r
     df = pd.read_csv(rendered / "results.csv", dtype=str, keep_default_na=False)
     tiny = Case(q_lens=(1,), k_lens=(2,), hq=1, hkv=1, head_dim=16, window=Window(1, 0), seed=11)
     row = df[(df["backend"] == OFF_BY_ONE) & (df["verdict"] == "fail")].iloc[0].copy()
-    row.update({"case_id": tiny.case_id, "q_lens": "1", "k_lens": "2", "hq": "1", "hkv": "1", "head_dim": "16",
-                "window_left": "1", "case_json": tiny.to_json(), "repro": tiny.repro(OFF_BY_ONE)})
+    row.update(
+        {
+            "case_id": tiny.case_id,
+            "q_lens": "1",
+            "k_lens": "2",
+            "hq": "1",
+            "hkv": "1",
+            "head_dim": "16",
+            "window_left": "1",
+            "case_json": tiny.to_json(),
+            "repro": tiny.repro(OFF_BY_ONE),
+        }
+    )
     pd.concat([df, row.to_frame().T]).to_csv(rendered / "results.csv", index=False)
     big = Case(q_lens=(20,), k_lens=(20,), hq=4, hkv=4, head_dim=64, window=Window(4, 0), seed=3)
-    entry = {"backend": OFF_BY_ONE, "from": CASES[0].case_id, "case": json.loads(big.to_json()), "verdict": "fail",
-             "reasons": "mask", "calls": 40, "repro": big.repro(OFF_BY_ONE), "budget_exhausted": True,
-             "note": "stopped at the budget of 40 calls (--shrink 40); a smaller case may exist"}
+    entry = {
+        "backend": OFF_BY_ONE,
+        "from": CASES[0].case_id,
+        "case": json.loads(big.to_json()),
+        "verdict": "fail",
+        "reasons": "mask",
+        "calls": 40,
+        "repro": big.repro(OFF_BY_ONE),
+        "budget_exhausted": True,
+        "note": "stopped at the budget of 40 calls (--shrink 40); a smaller case may exist",
+    }
     (rendered / "shrunk.jsonl").write_text(json.dumps(entry) + "\n")
     write_all(rendered)
     page = html.unescape((rendered / "report.html").read_text())

@@ -118,8 +118,7 @@ def _run(path, cwd) -> subprocess.CompletedProcess:
 CPU_CASES = [
     ("sdpa", Case(q_lens=(9, 3), k_lens=(9, 14), hq=4, hkv=2, head_dim=16, dtype="float32", window=Window(4, 1), seed=2)),
     ("sdpa-causal", Case(q_lens=(12,), k_lens=(12,), hq=2, hkv=1, head_dim=16, dtype="bfloat16", window=Window(None, 0))),
-    ("flex", Case(q_lens=(7, 2), k_lens=(7, 11), hq=2, hkv=2, head_dim=16, dtype="float16", window=Window(3, 0),
-                  softcap=10.0, seed=4)),
+    ("flex", Case(q_lens=(7, 2), k_lens=(7, 11), hq=2, hkv=2, head_dim=16, dtype="float16", window=Window(3, 0), softcap=10.0, seed=4)),
 ]
 
 

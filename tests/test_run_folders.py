@@ -76,8 +76,12 @@ def test_case_file_csv_gz_is_read_and_a_bad_one_is_named_in_one_line(tmp_path, c
     gz = tmp_path / "results.csv.gz"
     gz.write_bytes(gzip.compress((out / "results.csv").read_bytes()))
     capsys.readouterr()
-    assert main(["run", "--backend", "reference", "--no-isolate", "-q", "--no-report", "--case-file", str(gz),
-                 "--out", str(tmp_path / "again")]) == 0
+    assert (
+        main(
+            ["run", "--backend", "reference", "--no-isolate", "-q", "--no-report", "--case-file", str(gz), "--out", str(tmp_path / "again")]
+        )
+        == 0
+    )
     assert (tmp_path / "again" / "results.csv").read_text().count("\n") == 2
     bad = tmp_path / "bad.csv.gz"
     bad.write_bytes(b"\x1f\x8b not gzip at all")
@@ -149,8 +153,26 @@ def test_time_limit_run_exits_partial_and_resume_counts_the_whole_folder(tmp_pat
 def test_dtype_lists_fail_fast_last_failed_and_results_json(tmp_path, capsys):
     import json
 
-    assert main(["run", "--backend", "reference", "--no-isolate", "--profile", "quick", "-q", "--no-report",
-                 "--shrink", "0", "--dtype", "float32,bfloat16", "--list-cases"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--backend",
+                "reference",
+                "--no-isolate",
+                "--profile",
+                "quick",
+                "-q",
+                "--no-report",
+                "--shrink",
+                "0",
+                "--dtype",
+                "float32,bfloat16",
+                "--list-cases",
+            ]
+        )
+        == 0
+    )
     dtypes = {json.loads(line)["dtype"] for line in capsys.readouterr().out.splitlines()}
     assert dtypes == {"float32", "bfloat16"}
     bug = "parity.selftest.bugs:WindowOneWider"

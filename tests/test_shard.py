@@ -51,18 +51,21 @@ def test_parse_shard(text, want):
     assert shard.parse_shard(text) == want
 
 
-@pytest.mark.parametrize("text, words", [
-    ("0/3", "K must be between 1 and N=3"),
-    ("4/3", "K must be between 1 and N=3"),
-    ("-1/3", "K must be between 1 and N=3"),
-    ("1/0", "N (the number of shards) must be >= 1, got 0"),
-    ("1/-2", "must be >= 1, got -2"),
-    ("2", "want K/N"),
-    ("a/b", "want K/N"),
-    ("1/2/3", "want K/N"),
-    ("", "want K/N"),
-    ("1.5/2", "want K/N"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("0/3", "K must be between 1 and N=3"),
+        ("4/3", "K must be between 1 and N=3"),
+        ("-1/3", "K must be between 1 and N=3"),
+        ("1/0", "N (the number of shards) must be >= 1, got 0"),
+        ("1/-2", "must be >= 1, got -2"),
+        ("2", "want K/N"),
+        ("a/b", "want K/N"),
+        ("1/2/3", "want K/N"),
+        ("", "want K/N"),
+        ("1.5/2", "want K/N"),
+    ],
+)
 def test_parse_shard_errors_name_what_is_wrong(text, words):
     with pytest.raises(ValueError, match="shard .*" + words.replace("(", r"\(").replace(")", r"\)")):
         shard.parse_shard(text)
@@ -126,8 +129,14 @@ def test_split_is_the_same_in_another_process_with_another_hash_seed():
     got = []
     for hash_seed in ("1", "4242"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": root}
-        res = subprocess.run([sys.executable, "-c", _CHILD.format(root=root)], input="\n".join(c.to_json() for c in cases),
-                             env=env, capture_output=True, text=True, timeout=300)
+        res = subprocess.run(
+            [sys.executable, "-c", _CHILD.format(root=root)],
+            input="\n".join(c.to_json() for c in cases),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert res.returncode == 0, res.stderr[-2000:]
         got.append(json.loads(res.stdout))
     assert got[0]["given"] == got[1]["given"] == here
@@ -152,8 +161,13 @@ def test_drawn_cases_do_not_depend_on_the_modules_imported():
     root = str(Path(parity.__file__).resolve().parents[1])
     out = []
     for extra in ("", "import parity.cli"):
-        res = subprocess.run([sys.executable, "-c", _IMPORTS.format(root=root, extra=extra)], capture_output=True, text=True,
-                             env={**os.environ, "PYTHONPATH": root}, timeout=300)
+        res = subprocess.run(
+            [sys.executable, "-c", _IMPORTS.format(root=root, extra=extra)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": root},
+            timeout=300,
+        )
         assert res.returncode == 0, res.stderr[-2000:]
         out.append(res.stdout)
     assert out[0] == out[1]
@@ -207,8 +221,9 @@ def test_more_shards_than_configurations_is_refused():
 
 
 def _record(k: int, n: int, seed: int = 0, ids=("a", "b", "c")) -> dict:
-    return shard.shard_record(k, n, profile="default", seed=seed, filters={"dtype": None}, specs=["sdpa", "flex"],
-                              costs={"sdpa": 1.0, "flex": 10.0}, case_ids=ids)
+    return shard.shard_record(
+        k, n, profile="default", seed=seed, filters={"dtype": None}, specs=["sdpa", "flex"], costs={"sdpa": 1.0, "flex": 10.0}, case_ids=ids
+    )
 
 
 def test_shard_record_key_fingerprints_the_sweep_not_the_shard():
@@ -217,8 +232,17 @@ def test_shard_record_key_fingerprints_the_sweep_not_the_shard():
     assert _record(1, 3, ids=("c", "b", "a"))["key"] == _record(1, 3)["key"]  # ids as a set
     assert _record(1, 3, seed=1)["key"] != _record(1, 3)["key"]
     assert _record(1, 3, ids=("a", "b"))["key"] != _record(1, 3)["key"]
-    other = shard.shard_record(1, 3, profile="quick", seed=0, filters={"dtype": None}, specs=["sdpa", "flex"],
-                               costs={"sdpa": 1.0, "flex": 10.0}, case_ids=("a", "b", "c"), shard_cases=1)
+    other = shard.shard_record(
+        1,
+        3,
+        profile="quick",
+        seed=0,
+        filters={"dtype": None},
+        specs=["sdpa", "flex"],
+        costs={"sdpa": 1.0, "flex": 10.0},
+        case_ids=("a", "b", "c"),
+        shard_cases=1,
+    )
     assert other["key"] != _record(1, 3)["key"] and other["cases"] == 1
     assert len(_record(1, 3)["key"]) == 16
 
@@ -277,8 +301,10 @@ def test_node_id_shards_partition_and_are_fixed():
         if n > 1:
             assert all(kept) and max(map(len, kept)) < 2.0 * len(ids) / n
     # sha256 (little-endian) mod N, as pytest-shard: a fixed function of the node id alone
-    assert shard.shard_of_nodeid("tests/test_case.py::test_x", 7) == int.from_bytes(
-        __import__("hashlib").sha256(b"tests/test_case.py::test_x").digest(), "little") % 7
+    assert (
+        shard.shard_of_nodeid("tests/test_case.py::test_x", 7)
+        == int.from_bytes(__import__("hashlib").sha256(b"tests/test_case.py::test_x").digest(), "little") % 7
+    )
     with pytest.raises(ValueError):
         shard.keep_nodeids(ids, 3, 2)
 
@@ -293,16 +319,19 @@ def test_parse_gpus():
     assert shard.parse_gpus("1", ["0", "1"]) == ["1"]
 
 
-@pytest.mark.parametrize("text, visible, words", [
-    ("", None, "no empty item"),
-    ("0,,1", None, "no empty item"),
-    ("0,", None, "no empty item"),
-    ("a", None, "'a' is not a GPU id"),
-    ("-1", None, "'-1' is not a GPU id"),
-    ("0,1,0", None, "GPU 0 is named twice"),
-    ("0,2", ["0", "1"], r"GPU 2 not visible to this process \(visible: 0,1"),
-    ("0", [], r"GPU 0 not visible to this process \(visible: none"),
-])
+@pytest.mark.parametrize(
+    "text, visible, words",
+    [
+        ("", None, "no empty item"),
+        ("0,,1", None, "no empty item"),
+        ("0,", None, "no empty item"),
+        ("a", None, "'a' is not a GPU id"),
+        ("-1", None, "'-1' is not a GPU id"),
+        ("0,1,0", None, "GPU 0 is named twice"),
+        ("0,2", ["0", "1"], r"GPU 2 not visible to this process \(visible: 0,1"),
+        ("0", [], r"GPU 0 not visible to this process \(visible: none"),
+    ],
+)
 def test_parse_gpus_errors(text, visible, words):
     with pytest.raises(ValueError, match=words):
         shard.parse_gpus(text, visible)
@@ -319,12 +348,24 @@ def test_visible_gpus():
 
 
 def test_lane_gpus_places_largest_first_on_the_least_loaded_gpu():
-    lanes = [("flex-cuda", 30.0), ("jax-xla-cuda", 30.0), ("fa4-cuda", 8.0), ("sdpa-cudnn-cuda", 3.0),
-             ("fa2-cuda sdpa-math-cuda", 2.0), ("reference-cuda", 1.0)]
+    lanes = [
+        ("flex-cuda", 30.0),
+        ("jax-xla-cuda", 30.0),
+        ("fa4-cuda", 8.0),
+        ("sdpa-cudnn-cuda", 3.0),
+        ("fa2-cuda sdpa-math-cuda", 2.0),
+        ("reference-cuda", 1.0),
+    ]
     got = shard.lane_gpus(lanes, ["0", "1"])
     assert list(got) == [name for name, _ in lanes]  # in the lanes' order
-    assert got == {"flex-cuda": "0", "jax-xla-cuda": "1", "fa4-cuda": "0", "sdpa-cudnn-cuda": "1",
-                   "fa2-cuda sdpa-math-cuda": "1", "reference-cuda": "1"}  # loads 38 / 36
+    assert got == {
+        "flex-cuda": "0",
+        "jax-xla-cuda": "1",
+        "fa4-cuda": "0",
+        "sdpa-cudnn-cuda": "1",
+        "fa2-cuda sdpa-math-cuda": "1",
+        "reference-cuda": "1",
+    }  # loads 38 / 36
     assert shard.lane_gpus(dict(lanes), ["0", "1"]) == got
     rev = shard.lane_gpus(list(reversed(lanes)), ["0", "1"])  # equal costs: the earlier lane first
     assert (rev["jax-xla-cuda"], rev["flex-cuda"]) == ("0", "1")
@@ -348,8 +389,24 @@ def test_unit_gpus_gives_each_lane_unit_its_gpu():
 
 def _collect(*args: str) -> tuple[int, list[str], str]:
     root = Path(__file__).resolve().parents[1]
-    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args,
-                          "tests/test_case.py", "tests/test_window.py"], cwd=root, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *args,
+            "tests/test_case.py",
+            "tests/test_window.py",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return res.returncode, [line for line in res.stdout.splitlines() if "::" in line], res.stdout + res.stderr
 
 
@@ -414,8 +471,11 @@ def test_shard_runs_merge_into_the_unsharded_run(tmp_path):
     from parity.sweep import run_sweep
 
     w = Window(3, 0)
-    cases = [Case(q_lens=(4 + s,), k_lens=(9,), hq=hq, hkv=1, head_dim=d, dtype="float32", window=w, seed=s)
-             for s in range(2) for hq, d in ((1, 8), (2, 8), (1, 16), (2, 16))]
+    cases = [
+        Case(q_lens=(4 + s,), k_lens=(9,), hq=hq, hkv=1, head_dim=d, dtype="float32", window=w, seed=s)
+        for s in range(2)
+        for hq, d in ((1, 8), (2, 8), (1, 16), (2, 16))
+    ]
     specs = ["reference", "sdpa"]
     kw = dict(isolate=False, progress=False, probes=False)
     full = run_sweep(specs, cases, out_dir=tmp_path / "full", **kw)
@@ -451,8 +511,23 @@ def test_parity_run_shard_and_merge_on_the_command_line(tmp_path):
     cases = [Case((n,), (n + 3,), 2, 1, 16, dt, Window(2, 0), seed=n) for n in (3, 5, 8) for dt in ("float32", "bfloat16")]
     cf = tmp_path / "cases.jsonl"
     cf.write_text("\n".join(c.to_json() for c in cases) + "\n")
-    base = [sys.executable, "-m", "parity", "run", "-b", "reference", "-b", "sdpa", "--case-file", str(cf), "-q",
-            "--no-report", "--shrink", "0", "--no-isolate"]
+    base = [
+        sys.executable,
+        "-m",
+        "parity",
+        "run",
+        "-b",
+        "reference",
+        "-b",
+        "sdpa",
+        "--case-file",
+        str(cf),
+        "-q",
+        "--no-report",
+        "--shrink",
+        "0",
+        "--no-isolate",
+    ]
 
     def rows(folder):
         with (folder / "results.csv").open() as fh:

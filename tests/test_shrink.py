@@ -27,8 +27,12 @@ def test_an_error_shrinks_only_into_the_same_error():
     from parity import Case, Window
     from parity.shrink import error_words, same_failure
 
-    orig = {"verdict": "error", "reasons": "", "detail": "RuntimeError at function.pxi:1038: Error in function 'P' at "
-            "/tmp/x/prefill.cuh:2854: FlashInfer Internal Error: Invalid configuration : NUM_MMA_Q=1"}
+    orig = {
+        "verdict": "error",
+        "reasons": "",
+        "detail": "RuntimeError at function.pxi:1038: Error in function 'P' at "
+        "/tmp/x/prefill.cuh:2854: FlashInfer Internal Error: Invalid configuration : NUM_MMA_Q=1",
+    }
     other = {"verdict": "error", "reasons": "", "detail": "RuntimeError at cpp_ext.py:445: Ninja build failed. Ninja output:"}
     again = {**orig, "detail": orig["detail"].replace("1038", "1040").replace("2854", "4693")}
     assert not same_failure(orig, other)
@@ -60,8 +64,20 @@ def test_shrink_says_when_it_stopped_at_its_budget(tmp_path, capsys):
     never = shrink(big, row, lambda c: {"verdict": "pass", "reasons": ""}, max_calls=1000)
     assert not never.exhausted and never[0] == big  # every candidate tried: the search ran out, not the budget
 
-    argv = ["run", "-b", "tests.helpers:SdpaWindowOneWider", "--case", big.to_json(), "--out", str(tmp_path / "o"),
-            "--shrink", "2", "--no-isolate", "-q", "--no-report"]
+    argv = [
+        "run",
+        "-b",
+        "tests.helpers:SdpaWindowOneWider",
+        "--case",
+        big.to_json(),
+        "--out",
+        str(tmp_path / "o"),
+        "--shrink",
+        "2",
+        "--no-isolate",
+        "-q",
+        "--no-report",
+    ]
     assert cli.main(argv) == 1
     note = "stopped at the budget of 2 calls (--shrink 2); a smaller case may exist"
     assert note in [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("SHRUNK")][0]

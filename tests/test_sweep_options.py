@@ -121,8 +121,21 @@ def test_each_lane_worker_gets_its_gpu_and_rows_record_it(tmp_path, monkeypatch)
 def test_the_cli_pins_lanes_and_refuses_several_gpus_in_one_process(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(shard, "visible_gpus", lambda *a, **k: ["0", "1"])
     case = CASES[1].to_json()
-    base = ["run", "-b", "reference", "-b", "tests.test_sweep_options:GpuSeen", "--case", case, "--no-report", "-q",
-            "--shrink", "0", "--reference-device", "cpu"]
+    base = [
+        "run",
+        "-b",
+        "reference",
+        "-b",
+        "tests.test_sweep_options:GpuSeen",
+        "--case",
+        case,
+        "--no-report",
+        "-q",
+        "--shrink",
+        "0",
+        "--reference-device",
+        "cpu",
+    ]
     assert cli.main([*base, "--gpus", "0,1", "--no-isolate", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--no-isolate" in err[0] and err[0].startswith("parity: error:")

@@ -45,8 +45,13 @@ def test_unwritten_elements_are_detected():
 
 @pytest.mark.parametrize(
     "item,match",
-    [("bfloat16.k_max", "DTYPE.FIELD=VALUE"), ("int8.k_max=1", "unknown dtype"), ("float16.kmax=1", "unknown field"),
-     ("float16.k_max=abc", "not a number"), ("float16.k_max=-1", ">= 0")],
+    [
+        ("bfloat16.k_max", "DTYPE.FIELD=VALUE"),
+        ("int8.k_max=1", "unknown dtype"),
+        ("float16.kmax=1", "unknown field"),
+        ("float16.k_max=abc", "not a number"),
+        ("float16.k_max=-1", ">= 0"),
+    ],
 )
 def test_budget_overrides_validate(item, match):
     with pytest.raises(ValueError, match=match):

@@ -101,14 +101,38 @@ class Recorder:
         self.calls: list[dict] = []
         self.honour_causal = honour_causal
 
-    def __call__(self, q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu_seqlens_k=None, seqused_k=None,
-                 softmax_scale=None, causal=False, window_size=None, softcap=0.0, block_table=None, out=None,
-                 fa_version=2, **rest):
+    def __call__(
+        self,
+        q,
+        k,
+        v,
+        max_seqlen_q,
+        cu_seqlens_q,
+        max_seqlen_k,
+        cu_seqlens_k=None,
+        seqused_k=None,
+        softmax_scale=None,
+        causal=False,
+        window_size=None,
+        softcap=0.0,
+        block_table=None,
+        out=None,
+        fa_version=2,
+        **rest,
+    ):
         assert (cu_seqlens_k is None) != (seqused_k is None), "cu_seqlens_k or seqused_k, not both"
         assert block_table is None or seqused_k is not None
         assert not rest, rest
-        self.calls.append(dict(fa_version=fa_version, causal=causal, window=tuple(window_size), paged=block_table is not None,
-                               max_q=max_seqlen_q, max_k=max_seqlen_k))
+        self.calls.append(
+            dict(
+                fa_version=fa_version,
+                causal=causal,
+                window=tuple(window_size),
+                paged=block_table is not None,
+                max_q=max_seqlen_q,
+                max_k=max_seqlen_k,
+            )
+        )
         left, right = window_size
         if causal and self.honour_causal:
             right = 0
@@ -175,7 +199,6 @@ def test_a_kernel_that_ignores_causal_fails_the_full_causal_case(monkeypatch):
     be = _cpu_backend(vllm_fa.VllmFa2Backend, monkeypatch, Recorder(honour_causal=False))
     row = evaluate(be, CASES[2])
     assert row["verdict"] == "fail" and "mask" in row["reasons"]
-
 
 
 def test_unavailable_keeps_the_extensions_own_words(monkeypatch):

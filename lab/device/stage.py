@@ -57,12 +57,24 @@ def part_limit(root: Path) -> int:
         return PART_LIMIT
     tree = sum((root / n).stat().st_size for n in names.decode().split("\0") if n and (root / n).is_file())
     return max(8 * MIB, min(PART_LIMIT, 64 * MIB - tree - TREE_MARGIN))
+
+
 STAGE = Path("/tmp/parity-stage")
 CACHE = Path(os.environ.get("PARITY_WHEEL_CACHE", "/tmp/parity-wheels"))
 PLATFORM = [
-    "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
-    "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_24_x86_64",
-    "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
+    "--only-binary=:all:",
+    "--python-version",
+    "3.12",
+    "--implementation",
+    "cp",
+    "--platform",
+    "manylinux_2_28_x86_64",
+    "--platform",
+    "manylinux_2_24_x86_64",
+    "--platform",
+    "manylinux_2_17_x86_64",
+    "--platform",
+    "manylinux2014_x86_64",
 ]
 
 VLLM_VERSION = "0.26.0"  # the newest vLLM whose METADATA pins torch==2.11.0 (the H200's torch)
@@ -80,9 +92,16 @@ _parity_stub = True
 #: vLLM's flash-attn build; ``deps``: (wheel spec, module it provides) installed only where missing.
 GROUPS: dict[str, dict] = {
     "fa4": {
-        "tree": ["flash-attn-4==4.0.0b36", "quack-kernels==0.6.5", "apache-tvm-ffi==0.1.15.post2",
-                 "torch-c-dlpack-ext==0.1.5", "nvidia-cutlass-dsl==4.8.1", "nvidia-cutlass-dsl-libs-base==4.8.1",
-                 "nvidia-cutlass-dsl-libs-core==4.8.1", "nvidia-cutlass-dsl-libs-cu13==4.8.1"],
+        "tree": [
+            "flash-attn-4==4.0.0b36",
+            "quack-kernels==0.6.5",
+            "apache-tvm-ffi==0.1.15.post2",
+            "torch-c-dlpack-ext==0.1.5",
+            "nvidia-cutlass-dsl==4.8.1",
+            "nvidia-cutlass-dsl-libs-base==4.8.1",
+            "nvidia-cutlass-dsl-libs-core==4.8.1",
+            "nvidia-cutlass-dsl-libs-cu13==4.8.1",
+        ],
         "site": "/tmp/site-fa4",
         "paths": ["/tmp/site-fa4", "/tmp/site-fa4/nvidia_cutlass_dsl/dsl_packages"],
         "backends": ["fa4-cuda", "fa4-varlen-cuda"],
@@ -108,18 +127,34 @@ GROUPS: dict[str, dict] = {
     },
     "flashinfer": {
         "tree": ["flashinfer-python==0.7.2.post1"],
-        "deps": [("apache-tvm-ffi==0.1.15.post2", "tvm_ffi"), ("einops==0.8.2", "einops"), ("tabulate==0.10.0", "tabulate"),
-                 ("nvidia-ml-py==13.615.71", "pynvml"), ("tqdm==4.70.1", "tqdm"), ("click==8.4.0", "click"),
-                 ("ninja==1.13.0", "ninja")],
+        "deps": [
+            ("apache-tvm-ffi==0.1.15.post2", "tvm_ffi"),
+            ("einops==0.8.2", "einops"),
+            ("tabulate==0.10.0", "tabulate"),
+            ("nvidia-ml-py==13.615.71", "pynvml"),
+            ("tqdm==4.70.1", "tqdm"),
+            ("click==8.4.0", "click"),
+            ("ninja==1.13.0", "ninja"),
+        ],
         "site": "/tmp/site-flashinfer",
         "paths": ["/tmp/site-flashinfer"],
         "backends": ["flashinfer-cuda", "flashinfer-paged-cuda", "flashinfer-decode-cuda"],
         "note": "JIT-compiles its kernels with nvcc on first use (lab/device/README.md, FlashInfer)",
     },
     "nox": {
-        "tree": ["nox==2026.10.20", "argcomplete==3.7.2", "colorlog==6.12.0", "dependency-groups==1.3.2",
-                 "humanize==4.17.0", "python-discovery==1.9.9", "platformdirs==4.14.9", "filelock==4.3.2",
-                 "distlib==0.4.4", "packaging==26.4", "attrs==26.1.0"],
+        "tree": [
+            "nox==2026.10.20",
+            "argcomplete==3.7.2",
+            "colorlog==6.12.0",
+            "dependency-groups==1.3.2",
+            "humanize==4.17.0",
+            "python-discovery==1.9.9",
+            "platformdirs==4.14.9",
+            "filelock==4.3.2",
+            "distlib==0.4.4",
+            "packaging==26.4",
+            "attrs==26.1.0",
+        ],
         "site": "/tmp/site-nox",
         "paths": [],
         "backends": [],
@@ -187,8 +222,9 @@ def xz_tar(src: Path, members: list[str], dest: Path) -> None:
     """``tar -C src -cf - members | xz -9`` (multi-threaded xz where there is one, else Python's lzma)."""
     if shutil.which("xz"):
         with dest.open("wb") as fh:
-            tar = subprocess.Popen(["tar", "-C", str(src), "--sort=name", "--owner=0", "--group=0", "--mtime=@0", "-cf", "-", *members],
-                                   stdout=subprocess.PIPE)
+            tar = subprocess.Popen(
+                ["tar", "-C", str(src), "--sort=name", "--owner=0", "--group=0", "--mtime=@0", "-cf", "-", *members], stdout=subprocess.PIPE
+            )
             subprocess.run(["xz", "-T0", "-9", "-c"], stdin=tar.stdout, stdout=fh, check=True)
             if tar.wait():
                 raise SystemExit(f"prepare: tar of {src} failed")
@@ -210,8 +246,23 @@ def build_payloads(group: str, work: Path) -> list[dict]:
             say(f"  {group}: installing {len(wheels)} wheel(s) into a folder for Python 3.12, packing with xz ...")
             with tempfile.TemporaryDirectory() as tmp:
                 site = Path(tmp) / "site"
-                subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile",
-                                *PLATFORM, "--target", str(site), *map(str, wheels)], check=True)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pip",
+                        "install",
+                        "-q",
+                        "--no-deps",
+                        "--no-index",
+                        "--no-compile",
+                        *PLATFORM,
+                        "--target",
+                        str(site),
+                        *map(str, wheels),
+                    ],
+                    check=True,
+                )
                 shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts with this machine's interpreter
                 xz_tar(site, sorted(os.listdir(site)), dest)
         out.append({"name": dest.name, "kind": "tree", "from": [w.name for w in wheels], "path": dest})
@@ -320,7 +371,7 @@ def report(manifest: dict, stage: Path) -> None:
         cmd = f"bash lab/device/park.sh {part}"
         if i == n - 1:
             cmd += " && bash lab/device/install.sh && bash lab/device/h200_seed_systems.sh 300"
-        say(f"  {i + 1}. carry [\".stage/{part}\"]  command: {cmd}")
+        say(f'  {i + 1}. carry [".stage/{part}"]  command: {cmd}')
     say("(the working tree of the checkout that makes the calls must hold lab/device/ and .stage/: run prepare there)")
 
 
@@ -331,15 +382,17 @@ def load_manifest(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        say(f"{path} is missing: no part was parked on this machine (a fresh one: it is given back "
-            "after ~30 s idle). Park every part again, one call right after the other.")
+        say(
+            f"{path} is missing: no part was parked on this machine (a fresh one: it is given back "
+            "after ~30 s idle). Park every part again, one call right after the other."
+        )
         raise SystemExit(3) from None
 
 
 def park(part: str, root: Path) -> int:
     src = root / ".stage" / part
     if not src.is_dir():
-        raise SystemExit(f"park: {src} is not in this call's working tree: carry [\".stage/{part}\"] with the call")
+        raise SystemExit(f'park: {src} is not in this call\'s working tree: carry [".stage/{part}"] with the call')
     mine = load_manifest(src / "MANIFEST.json")
     STAGE.mkdir(parents=True, exist_ok=True)
     have = STAGE / "MANIFEST.json"
@@ -349,11 +402,14 @@ def park(part: str, root: Path) -> int:
         STAGE.mkdir(parents=True)
     for f in src.iterdir():
         shutil.copyfile(f, STAGE / f.name)
-    parked = sorted({c["part"] for info in mine["groups"].values() for p in info["payloads"] for c in p["chunks"]
-                     if (STAGE / c["file"]).exists()})
+    parked = sorted(
+        {c["part"] for info in mine["groups"].values() for p in info["payloads"] for c in p["chunks"] if (STAGE / c["file"]).exists()}
+    )
     missing = [p for p in mine["parts"] if p not in parked]
-    say(f"park: {part} parked in {STAGE} (manifest {mine['id']}); parked so far: {' '.join(parked)}; "
-        f"still to park: {' '.join(missing) or 'none'}")
+    say(
+        f"park: {part} parked in {STAGE} (manifest {mine['id']}); parked so far: {' '.join(parked)}; "
+        f"still to park: {' '.join(missing) or 'none'}"
+    )
     return 0
 
 
@@ -384,8 +440,10 @@ def install(root: Path) -> int:
             missing = [c for c in p["chunks"] if not (STAGE / c["file"]).exists()]
             if missing:
                 for c in missing:
-                    say(f"install: {g}: MISSING {c['file']} (part {c['part']}): make the call that carries "
-                        f"[\".stage/{c['part']}\"] and runs 'bash lab/device/park.sh {c['part']}' first, on this same warm machine")
+                    say(
+                        f"install: {g}: MISSING {c['file']} (part {c['part']}): make the call that carries "
+                        f"[\".stage/{c['part']}\"] and runs 'bash lab/device/park.sh {c['part']}' first, on this same warm machine"
+                    )
                 status = 3
                 break
             joined = STAGE / p["name"]
@@ -410,8 +468,22 @@ def install(root: Path) -> int:
                     if kept:
                         say(f"install: {g}: the image already has {' '.join(kept)}: not installed again")
                     if need:
-                        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                                        "--target", str(site), *need], check=True)
+                        subprocess.run(
+                            [
+                                sys.executable,
+                                "-m",
+                                "pip",
+                                "install",
+                                "-q",
+                                "--no-index",
+                                "--no-deps",
+                                "--no-compile",
+                                "--target",
+                                str(site),
+                                *need,
+                            ],
+                            check=True,
+                        )
             joined.unlink()
             done.write_text(p["sha256"] + "\n")
             say(f"install: {g}: {p['name']} -> {site}")

@@ -112,9 +112,7 @@ def names() -> list[str]:
 def _load_path(path: str, package: str | None = None) -> object:
     mod_name, sep, attr = path.partition(":")
     if not sep or not mod_name or not attr or not all(p.isidentifier() for p in attr.split(".")):
-        raise BackendSpecError(
-            f"backend path must look like 'package.module:ClassName', got {path!r}"
-        )
+        raise BackendSpecError(f"backend path must look like 'package.module:ClassName', got {path!r}")
     try:
         module = importlib.import_module(mod_name, package)
     except ModuleNotFoundError as exc:
@@ -142,9 +140,7 @@ def _instantiate(obj: object, spec: str) -> Backend:
     if not isinstance(inst, Backend):
         missing = [m for m in ("name", "run", "unsupported_reason", "unavailable_reason") if not hasattr(inst, m)]
         if missing:
-            raise BackendSpecError(
-                f"backend {spec!r} does not implement the Backend interface (missing {missing})"
-            )
+            raise BackendSpecError(f"backend {spec!r} does not implement the Backend interface (missing {missing})")
     return inst  # type: ignore[return-value]
 
 

@@ -135,8 +135,9 @@ class FlashAttnBackend(Backend):
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         kw = self._kw(case)
         with refusals(FA2_REFUSALS, self.module):
-            o = flash_attn_attention(inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale,
-                                     dense=case.is_uniform, module=self.module, **kw)
+            o = flash_attn_attention(
+                inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale, dense=case.is_uniform, module=self.module, **kw
+            )
         out.copy_(o)  # (total_q, hq, d)
         return out
 
@@ -151,8 +152,8 @@ class FlashAttnBackend(Backend):
             f"""\
             def attention(q, k, v):
                 # flash-attn's window_size: (left, right), inclusive, bottom-right aligned; -1 = unbounded
-                return flash_attn_attention(q, k, v, Q_LENS, K_LENS, SCALE, window_size={kw['window_size']!r},
-                                            softcap={kw['softcap']!r}, dense={case.is_uniform!r}, module={self.module!r})
+                return flash_attn_attention(q, k, v, Q_LENS, K_LENS, SCALE, window_size={kw["window_size"]!r},
+                                            softcap={kw["softcap"]!r}, dense={case.is_uniform!r}, module={self.module!r})
             """,
             head=f"import {self.module}  # noqa: F401 - the backend's package (exit 2 here when it does not import)",
         )
@@ -177,8 +178,9 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
         else:
             (k_cache, v_cache), table = contiguous_kv_cache(inputs.k, inputs.v, case.k_lens), None  # (B, Sk_max, hkv, d) x2
         with refusals(FA2_REFUSALS, "flash_attn"):
-            o = flash_attn_kvcache_attention(inputs.q, k_cache, v_cache, case.q_lens, case.k_lens, table, case.softmax_scale,
-                                             **self._kw(case))
+            o = flash_attn_kvcache_attention(
+                inputs.q, k_cache, v_cache, case.q_lens, case.k_lens, table, case.softmax_scale, **self._kw(case)
+            )
         out.copy_(o)  # (total_q, hq, d)
         return out
 
@@ -199,7 +201,7 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
                 {caches}
                 # flash-attn's window_size: (left, right), inclusive, bottom-right aligned; -1 = unbounded
                 return flash_attn_kvcache_attention(q, k_cache, v_cache, Q_LENS, K_LENS, table, SCALE,
-                                                    window_size={kw['window_size']!r}, softcap={kw['softcap']!r})
+                                                    window_size={kw["window_size"]!r}, softcap={kw["softcap"]!r})
             """,
             head="import flash_attn  # noqa: F401 - the backend's package (exit 2 here when it does not import)",
         )

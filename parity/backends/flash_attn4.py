@@ -180,8 +180,8 @@ class Fa4Backend(Backend):
             def attention(q, k, v):
                 {paged}
                 # FA4's window_size: (left, right), inclusive, bottom-right aligned; None = unbounded (not -1)
-                return fa4_attention(q, k, v, Q_LENS, K_LENS, SCALE, window_size={kw['window_size']!r},
-                                     softcap={kw['softcap']!r}, dense={kw['dense']!r}{pages})
+                return fa4_attention(q, k, v, Q_LENS, K_LENS, SCALE, window_size={kw["window_size"]!r},
+                                     softcap={kw["softcap"]!r}, dense={kw["dense"]!r}{pages})
             """,
             head="import flash_attn.cute  # noqa: F401 - the backend's package (exit 2 here when it does not import)",
         )

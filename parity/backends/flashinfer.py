@@ -145,8 +145,9 @@ def flashinfer_prefill_attention(q, k, v, out, q_lens, k_lens, natives, scale, s
     return out
 
 
-def flashinfer_paged_attention(q, k_cache, v_cache, out, q_lens, block_table, seqlens_k, page_size, scale, window_left,
-                               softcap, workspace, causal=None):
+def flashinfer_paged_attention(
+    q, k_cache, v_cache, out, q_lens, block_table, seqlens_k, page_size, scale, window_left, softcap, workspace, causal=None
+):
     """FlashInfer over a paged cache ``(pages, page_size, hkv, d)`` (NHD) with ``block_table`` ``(B,
     max_pages)`` and ``seqlens_k``: ``BatchPrefillWithPagedKVCacheWrapper`` (plan + run) when ``causal`` is
     a bool, ``BatchDecodeWithPagedKVCacheWrapper`` (one query per sequence) when it is None.
@@ -162,13 +163,27 @@ def flashinfer_paged_attention(q, k_cache, v_cache, out, q_lens, block_table, se
     types = dict(q_data_type=q.dtype, kv_data_type=k_cache.dtype)
     if causal is None:
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD")
-        wrapper.plan(indptr, indices, last, hq, hkv, d, page_size, window_left=window_left, logits_soft_cap=softcap,
-                     sm_scale=scale, **types)
+        wrapper.plan(
+            indptr, indices, last, hq, hkv, d, page_size, window_left=window_left, logits_soft_cap=softcap, sm_scale=scale, **types
+        )
         out.copy_(wrapper.run(q, (k_cache, v_cache)).reshape(out.shape))  # (B, hq, d): one query per sequence
         return out
     wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
-    wrapper.plan(cu_seqlens(q_lens, q.device), indptr, indices, last, hq, hkv, d, page_size, causal=causal, sm_scale=scale,
-                 window_left=window_left, logits_soft_cap=softcap, **types)
+    wrapper.plan(
+        cu_seqlens(q_lens, q.device),
+        indptr,
+        indices,
+        last,
+        hq,
+        hkv,
+        d,
+        page_size,
+        causal=causal,
+        sm_scale=scale,
+        window_left=window_left,
+        logits_soft_cap=softcap,
+        **types,
+    )
     o = wrapper.run(q, (k_cache, v_cache), out=out)  # (total_q, hq, d)
     if o.data_ptr() != out.data_ptr():
         out.copy_(o)
@@ -229,8 +244,9 @@ class FlashInferBackend(Backend):
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         natives = [flashinfer_window(case.window, sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
         with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
-            return flashinfer_prefill_attention(inputs.q, inputs.k, inputs.v, out, case.q_lens, case.k_lens, natives,
-                                                case.softmax_scale, case.softcap or 0.0)
+            return flashinfer_prefill_attention(
+                inputs.q, inputs.k, inputs.v, out, case.q_lens, case.k_lens, natives, case.softmax_scale, case.softcap or 0.0
+            )
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`flashinfer_prefill_attention` as ``run``
@@ -318,8 +334,8 @@ class FlashInferPagedBackend(FlashInferBackend):
                 workspace = torch.empty({WORKSPACE_BYTES}, dtype=torch.uint8, device=q.device)
                 # keys from i + Sk - Sq - window_left on (-1 = unbounded); causal: up to i + Sk - Sq; None: batch decode
                 return flashinfer_paged_attention(q, k_cache, v_cache, torch.empty_like(q), Q_LENS, table, K_LENS, {page}, SCALE,
-                                                  window_left={kw['window_left']}, softcap={kw['softcap']!r},
-                                                  workspace=workspace, causal={kw['causal']!r})
+                                                  window_left={kw["window_left"]}, softcap={kw["softcap"]!r},
+                                                  workspace=workspace, causal={kw["causal"]!r})
             """,
             head="import flashinfer  # noqa: F401 - the backend's package (exit 2 here when it does not import)\n\n" + head,
         )

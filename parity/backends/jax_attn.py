@@ -67,9 +67,7 @@ JAX_REFUSALS: tuple[str, ...] = (
 )
 
 
-def jax_window(
-    window: Window, sq: int, sk: int, causal_with_window: bool = False
-) -> tuple[int, bool, tuple[int, int] | None]:
+def jax_window(window: Window, sq: int, sk: int, causal_with_window: bool = False) -> tuple[int, bool, tuple[int, int] | None]:
     """``(pad_q, is_causal, local_window_size)`` for one sequence; raises :class:`Unsupported`.
 
     ``pad_q`` zero query rows go in front of the real ones (see the module docstring).
@@ -212,8 +210,9 @@ class JaxBackend(Backend):
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         natives = self.natives(case)
         with refusals(JAX_REFUSALS, f"jax ({self.implementation})"):
-            return jax_attention(inputs.q, inputs.k, inputs.v, out, case.q_lens, case.k_lens, natives, self.implementation,
-                                 case.softmax_scale, _attention_fn)
+            return jax_attention(
+                inputs.q, inputs.k, inputs.v, out, case.q_lens, case.k_lens, natives, self.implementation, case.softmax_scale, _attention_fn
+            )
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`jax_attention` as ``run`` calls it, per

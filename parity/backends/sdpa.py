@@ -149,8 +149,8 @@ class SdpaBackend(Backend):
             def attention(q, k, v):
                 # bands: per sequence (d, left, right), key j visible iff i + d - left <= j <= i + d + right
                 return sdpa_attention(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, SCALE,
-                                      bands={kw['bands']!r},
-                                      kernel={kw['kernel']!r}, repeat_kv={kw['repeat_kv']!r})
+                                      bands={kw["bands"]!r},
+                                      kernel={kw["kernel"]!r}, repeat_kv={kw["repeat_kv"]!r})
             """,
         )
 

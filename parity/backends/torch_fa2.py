@@ -138,8 +138,7 @@ class TorchFa2Backend(Backend):
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         kw = self.native(case)
         with refusals(FA2_REFUSALS, "FlashAttention-2 (vendored in torch)"):
-            o = torch_fa2_attention(inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale,
-                                    op=flash_forward_op(), **kw)
+            o = torch_fa2_attention(inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale, op=flash_forward_op(), **kw)
         out.copy_(o)  # (total_q, hq, d)
         return out
 
@@ -155,8 +154,8 @@ class TorchFa2Backend(Backend):
             def attention(q, k, v):
                 # window_size_left / _right: inclusive, bottom-right aligned; -1 = unbounded
                 return torch_fa2_attention(q, k, v, Q_LENS, K_LENS, SCALE,
-                                           window_size_left={kw['window_size_left']}, window_size_right={kw['window_size_right']},
-                                           dense={kw['dense']!r})
+                                           window_size_left={kw["window_size_left"]}, window_size_right={kw["window_size_right"]},
+                                           dense={kw["dense"]!r})
             """,
         )
 

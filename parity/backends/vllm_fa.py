@@ -102,8 +102,7 @@ def _interface():
     return importlib.import_module(INTERFACE)
 
 
-def vllm_fa_attention(q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version,
-                      block_table=None, seqused_k=None):
+def vllm_fa_attention(q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None):
     """``vllm.vllm_flash_attn``'s ``flash_attn_varlen_func`` as vLLM's FlashAttention backend calls it.
 
     ``q`` ``(total_q, hq, d)``; ``k`` / ``v`` ``(total_k, hkv, d)`` with ``cu_seqlens_k``, or with
@@ -223,8 +222,8 @@ class VllmFa2Backend(Backend):
             def attention(q, k, v):
                 {paged}
                 # window_size: (left, right), inclusive, bottom-right aligned; -1 = unbounded; causal=True forces right = 0
-                return vllm_fa_attention(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, SCALE, causal={kw['causal']!r},
-                                         window_size={list(kw['window_size'])!r}, softcap={kw['softcap']!r},
+                return vllm_fa_attention(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, SCALE, causal={kw["causal"]!r},
+                                         window_size={list(kw["window_size"])!r}, softcap={kw["softcap"]!r},
                                          fa_version={self.fa_version}{pages})
             """,
             head="""\

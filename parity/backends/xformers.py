@@ -225,8 +225,17 @@ class XformersBackend(Backend):
         name, kw = xformers_bias_spec(case.window, case.q_lens, case.k_lens)
         with refusals(XFORMERS_REFUSALS, f"xformers {self._op().NAME} with {name}"):
             bias = _make_bias(name, kw, case.q_lens, case.k_lens)
-            o = xformers_attention(inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale, bias,
-                                   self.op_module, packed=name.startswith("BlockDiagonal"))
+            o = xformers_attention(
+                inputs.q,
+                inputs.k,
+                inputs.v,
+                case.q_lens,
+                case.k_lens,
+                case.softmax_scale,
+                bias,
+                self.op_module,
+                packed=name.startswith("BlockDiagonal"),
+            )
         out.copy_(o)  # (total_q, hq, d)
         return out
 

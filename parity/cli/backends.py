@@ -59,7 +59,7 @@ def _infos_in_workers(names: list[str], paths: dict[str, list[str]], at_once: in
     workers starting together instead of one after another."""
     out: list[dict] = []
     for start in range(0, len(names), at_once):
-        batch = [ProcessExecutor(n, timeout=120, extra_path=paths.get(n), wait=False) for n in names[start:start + at_once]]
+        batch = [ProcessExecutor(n, timeout=120, extra_path=paths.get(n), wait=False) for n in names[start : start + at_once]]
         for ex in batch:
             out.append(ex.info)
             ex.close()
@@ -108,7 +108,7 @@ class SharedProbe(ProcessExecutor):
             reply = self._reply(self.timeout)
             if reply.get("status") in ("crash", "timeout"):  # this spec took the worker down
                 out += _infos_in_workers([spec], paths)
-                rest = self.specs_checked()[len(out):]
+                rest = self.specs_checked()[len(out) :]
                 return out + (SharedProbe(rest, self.extra_path).infos(paths) if rest else [])
             out.append(reply["info"] if reply.get("status") == "ok" else _bad_spec(spec, reply))
         self.close()

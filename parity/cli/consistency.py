@@ -25,8 +25,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("consistency", help="decode vs prefill and chunked vs one-shot prefill of one backend",
-                              description="Self-consistency of one backend: decode vs prefill, chunked vs one-shot prefill.")
+    p = subparsers.add_parser(
+        "consistency",
+        help="decode vs prefill and chunked vs one-shot prefill of one backend",
+        description="Self-consistency of one backend: decode vs prefill, chunked vs one-shot prefill.",
+    )
     _add_arguments(p)
     return p
 
@@ -48,8 +51,11 @@ def run(args: argparse.Namespace) -> int:
             got = check(be, case)
         rows.extend(got)
         for r in got:
-            print(f"{r['backend']:<24} {r['check']:<8} {r.get('where', ''):<10} {r['verdict']:<12} "
-                  f"diff={r.get('max_diff_vs_prefill', '-')} tol={r.get('tolerance', '-')} {r.get('detail', '')}", flush=True)
+            print(
+                f"{r['backend']:<24} {r['check']:<8} {r.get('where', ''):<10} {r['verdict']:<12} "
+                f"diff={r.get('max_diff_vs_prefill', '-')} tol={r.get('tolerance', '-')} {r.get('detail', '')}",
+                flush=True,
+            )
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
             path = args.out / "consistency.csv"

@@ -36,27 +36,52 @@ def _ints(text: str) -> list[int]:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(NAME, help="greedy-decode divergence of a small sliding-window model, per backend")
-    p.add_argument("--backend", "-b", action="append", metavar="NAME|module:Class",
-                   help="backend to test (repeatable, or comma-separated; 'all-gpu' etc. select groups); "
-                        f"default: every CUDA backend on a GPU machine, else {', '.join(DEFAULT_CPU_BACKENDS)}")
-    p.add_argument("--model", action="append", choices=["mistral", "gemma2", "hf-mistral", "hf-qwen2", "hf-gemma2", "hf-checkpoint"],
-                   help="model architecture (repeatable; default mistral and gemma2: mistral = every layer local, "
-                        "gemma2 = local/global alternating with softcaps; hf-*: Hugging Face transformers architectures, "
-                        "random init + the same short training, needs transformers)")
+    p.add_argument(
+        "--backend",
+        "-b",
+        action="append",
+        metavar="NAME|module:Class",
+        help="backend to test (repeatable, or comma-separated; 'all-gpu' etc. select groups); "
+        f"default: every CUDA backend on a GPU machine, else {', '.join(DEFAULT_CPU_BACKENDS)}",
+    )
+    p.add_argument(
+        "--model",
+        action="append",
+        choices=["mistral", "gemma2", "hf-mistral", "hf-qwen2", "hf-gemma2", "hf-checkpoint"],
+        help="model architecture (repeatable; default mistral and gemma2: mistral = every layer local, "
+        "gemma2 = local/global alternating with softcaps; hf-*: Hugging Face transformers architectures, "
+        "random init + the same short training, needs transformers)",
+    )
     p.add_argument("--hf-checkpoint", metavar="DIR", help="a local Hugging Face checkpoint directory (implies --model hf-checkpoint)")
-    p.add_argument("--dtype", choices=DTYPES,
-                   help="model and attention dtype (default bfloat16 on a GPU, float32 on the CPU)")
+    p.add_argument("--dtype", choices=DTYPES, help="model and attention dtype (default bfloat16 on a GPU, float32 on the CPU)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where the model runs (auto: cuda when available)")
-    p.add_argument("--prompt-lens", type=_ints, default=None, metavar="N,N,...",
-                   help="prompt lengths (default 8,15,16,17,24,40,72 around the window of 16)")
+    p.add_argument(
+        "--prompt-lens",
+        type=_ints,
+        default=None,
+        metavar="N,N,...",
+        help="prompt lengths (default 8,15,16,17,24,40,72 around the window of 16)",
+    )
     p.add_argument("--steps", type=int, default=None, help="greedy decode steps per prompt (default 32 on a GPU, 24 on the CPU)")
     p.add_argument("--window", type=int, default=16, help="the model's sliding window in tokens (default 16)")
-    p.add_argument("--page-size", type=int, default=None,
-                   help="decode steps carry this KV page size (paged path; backends without one are unsupported)")
-    p.add_argument("--tie-factor", type=float, default=4.0,
-                   help="a divergence is a near-tie flip when the reference margin <= tie_factor x measured noise (default 4)")
-    p.add_argument("--time-limit", type=float, default=None,
-                   help="seconds per backend and model before its remaining prompts are skipped (default 10 on a GPU, 60 on the CPU)")
+    p.add_argument(
+        "--page-size",
+        type=int,
+        default=None,
+        help="decode steps carry this KV page size (paged path; backends without one are unsupported)",
+    )
+    p.add_argument(
+        "--tie-factor",
+        type=float,
+        default=4.0,
+        help="a divergence is a near-tie flip when the reference margin <= tie_factor x measured noise (default 4)",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="seconds per backend and model before its remaining prompts are skipped (default 10 on a GPU, 60 on the CPU)",
+    )
     p.add_argument("--seed", type=int, default=0, help="prompt seed (default 0)")
     p.add_argument("--no-cache", action="store_true", help="retrain the model instead of using the cached weights")
     p.add_argument("--out", type=Path, help="output folder (default: the latest run, reports/latest)")
@@ -96,8 +121,11 @@ def run(args: argparse.Namespace) -> int:
         use_cache=not args.no_cache,
     )
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
-    print(f"parity decode: {len(specs)} backends x {len(cfg.models)} models x {len(cfg.prompt_lens)} prompts, "
-          f"{cfg.steps} steps, {cfg.dtype} on {device} -> {args.out}/decode.csv", file=sys.stderr)
+    print(
+        f"parity decode: {len(specs)} backends x {len(cfg.models)} models x {len(cfg.prompt_lens)} prompts, "
+        f"{cfg.steps} steps, {cfg.dtype} on {device} -> {args.out}/decode.csv",
+        file=sys.stderr,
+    )
     result = run_decode(specs, cfg, args.out, log)
     print(summary_table(result.rows))
     print(f"parity decode: {result.seconds:.1f} s; wrote {args.out}/decode.csv, decode_steps.csv, decode.json", file=sys.stderr)

@@ -32,8 +32,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--control", metavar="C", help="also write each case's script for backend C (one without the bug: it should exit 0)")
     known = p.add_argument_group("one script per known divergence")
     known.add_argument("--known", action="store_true", help="one script and its control per entry of the known-divergence file")
-    known.add_argument("--runs", type=Path, nargs="+", metavar="DIR",
-                       help=f"the run folders --known picks rows from (default: every one under {REPORTS}/)")
+    known.add_argument(
+        "--runs", type=Path, nargs="+", metavar="DIR", help=f"the run folders --known picks rows from (default: every one under {REPORTS}/)"
+    )
     known.add_argument("--index", type=Path, metavar="FILE", help=f"entries named here keep their case (default {INDEX} where it exists)")
     known.add_argument("--repick", action="store_true", help="--known: ignore --index and take each entry's smallest row again")
     return p

@@ -22,12 +22,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("out", type=Path, metavar="OUT", help="the merged folder (created; must not be one of the inputs)")
     p.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="run folders, each with results.csv")
     p.add_argument("--prefer-last", action="store_true", help="on a (backend, case) pair in two folders keep the later one")
-    p.add_argument("--extra", type=Path, action="append", default=[], metavar="DIR",
-                   help="a folder with only consistency.csv and/or decode results to fold in (repeatable)")
+    p.add_argument(
+        "--extra",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder with only consistency.csv and/or decode results to fold in (repeatable)",
+    )
     p.add_argument("--no-report", action="store_true", help="merge the data only")
     add_expect_argument(p)
-    p.add_argument("--no-shard-check", action="store_true",
-                   help="merge shard runs (parity run --shard) even when the set is incomplete or mixed with other runs")
+    p.add_argument(
+        "--no-shard-check",
+        action="store_true",
+        help="merge shard runs (parity run --shard) even when the set is incomplete or mixed with other runs",
+    )
     return p
 
 
@@ -39,8 +48,11 @@ def run(args: argparse.Namespace) -> int:
         counts = merge(args.out, args.dirs, args.prefer_last, args.extra, check_shards=not args.no_shard_check)
     except (ValueError, OSError) as exc:
         raise UsageError(f"merge: {exc}") from None
-    print(f"parity merge: {counts['rows']} rows from {counts['folders']} folders, {counts['consistency_rows']} consistency rows, "
-          f"{counts['decode_rows']} decode rows -> {args.out}", file=sys.stderr)
+    print(
+        f"parity merge: {counts['rows']} rows from {counts['folders']} folders, {counts['consistency_rows']} consistency rows, "
+        f"{counts['decode_rows']} decode rows -> {args.out}",
+        file=sys.stderr,
+    )
     if not args.no_report:
         from ..report.write import write_all
 

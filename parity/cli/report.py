@@ -22,14 +22,25 @@ from .common import EXIT_PARTIAL, add_expect_argument, latest_run, load_expectat
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("report", help="(re)render report.html, summary.md, junit.xml of a run folder")
-    p.add_argument("dir", type=Path, nargs="?", metavar="DIR",
-                   help="a run folder (holding results.csv, environment.json); default: the latest run (reports/latest)")
+    p.add_argument(
+        "dir",
+        type=Path,
+        nargs="?",
+        metavar="DIR",
+        help="a run folder (holding results.csv, environment.json); default: the latest run (reports/latest)",
+    )
     p.add_argument("--out", type=Path, help="write the reports here instead of DIR")
-    p.add_argument("--strict", action="store_true", help="exit 1 when a row failed, errored, crashed, timed out or passed unexpectedly; "
-                                                               "3 when none did but the run is partial")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when a row failed, errored, crashed, timed out or passed unexpectedly; 3 when none did but the run is partial",
+    )
     add_expect_argument(p)
-    p.add_argument("--rewrite-results", action="store_true",
-                   help="also write the verdicts as judged now back into DIR's results.csv (default: only the reports show them)")
+    p.add_argument(
+        "--rewrite-results",
+        action="store_true",
+        help="also write the verdicts as judged now back into DIR's results.csv (default: only the reports show them)",
+    )
     return p
 
 

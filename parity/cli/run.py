@@ -21,8 +21,9 @@ from .common import add_expect_argument
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    r = subparsers.add_parser("run", help="run the parity sweep", epilog=exit_codes_text(),
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    r = subparsers.add_parser(
+        "run", help="run the parity sweep", epilog=exit_codes_text(), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     _what_runs(r)
     _how_it_runs(r)
     _lanes_and_output(r)
@@ -32,83 +33,163 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def _what_runs(r: argparse.ArgumentParser) -> None:
     """The backends and the cases."""
-    r.add_argument("--backend", "-b", action="append", metavar="NAME|module:Class",
-                   help="backend to test (repeatable, or comma-separated); 'all', 'all-cpu', 'all-gpu' select groups; "
-                        "default: the CPU backends")
-    r.add_argument("--profile", choices=["first", "quick", "default", "thorough", "models"],
-                   help="how many and how large the cases are (default: $PARITY_PROFILE, else 'default' when a GPU backend "
-                        "runs on a GPU here, else 'first': every trap at CPU sizes, about two minutes on 2 cores); "
-                        "'models': the attention calls of every model of the models table (parity.models)")
-    r.add_argument("--model", action="append", metavar="NAME|PATH/config.json",
-                   help="run the attention calls of this model (repeatable): a name of the models table, or a Hugging Face "
-                        "config.json; at reduced lengths when no backend of the run is on a GPU")
-    r.add_argument("--length-scale", type=int, metavar="DIV",
-                   help="--model / --profile models: divide every length and window by DIV (default 1 with a GPU backend, "
-                        "else 128)")
+    r.add_argument(
+        "--backend",
+        "-b",
+        action="append",
+        metavar="NAME|module:Class",
+        help="backend to test (repeatable, or comma-separated); 'all', 'all-cpu', 'all-gpu' select groups; default: the CPU backends",
+    )
+    r.add_argument(
+        "--profile",
+        choices=["first", "quick", "default", "thorough", "models"],
+        help="how many and how large the cases are (default: $PARITY_PROFILE, else 'default' when a GPU backend "
+        "runs on a GPU here, else 'first': every trap at CPU sizes, about two minutes on 2 cores); "
+        "'models': the attention calls of every model of the models table (parity.models)",
+    )
+    r.add_argument(
+        "--model",
+        action="append",
+        metavar="NAME|PATH/config.json",
+        help="run the attention calls of this model (repeatable): a name of the models table, or a Hugging Face "
+        "config.json; at reduced lengths when no backend of the run is on a GPU",
+    )
+    r.add_argument(
+        "--length-scale",
+        type=int,
+        metavar="DIV",
+        help="--model / --profile models: divide every length and window by DIV (default 1 with a GPU backend, else 128)",
+    )
     r.add_argument("--seed", type=int, default=0, help="seed of the hypothesis-drawn cases (default 0)")
-    r.add_argument("--out", type=Path, help="output folder (default: a new folder reports/runs/DATE-TIME, "
-                                             "reports/latest pointing at it); one holding a run needs --resume or --force")
+    r.add_argument(
+        "--out",
+        type=Path,
+        help="output folder (default: a new folder reports/runs/DATE-TIME, "
+        "reports/latest pointing at it); one holding a run needs --resume or --force",
+    )
     r.add_argument("--force", action="store_true", help="replace the run already in --out")
     r.add_argument("--case", action="append", metavar="JSON", help="run only this case (repeatable); what repro commands use")
     r.add_argument("--case-file", type=Path, help="run the cases in this file (one JSON case per line, or a results.csv)")
-    r.add_argument("--dtype", action="append", metavar="DTYPE[,DTYPE...]",
-                   help=f"only these dtypes (repeatable, or comma-separated): {', '.join(DTYPES)}")
+    r.add_argument(
+        "--dtype",
+        action="append",
+        metavar="DTYPE[,DTYPE...]",
+        help=f"only these dtypes (repeatable, or comma-separated): {', '.join(DTYPES)}",
+    )
 
 
 def _how_it_runs(r: argparse.ArgumentParser) -> None:
     """Which rows run again, how each is checked and timed."""
-    r.add_argument("--fail-fast", "-x", action="store_true",
-                   help="start no new row after the first failing one (the run is then partial; --resume runs the rest)")
-    r.add_argument("--last-failed", type=Path, metavar="DIR",
-                   help="rerun the failing rows (fail, error, crash, timeout, unexpected-pass) of the run in DIR: "
-                        "its failing cases x its failing backends (unless --backend is given)")
+    r.add_argument(
+        "--fail-fast",
+        "-x",
+        action="store_true",
+        help="start no new row after the first failing one (the run is then partial; --resume runs the rest)",
+    )
+    r.add_argument(
+        "--last-failed",
+        type=Path,
+        metavar="DIR",
+        help="rerun the failing rows (fail, error, crash, timeout, unexpected-pass) of the run in DIR: "
+        "its failing cases x its failing backends (unless --backend is given)",
+    )
     r.add_argument("--no-probes", action="store_true", help="skip the exact mask and GQA probes")
     r.add_argument("--max-mask-passes", type=int, default=64, help="mask probe limit: ceil(Sk / d) passes at most (default 64)")
-    r.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="a fixed limit per row before its worker is killed (default: scaled per row, 120 s + 10 x the "
-                        "reference's time on the case x the backend's calls per row); a row that times out is retried once, alone")
-    r.add_argument("--no-isolate", action="store_true",
-                   help="run backends in this process (faster; a crash ends the run, a sticky CUDA error ends it partial)")
+    r.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="a fixed limit per row before its worker is killed (default: scaled per row, 120 s + 10 x the "
+        "reference's time on the case x the backend's calls per row); a row that times out is retried once, alone",
+    )
+    r.add_argument(
+        "--no-isolate",
+        action="store_true",
+        help="run backends in this process (faster; a crash ends the run, a sticky CUDA error ends it partial)",
+    )
     r.add_argument("--budget", action="append", metavar="DTYPE.FIELD=VALUE", help="override the error budget, e.g. bfloat16.k_max=3")
-    r.add_argument("--reference-device", choices=["auto", "cpu", "cuda"], default="auto",
-                   help="where the float64 reference runs (auto: cuda when available)")
-    r.add_argument("--resume", action="store_true",
-                   help="keep rows already in OUT/results.csv and run only the rest (default OUT: reports/latest)")
+    r.add_argument(
+        "--reference-device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="where the float64 reference runs (auto: cuda when available)",
+    )
+    r.add_argument(
+        "--resume", action="store_true", help="keep rows already in OUT/results.csv and run only the rest (default OUT: reports/latest)"
+    )
     r.add_argument("--repeats", type=int, default=1, help="time each call this many times, report the median (default 1)")
-    r.add_argument("--worker-path", action="append", metavar="BACKEND=PATH[:PATH]",
-                   help="prepend PATH to sys.path of BACKEND's worker (packages that cannot share one sys.path)")
+    r.add_argument(
+        "--worker-path",
+        action="append",
+        metavar="BACKEND=PATH[:PATH]",
+        help="prepend PATH to sys.path of BACKEND's worker (packages that cannot share one sys.path)",
+    )
 
 
 def _lanes_and_output(r: argparse.ArgumentParser) -> None:
     """Lanes, GPUs, shards, caches and what the run writes."""
-    r.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
-                   help="run the backends in N lanes at once (compile-bound backends then do not hold up the rest; "
-                        "per-case times are measured under that load); default 1")
-    r.add_argument("--gpus", metavar="ID[,ID...]",
-                   help="pin each lane's workers to one of these GPUs (CUDA_VISIBLE_DEVICES ids), lanes placed by cost; "
-                        "default: every visible GPU (none on a machine without one); use with --jobs >= the GPUs")
-    r.add_argument("--shard", metavar="K/N",
-                   help="run only shard K of N of the cases (deterministic, configurations kept whole, balanced on the "
-                        "backends' cost hints; `parity merge` joins the N folders and refuses an incomplete set)")
-    r.add_argument("--split", action="append", metavar="BACKEND=K",
-                   help="run BACKEND in K worker processes at once, each taking the cases of its own configurations "
-                        "(for backends that compile per configuration on the host: flex, JAX, cuDNN); needs --jobs >= K")
-    r.add_argument("--time-limit", type=float, metavar="SECONDS",
-                   help="start no new row after this many seconds; what ran is written and reported as partial, "
-                        "and --resume on the same --out runs the rest")
-    r.add_argument("--compile-cache", metavar="DIR",
-                   help="keep every compiler's disk cache (inductor, Triton, JAX/XLA, flash-attn-4, CUDA JIT) under DIR, "
-                        "so a rerun reuses the kernels (default: $PARITY_COMPILE_CACHE, else each compiler's own default)")
+    r.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the backends in N lanes at once (compile-bound backends then do not hold up the rest; "
+        "per-case times are measured under that load); default 1",
+    )
+    r.add_argument(
+        "--gpus",
+        metavar="ID[,ID...]",
+        help="pin each lane's workers to one of these GPUs (CUDA_VISIBLE_DEVICES ids), lanes placed by cost; "
+        "default: every visible GPU (none on a machine without one); use with --jobs >= the GPUs",
+    )
+    r.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="run only shard K of N of the cases (deterministic, configurations kept whole, balanced on the "
+        "backends' cost hints; `parity merge` joins the N folders and refuses an incomplete set)",
+    )
+    r.add_argument(
+        "--split",
+        action="append",
+        metavar="BACKEND=K",
+        help="run BACKEND in K worker processes at once, each taking the cases of its own configurations "
+        "(for backends that compile per configuration on the host: flex, JAX, cuDNN); needs --jobs >= K",
+    )
+    r.add_argument(
+        "--time-limit",
+        type=float,
+        metavar="SECONDS",
+        help="start no new row after this many seconds; what ran is written and reported as partial, "
+        "and --resume on the same --out runs the rest",
+    )
+    r.add_argument(
+        "--compile-cache",
+        metavar="DIR",
+        help="keep every compiler's disk cache (inductor, Triton, JAX/XLA, flash-attn-4, CUDA JIT) under DIR, "
+        "so a rerun reuses the kernels (default: $PARITY_COMPILE_CACHE, else each compiler's own default)",
+    )
     r.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    r.add_argument("--shrink", type=int, default=40, metavar="CALLS",
-                   help="shrink each failing backend's first failure with at most CALLS backend calls (0: off; default 40)")
+    r.add_argument(
+        "--shrink",
+        type=int,
+        default=40,
+        metavar="CALLS",
+        help="shrink each failing backend's first failure with at most CALLS backend calls (0: off; default 40)",
+    )
     r.add_argument("--list-cases", action="store_true", help="print the cases as JSON lines and exit")
     r.add_argument("--no-report", action="store_true", help="write results.csv only, no HTML/Markdown")
-    r.add_argument("--no-siblings", action="store_true",
-                   help="do not add, for each backend, siblings of the generated cases it refuses for a reason that does not "
-                        "change the window logic (dtype, softcap, top-left, head dim, paged)")
-    r.add_argument("--require-coverage", action="store_true",
-                   help="exit 1 when a backend ran none of a coverage cell that another backend of its family ran")
+    r.add_argument(
+        "--no-siblings",
+        action="store_true",
+        help="do not add, for each backend, siblings of the generated cases it refuses for a reason that does not "
+        "change the window logic (dtype, softcap, top-left, head dim, paged)",
+    )
+    r.add_argument(
+        "--require-coverage",
+        action="store_true",
+        help="exit 1 when a backend ran none of a coverage cell that another backend of its family ran",
+    )
 
 
 def request(args: argparse.Namespace) -> RunRequest:

@@ -138,8 +138,18 @@ class HFDecoder(nn.Module):
 def _tiny_config(arch: str, window: int, vocab: int = 32):
     import transformers as tf
 
-    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=16, max_position_embeddings=512, sliding_window=window, tie_word_embeddings=False)
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+        sliding_window=window,
+        tie_word_embeddings=False,
+    )
     if arch == "hf-mistral":
         return tf.MistralConfig(**common)
     if arch == "hf-qwen2":
@@ -188,8 +198,16 @@ def load(arch: str, window: int = 16, checkpoint: str | None = None, log=None, u
         if not cfg.window:
             raise ValueError(f"{checkpoint}: its config has no sliding_window")
         model = HFDecoder(hf_model, cfg).eval()
-        return cfg, model, {"task": "none (a local checkpoint, used as it is)", "checkpoint": checkpoint,
-                            "heldout_accuracy": "", "heldout_median_margin": ""}
+        return (
+            cfg,
+            model,
+            {
+                "task": "none (a local checkpoint, used as it is)",
+                "checkpoint": checkpoint,
+                "heldout_accuracy": "",
+                "heldout_median_margin": "",
+            },
+        )
     hf_config = _tiny_config(arch, window)
     hf_config._attn_implementation = "eager"
     cfg = _hf_cfg(arch, hf_config)

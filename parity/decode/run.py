@@ -47,13 +47,39 @@ from .task import TASK_NAME, load_or_train, prompt
 
 #: decode.csv columns, in order (documented in the README, "Greedy-decode divergence").
 COLUMNS = [
-    "backend", "backend_name", "model", "layers", "dtype", "device", "window", "page_size",
-    "prompt_id", "prompt_len", "steps", "window_exceeded_step",
-    "verdict", "div_class", "first_div_step", "first_div_pos", "ref_token", "backend_token",
-    "ref_margin", "noise", "tie_threshold", "margin_over_noise",
-    "token_agreement", "tf_flips", "tf_real_flips",
-    "tf_max_abs_err", "tf_mean_max_abs_err", "tf_max_kl", "tf_mean_kl", "err_at_div", "err_over_noise",
-    "time_s", "detail",
+    "backend",
+    "backend_name",
+    "model",
+    "layers",
+    "dtype",
+    "device",
+    "window",
+    "page_size",
+    "prompt_id",
+    "prompt_len",
+    "steps",
+    "window_exceeded_step",
+    "verdict",
+    "div_class",
+    "first_div_step",
+    "first_div_pos",
+    "ref_token",
+    "backend_token",
+    "ref_margin",
+    "noise",
+    "tie_threshold",
+    "margin_over_noise",
+    "token_agreement",
+    "tf_flips",
+    "tf_real_flips",
+    "tf_max_abs_err",
+    "tf_mean_max_abs_err",
+    "tf_max_kl",
+    "tf_mean_kl",
+    "err_at_div",
+    "err_over_noise",
+    "time_s",
+    "detail",
 ]
 STEP_COLUMNS = ["backend", "model", "prompt_id", "step", "pos", "ref_token", "tf_token", "free_token", "ref_margin", "max_abs_err", "kl"]
 
@@ -237,8 +263,15 @@ def score(tf, free, ref_logits, ref_tokens, threshold: float, noise: float) -> t
         "verdict": "fail" if real else "pass",
     }
     steps = [
-        {"step": s, "ref_token": ref_tokens[s], "tf_token": tf_tok[s], "free_token": free[s], "ref_margin": _f(float(marg[s])),
-         "max_abs_err": _f(float(err[s])), "kl": _f(float(kl[s]))}
+        {
+            "step": s,
+            "ref_token": ref_tokens[s],
+            "tf_token": tf_tok[s],
+            "free_token": free[s],
+            "ref_margin": _f(float(marg[s])),
+            "max_abs_err": _f(float(err[s])),
+            "kl": _f(float(kl[s])),
+        }
         for s in range(n)
     ]
     return row, steps
@@ -318,10 +351,20 @@ class _ModelRun:
         n = int(self.prompts[pid].shape[0])
         w = self.mcfg.window
         return {
-            "backend": spec, "backend_name": name, "model": self.arch, "layers": " ".join(self.mcfg.layer_kinds()),
-            "dtype": self.cfg.dtype, "device": "", "window": w, "page_size": self.cfg.page_size or "",
-            "prompt_id": pid, "prompt_len": n, "steps": self.cfg.steps, "window_exceeded_step": max(0, w - n + 1),
-            "noise": _f(self.noise), "tie_threshold": _f(self.threshold),
+            "backend": spec,
+            "backend_name": name,
+            "model": self.arch,
+            "layers": " ".join(self.mcfg.layer_kinds()),
+            "dtype": self.cfg.dtype,
+            "device": "",
+            "window": w,
+            "page_size": self.cfg.page_size or "",
+            "prompt_id": pid,
+            "prompt_len": n,
+            "steps": self.cfg.steps,
+            "window_exceeded_step": max(0, w - n + 1),
+            "noise": _f(self.noise),
+            "tie_threshold": _f(self.threshold),
         }
 
     def scored(self, spec: str, pid: str, tf, free) -> tuple[dict, list[dict]]:
@@ -342,8 +385,10 @@ def _prepare_model(arch: str, cfg: DecodeConfig, device, tdt, log, meta: dict) -
     else:
         mcfg = config_for(arch, window=cfg.window)
         base, info = load_or_train(mcfg, log=log, use_cache=cfg.use_cache)
-    log(f"decode: model {arch} ({' '.join(mcfg.layer_kinds())}), held-out accuracy {info['heldout_accuracy']}, "
-        f"median margin {info['heldout_median_margin']}")
+    log(
+        f"decode: model {arch} ({' '.join(mcfg.layer_kinds())}), held-out accuracy {info['heldout_accuracy']}, "
+        f"median margin {info['heldout_median_margin']}"
+    )
     ref_model = copy.deepcopy(base).to(device=device, dtype=torch.float64)
     test_model = copy.deepcopy(base).to(device=device, dtype=tdt)
     hq, hkv, hd = mcfg.hq, mcfg.hkv, mcfg.head_dim
@@ -368,8 +413,10 @@ def _prepare_model(arch: str, cfg: DecodeConfig, device, tdt, log, meta: dict) -
         "reference_steps_within_threshold": int((ref_margins <= threshold).sum()),
         "prompts": {pid: {"len": int(t.shape[0]), "tokens": t.tolist(), "reference_tokens": refs[pid][0]} for pid, t in prompts.items()},
     }
-    log(f"decode: {arch} {cfg.dtype} noise (max logit error of the same-dtype naive attention) {noise:.3g}, "
-        f"tie threshold {threshold:.3g}, reference margins median {float(ref_margins.median()):.3g} min {float(ref_margins.min()):.3g}")
+    log(
+        f"decode: {arch} {cfg.dtype} noise (max logit error of the same-dtype naive attention) {noise:.3g}, "
+        f"tie threshold {threshold:.3g}, reference margins median {float(ref_margins.median()):.3g} min {float(ref_margins.min()):.3g}"
+    )
     return _ModelRun(arch, cfg, mcfg, test_model, prompts, refs, noise, threshold, noise_tf)
 
 
@@ -378,8 +425,9 @@ def _run_backend(mr: _ModelRun, spec: str, be: Backend | Exception, device, tdt)
     rows: list[dict] = []
     recs: list[dict] = []
     if isinstance(be, Exception):
-        return [{**mr.common(spec, spec, pid), "verdict": "error", "detail": f"cannot load: {type(be).__name__}: {be}"}
-                for pid in mr.prompts], []
+        return [
+            {**mr.common(spec, spec, pid), "verdict": "error", "detail": f"cannot load: {type(be).__name__}: {be}"} for pid in mr.prompts
+        ], []
     name = getattr(be, "name", spec)
     try:
         why = be.unavailable_reason()
@@ -450,8 +498,15 @@ def _run_decode(specs, cfg: DecodeConfig, out_dir: Path | None, log) -> DecodeRe
         mr = _prepare_model(arch, cfg, device, tdt, log, meta)
         for pid, (tf, free) in mr.baseline.items():
             row, steps = mr.scored(BASELINE, pid, tf, free)
-            rows.append({**mr.common(BASELINE, f"naive {cfg.dtype} attention", pid), **row, "device": str(device), "page_size": "",
-                         "detail": "noise calibration: the model in the dtype with the naive same-dtype attention"})
+            rows.append(
+                {
+                    **mr.common(BASELINE, f"naive {cfg.dtype} attention", pid),
+                    **row,
+                    "device": str(device),
+                    "page_size": "",
+                    "detail": "noise calibration: the model in the dtype with the naive same-dtype attention",
+                }
+            )
             all_steps.extend(steps)
         for spec in specs:
             new_rows, steps = _run_backend(mr, spec, backends[spec], device, tdt)
@@ -492,8 +547,7 @@ def summary_table(rows: list[dict]) -> str:
         first = next((r for r in real if r["div_class"] == "real"), real[0] if real else None)
         where = ""
         if first is not None:
-            where = (f"prompt {first['prompt_len']} step {first['first_div_step']} (margin {first['ref_margin']}, "
-                     f"noise {first['noise']})")
+            where = f"prompt {first['prompt_len']} step {first['first_div_step']} (margin {first['ref_margin']}, noise {first['noise']})"
         if other:
             kinds = sorted({r["verdict"] for r in rs if r not in ok})
             where = (where + "; " if where else "") + "/".join(kinds) + ": " + next(r["detail"] for r in rs if r not in ok)[:80]

@@ -17,6 +17,7 @@ from .runs import FAILING, Run, case_text, partial_words
 
 WORST_PER_BACKEND = 5
 
+
 def records(run: Run) -> list[dict[str, Any]]:
     return run.df.to_dict("records")
 
@@ -200,8 +201,14 @@ def coverage_data(run: Run) -> CoverageData:
         per = t.get(b, {})
         never[b] = [(d, v) for d, vs in coverage.DIMENSIONS.items() for v in vs if not per.get((d, v), {}).get("ran")]
     design = run.env.get("design") or {}
-    return CoverageData(run.backends(), t, {b: coverage.grid_count(t, b) for b in run.backends()}, never,
-                        coverage.gaps(t, marker_for), str(design.get("long_cap_why") or ""))
+    return CoverageData(
+        run.backends(),
+        t,
+        {b: coverage.grid_count(t, b) for b in run.backends()},
+        never,
+        coverage.gaps(t, marker_for),
+        str(design.get("long_cap_why") or ""),
+    )
 
 
 def model_counts(run: Run) -> dict[tuple[str, str], dict[str, dict[str, int]]]:
@@ -294,14 +301,24 @@ def smallest_failing(run: Run) -> dict[str, dict[str, Any]]:
             case = json.loads(r["case_json"])
         except (TypeError, ValueError):
             continue
-        item = {"text": case_text(r), "verdict": r["verdict"], "why": why_text(r, run), "repro": r.get("repro") or "",
-                "source": f"row {r['case_id']}"}
+        item = {
+            "text": case_text(r),
+            "verdict": r["verdict"],
+            "why": why_text(r, run),
+            "repro": r.get("repro") or "",
+            "source": f"row {r['case_id']}",
+        }
         found.setdefault(r["backend"], []).append((_case_size(case), item))
     for s in run.shrunk:
         case = s.get("case") if isinstance(s.get("case"), dict) else None
         if case and s.get("backend"):
-            item = {"text": case_dict_text(case), "verdict": s.get("verdict", ""), "why": s.get("reasons", ""),
-                    "repro": s.get("repro", ""), "source": f"shrunk from case {s.get('from')}"}
+            item = {
+                "text": case_dict_text(case),
+                "verdict": s.get("verdict", ""),
+                "why": s.get("reasons", ""),
+                "repro": s.get("repro", ""),
+                "source": f"shrunk from case {s.get('from')}",
+            }
             found.setdefault(s["backend"], []).append((_case_size(case), item))
     out = {}
     for b, items in found.items():

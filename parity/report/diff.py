@@ -186,12 +186,21 @@ def headline(d: Diff) -> str:
 
 
 SECTIONS = (
-    ("new_failures", "New failures", "failing in HEAD with no known divergence explaining it, not failing in BASE "
-     "(or expected there, or not in BASE at all)"),
-    ("unexpected_passes", "Unexpected passes", "passing in HEAD though a strict known divergence covers the row: "
-     "the entry is stale (fixed upstream?); retire or narrow it"),
-    ("newly_expected", "Newly expected", "failing in HEAD as a known divergence describes, not so in BASE (passing, failing "
-     "without an entry, or absent)"),
+    (
+        "new_failures",
+        "New failures",
+        "failing in HEAD with no known divergence explaining it, not failing in BASE (or expected there, or not in BASE at all)",
+    ),
+    (
+        "unexpected_passes",
+        "Unexpected passes",
+        "passing in HEAD though a strict known divergence covers the row: the entry is stale (fixed upstream?); retire or narrow it",
+    ),
+    (
+        "newly_expected",
+        "Newly expected",
+        "failing in HEAD as a known divergence describes, not so in BASE (passing, failing without an entry, or absent)",
+    ),
     ("ratio_up", "Error ratio up", "error ratio grew beyond the threshold"),
     ("coverage_lost", "Coverage lost", "passed (or failed) in BASE, unsupported / unavailable in HEAD"),
     ("fixed", "Fixed", "failing in BASE, passing in HEAD"),

@@ -202,7 +202,7 @@ def _matrix(run: Run) -> str:
         f'<p class="legend">Rows per backend, case family and dtype: {legend}</p>'
         # a wide matrix (many families x dtypes) scrolls inside its own box, the backend column stays in view
         f'<div class="scroll" id="matrix-scroll"><table id="matrix-table"><thead>{head1}{head2}</thead>'
-        f'<tbody>{"".join(body)}</tbody></table></div>{extra}'
+        f"<tbody>{''.join(body)}</tbody></table></div>{extra}"
     )
 
 
@@ -222,10 +222,14 @@ def _models(run: Run) -> str:
         )
         parts.append(f'<div class="scroll"><table id="models-table"><thead>{head}</thead><tbody>{body}</tbody></table></div>')
     if mem:
-        rows = "".join(f"<tr><td><code>{escape(b)}</code></td><td>{fmt(mx)}</td><td>{fmt(med)}</td><td>{n}</td></tr>"
-                       for b, (mx, med, n) in mem.items())
-        parts.append('<table id="peak-mem-table"><thead><tr><th>backend</th><th>peak MB (max)</th><th>median</th>'
-                     f"<th>rows</th></tr></thead><tbody>{rows}</tbody></table>")
+        rows = "".join(
+            f"<tr><td><code>{escape(b)}</code></td><td>{fmt(mx)}</td><td>{fmt(med)}</td><td>{n}</td></tr>"
+            for b, (mx, med, n) in mem.items()
+        )
+        parts.append(
+            '<table id="peak-mem-table"><thead><tr><th>backend</th><th>peak MB (max)</th><th>median</th>'
+            f"<th>rows</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
     return "".join(parts)
 
 
@@ -288,7 +292,7 @@ def _smallest_html(s: dict[str, Any]) -> str:
     repro = f'<pre class="repro">{escape(s["repro"])}</pre>' if s.get("repro") else ""
     return (
         f'<div class="worst smallest"><div class="why">Smallest failing case of the run: {escape(s["text"])} '
-        f'({s["size"]} query x key elements x heads) {escape(str(s["verdict"]).upper())} [{escape(str(s["why"]))}] '
+        f"({s['size']} query x key elements x heads) {escape(str(s['verdict']).upper())} [{escape(str(s['why']))}] "
         f'<span class="small">{escape(s["source"])}</span></div>{repro}</div>'
     )
 
@@ -309,14 +313,16 @@ def _known(run: Run) -> str:
         e = k["entry"]
         link = escape(e.upstream if e else "")  # text, not a link: the report fetches and points nowhere
         body.append(
-            f'<tr><td><code>{escape(k["id"])}</code></td><td><code>{escape(e.backend if e else "?")}</code></td>'
+            f"<tr><td><code>{escape(k['id'])}</code></td><td><code>{escape(e.backend if e else '?')}</code></td>"
             f'<td class="small">{escape(e.condition_text() if e else "(not in the loaded files)")}</td>'
             f'<td class="num">{k["expected"]}</td><td class="num">{k["unexpected"] or ""}</td>'
-            f'<td>{"strict" if e and e.strict else ("not strict" if e else "")}</td>'
+            f"<td>{'strict' if e and e.strict else ('not strict' if e else '')}</td>"
             f'<td>{escape(e.explanation if e else "")}</td><td class="small">{link}</td></tr>'
         )
-    head = "".join(f"<th>{h}</th>" for h in ("entry", "backend", "condition", "expected rows", "unexpected passes",
-                                               "strict", "explanation", "upstream"))
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("entry", "backend", "condition", "expected rows", "unexpected passes", "strict", "explanation", "upstream")
+    )
     return intro + f'<table id="known-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
@@ -504,7 +510,7 @@ def _table(rows: list[dict[str, Any]], cols: list[str], limit: int) -> str:
             tds.append(f"<td{cls}>{escape(v[:300])}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     more = f'<p class="small">{len(rows) - limit} more rows in the CSV.</p>' if len(rows) > limit else ""
-    return f"<div class=\"scroll\"><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>{more}"
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>{more}'
 
 
 def _is_num(v: str) -> bool:
@@ -534,8 +540,10 @@ def _environment(run: Run) -> str:
         ("lanes (--jobs)", env.get("jobs")),
         ("work split", work_split(run)),
         ("PARTIAL", partial_words(run) or None),
-        ("resumed", f"completed by {len(env['earlier_runs'])} earlier run(s) into this folder plus this one"
-         if env.get("earlier_runs") else None),
+        (
+            "resumed",
+            f"completed by {len(env['earlier_runs'])} earlier run(s) into this folder plus this one" if env.get("earlier_runs") else None,
+        ),
         ("shims", ", ".join(env.get("shims") or []) or "none"),
     ]
     rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in keys if v not in (None, ""))
@@ -622,8 +630,10 @@ def _coverage(run: Run) -> str:
     body = [f"<tr><td>window grid</td>{''.join(f'<td class=num>{d.grid[b]}/100</td>' for b in cols)}</tr>"]
     for dim, values in coverage.DIMENSIONS.items():
         for v in values:
-            tds = "".join(_coverage_cell(d.tally.get(b, {}).get((dim, v)), (dim, v) in {c for cs in d.gaps.get(b, {}).values() for c in cs})
-                          for b in cols)
+            tds = "".join(
+                _coverage_cell(d.tally.get(b, {}).get((dim, v)), (dim, v) in {c for cs in d.gaps.get(b, {}).values() for c in cs})
+                for b in cols
+            )
             body.append(f"<tr><td>{escape(dim)} = <code>{escape(v)}</code></td>{tds}</tr>")
     words = []
     for b in cols:
@@ -631,7 +641,7 @@ def _coverage(run: Run) -> str:
         if d.never[b]:
             line += "; never ran " + ", ".join(escape(f"{x}={y}") for x, y in d.never[b])
         if b in d.gaps:
-            line += f'. <b>Gap</b>: {escape(coverage.describe_gap(b, d.gaps[b]))}'
+            line += f". <b>Gap</b>: {escape(coverage.describe_gap(b, d.gaps[b]))}"
         words.append(line + "</li>")
     note = f"<p><b>Sizes capped:</b> {escape(d.note)}.</p>" if d.note else ""
     return (
@@ -640,5 +650,5 @@ def _coverage(run: Run) -> str:
         "family did. The window grid counts left x right x length cells (5 x 5 x 4) of bottom-right fp16/bf16 rows. "
         f"Full table: <code>coverage.csv</code>.</p>{note}"
         f'<div class="scroll"><table id="coverage-table"><thead><tr><th>cell</th>{head}</tr></thead>'
-        f'<tbody>{"".join(body)}</tbody></table></div><ul>{"".join(words)}</ul>'
+        f"<tbody>{''.join(body)}</tbody></table></div><ul>{''.join(words)}</ul>"
     )

@@ -68,8 +68,9 @@ def _concat(paths: list[Path], key=None) -> tuple[list[str], list[dict[str, str]
     return fields, rows
 
 
-def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Path] | None = None,
-          check_shards: bool = True) -> dict[str, Any]:
+def merge(
+    out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Path] | None = None, check_shards: bool = True
+) -> dict[str, Any]:
     """Merge ``dirs`` into ``out``; returns counts. Raises ``ValueError`` naming what is wrong,
     a shard set with a shard missing or repeated included (``check_shards``: :mod:`parity.shard`)."""
     from ..results import COLUMNS
@@ -95,8 +96,7 @@ def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Pa
             k = (r["backend"], r["case_id"])
             if k in rows and rows[k] != r and not prefer_last:
                 raise ValueError(
-                    f"backend {k[0]} case {k[1]} has different rows in {origin[k]} and {d} "
-                    "(--prefer-last keeps the later folder's)"
+                    f"backend {k[0]} case {k[1]} has different rows in {origin[k]} and {d} (--prefer-last keeps the later folder's)"
                 )
             rows[k] = r
             origin[k] = d
@@ -118,6 +118,7 @@ def merge(out: Path, dirs: list[Path], prefer_last: bool = False, extra: list[Pa
     dec = [p for d in sources for p in [d / "decode.csv", *sorted(d.glob("*/decode.csv"))] if p.exists()]
     n_dec = 0
     if dec:
+
         def base_key(r: dict[str, str]):
             return ("baseline", r.get("model"), r.get("prompt_id"), r.get("step")) if r.get("backend") == "baseline" else None
 

@@ -103,8 +103,9 @@ def frame(results: runfolder.Results):
     return df
 
 
-def load_run(folder: Path | str, expectations: Expectations | None = None, rejudge: bool = False,
-             results: runfolder.Results | None = None) -> Run:
+def load_run(
+    folder: Path | str, expectations: Expectations | None = None, rejudge: bool = False, results: runfolder.Results | None = None
+) -> Run:
     """The run in ``folder``; ``expectations`` / ``rejudge``: see the module docstring; ``results``:
     its rows when already read (``parity run`` reads them once)."""
     folder = Path(folder)
@@ -127,8 +128,19 @@ def load_run(folder: Path | str, expectations: Expectations | None = None, rejud
 
         with (folder / runfolder.CONSISTENCY).open(newline="") as fh:
             consistency = [r for r in csv.DictReader(fh) if r.get("backend")]
-    run = Run(folder, df, env, runfolder.read_jsonl(folder / runfolder.MASKS), decode, decode_path, steps,
-              runfolder.read_jsonl(folder / runfolder.SHRUNK), consistency, results_path=results.path, timing=timing)
+    run = Run(
+        folder,
+        df,
+        env,
+        runfolder.read_jsonl(folder / runfolder.MASKS),
+        decode,
+        decode_path,
+        steps,
+        runfolder.read_jsonl(folder / runfolder.SHRUNK),
+        consistency,
+        results_path=results.path,
+        timing=timing,
+    )
     return judge_run(run, expectations, rejudge) if expectations is not None else run
 
 
@@ -192,8 +204,15 @@ def judge_run(run: Run, expectations: Expectations, rejudge: bool = False) -> Ru
     recs = run.df.to_dict("records")
     for r in recs:  # only the verdict columns change: the rest stays the text the run wrote
         if rejudge or not r.get("raw_verdict"):
-            v = expect_verdict(Verdict.from_row(r), expectations, r["backend"], _case(r, expectations, cases), r.get("case_json", ""),
-                               versions.get(r["backend"], ""), torch_version)
+            v = expect_verdict(
+                Verdict.from_row(r),
+                expectations,
+                r["backend"],
+                _case(r, expectations, cases),
+                r.get("case_json", ""),
+                versions.get(r["backend"], ""),
+                torch_version,
+            )
             r.update(verdict=v.verdict, raw_verdict=v.raw_verdict, expected_id=v.expected_id)
     df = pd.DataFrame(recs, columns=run.df.columns) if recs else run.df
     return dataclasses.replace(run, df=df, expectations=expectations)

@@ -12,8 +12,15 @@ from html import escape
 
 #: Okabe-Ito, colour-blind safe; yellow dropped (unreadable on white).
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#999999")
-VERDICT_COLOURS = {"pass": "#1a7f37", "fail": "#cf222e", "error": "#8250df", "crash": "#8250df", "timeout": "#8250df",
-                   "expected": "#bf8700", "unexpected-pass": "#cf222e"}
+VERDICT_COLOURS = {
+    "pass": "#1a7f37",
+    "fail": "#cf222e",
+    "error": "#8250df",
+    "crash": "#8250df",
+    "timeout": "#8250df",
+    "expected": "#bf8700",
+    "unexpected-pass": "#cf222e",
+}
 MASK_COLOURS = {"1": "#57606a", "+": "#cf222e", "-": "#f0a30a", "p": "#8250df", ".": "#ffffff"}
 
 

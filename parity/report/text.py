@@ -61,8 +61,11 @@ def markdown_summary(run: Run) -> str:
     if bad and partial_words(run):
         head += " · " + partial_words(run)
     out = [f"## attn-parity {icon} {head}", ""]
-    env_bits = ([f"torch {env.get('torch', '?')}", f"GPU: {gpu_text(env)}"] if not env.get("missing")
-                else ["environment unknown: no environment.json (the run did not finish)"])
+    env_bits = (
+        [f"torch {env.get('torch', '?')}", f"GPU: {gpu_text(env)}"]
+        if not env.get("missing")
+        else ["environment unknown: no environment.json (the run did not finish)"]
+    )
     if env.get("profile"):
         env_bits.append(f"profile `{env['profile']}` seed {env.get('seed')}, {env.get('cases')} cases")
     if env.get("wall_seconds") is not None:
@@ -126,8 +129,11 @@ def _md_failing(run: Run, bad: int) -> list[str]:
             if r.get("repro"):
                 out += ["", "  ```bash", f"  {r['repro']}", "  ```"]
     for b, s in smallest_failing(run).items():
-        out += ["", f"- `{md_cell(b)}` smallest failing case of the run: {md_cell(s['text'])} ({s['size']} query x key "
-                f"elements x heads) **{s['verdict']}** [{md_cell(s['why'])}] ({s['source']})"]
+        out += [
+            "",
+            f"- `{md_cell(b)}` smallest failing case of the run: {md_cell(s['text'])} ({s['size']} query x key "
+            f"elements x heads) **{s['verdict']}** [{md_cell(s['why'])}] ({s['source']})",
+        ]
         out += ["", "  ```bash", f"  {s['repro']}", "  ```"] if s.get("repro") else []
     for s in (x for x in run.shrunk if x.get("repro")):
         note = f" ({s['note']})" if s.get("note") else ""
@@ -171,12 +177,19 @@ def _known_details(run: Run) -> list[str]:
     if not hit:
         return []
     n = sum(k["expected"] for k in hit)
-    out = ["", f"<details><summary>Known divergences ({n} rows expected)</summary>", "",
-           "| entry | expected | unexpected passes | explanation | upstream |", "|---|---:|---:|---|---|"]
+    out = [
+        "",
+        f"<details><summary>Known divergences ({n} rows expected)</summary>",
+        "",
+        "| entry | expected | unexpected passes | explanation | upstream |",
+        "|---|---:|---:|---|---|",
+    ]
     for k in hit:
         e = k["entry"]
-        out.append(f"| `{md_cell(k['id'])}` | {k['expected']} | {k['unexpected']} | "
-                   f"{md_cell(e.explanation if e else '(not in the loaded files)')} | {md_cell(e.upstream if e else '')} |")
+        out.append(
+            f"| `{md_cell(k['id'])}` | {k['expected']} | {k['unexpected']} | "
+            f"{md_cell(e.explanation if e else '(not in the loaded files)')} | {md_cell(e.upstream if e else '')} |"
+        )
     return out + ["", "</details>"]
 
 
@@ -266,8 +279,12 @@ def _junit_known(tc: ET.Element, st: dict[str, float], run: Run, r: dict[str, An
         return
     st["failures"] += 1
     e = run.expectations.get(eid) if run.expectations else None
-    el = ET.SubElement(tc, "failure", type="parity.unexpected-pass",
-                       message=f"unexpected pass: the strict known divergence {text} expects {e.verdict if e else 'a failure'}")
+    el = ET.SubElement(
+        tc,
+        "failure",
+        type="parity.unexpected-pass",
+        message=f"unexpected pass: the strict known divergence {text} expects {e.verdict if e else 'a failure'}",
+    )
     el.text = f"retire or narrow the entry {eid} ({e.source if e else 'its file'})\nrepro: {r.get('repro', '')}"
 
 
@@ -294,10 +311,15 @@ def _md_models(run: Run) -> list[str]:
         backends = run.backends()
         out += ["| model | layer | " + " | ".join(f"`{md_cell(b)}`" for b in backends) + " |", "|---|---|" + "---|" * len(backends)]
         for (m, layer), per in models.items():
-            out.append(f"| {md_cell(m)} | {md_cell(layer)} | " + " | ".join(md_cell(verdict_words(per.get(b, {})) or "–")
-                                                                        for b in backends) + " |")
+            out.append(
+                f"| {md_cell(m)} | {md_cell(layer)} | " + " | ".join(md_cell(verdict_words(per.get(b, {})) or "–") for b in backends) + " |"
+            )
     mem = peak_memory(run)
     if mem:
-        out += ["", "Peak device memory per backend (`peak_mem_mb`): " + ", ".join(
-            f"`{md_cell(b)}` max {fmt(mx)} MB, median {fmt(med)} MB ({n} rows)" for b, (mx, med, n) in mem.items()) + "."]
+        out += [
+            "",
+            "Peak device memory per backend (`peak_mem_mb`): "
+            + ", ".join(f"`{md_cell(b)}` max {fmt(mx)} MB, median {fmt(med)} MB ({n} rows)" for b, (mx, med, n) in mem.items())
+            + ".",
+        ]
     return out

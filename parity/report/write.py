@@ -18,7 +18,10 @@ from .text import junit_xml, markdown_summary
 
 
 def write_all(
-    out_dir: Path | str, dest: Path | str | None = None, expectations: Expectations | None = None, rejudge: bool = False,
+    out_dir: Path | str,
+    dest: Path | str | None = None,
+    expectations: Expectations | None = None,
+    rejudge: bool = False,
     results: Results | None = None,
 ) -> list[Path]:
     """Render the reports of the run in ``out_dir`` into ``dest`` (default: ``out_dir``).

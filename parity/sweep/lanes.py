@@ -18,8 +18,18 @@ from ..execute import InlineExecutor, ProcessExecutor
 from ..shard import config_key
 from .options import SweepOptions
 
-__all__ = ["THREAD_VARS", "LanePlan", "check_splits", "config_key", "lane_thread_env", "make_executor", "plan",
-           "plan_lanes", "run_lanes", "split_cases"]
+__all__ = [
+    "THREAD_VARS",
+    "LanePlan",
+    "check_splits",
+    "config_key",
+    "lane_thread_env",
+    "make_executor",
+    "plan",
+    "plan_lanes",
+    "run_lanes",
+    "split_cases",
+]
 
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -92,16 +102,23 @@ def split_cases(cases: list[Case], parts: int) -> dict[str, int]:
     return out
 
 
-
-
-def make_executor(spec: str, options: SweepOptions, log_path: Path | None = None, env: Mapping[str, str] | None = None,
-                  wait: bool = True) -> InlineExecutor | ProcessExecutor:
+def make_executor(
+    spec: str, options: SweepOptions, log_path: Path | None = None, env: Mapping[str, str] | None = None, wait: bool = True
+) -> InlineExecutor | ProcessExecutor:
     """``spec``'s executor as ``options`` say: a worker process (``isolate``), else in this process."""
     if not options.isolate:
         return InlineExecutor(spec, options.probes, options.max_passes, options.repeats)
-    return ProcessExecutor(spec, probes=options.probes, max_passes=options.max_passes, repeats=options.repeats,
-                           timeout=options.timeout or options.timeout_floor, log_path=log_path, extra_path=options.worker_paths.get(spec),
-                           env=dict(env or {}), wait=wait)
+    return ProcessExecutor(
+        spec,
+        probes=options.probes,
+        max_passes=options.max_passes,
+        repeats=options.repeats,
+        timeout=options.timeout or options.timeout_floor,
+        log_path=log_path,
+        extra_path=options.worker_paths.get(spec),
+        env=dict(env or {}),
+        wait=wait,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,15 +163,15 @@ def plan(specs: Sequence[str], cases: list[Case], options: SweepOptions) -> Lane
     gpus = list(options.gpus[: len(lanes)])
     note = ""
     if len(options.gpus) > len(lanes):
-        idle = ", ".join(options.gpus[len(lanes):])
+        idle = ", ".join(options.gpus[len(lanes) :])
         note = f"{len(lanes)} lane(s) for {len(options.gpus)} GPUs: GPU {idle} left idle (--jobs {len(options.gpus)} uses them all)"
     gpu_of = {u: env["CUDA_VISIBLE_DEVICES"] for u, env in shard.unit_gpus(lanes, costs, gpus).items()} if gpus else {}
-    return LanePlan(units, {s: split_cases(cases, k) for s, k in splits.items()}, lanes, gpu_of, splits,
-                    lane_thread_env(options.jobs, len(units)), note)
+    return LanePlan(
+        units, {s: split_cases(cases, k) for s, k in splits.items()}, lanes, gpu_of, splits, lane_thread_env(options.jobs, len(units)), note
+    )
 
 
-def run_lanes(lanes: list[list[str]], lane: Callable[[list[str]], None], stop: threading.Event,
-              on_interrupt: Callable[[], None]) -> None:
+def run_lanes(lanes: list[list[str]], lane: Callable[[list[str]], None], stop: threading.Event, on_interrupt: Callable[[], None]) -> None:
     """Run ``lane(units)`` for every lane, one thread each (in this thread for one lane). The first
     error of a lane stops the others and is raised here; Ctrl-C calls ``on_interrupt`` (close the
     workers, so lanes waiting on one return) and is raised."""

@@ -80,8 +80,14 @@ def reference_caches(lane_plan: LanePlan, options: SweepOptions) -> dict[str | N
 class Sweep:
     """One run of ``cases`` x ``specs`` with ``options``; :meth:`run` once."""
 
-    def __init__(self, specs: Iterable[str], cases: list[Case], options: SweepOptions, out_dir: Path | None = None,
-                 on_row: Callable[[dict[str, Any]], None] | None = None):
+    def __init__(
+        self,
+        specs: Iterable[str],
+        cases: list[Case],
+        options: SweepOptions,
+        out_dir: Path | None = None,
+        on_row: Callable[[dict[str, Any]], None] | None = None,
+    ):
         self.specs, self.cases, self.options, self.out_dir, self.on_row = list(dict.fromkeys(specs)), cases, options, out_dir, on_row
         self.plan = plan(self.specs, cases, options)
         self.writer = ResultsWriter(out_dir, options.resume) if out_dir else None
@@ -228,8 +234,17 @@ class Sweep:
         while pending:
             self._judge_and_emit(*pending.pop())
 
-    def _judge_and_emit(self, case: Case, unit: str, info: dict[str, Any], res: dict[str, Any], wait_s: float,
-                        ref_s: float = 0.0, limit: float = 0.0, retried: bool = False) -> None:
+    def _judge_and_emit(
+        self,
+        case: Case,
+        unit: str,
+        info: dict[str, Any],
+        res: dict[str, Any],
+        wait_s: float,
+        ref_s: float = 0.0,
+        limit: float = 0.0,
+        retried: bool = False,
+    ) -> None:
         spec, part = self.plan.units[unit]
         if res.get("status") == "timeout" and not retried and self.options.isolate:
             with self.lock:  # judged after the lanes, once retried alone (:meth:`_retry_timeouts`)
@@ -313,16 +328,22 @@ class Sweep:
                 continue  # not recorded: the run is partial, --resume runs the row again
             spec = self.plan.units[unit][0]
             longer = limit if self.options.timeout is not None else limit * self.options.retry_scale
-            print(f"parity: {spec} gave no answer within {limit:.0f} s on {case.summary()}; retrying it alone "
-                  f"with {longer:.0f} s", file=sys.stderr, flush=True)
+            print(
+                f"parity: {spec} gave no answer within {limit:.0f} s on {case.summary()}; retrying it alone with {longer:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
             ex = self.executors[unit]
             t0 = time.perf_counter()
             failed = ex.submit(case)
             again = failed if failed is not None else ex.collect(timeout=longer)
             if again.get("status") == "timeout":
                 ref = self._reference_seconds(case, unit)
-                again = {**again, "detail": f"no answer within {limit:.3g} s, nor within {longer:.3g} s when retried alone; "
-                                            f"worker killed; the reference took {ref} on this case"}
+                again = {
+                    **again,
+                    "detail": f"no answer within {limit:.3g} s, nor within {longer:.3g} s when retried alone; "
+                    f"worker killed; the reference took {ref} on this case",
+                }
             self._judge_and_emit(case, unit, info, again, wait_s + time.perf_counter() - t0, ref_s, longer, retried=True)
 
     def _reference_seconds(self, case: Case, unit: str) -> str:
@@ -427,9 +448,18 @@ class Sweep:
             write_timing(self.out_dir, summary)
         ids = {c.case_id for c in self.cases}
         already = sum(1 for b, c in self.writer.done if b in self.specs and c in ids) if self.writer else 0
-        return SweepResult(self.rows, self.infos, wall, self._reference_s(), self.out_dir, partial=partial,
-                           already=already, total=len(self.specs) * len(self.cases), split=split_line(summary),
-                           stopped_by=stopped_by)
+        return SweepResult(
+            self.rows,
+            self.infos,
+            wall,
+            self._reference_s(),
+            self.out_dir,
+            partial=partial,
+            already=already,
+            total=len(self.specs) * len(self.cases),
+            split=split_line(summary),
+            stopped_by=stopped_by,
+        )
 
 
 def _planned(specs: list[str], cases: list[Case]) -> list[tuple[str, str, float, bool]]:
@@ -450,8 +480,14 @@ def _planned(specs: list[str], cases: list[Case]) -> list[tuple[str, str, float,
     return out
 
 
-def run_sweep(specs: Iterable[str], cases: list[Case], out_dir: Path | None = None, options: SweepOptions | None = None,
-              on_row: Callable[[dict[str, Any]], None] | None = None, **fields: Any) -> SweepResult:
+def run_sweep(
+    specs: Iterable[str],
+    cases: list[Case],
+    out_dir: Path | None = None,
+    options: SweepOptions | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+    **fields: Any,
+) -> SweepResult:
     """Run every case on every backend with ``options`` (:class:`SweepOptions`); see
     :mod:`parity.sweep` for the verdicts. ``fields``: :class:`SweepOptions` fields given one by
     one (``run_sweep(specs, cases, jobs=2, isolate=False)``), over ``options``.

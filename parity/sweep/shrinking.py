@@ -32,19 +32,27 @@ def shrink_failures(failures: list[dict[str, Any]], options: SweepOptions, out: 
             case = Case.from_json(row["case_json"])
             found = _shrink_one(spec, case, row, options, baselines)
             small, small_row, calls = found
-            rec = {"backend": spec, "from": row["case_id"], "case": small.to_dict(), "verdict": small_row["verdict"],
-                   "reasons": small_row.get("reasons", ""), "calls": calls, "repro": small.repro(spec),
-                   "budget_exhausted": found.exhausted, "note": budget_note(calls) if found.exhausted else ""}
+            rec = {
+                "backend": spec,
+                "from": row["case_id"],
+                "case": small.to_dict(),
+                "verdict": small_row["verdict"],
+                "reasons": small_row.get("reasons", ""),
+                "calls": calls,
+                "repro": small.repro(spec),
+                "budget_exhausted": found.exhausted,
+                "note": budget_note(calls) if found.exhausted else "",
+            }
             fh.write(json.dumps(rec) + "\n")
             done.append({**rec, "row": small_row, "original": case, "small": small})
     return done
 
 
-def _shrink_one(spec: str, case: Case, row: dict[str, Any], options: SweepOptions,
-                baselines: BaselineCache) -> Shrunk:
+def _shrink_one(spec: str, case: Case, row: dict[str, Any], options: SweepOptions, baselines: BaselineCache) -> Shrunk:
     # the sweep's executor for it (isolation, probes, worker path), timing each call once: only verdicts count here
     ex = make_executor(spec, dataclasses.replace(options, repeats=1))
     try:
+
         def judge_one(c: Case) -> dict[str, Any]:
             return judge(c, spec, ex.info, ex.run(c), baselines, options.budgets).row
 

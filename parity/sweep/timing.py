@@ -100,8 +100,11 @@ class SweepTiming:
         out = {}
         for lane, wall in self.lane_wall.items():
             calls = sum(self.unit_calls.get(u, 0.0) for u in lane)
-            out[" ".join(lane)] = {"wall_s": round(wall, 3), "backend_calls_s": round(calls, 3),
-                                   "overhead_share": round((wall - calls) / wall, 4) if wall > 0 else None}
+            out[" ".join(lane)] = {
+                "wall_s": round(wall, 3),
+                "backend_calls_s": round(calls, 3),
+                "overhead_share": round((wall - calls) / wall, 4) if wall > 0 else None,
+            }
         return out
 
     def note_row(self, unit: str) -> None:
@@ -131,11 +134,13 @@ class SweepTiming:
             small_s = sum(small)
             parts = self.part_small.get(spec)
             span = max(parts.values()) if parts else small_s  # split: its parts ran at once
-            per[spec] = {**{k: round(v, 4) for k, v in t.items()},
-                         "small_cases": len(small),
-                         "small_s": round(small_s, 4),
-                         "cases_per_s_upto_4096": round(len(small) / span, 2) if span else None,
-                         "median_case_s_upto_4096": _median(small)}
+            per[spec] = {
+                **{k: round(v, 4) for k, v in t.items()},
+                "small_cases": len(small),
+                "small_s": round(small_s, 4),
+                "cases_per_s_upto_4096": round(len(small) / span, 2) if span else None,
+                "median_case_s_upto_4096": _median(small),
+            }
             if spec in self.parts:
                 per[spec]["parts"] = self.parts[spec]
                 per[spec]["part_small_s"] = [round((parts or {}).get(i, 0.0), 4) for i in range(self.parts[spec])]
@@ -163,8 +168,6 @@ class SweepTiming:
         }
 
 
-
-
 def merged_timing(dirs: list[Path]) -> dict[str, Any] | None:
     """``timing.json`` of a folder merged from ``dirs`` (``parity merge``): each input run's shard,
     wall time, rows and GPUs, the longest wall and the rows summed; None when no input has one."""
@@ -173,8 +176,17 @@ def merged_timing(dirs: list[Path]) -> dict[str, Any] | None:
         t = read_timing(Path(d))
         if not t:
             continue
-        runs.append({"folder": str(d), "shard": t.get("shard"), "wall_s": t.get("wall_s", 0.0), "rows_run": t.get("rows_run", 0),
-                     "lanes": len(t.get("lanes") or []), "gpus": t.get("gpus") or [], "per_gpu": t.get("per_gpu") or {}})
+        runs.append(
+            {
+                "folder": str(d),
+                "shard": t.get("shard"),
+                "wall_s": t.get("wall_s", 0.0),
+                "rows_run": t.get("rows_run", 0),
+                "lanes": len(t.get("lanes") or []),
+                "gpus": t.get("gpus") or [],
+                "per_gpu": t.get("per_gpu") or {},
+            }
+        )
     if not runs:
         return None
     return {"merged": True, "wall_s": max(r["wall_s"] for r in runs), "rows_run": sum(r["rows_run"] for r in runs), "runs": runs}
@@ -184,8 +196,11 @@ def split_line(timing: dict[str, Any]) -> str:
     """How the work of a run was split, in one line (from its timing.json): the shard, the lanes and
     the GPUs they ran on (of each merged run, for a merged folder); empty for one lane on no GPU."""
     if timing.get("merged"):
-        each = [f"{(r['shard'] or {}).get('k', '?')}/{(r['shard'] or {}).get('n', '?')}: {r['rows_run']} rows, "
-                f"{r['wall_s']:g} s" + (f" on {len(r['gpus'])} GPU(s)" if r["gpus"] else "") for r in timing["runs"]]
+        each = [
+            f"{(r['shard'] or {}).get('k', '?')}/{(r['shard'] or {}).get('n', '?')}: {r['rows_run']} rows, "
+            f"{r['wall_s']:g} s" + (f" on {len(r['gpus'])} GPU(s)" if r["gpus"] else "")
+            for r in timing["runs"]
+        ]
         return f"work split: {len(each)} runs merged ({'; '.join(each)})"
     parts = []
     shard = timing.get("shard")

@@ -85,10 +85,15 @@ def known_vs_new(rows: Iterable[dict[str, Any]]) -> list[str]:
     xpass = {k: v["unexpected-pass"] for k, v in by_id.items() if v["unexpected-pass"]}
     out = []
     if expected or new or xpass:
-        out.append(f"known divergences: {sum(expected.values())} rows expected"
-                   + (" (" + ", ".join(f"{k} {n}" for k, n in expected.items()) + ")" if expected else ""))
+        out.append(
+            f"known divergences: {sum(expected.values())} rows expected"
+            + (" (" + ", ".join(f"{k} {n}" for k, n in expected.items()) + ")" if expected else "")
+        )
         out.append(f"new failures: {new} rows (failing, no known divergence explains them)")
     if xpass:
-        out.append(f"unexpected passes: {sum(xpass.values())} rows covered by strict entries that passed ("
-                   + ", ".join(f"{k} {n}" for k, n in xpass.items()) + "): retire or narrow those entries")
+        out.append(
+            f"unexpected passes: {sum(xpass.values())} rows covered by strict entries that passed ("
+            + ", ".join(f"{k} {n}" for k, n in xpass.items())
+            + "): retire or narrow those entries"
+        )
     return out
