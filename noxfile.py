@@ -24,7 +24,7 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def slow(session: nox.Session) -> None:
-    """The tests marked ``slow`` that the default run leaves out (the honest variants' sweeps)."""
+    """The tests marked ``slow`` that the default run leaves out (the self-test's sweeps)."""
     session.install(TORCH)
     session.install("-e", ".[test]")
     session.run("python", "-m", "pytest", "-m", "slow", "--parity-profile", os.environ.get("PARITY_PROFILE", "quick"), *session.posargs)

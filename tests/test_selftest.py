@@ -43,6 +43,7 @@ def _detection(bug: PlantedBug) -> selftest.Detection:
     return _DETECTIONS[bug.name]
 
 
+@pytest.mark.slow  # a sweep of the quick profile per bug (about 2 minutes in all): `pytest -m slow`, CI runs it
 @pytest.mark.parametrize("bug", BUGS, ids=lambda b: b.name)
 def test_quick_profile_flags_planted_bug(bug: PlantedBug):
     det = _detection(bug)
