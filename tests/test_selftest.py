@@ -68,6 +68,7 @@ def test_detection_table_lists_every_bug(capsys):
         ("bug-window-one-narrower", "window is one token narrower on the left"),
         ("bug-decode-drops-window", "window ignored"),
         ("bug-paged-drops-window", "window ignored"),
+        ("bug-paged-reads-every-page", "rows read NaN-poisoned pages outside the window: seq 0 head 0 rows"),
         ("bug-empty-rows-mean-v", "row should see no key but sees every key"),
         ("bug-gqa-head-mapping", "read the wrong kv head"),
     ],
