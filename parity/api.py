@@ -204,6 +204,8 @@ def miss_lines(record: Verdict | Judged | dict[str, Any]) -> list[str]:
         lines.append(f"mask: {v.mask_detail}")
     if v.gqa_check == "mismatch":
         lines.append(f"gqa: {v.gqa_detail}")
+    if v.read_check == "mismatch":
+        lines.append(f"reads: {v.read_detail}")
     if v.verdict != "fail" and v.detail:
         lines.append(v.detail)
     return lines

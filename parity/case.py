@@ -266,13 +266,22 @@ class PagedKV:
     seqlens_k: torch.Tensor  # (B,) int32
     page_size: int
 
-    def gather(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Back to packed ``(total_k, hkv, d)`` keys and values (for tests and CPU paths)."""
+    def gather(self, need: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Back to packed ``(total_k, hkv, d)`` keys and values (for tests and CPU paths).
+
+        ``need``: per sequence, which of its logical pages to load (bool ``(pages_b,)``, as
+        :func:`pages_seen` gives); the others are zeros, never read (a windowed kernel skips
+        pages no row sees; engines free them). ``None``: every page of the block table."""
         ks, vs = [], []
         for b, sk in enumerate(self.seqlens_k.tolist()):
-            pages = self.block_table[b, : -(-sk // self.page_size)].long()
-            ks.append(self.k_cache[pages].flatten(0, 1)[:sk])
-            vs.append(self.v_cache[pages].flatten(0, 1)[:sk])
+            pages = self.block_table[b, : -(-sk // self.page_size)].long()  # (pages_b,) logical -> physical
+            keep = need[b].to(pages.device) if need is not None else torch.ones_like(pages, dtype=torch.bool)  # (pages_b,)
+            shape = (len(pages), self.page_size, *self.k_cache.shape[2:])
+            k = torch.zeros(shape, dtype=self.k_cache.dtype, device=self.k_cache.device)  # (pages_b, ps, hkv, d)
+            v = torch.zeros_like(k)  # (pages_b, ps, hkv, d)
+            k[keep], v[keep] = self.k_cache[pages[keep]], self.v_cache[pages[keep]]
+            ks.append(k.flatten(0, 1)[:sk])
+            vs.append(v.flatten(0, 1)[:sk])
         return torch.cat(ks), torch.cat(vs)
 
 
@@ -286,6 +295,9 @@ class Inputs:
     v: torch.Tensor  # (total_k, hkv, d)
     cu_seqlens_q: torch.Tensor  # (B + 1,) int32
     cu_seqlens_k: torch.Tensor  # (B + 1,) int32
+    #: The read probe's inputs: :meth:`paged` fills what a real engine holds garbage in with NaN
+    #: (:func:`poison_paged`); the packed ``k``/``v`` stay finite.
+    poison_kv: bool = False
 
     @property
     def device(self) -> torch.device:
@@ -322,7 +334,8 @@ class Inputs:
         if ps is None:
             raise ValueError("paged() needs a page size (the case has none)")
         k_cache, v_cache, table, seqlens = paged_layout(self.k, self.v, list(self.case.k_lens), ps, self.case.seed)
-        return PagedKV(k_cache, v_cache, table, seqlens, ps)
+        cache = PagedKV(k_cache, v_cache, table, seqlens, ps)
+        return poison_paged(self.case, cache) if self.poison_kv else cache
 
     def with_tensors(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Inputs:
         return dataclasses.replace(self, q=q, k=k, v=v)
@@ -335,7 +348,40 @@ class Inputs:
             self.v.to(device),
             self.cu_seqlens_q.to(device),
             self.cu_seqlens_k.to(device),
+            self.poison_kv,
         )
+
+
+def pages_seen(case: Case, page_size: int, b: int) -> torch.Tensor:
+    """Which logical pages of sequence ``b`` some query row's window reaches: bool ``(pages_b,)``."""
+    sq, sk = case.q_lens[b], case.k_lens[b]
+    lo, hi = case.window.band(sq, sk)  # (Sq,), (Sq,)
+    start = torch.arange(-(-sk // page_size)) * page_size  # (pages_b,) first key of each page
+    end = (start + page_size).clamp(max=sk) - 1  # (pages_b,) its last key
+    hit = (lo[:, None] <= hi[:, None]) & (lo[:, None] <= end[None, :]) & (hi[:, None] >= start[None, :])  # (Sq, pages_b)
+    return hit.any(0)
+
+
+#: Physical pages no block table references, added to the pool by :func:`poison_paged`.
+UNREFERENCED_PAGES = 1
+
+
+def poison_paged(case: Case, cache: PagedKV) -> PagedKV:
+    """``cache`` as a real engine holds it: NaN in pages wholly outside every window of their
+    sequence (engines free or reuse them), in the unused tail of each sequence's last page, and in
+    :data:`UNREFERENCED_PAGES` extra physical pages the block table does not reference (appended
+    to the pool). Keys some row sees, and the rest of their pages, are unchanged."""
+    ps = cache.page_size
+    k, v = cache.k_cache.clone(), cache.v_cache.clone()  # (pages, ps, hkv, d) each
+    for b, sk in enumerate(case.k_lens):
+        pages = cache.block_table[b, : -(-sk // ps)].long()  # (pages_b,)
+        unseen = pages[~pages_seen(case, ps, b).to(pages.device)]  # (n,) physical pages no row sees
+        k[unseen], v[unseen] = float("nan"), float("nan")
+        if sk % ps and len(pages):
+            k[pages[-1], sk % ps :] = float("nan")
+            v[pages[-1], sk % ps :] = float("nan")
+    extra = torch.full((UNREFERENCED_PAGES, *k.shape[1:]), float("nan"), dtype=k.dtype, device=k.device)  # (1, ps, hkv, d)
+    return dataclasses.replace(cache, k_cache=torch.cat([k, extra]), v_cache=torch.cat([v, extra]))
 
 
 def make_inputs(case: Case, device: torch.device | str = "cpu") -> Inputs:

@@ -1,7 +1,7 @@
 """Running one backend on one case, in this process or in an isolated worker process.
 
 :func:`execute` is the unit of work: build the inputs, poison the output buffer, call
-the backend, validate what it returned, run the exact mask and GQA probes. It never
+the backend, validate what it returned, run the exact mask, GQA and read probes. It never
 raises for a backend's fault; it returns a dict with ``status`` in
 ``ok | unsupported | error``.
 
@@ -25,7 +25,7 @@ import torch
 from . import backends
 from .backends.base import Backend, Unsupported
 from .case import Case, Inputs, make_inputs
-from .maskcheck import DEFAULT_MAX_PASSES, passes_per_call, probe_case, run_gqa_probe, run_mask_probe
+from .maskcheck import DEFAULT_MAX_PASSES, passes_per_call, probe_case, run_gqa_probe, run_mask_probe, run_read_probe
 from .memory import LARGE_ROW_BYTES, MIB, estimate, free_bytes, is_oom, oom_detail
 from .process import ProcessExecutor, env_worker_paths, parse_worker_paths, recv, send, worker_paths  # noqa: F401 - their old home
 from .verdict import POISON
@@ -195,6 +195,8 @@ def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeat
             run, spent = probe_runner(backend, case)
             result["mask"] = run_mask_probe(case, run, device, max_passes, base=inputs).to_dict()
             result["gqa"] = run_gqa_probe(case, run, device, base=inputs).to_dict()
+            paged = bool(getattr(backend, "supports_paged", False))
+            result["reads"] = run_read_probe(case, run, device, inputs, res, paged).to_dict()
             probe_s = time.perf_counter() - t_probe
             probe_call_s = spent()
         # where the worker's time went (the sweep sums these into OUT/timing.json):

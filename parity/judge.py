@@ -182,7 +182,9 @@ def judge(
     reasons = list(cmp.reasons)
     mask = res.get("mask") or {"status": "not_run", "detail": "probes disabled"}
     gqa = res.get("gqa") or {"status": "not_run", "detail": "probes disabled"}
-    reasons += [name for name, probe in (("mask", mask), ("gqa", gqa)) if probe["status"] == "mismatch"]
+    reads = res.get("reads") or {"status": "not_run", "detail": "probes disabled"}
+    probes = (("mask", mask), ("gqa", gqa), ("reads_outside_window", reads))
+    reasons += [name for name, probe in probes if probe["status"] == "mismatch"]
     raw = "fail" if reasons else "pass"  # apply_expectations may turn it into expected / unexpected-pass
     verdict = Verdict(
         raw,
@@ -193,6 +195,8 @@ def judge(
         mask_detail=mask["detail"],
         gqa_check=gqa["status"],
         gqa_detail=gqa["detail"],
+        read_check=reads["status"],
+        read_detail=reads["detail"],
         time_ms=float(res.get("time_ms", 0.0)),
         **_memory(res),
     )

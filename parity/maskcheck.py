@@ -22,6 +22,14 @@ Mask probe
 GQA probe
     ``V`` of kv head ``g`` is the constant ``g + 1``; query head ``h`` must output
     ``h // (hq // hkv) + 1`` in every row that sees a key.
+
+Read probe (paged cases)
+    The case's own inputs, with the paged cache as a real engine holds it
+    (:func:`parity.case.poison_paged`): NaN in pages wholly outside every window of their
+    sequence, in the unused tail of each last page, and in a page no block table references.
+    A kernel that reads only what it needs outputs finite values; one that loads a poisoned
+    page and multiplies it by a zero probability outputs NaN there (``NaN x 0 = NaN``).
+    Contiguous keys stay finite (a dense kernel may read every key of its tensor): ``n/a``.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from typing import Any
 
 import torch
 
-from .case import Case, Inputs, make_inputs
+from .case import UNREFERENCED_PAGES, Case, Inputs, make_inputs, pages_seen
 from .verdict import POISON
 
 #: A key counts as visible when its weight exceeds this fraction of the row's largest.
@@ -510,3 +518,60 @@ class MaskStream:
         image = {"seq": b, "head": int(hs[0]), **_image(spec, eff, pp[:, :256].cpu() & ~u, (self.case.q_lens[b], sk))}
         u_all = self.unwritten
         return _mask_verdict(int((~u_all).sum()), int(self.bad.sum()), int(u_all.sum()), patterns, first, image)
+
+
+def poisoned_spans(case: Case, b: int) -> str:
+    """Sequence ``b``'s poisoned key positions in words: ``keys 0..31 on pages 0-1; tail 37..39 of page 4``."""
+    ps = case.page_size
+    assert ps is not None
+    sk = case.k_lens[b]
+    unseen = (~pages_seen(case, ps, b)).nonzero().flatten().tolist()
+    parts = []
+    if unseen:
+        keys = [j for p in unseen for j in range(p * ps, min(sk, (p + 1) * ps))]
+        parts.append(f"keys {_ranges(keys)} on page{'s' if len(unseen) > 1 else ''} {_ranges(unseen).replace('..', '-')}")
+    if sk % ps:
+        parts.append(f"unused tail {sk}..{-(-sk // ps) * ps - 1} of page {sk // ps}")
+    return "; ".join(parts) if parts else "none of its own: NaN from a page its block table does not reference"
+
+
+def decode_reads(case: Case, probe: torch.Tensor, output: torch.Tensor | None = None) -> ProbeResult:
+    """Which (head, row) pairs of the read probe's output ``probe`` ``(total_q, hq, d)`` are not finite;
+    pairs whose ``output`` (the case's own run) is already not finite are the numeric check's."""
+    bad = (~torch.isfinite(probe.detach().to("cpu", torch.float32))).any(-1)  # (total_q, hq)
+    if output is not None:
+        bad &= torch.isfinite(output.detach().to("cpu", torch.float32)).all(-1)
+    total = sum(case.q_lens) * case.hq
+    if not bad.any():
+        return ProbeResult("ok", f"no NaN from the poisoned KV positions reached any of the {total} (head, row) pairs", 0, total)
+    cq, _ = case.cu_seqlens()
+    words = []
+    for b in range(case.batch):
+        hb = bad[cq[b] : cq[b + 1]].T  # (hq, Sq)
+        if hb.any():
+            h = int(hb.any(1).nonzero()[0])
+            rows = _ranges(hb[h].nonzero().flatten().tolist())
+            words.append(f"seq {b} head {h} rows {rows} (poisoned {poisoned_spans(case, b)})")
+    n = int(bad.sum())
+    detail = f"rows read NaN-poisoned pages outside the window: {'; '.join(words[:3])}"
+    more = f"; and {len(words) - 3} more sequences" if len(words) > 3 else ""
+    return ProbeResult("mismatch", f"{detail}{more} [{n} of {total} (head, row) pairs NaN/Inf]", n, total)
+
+
+def run_read_probe(
+    case: Case, run: RunFn, device: torch.device | str, base: Inputs | None = None, output: torch.Tensor | None = None, paged: bool = True
+) -> ProbeResult:
+    """Run the read probe (see the module docstring); ``paged``: whether the backend has a paged path;
+    ``output``: the case's own output, if run."""
+    if case.page_size is None:
+        return ProbeResult("n/a", "contiguous KV: a kernel may read every key of its tensor (no page to poison)")
+    if not paged:
+        return ProbeResult("not_run", "the backend has no paged-KV path")
+    base = base if base is not None else make_inputs(case, device)
+    probe = dataclasses.replace(base, poison_kv=True)
+    result = decode_reads(case, run(probe), output)
+    if result.status == "ok":
+        unseen = sum(int((~pages_seen(case, case.page_size, b)).sum()) for b in range(case.batch))
+        what = f"{unseen} pages outside every window, the tails of last pages and {UNREFERENCED_PAGES} unreferenced page"
+        result.detail += f" ({what} poisoned)"
+    return result

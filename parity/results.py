@@ -76,6 +76,8 @@ COLUMNS = [
     "layer",  # which of the model's layers: local / global; empty for other cases
     "est_mem_mb",  # the row's estimated device memory (parity.memory.estimate), MiB
     "peak_mem_mb",  # the worker's peak allocated device memory in the row (CUDA), MiB; empty on the CPU
+    "read_check",  # the read probe (paged cases): ok / mismatch / not_run / n/a
+    "read_detail",  # its words
 ]
 
 VERDICTS = ("pass", "fail", "error", "crash", "timeout", "expected", "unexpected-pass", "unsupported", "unavailable")
@@ -88,7 +90,7 @@ FAIL_VERDICTS = (*RAW_FAIL_VERDICTS, "unexpected-pass")
 EXPECT_COLUMNS = ("raw_verdict", "expected_id")
 #: Columns appended after the first release of the schema, in order: older results.csv files lack
 #: them and load with them empty (``runs.read_results``).
-ADDED_COLUMNS = (*EXPECT_COLUMNS, "gpu", "model", "layer", "est_mem_mb", "peak_mem_mb")
+ADDED_COLUMNS = (*EXPECT_COLUMNS, "gpu", "model", "layer", "est_mem_mb", "peak_mem_mb", "read_check", "read_detail")
 #: Columns that hold numbers (the report loader adds a float column ``<name>_f`` for each).
 NUMERIC = (
     "max_abs_err",
@@ -167,6 +169,8 @@ class Verdict:
     mask_detail: str = ""
     gqa_check: str = ""
     gqa_detail: str = ""
+    read_check: str = ""
+    read_detail: str = ""
     time_ms: float | None = None
     est_mem_mb: float | None = None
     peak_mem_mb: float | None = None
@@ -192,7 +196,7 @@ class Verdict:
             v = getattr(self, name)
             out[name] = "" if v is None else v
         out["unwritten"] = ("n/a" if self.unwritten is None else self.unwritten) if self.measured else ""
-        for name in ("worst_where", "mask_check", "mask_detail", "gqa_check", "gqa_detail"):
+        for name in ("worst_where", "mask_check", "mask_detail", "gqa_check", "gqa_detail", "read_check", "read_detail"):
             out[name] = getattr(self, name)
         return out
 
@@ -212,6 +216,8 @@ class Verdict:
                 "mask_detail",
                 "gqa_check",
                 "gqa_detail",
+                "read_check",
+                "read_detail",
             )
         }
         kw["reasons"] = tuple(text["reasons"].split())

@@ -22,6 +22,10 @@ Failure reasons a comparison can give (several may hold at once):
 ``unwritten``          elements of the poisoned output buffer left untouched
 ``mask``               the exact mask probe saw other keys than the spec allows
 ``gqa``                a query head read another kv head than ``h // (hq // hkv)``
+``reads_outside_window``  NaN/Inf in the read probe: a paged kernel read KV positions a
+                       real engine holds garbage in (pages outside every window, the
+                       tail past a sequence's end, unreferenced pages) and multiplied
+                       them by zero probability
 =====================  ==========================================================
 """
 

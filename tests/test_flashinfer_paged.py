@@ -133,6 +133,8 @@ def _attend(q, kb, vb, causal, window_left, scale, softcap):
         ok &= j <= i + d
     if window_left >= 0:
         ok &= j >= i + d - window_left
+    seen = ok.any(0)[:, None, None]  # (Sk, 1, 1): a windowed kernel loads only keys some row sees (the read probe)
+    kb, vb = torch.where(seen, kb, 0), torch.where(seen, vb, 0)  # (Sk, hkv, d) each
     g = q.shape[1] // kb.shape[1]
     kx, vx = kb.double().repeat_interleave(g, 1), vb.double().repeat_interleave(g, 1)
     s = torch.einsum("qhd,khd->hqk", q.double(), kx) * scale

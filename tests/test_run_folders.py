@@ -245,7 +245,7 @@ def test_resume_of_a_run_before_the_memory_columns_keeps_its_rows(tmp_path, caps
     with (out / "results.csv").open(newline="") as fh:
         reader = csv.DictReader(fh)
         rows = list(reader)
-    assert reader.fieldnames == COLUMNS and COLUMNS[-2:] == ["est_mem_mb", "peak_mem_mb"]
+    assert reader.fieldnames == COLUMNS and COLUMNS[-4:-2] == ["est_mem_mb", "peak_mem_mb"]
     dropped = {"gpu", "est_mem_mb", "peak_mem_mb"}
     assert rows[0]["est_mem_mb"] == "" and all(rows[0][c] == v for c, v in old[0].items() if c not in dropped)
     assert float(rows[1]["est_mem_mb"]) > 0 and rows[1]["peak_mem_mb"] == ""  # a new row: estimated, no CUDA peak
@@ -261,3 +261,22 @@ def test_resume_refuses_a_results_csv_without_essential_columns(tmp_path, capsys
     err = capsys.readouterr().err.strip().splitlines()[-1]  # after the "N cases x M backends" line
     assert err.startswith("parity: error: --resume") and "lacks the columns verdict, case_json)" in err and "gpu" not in err
     assert (out / "results.csv").read_text() == before  # left as it was
+
+
+def test_resume_of_a_run_before_the_read_probe_columns_keeps_its_rows(tmp_path, capsys):
+    import csv
+
+    from parity.results import ADDED_COLUMNS, COLUMNS
+
+    out = tmp_path / "old"
+    assert _run("--out", str(out)) == 0
+    old = _drop_columns(out / "results.csv", {"read_check", "read_detail"})  # as written before them
+    capsys.readouterr()
+    assert _run("--out", str(out), "--resume", "--case", CASE2) == 0
+    assert "before the read_check, read_detail columns: they are left empty" in capsys.readouterr().err
+    with (out / "results.csv").open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+    assert reader.fieldnames == COLUMNS and COLUMNS[-2:] == ["read_check", "read_detail"] == list(ADDED_COLUMNS[-2:])
+    assert rows[0]["read_check"] == "" and all(rows[0][c] == v for c, v in old[0].items() if not c.startswith("read_"))
+    assert rows[1]["read_check"] in ("ok", "n/a") and rows[1]["read_detail"]  # a new row: judged, with its words

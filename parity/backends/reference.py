@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..case import Case, Inputs
+from ..case import Case, Inputs, pages_seen
 from ..reference import DEFAULT_BLOCK_BYTES, attention_reference
 from .base import Backend, cuda_unavailable_reason
 
@@ -18,8 +18,8 @@ class ReferenceBackend(Backend):
     supports_paged = True
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        if case.page_size is not None:  # read K/V back through the paged cache
-            k, v = inputs.paged().gather()
+        if case.page_size is not None:  # read K/V back through the paged cache: only the pages some row sees
+            k, v = inputs.paged().gather([pages_seen(case, case.page_size, b) for b in range(case.batch)])
             inputs = inputs.with_tensors(inputs.q, k, v)
         out.copy_(attention_reference(inputs, torch.float64))
         return out

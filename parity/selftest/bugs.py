@@ -140,15 +140,27 @@ class EagerAttention(Backend):
     def paged_mask(self, case: Case, sq: int, sk: int) -> torch.Tensor:
         return self.prefill_mask(case, sq, sk)
 
+    def pages_to_load(self, ok: torch.Tensor, ps: int) -> torch.Tensor:
+        """Which logical pages to load, from the kernel's own mask ``ok`` ``(Sq, Sk)``: those where it
+        sees a key (a windowed kernel skips the rest; engines free or reuse them) -> bool ``(pages,)``."""
+        sk = ok.shape[1]
+        padded = torch.zeros(ok.shape[0], -(-sk // ps) * ps, dtype=torch.bool)  # (Sq, pages*ps)
+        padded[:, :sk] = ok
+        return padded.view(ok.shape[0], -1, ps).any(-1).any(0)
+
     def run_paged(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         cache = inputs.paged()
         ps = cache.page_size
         for b, q, _, _, qs in inputs.sequences():
             sk = int(cache.seqlens_k[b])
+            ok = self.paged_mask(case, q.shape[0], sk)  # (Sq, Sk)
             pages = cache.block_table[b, : -(-sk // ps)].long()  # logical -> physical page
-            k = cache.k_cache[pages].flatten(0, 1)[:sk]  # (Sk, hkv, D)
-            v = cache.v_cache[pages].flatten(0, 1)[:sk]  # (Sk, hkv, D)
-            out[qs] = self.attend(case, q, k, v, self.paged_mask(case, q.shape[0], sk)).to(out.dtype)
+            load = self.pages_to_load(ok, ps)  # (pages,) bool
+            k = torch.zeros(len(pages), ps, case.hkv, case.head_dim, dtype=cache.k_cache.dtype)  # (pages, ps, hkv, D)
+            v = torch.zeros_like(k)  # (pages, ps, hkv, D)
+            k[load], v[load] = cache.k_cache[pages[load]], cache.v_cache[pages[load]]
+            k, v = k.flatten(0, 1)[:sk], v.flatten(0, 1)[:sk]  # (Sk, hkv, D) each
+            out[qs] = self.attend(case, q, k, v, ok).to(out.dtype)
         return out
 
 
@@ -261,6 +273,22 @@ class PagedDropsWindow(EagerAttention):
         i = torch.arange(sq)[:, None]
         j = torch.arange(sk)[None, :]
         return self.visible(case, i, j, self.offset(case, sq, sk), sliding=False)
+
+
+class PagedReadsEveryPage(EagerAttention):
+    """The paged path loads K and V of every page of the block table, the pages outside the window
+    included, and lets the mask zero their probability.
+
+    Exact with finite caches (``0 x v = 0``), but engines free or reuse pages that slid out of
+    the window: there the load returns garbage or NaN, and ``NaN x 0 = NaN``. As in decode
+    kernels that walk the whole block table and mask late, and split-KV schemes whose splits
+    cover pages no row sees.
+    """
+
+    name = "bug-paged-reads-every-page"
+
+    def pages_to_load(self, ok, ps):
+        return torch.ones(-(-ok.shape[1] // ps), dtype=torch.bool)
 
 
 class WindowOnlyWhenLonger(EagerAttention):
@@ -487,6 +515,7 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-top-left-alignment", "top-left alignment when Sq != Sk", TopLeftAlignment),
     PlantedBug("bug-decode-drops-window", "window dropped in decode path", DecodeDropsWindow),
     PlantedBug("bug-paged-drops-window", "window dropped in paged path", PagedDropsWindow),
+    PlantedBug("bug-paged-reads-every-page", "paged path reads pages outside the window (x 0)", PagedReadsEveryPage),
     PlantedBug("bug-window-only-when-longer", "window only when sequence exceeds W", WindowOnlyWhenLonger),
     PlantedBug("bug-sentinel-zero-unbounded", "sentinel: 0 read as unbounded", SentinelZeroIsUnbounded),
     PlantedBug("bug-sentinel-none-zero", "sentinel: None read as 0", SentinelNoneIsZero),

@@ -26,7 +26,7 @@ import math
 import torch
 
 from ..backends.base import Backend
-from ..case import Case, Inputs
+from ..case import Case, Inputs, pages_seen
 from .bugs import EagerAttention
 
 LOG2E = 1.0 / math.log(2.0)
@@ -60,8 +60,8 @@ def sequences_kv(case: Case, inputs: Inputs):
     for b, q, _, _, qs in inputs.sequences():
         sk = int(cache.seqlens_k[b])
         pages = cache.block_table[b, : -(-sk // ps)].long()
-        k = cache.k_cache[pages].flatten(0, 1)[:sk]  # (Sk, hkv, D)
-        v = cache.v_cache[pages].flatten(0, 1)[:sk]  # (Sk, hkv, D)
+        one = dataclasses.replace(cache, block_table=cache.block_table[b : b + 1], seqlens_k=cache.seqlens_k[b : b + 1])
+        k, v = one.gather([pages_seen(case, ps, b)])  # (Sk, hkv, D) each: the pages no row sees are not read
         yield q, k, v, qs, [(p * ps, min(sk, (p + 1) * ps)) for p in range(len(pages))]
 
 

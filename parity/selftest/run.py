@@ -100,6 +100,8 @@ def detect(bug: PlantedBug, cases: list[Case], baselines: BaselineCache | None =
             detail = "mask: " + first["mask_detail"]
         elif first.get("gqa_check") == "mismatch":
             detail = "gqa: " + first["gqa_detail"]
+        elif first.get("read_check") == "mismatch":
+            detail = "reads: " + first["read_detail"]
         else:
             detail = first.get("worst_where", "")
     return Detection(

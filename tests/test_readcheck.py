@@ -1,0 +1,56 @@
+"""The read probe: paged KV positions a real engine holds garbage in hold NaN; a kernel that reads
+them and multiplies by zero probability outputs NaN (reason ``reads_outside_window``)."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from parity import Case, Window
+from parity.api import evaluate
+from parity.backends.reference import ReferenceBackend
+from parity.case import UNREFERENCED_PAGES, make_inputs, pages_seen
+from parity.maskcheck import run_read_probe
+from parity.selftest.bugs import EagerAttention, PagedReadsEveryPage
+
+# seq 0: Sk=37 on 5 pages of 8, window 5 keys back from the last 4 rows: pages 0-2 unseen, tail 37..39
+CASE = Case(hq=2, hkv=1, head_dim=8, q_lens=[4, 3], k_lens=[37, 20], window=Window(left=5, right=0), page_size=8, dtype="float32")
+
+
+def test_poisoned_cache_keeps_every_seen_key_and_poisons_the_rest():
+    inputs = make_inputs(CASE)
+    plain, poisoned = inputs.paged(), dataclasses.replace(inputs, poison_kv=True).paged()
+    assert poisoned.k_cache.shape[0] == plain.k_cache.shape[0] + UNREFERENCED_PAGES
+    assert torch.isnan(poisoned.v_cache[-1]).all() and int(poisoned.block_table.max()) < plain.k_cache.shape[0]
+    need = [pages_seen(CASE, 8, b) for b in range(CASE.batch)]
+    assert need[0].tolist() == [False, False, False, True, True] and need[1].tolist() == [False, True, True]
+    k, v = poisoned.gather(need)  # (total_k, hkv, d): pages no row sees are zeros, never read
+    k0, v0 = plain.gather(need)
+    assert torch.equal(k, k0) and torch.equal(v, v0) and torch.isfinite(k).all()
+    last = int(poisoned.block_table[0, 4])
+    assert torch.isnan(poisoned.k_cache[last, 37 - 32 :]).all() and torch.isfinite(poisoned.k_cache[last, : 37 - 32]).all()
+    assert not torch.isfinite(poisoned.gather()[1]).all()  # every page of the block table: NaN
+    assert torch.isfinite(inputs.k).all()  # contiguous keys stay finite
+
+
+def test_kernel_reading_every_page_fails_with_reads_outside_window():
+    row = evaluate(PagedReadsEveryPage(), CASE)
+    assert row["verdict"] == "fail" and row["reasons"].split() == ["reads_outside_window"], row["reasons"]
+    assert row["read_check"] == "mismatch" and row["mask_check"] == "ok"
+    words = row["read_detail"]
+    assert "seq 0 head 0 rows 0..3 (poisoned keys 0..23 on pages 0-2; unused tail 37..39 of page 4)" in words, words
+
+
+@pytest.mark.parametrize("backend", [ReferenceBackend(), EagerAttention()], ids=["reference", "eager"])
+def test_honest_paged_paths_read_only_what_they_need(backend):
+    row = evaluate(backend, CASE)
+    assert row["verdict"] == "pass" and row["read_check"] == "ok", row["read_detail"]
+
+
+def test_skipped_probe_says_why():
+    dense = dataclasses.replace(CASE, page_size=None)
+    row = evaluate(EagerAttention(), dense)
+    assert row["read_check"] == "n/a" and "contiguous KV" in row["read_detail"]
+    result = run_read_probe(CASE, lambda inp: inp.q, "cpu", paged=False)
+    assert result.status == "not_run" and "no paged-KV path" in result.detail
+    assert evaluate(EagerAttention(), CASE, probes=False)["read_check"] == "not_run"
