@@ -152,6 +152,8 @@ class Recorder:
                 ok &= j >= i + d - left
             if right >= 0:
                 ok &= j <= i + d + right
+            seen = ok.any(0)[:, None, None]  # (Sk, 1, 1): a windowed kernel loads only keys some row sees (the read probe)
+            kb, vb = torch.where(seen, kb, 0), torch.where(seen, vb, 0)  # (Sk, hkv, d) each
             g = q.shape[1] // kb.shape[1]
             kx, vx = kb.double().repeat_interleave(g, 1), vb.double().repeat_interleave(g, 1)  # (Sk, hq, d)
             s = torch.einsum("qhd,khd->hqk", q[q0:q1].double(), kx) * softmax_scale
