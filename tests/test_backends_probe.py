@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from parity import backends
 from parity.cli.backends import _infos_fast, _infos_in_workers
 
@@ -25,6 +27,7 @@ def _plant(tmp_path):
     (dist / "entry_points.txt").write_text("[attn_parity.backends]\ncrashy = crashy_kernel:Boom\n")
 
 
+@pytest.mark.slow  # every backend's availability twice, in worker processes (about 25 s)
 def test_shared_worker_gives_the_same_availability_as_one_worker_each(tmp_path, monkeypatch):
     _plant(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))

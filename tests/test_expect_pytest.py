@@ -17,7 +17,12 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from tests.test_expect import FAKE_TOML, KNOWN, KNOWN_PLUS, STRICT_ON_REFERENCE
+
+#: each test runs a child pytest with the thorough profile (about a minute in all): `pytest -m slow`, CI runs them
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 
