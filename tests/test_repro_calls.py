@@ -22,7 +22,7 @@ import pytest
 from parity import Case, Window, backends
 from parity.api import evaluate
 from parity.backends import flash_attn, flash_attn4, flashinfer, flex, jax_attn, sdpa, torch_fa2, vllm_fa, xformers
-from parity.repro_script import build_script
+from tests.test_export_repro import _script  # the script of one backend on one case, as export-repro writes it
 
 DENSE = Case(q_lens=(48, 48), k_lens=(64, 64), hq=4, hkv=2, head_dim=64, dtype="bfloat16", window=Window(15, 0))
 DECODE = Case(q_lens=(1, 1), k_lens=(300, 37), hq=8, hkv=2, head_dim=64, dtype="bfloat16", window=Window(None, 0))
@@ -58,16 +58,6 @@ CALLS = {
     "jax-cudnn-cuda": (jax_attn.jax_attention, DENSE),
     "jax-cudnn-causal-cuda": (jax_attn.jax_attention, DENSE),
 }
-
-
-def _meta(case: Case, spec: str) -> dict:
-    return {"backend": spec, "summary": case.summary(), "verdict": "fail", "case_json": case.to_json(), "command": "python x.py"}
-
-
-def _script(spec: str, case: Case) -> str:
-    backend = backends.get(spec)
-    assert backend.unsupported_reason(case) is None, (spec, backend.unsupported_reason(case))
-    return build_script(case, backend.repro_call(case), backend.device, _meta(case, spec))
 
 
 def test_every_backend_with_a_repro_path_is_covered():
