@@ -286,6 +286,16 @@ class PagedKV:
 
 
 @dataclasses.dataclass
+class PaddedKV:
+    """A padded KV cache with used lengths (see :meth:`Inputs.padded`): the layout of
+    ``flash_attn_with_kvcache``'s ``cache_seqlens`` and of ``seqused_k``-style caches."""
+
+    k_cache: torch.Tensor  # (B, capacity, hkv, d)
+    v_cache: torch.Tensor  # (B, capacity, hkv, d)
+    seqlens_k: torch.Tensor  # (B,) int32: the used length of each row of the cache
+
+
+@dataclasses.dataclass
 class Inputs:
     """Packed tensors for one case (see the module docstring for shapes)."""
 
@@ -295,8 +305,8 @@ class Inputs:
     v: torch.Tensor  # (total_k, hkv, d)
     cu_seqlens_q: torch.Tensor  # (B + 1,) int32
     cu_seqlens_k: torch.Tensor  # (B + 1,) int32
-    #: The read probe's inputs: :meth:`paged` fills what a real engine holds garbage in with NaN
-    #: (:func:`poison_paged`); the packed ``k``/``v`` stay finite.
+    #: The read probe's inputs: :meth:`paged` and :meth:`padded` fill what a real engine holds
+    #: garbage in with NaN (:func:`poison_paged`, :func:`poison_padded`); the packed ``k``/``v`` stay finite.
     poison_kv: bool = False
 
     @property
@@ -336,6 +346,16 @@ class Inputs:
         k_cache, v_cache, table, seqlens = paged_layout(self.k, self.v, list(self.case.k_lens), ps, self.case.seed)
         cache = PagedKV(k_cache, v_cache, table, seqlens, ps)
         return poison_paged(self.case, cache) if self.poison_kv else cache
+
+    def padded(self) -> PaddedKV:
+        """The keys and values as a padded cache ``(B, capacity, hkv, d)`` with used lengths
+        ``seqlens_k`` = ``k_lens`` (:func:`padded_layout`; ``capacity`` = :func:`padded_capacity`, so
+        every sequence has unused slots, as in an engine's preallocated cache). Zeros past each
+        used length; NaN there in the read probe (:func:`poison_padded`)."""
+        cap = padded_capacity(self.case.k_lens)
+        k_cache, v_cache, seqlens = padded_layout(self.k, self.v, list(self.case.k_lens), cap)
+        cache = PaddedKV(k_cache, v_cache, seqlens)
+        return poison_padded(cache) if self.poison_kv else cache
 
     def with_tensors(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Inputs:
         return dataclasses.replace(self, q=q, k=k, v=v)
@@ -382,6 +402,22 @@ def poison_paged(case: Case, cache: PagedKV) -> PagedKV:
             v[pages[-1], sk % ps :] = float("nan")
     extra = torch.full((UNREFERENCED_PAGES, *k.shape[1:]), float("nan"), dtype=k.dtype, device=k.device)  # (1, ps, hkv, d)
     return dataclasses.replace(cache, k_cache=torch.cat([k, extra]), v_cache=torch.cat([v, extra]))
+
+
+def padded_capacity(k_lens) -> int:
+    """The capacity of :meth:`Inputs.padded`'s cache: the longest sequence plus at least one
+    unused slot, rounded up to a multiple of 16 (so the read probe has positions to poison in
+    every sequence)."""
+    return -(-(max(k_lens) + 1) // 16) * 16
+
+
+def poison_padded(cache: PaddedKV) -> PaddedKV:
+    """``cache`` as a real engine holds it: NaN past each sequence's used length (slots that
+    hold another request's or stale keys); the used positions are unchanged."""
+    k, v = cache.k_cache.clone(), cache.v_cache.clone()  # (B, capacity, hkv, d) each
+    for b, n in enumerate(cache.seqlens_k.tolist()):
+        k[b, n:], v[b, n:] = float("nan"), float("nan")
+    return dataclasses.replace(cache, k_cache=k, v_cache=v)
 
 
 def make_inputs(case: Case, device: torch.device | str = "cpu") -> Inputs:
@@ -481,3 +517,16 @@ def paged_layout(k, v, k_lens: list, page_size: int, seed: int):
             v_cache[phys, : j1 - j0] = v[start + j0 : start + j1]
         start += sk
     return k_cache, v_cache, table.to(dev), torch.tensor(k_lens, dtype=torch.int32, device=dev)
+
+
+def padded_layout(k, v, k_lens: list, capacity: int):
+    """Packed ``k``, ``v`` ``(total_k, hkv, d)`` as padded caches ``(B, capacity, hkv, d)``, zero past
+    each sequence's end, and the used lengths ``seqlens_k`` ``(B,)`` int32, on ``k``'s device."""
+    k_cache = k.new_zeros(len(k_lens), capacity, *k.shape[1:])  # (B, capacity, hkv, d)
+    v_cache = torch.zeros_like(k_cache)  # (B, capacity, hkv, d)
+    k0 = 0
+    for b, sk in enumerate(k_lens):
+        k_cache[b, :sk] = k[k0 : k0 + sk]
+        v_cache[b, :sk] = v[k0 : k0 + sk]
+        k0 += sk
+    return k_cache, v_cache, torch.tensor(k_lens, dtype=torch.int32, device=k.device)

@@ -196,7 +196,8 @@ def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeat
             result["mask"] = run_mask_probe(case, run, device, max_passes, base=inputs).to_dict()
             result["gqa"] = run_gqa_probe(case, run, device, base=inputs).to_dict()
             paged = bool(getattr(backend, "supports_paged", False))
-            result["reads"] = run_read_probe(case, run, device, inputs, res, paged).to_dict()
+            padded = bool(backend.padded_kv(case)) if hasattr(backend, "padded_kv") else False
+            result["reads"] = run_read_probe(case, run, device, inputs, res, paged, padded).to_dict()
             probe_s = time.perf_counter() - t_probe
             probe_call_s = spent()
         # where the worker's time went (the sweep sums these into OUT/timing.json):

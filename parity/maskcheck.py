@@ -23,13 +23,15 @@ GQA probe
     ``V`` of kv head ``g`` is the constant ``g + 1``; query head ``h`` must output
     ``h // (hq // hkv) + 1`` in every row that sees a key.
 
-Read probe (paged cases)
-    The case's own inputs, with the paged cache as a real engine holds it
+Read probe (paged cases, and padded caches with used lengths)
+    The case's own inputs, with the cache as a real engine holds it: paged
     (:func:`parity.case.poison_paged`): NaN in pages wholly outside every window of their
-    sequence, in the unused tail of each last page, and in a page no block table references.
-    A kernel that reads only what it needs outputs finite values; one that loads a poisoned
-    page and multiplies it by a zero probability outputs NaN there (``NaN x 0 = NaN``).
-    Contiguous keys stay finite (a dense kernel may read every key of its tensor): ``n/a``.
+    sequence, in the unused tail of each last page, and in a page no block table references;
+    padded (:func:`parity.case.poison_padded`, backends whose ``padded_kv(case)`` is true):
+    NaN in the slots past each sequence's used length. A kernel that reads only what it needs
+    outputs finite values; one that loads a poisoned position and multiplies it by a zero
+    probability outputs NaN there (``NaN x 0 = NaN``). Contiguous keys of a sequence stay
+    finite (a dense kernel may read every key of its tensor): ``n/a``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from typing import Any
 
 import torch
 
-from .case import UNREFERENCED_PAGES, Case, Inputs, make_inputs, pages_seen
+from .case import UNREFERENCED_PAGES, Case, Inputs, make_inputs, padded_capacity, pages_seen
 from .verdict import POISON
 
 #: A key counts as visible when its weight exceeds this fraction of the row's largest.
@@ -521,10 +523,12 @@ class MaskStream:
 
 
 def poisoned_spans(case: Case, b: int) -> str:
-    """Sequence ``b``'s poisoned key positions in words: ``keys 0..31 on pages 0-1; tail 37..39 of page 4``."""
+    """Sequence ``b``'s poisoned key positions in words: ``keys 0..31 on pages 0-1; tail 37..39 of page 4``
+    (paged), ``slots 37..47 past its used length 37`` (a padded cache)."""
     ps = case.page_size
-    assert ps is not None
     sk = case.k_lens[b]
+    if ps is None:
+        return f"slots {sk}..{padded_capacity(case.k_lens) - 1} past its used length {sk}"
     unseen = (~pages_seen(case, ps, b)).nonzero().flatten().tolist()
     parts = []
     if unseen:
@@ -553,25 +557,37 @@ def decode_reads(case: Case, probe: torch.Tensor, output: torch.Tensor | None = 
             rows = _ranges(hb[h].nonzero().flatten().tolist())
             words.append(f"seq {b} head {h} rows {rows} (poisoned {poisoned_spans(case, b)})")
     n = int(bad.sum())
-    detail = f"rows read NaN-poisoned pages outside the window: {'; '.join(words[:3])}"
+    where = "pages outside the window" if case.page_size is not None else "cache slots past the used length"
+    detail = f"rows read NaN-poisoned {where}: {'; '.join(words[:3])}"
     more = f"; and {len(words) - 3} more sequences" if len(words) > 3 else ""
     return ProbeResult("mismatch", f"{detail}{more} [{n} of {total} (head, row) pairs NaN/Inf]", n, total)
 
 
 def run_read_probe(
-    case: Case, run: RunFn, device: torch.device | str, base: Inputs | None = None, output: torch.Tensor | None = None, paged: bool = True
+    case: Case,
+    run: RunFn,
+    device: torch.device | str,
+    base: Inputs | None = None,
+    output: torch.Tensor | None = None,
+    paged: bool = True,
+    padded: bool = False,
 ) -> ProbeResult:
     """Run the read probe (see the module docstring); ``paged``: whether the backend has a paged path;
-    ``output``: the case's own output, if run."""
-    if case.page_size is None:
+    ``padded``: whether it reads this (contiguous) case through a padded cache with used lengths
+    (:meth:`parity.case.Inputs.padded`); ``output``: the case's own output, if run."""
+    if case.page_size is None and not padded:
         return ProbeResult("n/a", "contiguous KV: a kernel may read every key of its tensor (no page to poison)")
-    if not paged:
+    if case.page_size is not None and not paged:
         return ProbeResult("not_run", "the backend has no paged-KV path")
     base = base if base is not None else make_inputs(case, device)
     probe = dataclasses.replace(base, poison_kv=True)
     result = decode_reads(case, run(probe), output)
     if result.status == "ok":
-        unseen = sum(int((~pages_seen(case, case.page_size, b)).sum()) for b in range(case.batch))
-        what = f"{unseen} pages outside every window, the tails of last pages and {UNREFERENCED_PAGES} unreferenced page"
+        if case.page_size is None:
+            spare = case.batch * padded_capacity(case.k_lens) - sum(case.k_lens)
+            what = f"{spare} cache slots past the sequences' used lengths"
+        else:
+            unseen = sum(int((~pages_seen(case, case.page_size, b)).sum()) for b in range(case.batch))
+            what = f"{unseen} pages outside every window, the tails of last pages and {UNREFERENCED_PAGES} unreferenced page"
         result.detail += f" ({what} poisoned)"
     return result

@@ -54,3 +54,30 @@ def test_skipped_probe_says_why():
     result = run_read_probe(CASE, lambda inp: inp.q, "cpu", paged=False)
     assert result.status == "not_run" and "no paged-KV path" in result.detail
     assert evaluate(EagerAttention(), CASE, probes=False)["read_check"] == "not_run"
+
+
+# decode against a padded cache (cache_seqlens / seqused_k): Sk 37 and 20 in a cache of 48 slots
+DECODE = Case(hq=2, hkv=1, head_dim=8, q_lens=[1, 1], k_lens=[37, 20], window=Window(left=5, right=0), dtype="float32")
+
+
+def test_padded_cache_poisons_only_the_slots_past_each_used_length():
+    inputs = make_inputs(DECODE)
+    plain, poisoned = inputs.padded(), dataclasses.replace(inputs, poison_kv=True).padded()
+    assert plain.k_cache.shape == poisoned.k_cache.shape == (2, 48, 1, 8)
+    for b, n in enumerate([37, 20]):
+        assert torch.equal(poisoned.k_cache[b, :n], plain.k_cache[b, :n]) and torch.isfinite(poisoned.v_cache[b, :n]).all()
+        assert torch.isnan(poisoned.k_cache[b, n:]).all() and torch.isnan(poisoned.v_cache[b, n:]).all()
+    assert poisoned.seqlens_k.tolist() == [37, 20]
+
+
+def test_decode_reading_the_cache_capacity_fails_with_reads_outside_window():
+    from parity.selftest.bugs import DecodeReadsCacheCapacity
+
+    row = evaluate(DecodeReadsCacheCapacity(), DECODE)
+    assert row["verdict"] == "fail" and row["reasons"].split() == ["reads_outside_window"], row["reasons"]
+    words = row["read_detail"]
+    assert "cache slots past the used length" in words, words
+    assert "seq 0 head 0 rows 0 (poisoned slots 37..47 past its used length 37)" in words, words
+    honest = evaluate(EagerAttention(), DECODE)
+    assert honest["verdict"] == "pass" and honest["read_check"] == "ok", honest["read_detail"]
+    assert "39 cache slots past the sequences' used lengths" in honest["read_detail"]

@@ -66,6 +66,12 @@ class Backend:
     #: True when ``run`` reads a paged KV cache (``inputs.paged()``) for cases with a
     #: ``page_size``; other backends get those cases recorded as unsupported.
     supports_paged: bool = False
+    def padded_kv(self, case: Case) -> bool:
+        """True when ``run`` reads this contiguous case's keys through a padded cache with used
+        lengths (``inputs.padded()``, as ``cache_seqlens`` / ``seqused_k`` kernels do): the read
+        probe then poisons the slots past each used length."""
+        return False
+
     #: Rough relative cost of one sweep case (compile-bound backends are high); ``--jobs``
     #: lanes are balanced on it.
     cost_hint: float = 1.0

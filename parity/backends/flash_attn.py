@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from ..case import Case, Inputs
+from ..case import Case, Inputs, padded_capacity, padded_layout
 from .base import Backend, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
 from .torch_fa2 import FA2_REFUSALS, fa2_case_reason, fa2_window
 
@@ -68,22 +68,9 @@ def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, d
     return o.reshape(q.shape)  # (total_q, hq, d)
 
 
-def contiguous_kv_cache(k, v, k_lens):
-    """Packed ``k`` / ``v`` ``(total_k, hkv, d)`` as ``flash_attn_with_kvcache``'s contiguous caches
-    ``(B, Sk_max, hkv, d)``, zero past each sequence's end."""
-    k_cache = k.new_zeros(len(k_lens), max(k_lens), *k.shape[1:])  # (B, Sk_max, hkv, d)
-    v_cache = torch.zeros_like(k_cache)  # (B, Sk_max, hkv, d)
-    k0 = 0
-    for b, sk in enumerate(k_lens):
-        k_cache[b, :sk] = k[k0 : k0 + sk]
-        v_cache[b, :sk] = v[k0 : k0 + sk]
-        k0 += sk
-    return k_cache, v_cache
-
-
 def flash_attn_kvcache_attention(q, k_cache, v_cache, q_lens, k_lens, block_table, scale, window_size, softcap):
     """``flash_attn.flash_attn_with_kvcache``: packed ``q`` ``(total_q, hq, d)`` with one ``Sq`` for every
-    sequence against caches ``(B, Sk_max, hkv, d)`` (``block_table`` None) or paged caches ``(pages,
+    sequence against caches ``(B, capacity, hkv, d)`` (``block_table`` None) or paged caches ``(pages,
     page_size, hkv, d)`` with ``block_table`` ``(B, max_pages)`` int32; ``cache_seqlens`` = ``k_lens``.
     Returns ``(total_q, hq, d)``. ``window_size`` as in :func:`flash_attn_attention`."""
     from flash_attn import flash_attn_with_kvcache
@@ -164,6 +151,9 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
     supports_paged = True
     description = "flash_attn.flash_attn_with_kvcache (cache_seqlens; block_table for paged KV)"
 
+    def padded_kv(self, case: Case) -> bool:
+        return case.page_size is None  # contiguous cases: a padded cache with cache_seqlens
+
     def unsupported_reason(self, case: Case) -> str | None:
         if len(set(case.q_lens)) != 1:
             return "flash_attn_with_kvcache takes one Sq for the whole batch"
@@ -176,7 +166,8 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
             paged = inputs.paged()
             k_cache, v_cache, table = paged.k_cache, paged.v_cache, paged.block_table  # (pages, ps, hkv, d) x2, (B, P)
         else:
-            (k_cache, v_cache), table = contiguous_kv_cache(inputs.k, inputs.v, case.k_lens), None  # (B, Sk_max, hkv, d) x2
+            padded = inputs.padded()
+            k_cache, v_cache, table = padded.k_cache, padded.v_cache, None  # (B, capacity, hkv, d) x2
         with refusals(FA2_REFUSALS, "flash_attn"):
             o = flash_attn_kvcache_attention(
                 inputs.q, k_cache, v_cache, case.q_lens, case.k_lens, table, case.softmax_scale, **self._kw(case)
@@ -192,10 +183,11 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
         if case.page_size is not None:
             caches = "k_cache, v_cache, table, _ = paged_layout(k, v, K_LENS, PAGE_SIZE, SEED)  # (pages, ps, hkv, d) x2, (B, P)"
         else:
-            caches = "(k_cache, v_cache), table = contiguous_kv_cache(k, v, K_LENS), None  # (B, Sk_max, hkv, d) x2"
+            cap = padded_capacity(case.k_lens)
+            caches = f"k_cache, v_cache, _ = padded_layout(k, v, K_LENS, {cap}); table = None  # (B, {cap}, hkv, d) x2"
         kw = self._kw(case)
         return embed(
-            [contiguous_kv_cache, flash_attn_kvcache_attention],
+            [padded_layout, flash_attn_kvcache_attention],
             f"""\
             def attention(q, k, v):
                 {caches}

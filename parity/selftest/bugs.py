@@ -124,17 +124,20 @@ class EagerAttention(Backend):
             ok &= j <= pos + wr
         return ok
 
+    def padded_kv(self, case: Case) -> bool:
+        return case.page_size is None and max(case.q_lens) == 1  # the decode path's padded cache
+
+    def decode_keys(self, used: int, capacity: int) -> int:
+        """How many slots of a sequence's padded cache the decode path loads: its used length."""
+        return used
+
     def run_decode(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        b = case.batch
-        sk_max = max(case.k_lens)
-        kc = torch.zeros(b, sk_max, case.hkv, case.head_dim, dtype=inputs.k.dtype)  # (B, Sk, hkv, D)
-        vc = torch.zeros_like(kc)  # (B, Sk, hkv, D)
-        for n, (_, _, k, v, _) in enumerate(inputs.sequences()):
-            kc[n, : k.shape[0]] = k
-            vc[n, : v.shape[0]] = v
-        ok = self.decode_mask(case, torch.tensor(case.k_lens), sk_max)  # (B, Sk)
-        for n in range(b):
-            out[n : n + 1] = self.attend(case, inputs.q[n : n + 1], kc[n], vc[n], ok[n : n + 1]).to(out.dtype)
+        cache = inputs.padded()  # (B, capacity, hkv, D) x2, used lengths (B,)
+        kc, vc = cache.k_cache, cache.v_cache
+        ok = self.decode_mask(case, cache.seqlens_k.long(), kc.shape[1])  # (B, capacity)
+        for n, used in enumerate(cache.seqlens_k.tolist()):
+            m = self.decode_keys(used, kc.shape[1])
+            out[n : n + 1] = self.attend(case, inputs.q[n : n + 1], kc[n, :m], vc[n, :m], ok[n : n + 1, :m]).to(out.dtype)
         return out
 
     def paged_mask(self, case: Case, sq: int, sk: int) -> torch.Tensor:
@@ -289,6 +292,21 @@ class PagedReadsEveryPage(EagerAttention):
 
     def pages_to_load(self, ok, ps):
         return torch.ones(-(-ok.shape[1] // ps), dtype=torch.bool)
+
+
+class DecodeReadsCacheCapacity(EagerAttention):
+    """The decode path loads the whole preallocated cache and masks the slots past each
+    sequence's used length (``cache_seqlens`` / ``seqused_k``) by a zero probability.
+
+    Exact while the spare slots hold zeros, but in an engine they hold another request's or
+    stale keys, garbage or NaN, and ``NaN x 0 = NaN``: decode kernels that let padding lanes
+    into the softmax, or split-KV schemes with splits past the used length.
+    """
+
+    name = "bug-decode-reads-cache-capacity"
+
+    def decode_keys(self, used, capacity):
+        return capacity
 
 
 class WindowOnlyWhenLonger(EagerAttention):
@@ -516,6 +534,7 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-decode-drops-window", "window dropped in decode path", DecodeDropsWindow),
     PlantedBug("bug-paged-drops-window", "window dropped in paged path", PagedDropsWindow),
     PlantedBug("bug-paged-reads-every-page", "paged path reads pages outside the window (x 0)", PagedReadsEveryPage),
+    PlantedBug("bug-decode-reads-cache-capacity", "decode reads slots past the used length (x 0)", DecodeReadsCacheCapacity),
     PlantedBug("bug-window-only-when-longer", "window only when sequence exceeds W", WindowOnlyWhenLonger),
     PlantedBug("bug-sentinel-zero-unbounded", "sentinel: 0 read as unbounded", SentinelZeroIsUnbounded),
     PlantedBug("bug-sentinel-none-zero", "sentinel: None read as 0", SentinelNoneIsZero),
