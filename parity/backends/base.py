@@ -66,6 +66,7 @@ class Backend:
     #: True when ``run`` reads a paged KV cache (``inputs.paged()``) for cases with a
     #: ``page_size``; other backends get those cases recorded as unsupported.
     supports_paged: bool = False
+
     def padded_kv(self, case: Case) -> bool:
         """True when ``run`` reads this contiguous case's keys through a padded cache with used
         lengths (``inputs.padded()``, as ``cache_seqlens`` / ``seqused_k`` kernels do): the read
