@@ -101,8 +101,8 @@ class StudyConfig:
     model: str = "cpu-tiny"  # a model folder, or a fixed-step preset of parity.decode.train
     dtypes: tuple[str, ...] = ("bfloat16", "float16")
     prompts: int = 48
-    prompt_len: int | None = None  # None: a quarter of the model's training context
-    steps: int | None = None  # None: half the model's training context
+    prompt_len: int | None = None  # None: a quarter of the training context, at least twice the window
+    steps: int | None = None  # None: half the training context, at most what is left of it after the prompt
     device: str = "cpu"
     tie_factor: float = 4.0
     time_limit: float = 10.0  # seconds per backend and dtype, after its warm-up (prefill + first step)
@@ -304,7 +304,7 @@ def flip_records(name: str, dtype: str, vs: str, flip, got, ref_tokens, ref_marg
                 "margin_over_noise": _f(marg / noise, 4) if noise > 0 else "",
                 "err": _f(float(err[s, b])),
                 "class": "real" if marg > threshold else "near_tie",
-                "context": lm.decode_tokens(ctx.tolist()),
+                "context": repr(lm.decode_tokens(ctx.tolist())),
             }
         )
     return out
@@ -438,13 +438,26 @@ def _reference(base, cfg: StudyConfig, heldout: bytes, device, prompt_len: int, 
 
 
 def run_study(specs: Sequence[str], cfg: StudyConfig, out_dir: Path | None = None, log: Callable[[str], None] | None = None) -> StudyResult:
-    """Every backend of ``specs`` in every dtype of ``cfg`` on the language model ``cfg.model``."""
+    """Every backend of ``specs`` in every dtype of ``cfg`` on the language model ``cfg.model``.
+
+    On the CPU the work runs on one intra-op thread (small tensors; restored after)."""
+    threads = torch.get_num_threads()
+    if torch.device(cfg.device).type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        return _run_study(specs, cfg, out_dir, log)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_study(specs: Sequence[str], cfg: StudyConfig, out_dir: Path | None, log: Callable[[str], None] | None) -> StudyResult:
     t_start = time.perf_counter()
     log = log or (lambda s: None)
     device = torch.device(cfg.device)
     base, config, metrics, heldout = load_model(cfg, log)
     context = int(config.get("train", {}).get("context") or 256)
-    prompt_len, steps = cfg.prompt_len or context // 4, cfg.steps or context // 2
+    prompt_len = cfg.prompt_len or max(context // 4, 2 * int(config["model"]["window"]))
+    steps = cfg.steps or max(1, min(context // 2, context - prompt_len))
     cfg = dataclasses.replace(cfg, prompt_len=prompt_len, steps=steps)
     if prompt_len + steps > context:
         log(f"decode: note: prompt + steps ({prompt_len + steps}) exceed the training context ({context})")
