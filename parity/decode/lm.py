@@ -18,7 +18,7 @@ with no download:
   every prompt of a decode step at once, as an engine does.
 
 A trained model is a folder (:func:`save` / :func:`load`): ``config.json`` (model config,
-preset, tokenizer, corpus digest), ``weights-NN.pt`` (float32 shards, each < 16 MiB) and
+preset, tokenizer, corpus digest), ``weights-NN.pt`` (bfloat16 shards, each < 16 MiB) and
 ``metrics.json`` (held-out loss and the top-1/top-2 margin distribution).
 """
 
@@ -42,6 +42,9 @@ EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "i
 HELDOUT_MOD = 20
 VOCAB = 256
 SHARD_BYTES = 15 * 2**20  # < 16 MiB per weights file
+#: The weights are stored (and the trainer rounds them) in bfloat16: the stored model is exactly the
+#: model every dtype runs (float64 and float32 hold bfloat16 values exactly), at half the size.
+WEIGHTS_DTYPE = torch.bfloat16
 
 #: ``attn(layer, q, k, v, window, softcap, q_lens, k_lens) -> out``: q ``(total_q, hq, hd)``,
 #: k / v ``(total_k, hkv, hd)`` packed over the batch (sequence ``b`` is rows
@@ -233,11 +236,11 @@ def save(model: TextLM, folder: Path, config_extra: dict, metrics: dict) -> list
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
     for name, t in model.state_dict().items():
-        n = t.numel() * t.element_size()
+        n = t.numel() * WEIGHTS_DTYPE.itemsize
         if shards[-1] and size + n > SHARD_BYTES:
             shards.append({})
             size = 0
-        shards[-1][name] = t.detach().float().cpu().contiguous()
+        shards[-1][name] = t.detach().to(WEIGHTS_DTYPE).cpu().contiguous()
         size += n
     written = []
     for i, shard in enumerate(shards):
@@ -253,13 +256,13 @@ def load(folder: Path) -> tuple[TextLM, dict, dict]:
     """``(model (float32, eval), config.json, metrics.json)`` of a folder written by :func:`save`."""
     folder = Path(folder)
     if not (folder / "config.json").is_file():
-        raise UserError(f"{folder}: not a decode language model folder (no config.json; train one with python -m parity.decode.train)")
+        raise UserError(f"{folder}: not a decode language model folder (no config.json; train one with python -m parity decode-train)")
     config = json.loads((folder / "config.json").read_text())
     metrics = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").is_file() else {}
     model = TextLM(model_config(config["model"]))
     state: dict[str, torch.Tensor] = {}
     for path in sorted(folder.glob("weights-*.pt")):
-        state.update(torch.load(path, map_location="cpu", weights_only=True))
+        state.update({k: v.float() for k, v in torch.load(path, map_location="cpu", weights_only=True).items()})
     model.load_state_dict(state)
     model.eval()
     return model, config, metrics

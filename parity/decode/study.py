@@ -1,7 +1,7 @@
 """The decode study on a language model: how often does an honest backend swap flip a greedy token?
 
 ``parity decode --lm MODEL`` (:func:`run_study`). ``MODEL`` is a folder written by
-``python -m parity.decode.train`` or the preset ``cpu-tiny`` (trained and cached on the fly).
+``python -m parity decode-train`` or the preset ``cpu-tiny`` (trained and cached on the fly).
 For ``prompts`` held-out snippets of the standard library (``prompt_len`` bytes each):
 
 1. **Reference**: the model in float64 with float64 attention decodes ``steps`` greedy tokens
@@ -98,7 +98,7 @@ BASELINE = "baseline"
 
 @dataclasses.dataclass(frozen=True)
 class StudyConfig:
-    model: str = "cpu-tiny"  # a model folder, or a fixed-step preset of parity.decode.train
+    model: str = "cpu-tiny"  # a model folder, or a fixed-step preset of parity.decode.train.PRESETS
     dtypes: tuple[str, ...] = ("bfloat16", "float16")
     prompts: int = 48
     prompt_len: int | None = None  # None: a quarter of the training context, at least twice the window

@@ -1,12 +1,13 @@
-"""Train the decode study's language model (:mod:`parity.decode.lm`): ``python -m parity.decode.train``.
+"""Train the decode study's language model (:mod:`parity.decode.lm`): ``python -m parity decode-train``
+(also ``python -m parity.decode.train``; the command line: :mod:`parity.cli.decode_train`).
 
 Presets:
 
 * ``cpu-tiny``: 3 layers (local, local, global), GQA 2:1, head dim 64, window 16, context 64;
   a fixed number of AdamW steps on one CPU thread (deterministic for a torch build), cached in
   ``$PARITY_CACHE_DIR/decode/lm`` (or ``~/.cache/attn-parity``): the tests' model.
-* ``gpu``: 6 layers (5 local : 1 global, as Gemma 3), d_model 512, GQA 8:2, head dim 64,
-  window 128, context 512, about 17 M parameters; trained under bf16 autocast for
+* ``gpu``: 6 layers (5 local : 1 global, as Gemma 3), d_model 384, GQA 6:2, head dim 64,
+  window 128, context 512, 7.4 M parameters (one 15 MB weights file); trained under bf16 autocast for
   ``--time-budget-s`` seconds of wall clock (cosine schedule over the budget).
 
 Both write a model folder (:func:`parity.decode.lm.save`) with the held-out loss (nats per
@@ -16,7 +17,6 @@ over held-out positions (quantiles, shares below thresholds, a histogram).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
-from .lm import TextLM, config_dict, encode, load, load_corpus, save
+from .lm import WEIGHTS_DTYPE, TextLM, config_dict, encode, load, load_corpus, save
 from .model import ModelConfig
 from .task import cache_dir
 
@@ -55,14 +55,14 @@ PRESETS: dict[str, TrainSpec] = {
         context=64,
         batch=16,
         lr=4e-3,
-        steps=300,
+        steps=200,
         warmup=20,
         max_bytes=600_000,
         eval_seqs=32,
     ),
     "gpu": TrainSpec(
         "gpu",
-        ModelConfig(arch="mistral", vocab=256, d_model=512, n_layers=6, hq=8, hkv=2, head_dim=64, d_ff=1408, window=128, global_every=6),
+        ModelConfig(arch="mistral", vocab=256, d_model=384, n_layers=6, hq=6, hkv=2, head_dim=64, d_ff=704, window=128, global_every=6),
         context=512,
         batch=64,
         lr=2e-3,
@@ -180,6 +180,9 @@ def _train(spec: TrainSpec, device: str, time_budget: float | None, log) -> tupl
     data = encode(corpus.train).to(torch.uint8).to(device)  # (N,)
     steps, last = _train_loop(model, spec, data, device, time_budget, log)
     train_s = time.perf_counter() - t0
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(WEIGHTS_DTYPE))  # the stored weights (lm.WEIGHTS_DTYPE); metrics are of this model
     metrics = {"train_steps": steps, "train_tokens": steps * spec.batch * spec.context, "final_train_loss": round(last, 5)}
     metrics.update(evaluate(model, encode(corpus.heldout).to(device), spec, device))
     metrics["train_seconds"] = round(train_s, 2)
@@ -200,9 +203,10 @@ def cached(preset: str = "cpu-tiny", log=None, use_cache: bool = True) -> tuple[
     """A fixed-step preset's model from the cache, trained (one CPU thread) and cached when missing."""
     spec = PRESETS[preset]
     if spec.steps is None:
-        raise UserError(f"preset {preset} trains for a time budget; train it with python -m parity.decode.train")
+        raise UserError(f"preset {preset} trains for a time budget; train it with python -m parity decode-train")
     corpus_digest = load_corpus(spec.max_bytes).digest
-    blob = json.dumps({"spec": dataclasses.asdict(spec), "corpus": corpus_digest, "torch": torch.__version__}, sort_keys=True)
+    key = {"spec": dataclasses.asdict(spec), "corpus": corpus_digest, "torch": torch.__version__, "weights": str(WEIGHTS_DTYPE)}
+    blob = json.dumps(key, sort_keys=True)
     folder = cache_dir() / "lm" / f"{preset}-{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
     if use_cache and (folder / "metrics.json").is_file():
         try:
@@ -216,34 +220,20 @@ def cached(preset: str = "cpu-tiny", log=None, use_cache: bool = True) -> tuple[
     return model, config_dict(model, extra), metrics, folder
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m parity.decode.train", description="train the decode study's byte-level language model")
-    p.add_argument("--preset", choices=sorted(PRESETS), default="cpu-tiny")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    p.add_argument("--time-budget-s", type=float, default=None, help="wall-clock training budget (the gpu preset needs one)")
-    p.add_argument("--steps", type=int, default=None, help="a fixed number of steps instead of the preset's")
-    p.add_argument("--out", type=Path, required=True, help="the model folder to write")
-    args = p.parse_args(argv)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("parity.decode.train: error: --device cuda but no CUDA device here", file=sys.stderr)
-        return 2
-    spec = PRESETS[args.preset]
-    if args.steps is not None:
-        spec = dataclasses.replace(spec, steps=args.steps)
-    try:
-        model, extra, metrics = train(spec, args.device, args.time_budget_s, lambda s: print(s, file=sys.stderr, flush=True))
-    except UserError as exc:
-        print(f"parity.decode.train: error: {exc}", file=sys.stderr)
-        return 2
-    files = save(model, args.out, extra, metrics)
-    q = metrics["margin_quantiles"]
-    print(
-        f"decode-train {spec.preset}: {metrics['train_steps']} steps in {metrics['train_seconds']} s; held-out "
-        f"{metrics['heldout_bits_per_byte']} bits/byte, accuracy {metrics['heldout_top1_accuracy']}, margin median {q['0.5']}, "
-        f"share below 0.1 logit {metrics['margin_share_below']['0.1']}; wrote {len(files)} files to {args.out}"
-    )
-    return 0
+def train_and_save(preset: str, device: str, out: Path, time_budget: float | None = None, steps: int | None = None, log=None) -> dict:
+    """Train ``preset`` (``steps`` overriding its own) and write its folder to ``out``; returns the metrics."""
+    spec = PRESETS[preset]
+    if steps is not None:
+        spec = dataclasses.replace(spec, steps=steps)
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device here")
+    model, extra, metrics = train(spec, device, time_budget, log)
+    save(model, out, extra, metrics)
+    return metrics
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m parity.decode.train ARGS is python -m parity decode-train ARGS (parity.cli.decode_train)
+    import runpy
+
+    sys.argv[1:1] = ["decode-train"]
+    runpy.run_module("parity", run_name="__main__", alter_sys=True)
