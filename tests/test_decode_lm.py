@@ -248,3 +248,18 @@ def test_cli(tiny, tmp_path, capsys):
     assert main([*argv, "--swap-from", "flex", "--out", str(tmp_path / "c")]) == 2
     assert main(["decode", "--dtype", "float32", "--dtype", "bfloat16", "--out", str(tmp_path / "d")]) == 2
     assert main([*argv[:2], "/nonexistent-model", *argv[3:], "--out", str(tmp_path / "e")]) == 2
+
+
+def test_a_dtype_where_the_model_overflows_judges_nothing(tiny, monkeypatch):
+    """Non-finite baseline logits leave no noise to class flips by: the dtype's rows are errors, not passes."""
+    exact = lm.dense_attention
+
+    def overflowing(compute_dtype):
+        attn = exact(compute_dtype)
+        return attn if compute_dtype == torch.float64 else (lambda *a: attn(*a) * float("inf"))
+
+    monkeypatch.setattr(study.lm, "dense_attention", overflowing)
+    cfg = study.StudyConfig(model="cpu-tiny", dtypes=("float32",), prompts=2, prompt_len=32, steps=4)
+    res = study.run_study(["sdpa"], cfg)
+    assert [(r["backend"], r["verdict"]) for r in res.rows] == [("baseline", "error"), ("sdpa", "error")]
+    assert "non-finite logits" in res.rows[1]["detail"] and res.failed

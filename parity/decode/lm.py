@@ -6,8 +6,8 @@ Real LLM text has many near-ties; this module gives the decode study a model tha
 with no download:
 
 * **Corpus**: every ``.py`` file of the running interpreter's standard library
-  (``sysconfig.get_paths()["stdlib"]``, without ``site-packages``, ``test``/``tests``,
-  ``idlelib``), sorted by path, as raw bytes. A file is **held out** when the SHA-1 of its
+  (``sysconfig.get_paths()["stdlib"]``, its ``test`` package included where the distribution
+  ships it, without ``site-packages``), sorted by path, as raw bytes. A file is **held out** when the SHA-1 of its
   relative path is 0 mod 20 (about 5 %, the same files on every machine with that Python).
 * **Tokenizer**: bytes (vocabulary 256, deterministic, nothing to build).
 * **Model**: :class:`TextLM`, the decoder of :mod:`parity.decode.model` (RoPE, RMSNorm, SwiGLU,
@@ -38,7 +38,7 @@ from ..errors import UserError
 from ..window import Window
 from .model import ModelConfig, TinyDecoder, rope
 
-EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__"})
+EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})  # third-party code, bytecode
 HELDOUT_MOD = 20
 VOCAB = 256
 SHARD_BYTES = 15 * 2**20  # < 16 MiB per weights file

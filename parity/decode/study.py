@@ -31,6 +31,7 @@ import copy
 import csv
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -285,10 +286,11 @@ def swap_row(a: Measured, m: Measured, ref_margin: torch.Tensor, threshold: floa
     }
 
 
-def flip_records(name: str, dtype: str, vs: str, flip, got, ref_tokens, ref_margin, err, noise, threshold, prompts) -> list[dict]:
-    """One record per flip (``flip``, ``got`` ``(n, B)``)."""
+def flip_records(name: str, dtype: str, vs: str, want, got, ref_tokens, ref_margin, err, noise, threshold, prompts) -> list[dict]:
+    """One record per flip: a step where ``got`` ``(n, B)`` differs from ``want`` ``(n, B)`` (the
+    reference's tokens or the swap-from backend's argmax); ``ref_token`` is ``want``'s token."""
     out = []
-    for s, b in flip.nonzero().tolist():
+    for s, b in (want != got).nonzero().tolist():
         ctx = torch.cat([prompts[b], ref_tokens[b, :s]])[-24:]
         marg = float(ref_margin[s, b])
         out.append(
@@ -298,7 +300,7 @@ def flip_records(name: str, dtype: str, vs: str, flip, got, ref_tokens, ref_marg
                 "vs": vs,
                 "prompt": b,
                 "step": s,
-                "ref_token": repr(chr(int(ref_tokens[b, s]))),
+                "ref_token": repr(chr(int(want[s, b]))),
                 "backend_token": repr(chr(int(got[s, b]))),
                 "ref_margin": _f(marg),
                 "margin_over_noise": _f(marg / noise, 4) if noise > 0 else "",
@@ -353,9 +355,8 @@ def _run_backend(
 
 
 def _flips_vs_ref(name, dtype, m: Measured, ref: _Ref, noise, threshold) -> list[dict]:
-    n = m.argmax.shape[0]
-    flip = m.argmax != ref.tokens[:, :n].T  # (n, B)
-    return flip_records(name, dtype, "reference", flip, m.argmax, ref.tokens, ref.margin, m.err, noise, threshold, ref.prompts)
+    want = ref.tokens[:, : m.argmax.shape[0]].T  # (n, B)
+    return flip_records(name, dtype, "reference", want, m.argmax, ref.tokens, ref.margin, m.err, noise, threshold, ref.prompts)
 
 
 def _dtype_pass(base, ref: _Ref, specs, backends, dtype: str, device, cfg: StudyConfig, out: _Out) -> dict:
@@ -364,6 +365,12 @@ def _dtype_pass(base, ref: _Ref, specs, backends, dtype: str, device, cfg: Study
     model_d = copy.deepcopy(base).to(device=device, dtype=tdt)
     mb = measure(teacher_forced(model_d, ref.prompts, ref.tokens, lm.dense_attention(tdt), tdt, device), ref.logits)
     noise = max(float(mb.err.max()), 1e-7)
+    if not math.isfinite(noise):  # the model itself overflows in this dtype: no threshold to judge flips by
+        detail = f"the model in {dtype} with exact attention gives non-finite logits: no noise to measure flips against"
+        out.rows.extend({"backend": spec, "dtype": dtype, "verdict": "error", "detail": detail} for spec in [BASELINE, *specs])
+        out.log(f"decode: {dtype}: {detail}")
+        out.flush()
+        return {"noise": noise, "tie_threshold": None, "reference_steps_within_threshold": None}
     threshold = cfg.tie_factor * noise
     common = {"noise": _f(noise), "tie_threshold": _f(threshold)}
     out.rows.append(
@@ -400,9 +407,8 @@ def _dtype_pass(base, ref: _Ref, specs, backends, dtype: str, device, cfg: Study
                 continue
             row.update({"swap_from": a_name, **swap_row(a, m, ref.margin, threshold)})
             k = min(a.argmax.shape[0], m.argmax.shape[0])
-            flip = a.argmax[:k] != m.argmax[:k]
             out.flips.extend(
-                flip_records(spec, dtype, a_name, flip, m.argmax, ref.tokens, ref.margin, m.err, noise, threshold, ref.prompts)
+                flip_records(spec, dtype, a_name, a.argmax[:k], m.argmax[:k], ref.tokens, ref.margin, m.err, noise, threshold, ref.prompts)
             )
     out.flush()
     return {"noise": noise, "tie_threshold": threshold, "reference_steps_within_threshold": int((ref.margin <= threshold).sum())}
@@ -491,7 +497,8 @@ def _run_study(specs: Sequence[str], cfg: StudyConfig, out_dir: Path | None, log
     out = _Out([], [], meta, out_dir, log)
     for dtype in cfg.dtypes:
         meta["dtypes"][dtype] = _dtype_pass(base, ref, list(specs), backends, dtype, device, cfg, out)
-        log(f"decode: {dtype} noise {meta['dtypes'][dtype]['noise']:.3g}, tie threshold {meta['dtypes'][dtype]['tie_threshold']:.3g}")
+        d = meta["dtypes"][dtype]
+        log(f"decode: {dtype} noise {d['noise']:.3g}, tie threshold {d['tie_threshold'] or float('nan'):.3g}")
     meta["wall_seconds"] = round(time.perf_counter() - t_start, 2)
     out.flush()
     return StudyResult(out.rows, out.flips, meta, summary_markdown(out.rows, meta), time.perf_counter() - t_start)
@@ -527,7 +534,7 @@ def pr_lines(rows: list[dict]) -> list[str]:
             n_real = max(real, int(r.get("swap_real_flips") or 0))
             lines.append(
                 f"{dt}: {what}: **{n_real} real divergences** (reference margin up to {r['max_flip_margin_over_noise']} x the noise; "
-                f"the first after {r['first_div_min']} tokens): a bug, not numerics"
+                f"the first at token {r['first_div_min']}): a bug, not numerics"
             )
         elif _over(r) > ERR_FACTOR:
             lines.append(
@@ -581,5 +588,7 @@ def summary_markdown(rows: list[dict], meta: dict) -> str:
             f"{r['first_div_median']} | {r['kl_mean']} | {r['err_over_noise']} | {r.get('swap_tokens_per_flip', '')} "
             f"| {r.get('swap_real_flips', '')} |"
         )
-    noise = ", ".join(f"{dt} {d['noise']:.3g} (threshold {d['tie_threshold']:.3g})" for dt, d in meta.get("dtypes", {}).items())
+    noise = ", ".join(
+        f"{dt} {d['noise']:.3g} (threshold {d['tie_threshold'] or float('nan'):.3g})" for dt, d in meta.get("dtypes", {}).items()
+    )
     return "\n".join([*head, "", f"Noise: {noise}.", "", "## For the PR", "", *(f"- {s}" for s in pr_lines(rows)), ""])
