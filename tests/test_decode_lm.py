@@ -263,3 +263,12 @@ def test_a_dtype_where_the_model_overflows_judges_nothing(tiny, monkeypatch):
     res = study.run_study(["sdpa"], cfg)
     assert [(r["backend"], r["verdict"]) for r in res.rows] == [("baseline", "error"), ("sdpa", "error")]
     assert "non-finite logits" in res.rows[1]["detail"] and res.failed
+
+
+def test_swap_from_a_later_backend(tiny):
+    cfg = study.StudyConfig(model="cpu-tiny", dtypes=("float32",), prompts=3, prompt_len=32, steps=12, swap_from="sdpa")
+    res = study.run_study([BUG, "sdpa"], cfg)
+    bug = _row(res, BUG, "float32")
+    assert bug["swap_from"] == "sdpa" and bug["swap_real_flips"] > 0
+    assert "swap_from" not in _row(res, "sdpa", "float32")
+    assert any(f["vs"] == "sdpa" and f["backend"] == BUG for f in res.flips)

@@ -7,9 +7,9 @@
 # 2. `parity decode --lm` in bfloat16 and float16, 48 held-out prompts x 256 greedy tokens: xformers-flash
 #    first (the swap's start, as in the seed), the planted decode-drops-window bug, vLLM FA2 / FA3,
 #    torch-fa2, reference-cuda, torch's FA2 handed a window one key wider (a planted bug on a real
-#    kernel) and flex-cuda; PYTHONPATH holds vLLM's and xformers' folders; stopped after STUDY1_S (180).
+#    kernel) and flex-cuda; PYTHONPATH holds vLLM's and xformers' folders; stopped after STUDY1_S (165).
 # 3. the same with fa4-cuda next to torch-fa2-cuda (flash-attn-4 cannot share xformers' sys.path);
-#    stopped after STUDY2_S (90).
+#    stopped after STUDY2_S (75).
 # PER_BACKEND_S (default 6) is --time-limit: seconds per backend and dtype after its warm-up (prefill and
 # first decode step, where JIT builds happen); a backend cut there keeps the steps it measured.
 # Each study writes its files after every backend, so a stopped one keeps what it measured.
@@ -17,8 +17,8 @@
 set -uo pipefail
 train_s=${1:-150}
 limit=${2:-6}
-study1_s=${3:-180}
-study2_s=${4:-90}
+study1_s=${3:-165}
+study2_s=${4:-75}
 source "$(dirname "$0")/h200_env.sh"  # PYTHONUNBUFFERED, the xformers shim, FA4's folders
 out=${OUT:-/tmp}
 work=/tmp/lm-decode; rm -rf "$work"; mkdir -p "$work"

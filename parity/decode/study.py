@@ -386,6 +386,23 @@ def _dtype_pass(base, ref: _Ref, specs, backends, dtype: str, device, cfg: Study
     )
     out.flips.extend(_flips_vs_ref(BASELINE, dtype, mb, ref, noise, threshold))
     measured: dict[str, tuple[dict, Measured]] = {}
+    a_name = cfg.swap_from or (specs[0] if specs else None)
+    swapped: set[str] = set()
+
+    def swap_all() -> None:  # every measured backend against the swap-from one, as soon as both are measured
+        if a_name not in measured:
+            return
+        a = measured[a_name][1]
+        for spec, (row, m) in measured.items():
+            if spec in swapped or spec == a_name:
+                continue
+            swapped.add(spec)
+            row.update({"swap_from": a_name, **swap_row(a, m, ref.margin, threshold)})
+            k = min(a.argmax.shape[0], m.argmax.shape[0])
+            out.flips.extend(
+                flip_records(spec, dtype, a_name, a.argmax[:k], m.argmax[:k], ref.tokens, ref.margin, m.err, noise, threshold, ref.prompts)
+            )
+
     for spec in specs:
         row, m = _run_backend(model_d, ref, spec, backends[spec], dtype, device, cfg)
         row.update(common)
@@ -394,23 +411,12 @@ def _dtype_pass(base, ref: _Ref, specs, backends, dtype: str, device, cfg: Study
             row["verdict"] = "fail" if row["real_flips"] else "pass"
             out.flips.extend(_flips_vs_ref(spec, dtype, m, ref, noise, threshold))
             measured[spec] = (row, m)
+            swap_all()
         out.rows.append(row)
         out.log(
             f"decode: {dtype} {spec}: {row['verdict']} " + (f"{row['flips']} flips in {row['tokens']} tokens" if m else row["detail"][:100])
         )
         out.flush()
-    a_name = cfg.swap_from or (specs[0] if specs else None)
-    if a_name in measured:
-        a = measured[a_name][1]
-        for spec, (row, m) in measured.items():
-            if spec == a_name:
-                continue
-            row.update({"swap_from": a_name, **swap_row(a, m, ref.margin, threshold)})
-            k = min(a.argmax.shape[0], m.argmax.shape[0])
-            out.flips.extend(
-                flip_records(spec, dtype, a_name, a.argmax[:k], m.argmax[:k], ref.tokens, ref.margin, m.err, noise, threshold, ref.prompts)
-            )
-    out.flush()
     return {"noise": noise, "tie_threshold": threshold, "reference_steps_within_threshold": int((ref.margin <= threshold).sum())}
 
 
