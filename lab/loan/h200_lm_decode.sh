@@ -14,6 +14,8 @@
 # first decode step, where JIT builds happen); a backend cut there keeps the steps it measured.
 # Each study writes its files after every backend, so a stopped one keeps what it measured.
 # $OUT gets lm-model/ (3 files) and lm-decode.tgz (both study folders and the logs); the PR lines print last.
+# Wall clock: training about TRAIN_S + 15 s (start, held-out evaluation, save), then at most 165 + 75 s:
+# about 6 to 7 minutes on one H200, all caps reached.
 set -uo pipefail
 train_s=${1:-150}
 limit=${2:-6}
