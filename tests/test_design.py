@@ -176,6 +176,7 @@ _ARGV = {
     "merge": ["out", "dir"],
     "export-repro": ["dir"],
     "decode": [],
+    "decode-train": ["--out", "x"],
     "selftest": [],
     "consistency": ["-b", "sdpa"],
 }

@@ -53,7 +53,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "random init + the same short training, needs transformers)",
     )
     p.add_argument("--hf-checkpoint", metavar="DIR", help="a local Hugging Face checkpoint directory (implies --model hf-checkpoint)")
-    p.add_argument("--dtype", choices=DTYPES, help="model and attention dtype (default bfloat16 on a GPU, float32 on the CPU)")
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        action="append",
+        help="model and attention dtype (default bfloat16 on a GPU, float32 on the CPU); "
+        "with --lm repeatable (default bfloat16 and float16)",
+    )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where the model runs (auto: cuda when available)")
     p.add_argument(
         "--prompt-lens",
@@ -84,6 +90,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="prompt seed (default 0)")
     p.add_argument("--no-cache", action="store_true", help="retrain the model instead of using the cached weights")
+    p.add_argument(
+        "--lm",
+        metavar="DIR|cpu-tiny",
+        help="the study on a byte-level language model of the standard library's sources instead: a folder written by "
+        "python -m parity.decode.train, or the preset cpu-tiny (trained and cached on the fly); see docs/decode.md",
+    )
+    p.add_argument(
+        "--prompts", type=int, default=None, help="--lm: held-out prompts, decoded as one batch (default 48 on a GPU, 8 on the CPU)"
+    )
+    p.add_argument(
+        "--prompt-bytes", type=int, default=None, help="--lm: prompt length in bytes (default a quarter of the training context)"
+    )
+    p.add_argument("--swap-from", metavar="NAME", help="--lm: the backend a swap starts from (default the first backend)")
     p.add_argument("--out", type=Path, help="output folder (default: the latest run, reports/latest)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     return p
@@ -102,6 +121,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--device cuda: no CUDA device here")
     on_gpu = device == "cuda"
     specs, explicit = _specs(args, on_gpu)
+    if args.lm:
+        return _run_lm(args, specs, explicit, device)
+    if args.dtype and len(args.dtype) > 1:
+        raise UsageError("--dtype once, unless --lm")
+    args.dtype = args.dtype[0] if args.dtype else None
     steps = args.steps if args.steps is not None else (32 if on_gpu else 24)
     if steps < 1 or args.window < 2 or args.tie_factor <= 0 or (args.page_size is not None and args.page_size < 1):
         raise UsageError("--steps >= 1, --window >= 2, --tie-factor > 0 and --page-size >= 1 are required")
@@ -178,3 +202,42 @@ def _models(args: argparse.Namespace) -> list[str]:
         if why:
             raise UsageError(why)
     return models
+
+
+def _run_lm(args: argparse.Namespace, specs: list[str], explicit: list[str], device: str) -> int:
+    """``--lm``: the study on a language model (:mod:`parity.decode.study`); the PR summary printed last."""
+    from ..decode.study import StudyConfig, run_study
+
+    on_gpu = device == "cuda"
+    for name, val in (("--prompts", args.prompts), ("--prompt-bytes", args.prompt_bytes), ("--steps", args.steps)):
+        if val is not None and val < 1:
+            raise UsageError(f"{name} must be >= 1")
+    if args.tie_factor <= 0:
+        raise UsageError("--tie-factor must be > 0")
+    if args.swap_from and args.swap_from not in specs:
+        raise UsageError(f"--swap-from {args.swap_from}: not one of the backends of this run ({', '.join(specs)})")
+    cfg = StudyConfig(
+        model=args.lm,
+        dtypes=tuple(dict.fromkeys(args.dtype or ["bfloat16", "float16"])),
+        prompts=args.prompts or (48 if on_gpu else 8),
+        prompt_len=args.prompt_bytes,
+        steps=args.steps,
+        device=device,
+        tie_factor=args.tie_factor,
+        time_limit=args.time_limit if args.time_limit is not None else (10.0 if on_gpu else 60.0),
+        swap_from=args.swap_from,
+        seed=args.seed,
+        use_cache=not args.no_cache,
+    )
+    log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    print(f"parity decode --lm {args.lm}: {len(specs)} backends x {len(cfg.dtypes)} dtypes on {device} -> {args.out}", file=sys.stderr)
+    result = run_study(specs, cfg, args.out, log)
+    print(
+        f"parity decode: {result.seconds:.1f} s; wrote {args.out}/lm_decode.csv, lm_flips.csv, lm_decode.json, decode_summary.md",
+        file=sys.stderr,
+    )
+    unavailable = sorted({r["backend"] for r in result.rows if r["verdict"] == "unavailable" and r["backend"] in explicit})
+    for s in unavailable:
+        print(f"parity decode: requested backend {s} is unavailable", file=sys.stderr)
+    print(result.summary, flush=True)
+    return 1 if (result.failed or unavailable) else 0
