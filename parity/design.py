@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from .backends.base import fp8_reason
 from .case import Case
 from .coverage import DIMENSIONS, GRID_LENGTHS, GRID_SIDES, TILE, TILE_VALUES
 from .results import HALF_DTYPES
@@ -338,7 +339,9 @@ LADDER: tuple[tuple[str, object], ...] = (
 
 
 def takes(backend: object, case: Case) -> bool:
-    """Would ``backend`` run ``case`` (its own ``unsupported_reason``, and paged support)?"""
+    """Would ``backend`` run ``case`` (its own ``unsupported_reason``, paged and fp8 support)?"""
+    if fp8_reason(backend, case):
+        return False
     try:
         if backend.unsupported_reason(case):  # type: ignore[attr-defined]
             return False
