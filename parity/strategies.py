@@ -339,14 +339,14 @@ def fp8_variants(cases: Sequence[Case], every: int = FP8_EVERY) -> list[Case]:
 def fp8_edge_cases() -> list[Case]:
     """fp8 KV cases every profile runs: paged decode and chunked prefill against a window, with the query in
     the case's dtype (FlashInfer's batch decode / prefill) and in fp8 (vLLM's FA3); head dims 64 / 128."""
-    W = Window
-    decode = dict(q_lens=(1, 1, 1), k_lens=(300, 77, 129), hq=8, hkv=2, head_dim=128, window=W.tokens(64), page_size=16)
-    chunk = dict(q_lens=(16, 40), k_lens=(200, 40), hq=4, hkv=1, head_dim=64, window=W(31, 0))
+    fp8 = "float8_e4m3fn"
+    decode = Case((1, 1, 1), (300, 77, 129), 8, 2, 128, "bfloat16", Window.tokens(64), page_size=16, kv_dtype=fp8, seed=3000)
+    chunk = Case((16, 40), (200, 40), 4, 1, 64, "float16", Window(31, 0), kv_dtype=fp8, seed=3002)
     return [
-        Case(**decode, dtype="bfloat16", kv_dtype="float8_e4m3fn", seed=3000),
-        Case(**decode, dtype="bfloat16", kv_dtype="float8_e4m3fn", q_fp8=True, seed=3001),
-        Case(**chunk, dtype="float16", kv_dtype="float8_e4m3fn", seed=3002),
-        Case(**chunk, dtype="bfloat16", kv_dtype="float8_e4m3fn", q_fp8=True, seed=3003),
+        decode,
+        dataclasses.replace(decode, q_fp8=True, seed=3001),
+        chunk,
+        dataclasses.replace(chunk, dtype="bfloat16", q_fp8=True, seed=3003),
     ]
 
 

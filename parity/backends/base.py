@@ -101,9 +101,10 @@ class Backend:
 
 def fp8_reason(backend: object, case: Case) -> str | None:
     """Why ``backend`` cannot take ``case``'s fp8 inputs (its ``kv_dtypes`` / ``fp8_queries``); ``None`` if it can."""
-    if case.kv_dtype is not None and case.kv_dtype not in getattr(backend, "kv_dtypes", ()):
+    takes = tuple(getattr(backend, "kv_dtypes", ()))
+    if case.kv_dtype is not None and case.kv_dtype not in takes:
         name = getattr(backend, "name", type(backend).__name__)
-        return f"{name} has no fp8 KV path (case has kv_dtype={case.kv_dtype}; it takes {', '.join(getattr(backend, 'kv_dtypes', ())) or 'none'})"
+        return f"{name} has no fp8 KV path (case has kv_dtype={case.kv_dtype}; it takes {', '.join(takes) or 'none'})"
     if case.q_fp8 and not getattr(backend, "fp8_queries", False):
         return f"{getattr(backend, 'name', type(backend).__name__)} takes no fp8 query (case has q_fp8)"
     return None

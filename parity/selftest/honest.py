@@ -17,7 +17,8 @@
 * :class:`parity.selftest.bugs.EagerAttention` - the eager float32 base of every planted
   bug (listed in :data:`HONEST` too: a bug only counts as caught if its base passes).
 
-The others take fp8 cases by dequantizing the inputs to the case's dtype first. All of them build the visible band from the canonical window themselves
+The others take fp8 cases by dequantizing the inputs to the case's dtype first.
+All of them build the visible band from the canonical window themselves
 (``i + d - left <= j <= i + d + right``), never through the reference.
 """
 
