@@ -10,7 +10,7 @@ fp8 cases (``case.kv_dtype``): both compute on the *dequantized* inputs
 rounded once to ``compute_dtype``), so the budget measures the kernel, not the quantization.
 The same-dtype baseline of an fp8 case also rounds the probabilities to the KV's fp8 dtype
 before the ``P @ V`` product, as FA3's fp8 path does (:func:`round_p_fp8`): kernels that run
-``P @ V`` on fp8 tensor cores must fit the budget (docs/conventions.md, "fp8 KV caches").
+``P @ V`` on fp8 tensor cores must fit the budget (docs/fp8.md).
 
 Contract for rows with no visible key: the output is **0** (flash-attn's
 convention). A backend that returns NaN there fails with reason ``nan``.
