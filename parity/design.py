@@ -330,6 +330,8 @@ def _round8(d: int) -> int:
 LADDER: tuple[tuple[str, object], ...] = (
     ("softcap", lambda c: dataclasses.replace(c, softcap=None)),
     ("dtype", lambda c: dataclasses.replace(c, dtype=_half(c)) if c.dtype == "float32" else c),
+    # an fp8 KV cache with the query in float16 / bfloat16: the form FA3 takes (fp8 query, bfloat16 output)
+    ("fp8", lambda c: dataclasses.replace(c, q_fp8=True, dtype="bfloat16") if c.kv_dtype is not None and not c.q_fp8 else c),
     ("align", lambda c: dataclasses.replace(c, window=Window(c.window.left, c.window.right))),
     ("head_dim", lambda c: dataclasses.replace(c, head_dim=_round8(c.head_dim))),
     ("paged", lambda c: dataclasses.replace(c, page_size=None)),

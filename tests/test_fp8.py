@@ -325,3 +325,12 @@ def test_fa3_interface_passes_fp8_inputs_with_descales(case, monkeypatch):
     row = evaluate(be, case)
     assert row["verdict"] == "pass", (row["reasons"], row["worst_where"], row["detail"])
     assert iface.descale_shapes[0] == (case.batch, case.hkv)
+
+
+def test_a_refused_fp8_case_gets_the_sibling_fa3_takes():
+    from parity.design import siblings
+
+    fp16 = dataclasses.replace(CHUNK, dtype="float16")
+    sib = siblings(fp16, vllm_fa.VllmFa3Backend(), [fp16])
+    assert sib is not None and sib.q_fp8 and sib.dtype == "bfloat16" and sib.kv_dtype == E4M3
+    assert siblings(fp16, backends.get("sdpa"), [fp16]) is None  # no fp8 path: no sibling drops the fp8 KV
