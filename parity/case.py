@@ -37,6 +37,11 @@ _DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "hal
 
 FAMILIES = ("dense", "varlen", "decode", "chunked", "prefill_long_q", "paged")
 
+#: The fp8 dtypes a case's KV cache (``Case.kv_dtype``) may hold, with the largest finite value of
+#: each (the per-tensor scale maps a tensor's amax onto it). Only e4m3: vLLM's FA3 and FlashInfer's
+#: fp8 KV caches use it (FA3 takes no e5m2).
+FP8_DTYPES: dict[str, float] = {"float8_e4m3fn": 448.0}
+
 
 def _int_field(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -64,6 +69,9 @@ class Case:
     regime: str = "normal"  # input regime (parity.regimes): normal, large_logits, outliers, sink, ...
     model: str | None = None  # the model this call came from (parity.models), e.g. "gemma-2-9b"; None: none
     layer: str | None = None  # which of its layers: "local" / "global" (a model's windowed or full layers)
+    # fp8 KV cache: k and v quantized to this dtype with per-tensor descales (None: k, v in ``dtype``)
+    kv_dtype: str | None = None
+    q_fp8: bool = False  # the query quantized too (FA3 takes fp8 K/V only with an fp8 query); needs kv_dtype
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "q_lens", tuple(self.q_lens))
@@ -107,9 +115,21 @@ class Case:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise SpecError(f"Case.{name} must be a non-empty string or None, got {value!r}")
+        self._check_fp8()
         # No "empty band" check is needed: Window's sides are >= 0, so the aligned
         # diagonal key j = i + d is always in the band, and the last (bottom-right) or
         # first (top-left) query row always sees a key.
+
+    def _check_fp8(self) -> None:
+        if self.kv_dtype is not None:
+            if self.kv_dtype not in FP8_DTYPES:
+                raise SpecError(f"Case.kv_dtype must be None or one of {', '.join(FP8_DTYPES)} (an fp8 KV cache), got {self.kv_dtype!r}")
+            if self.dtype not in ("float16", "bfloat16"):
+                raise SpecError(f"Case.kv_dtype {self.kv_dtype} needs Case.dtype float16 or bfloat16 (the compute dtype), got {self.dtype}")
+        if not isinstance(self.q_fp8, bool):
+            raise SpecError(f"Case.q_fp8 must be true or false, got {self.q_fp8!r}")
+        if self.q_fp8 and self.kv_dtype is None:
+            raise SpecError("Case.q_fp8 needs Case.kv_dtype (an fp8 query goes with an fp8 KV cache)")
 
     # -- derived ------------------------------------------------------------------------
     @property
@@ -187,6 +207,9 @@ class Case:
             # where a models-profile case came from; omitted when None (ids of other cases unchanged)
             **({} if self.model is None else {"model": self.model}),
             **({} if self.layer is None else {"layer": self.layer}),
+            # fp8 KV (and query); omitted when off (ids of other cases unchanged)
+            **({} if self.kv_dtype is None else {"kv_dtype": self.kv_dtype}),
+            **({"q_fp8": True} if self.q_fp8 else {}),
         }
 
     def to_json(self) -> str:
@@ -244,6 +267,8 @@ class Case:
             parts.append(f"page={self.page_size}")
         if self.regime != "normal":
             parts.append(f"inputs={self.regime}")
+        if self.kv_dtype is not None:
+            parts.append(f"{'q+' if self.q_fp8 else ''}kv={self.kv_dtype.replace('float8_', 'fp8-')}")
         if self.model is not None:
             parts.append(f"[{self.model}{'/' + self.layer if self.layer else ''}]")
         return " ".join(parts)
@@ -308,6 +333,12 @@ class Inputs:
     #: The read probe's inputs: :meth:`paged` and :meth:`padded` fill what a real engine holds
     #: garbage in with NaN (:func:`poison_paged`, :func:`poison_padded`); the packed ``k``/``v`` stay finite.
     poison_kv: bool = False
+    #: fp8 cases (``case.kv_dtype``): ``k``/``v`` (and ``q`` where ``case.q_fp8``) hold fp8 values and
+    #: these float32 scalars ``()`` their per-tensor descales: ``k.double() * k_descale`` is the key the
+    #: reference sees. ``None``: not quantized.
+    q_descale: torch.Tensor | None = None
+    k_descale: torch.Tensor | None = None
+    v_descale: torch.Tensor | None = None
 
     @property
     def device(self) -> torch.device:
@@ -361,6 +392,9 @@ class Inputs:
         return dataclasses.replace(self, q=q, k=k, v=v)
 
     def to(self, device: torch.device | str) -> Inputs:
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device)
+
         return Inputs(
             self.case,
             self.q.to(device),
@@ -369,7 +403,27 @@ class Inputs:
             self.cu_seqlens_q.to(device),
             self.cu_seqlens_k.to(device),
             self.poison_kv,
+            move(self.q_descale),
+            move(self.k_descale),
+            move(self.v_descale),
         )
+
+    def descale(self, name: str) -> float:
+        """The descale of ``q``, ``k`` or ``v`` as a float (1.0 where that tensor is not quantized)."""
+        t = getattr(self, f"{name}_descale")
+        return 1.0 if t is None else float(t)
+
+    def dequantized(self, dtype: torch.dtype) -> Inputs:
+        """The values the inputs stand for, in ``dtype``: each fp8 tensor times its descale, computed
+        in float64 (exact) and rounded once to ``dtype``; descales dropped. Unquantized tensors are cast."""
+
+        def value(t: torch.Tensor, d: torch.Tensor | None) -> torch.Tensor:
+            return t.to(dtype) if d is None else (t.to(torch.float64) * d.to(t.device, torch.float64)).to(dtype)
+
+        q = value(self.q, self.q_descale)  # (total_q, hq, d)
+        k = value(self.k, self.k_descale)  # (total_k, hkv, d)
+        v = value(self.v, self.v_descale)  # (total_k, hkv, d)
+        return dataclasses.replace(self, q=q, k=k, v=v, q_descale=None, k_descale=None, v_descale=None)
 
 
 def pages_seen(case: Case, page_size: int, b: int) -> torch.Tensor:
@@ -438,6 +492,11 @@ def make_inputs(case: Case, device: torch.device | str = "cpu") -> Inputs:
         torch.tensor(cq, dtype=torch.int32),
         torch.tensor(ck, dtype=torch.int32),
     )
+    if case.kv_dtype is not None:  # an fp8 KV cache: k and v (and q where q_fp8) quantized per tensor
+        k, kd = quantize_fp8(k, case.kv_dtype)
+        v, vd = quantize_fp8(v, case.kv_dtype)
+        q, qd = quantize_fp8(q, case.kv_dtype) if case.q_fp8 else (q, None)
+        inputs = dataclasses.replace(inputs, q=q, k=k, v=v, q_descale=qd, k_descale=kd, v_descale=vd)
     return inputs if str(device) == "cpu" else inputs.to(device)
 
 
@@ -486,6 +545,19 @@ def draw_qkv(
     v = torch.randn(total_k, hkv, head_dim, generator=gen)  # (total_k, hkv, d)
     q, k, v = apply_regime(regime, q, k, v, starts or [0], scale, dt, seed)
     return q.to(dt), k.to(dt), v.to(dt)
+
+
+def quantize_fp8(x, fp8_dtype: str):
+    """``x`` quantized to ``fp8_dtype`` (``"float8_e4m3fn"``) with one per-tensor scale: ``(x8, descale)``,
+    ``descale = amax(|x|) / max(fp8_dtype)`` a float32 scalar ``()`` (1.0 for an all-zero tensor),
+    ``x8 = round(x / descale)`` (round to nearest, saturated). ``x8.double() * descale`` are the values
+    the quantized tensor stands for (the dequantized ``x``)."""
+    dt = getattr(torch, fp8_dtype)
+    top = torch.finfo(dt).max
+    amax = float(x.float().abs().max()) if x.numel() else 0.0
+    descale = torch.tensor(amax / top if amax > 0 else 1.0, dtype=torch.float32)  # ()
+    x8 = (x.float() / descale).clamp(-top, top).to(dt)  # x's shape, fp8
+    return x8, descale
 
 
 def paged_layout(k, v, k_lens: list, page_size: int, seed: int):

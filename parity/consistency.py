@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from .backends.base import Unsupported
+from .backends.base import Unsupported, fp8_reason
 from .case import Case, Inputs, make_inputs
 from .reference import attention_reference
 from .verdict import BUDGETS, POISON, compare, make_baseline
@@ -44,12 +44,15 @@ def _sub_inputs(full: Inputs, case: Case, q0: int, q1: int, k1: int) -> Inputs:
         full.v[:k1].contiguous(),  # (k1, hkv, d)
         torch.tensor([0, q1 - q0], dtype=torch.int32, device=dev),
         torch.tensor([0, k1], dtype=torch.int32, device=dev),
+        q_descale=full.q_descale,  # fp8 cases: the full tensors' descales (a slice keeps its values)
+        k_descale=full.k_descale,
+        v_descale=full.v_descale,
     )
 
 
 def _run(backend, inputs: Inputs) -> torch.Tensor:
     case = inputs.case
-    reason = backend.unsupported_reason(case)
+    reason = backend.unsupported_reason(case) or fp8_reason(backend, case)
     if reason:
         raise Unsupported(reason)
     out = torch.full(inputs.q.shape, POISON, dtype=case.torch_dtype, device=inputs.q.device)  # (Sq, hq, d)

@@ -27,6 +27,7 @@ dimension      values
 ``regime``     :data:`parity.regimes.REGIMES`
 ``empty_rows`` ``no``; ``yes`` (some query row sees no key)
 ``long``       ``no``; ``yes`` (a visible key range of 1024 keys or more in one row)
+``fp8``        ``no``; ``kv`` (an fp8 KV cache, ``Case.kv_dtype``); ``qkv`` (and an fp8 query, ``q_fp8``)
 =============  ========================================================================
 
 The **window grid** is the product ``left x right x length`` with the five side classes
@@ -66,6 +67,7 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "regime": REGIMES,
     "empty_rows": ("no", "yes"),
     "long": ("no", "yes"),
+    "fp8": ("no", "kv", "qkv"),
 }
 GRID_SIDES = ("unbounded", "0", "inside", "sk-1", ">=sk")
 GRID_LENGTHS = DIMENSIONS["length"]
@@ -151,6 +153,7 @@ def case_cells(case: Case) -> dict[str, frozenset[str]]:
         scale=frozenset({"default" if case.scale is None else "explicit"}),
         paged=frozenset({"no" if case.page_size is None else "yes"}),
         regime=frozenset({case.regime}),
+        fp8=frozenset({"no" if case.kv_dtype is None else ("qkv" if case.q_fp8 else "kv")}),
     )
     return cells
 

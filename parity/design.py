@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from .backends.base import fp8_reason
 from .case import Case
 from .coverage import DIMENSIONS, GRID_LENGTHS, GRID_SIDES, TILE, TILE_VALUES
 from .results import HALF_DTYPES
@@ -329,6 +330,8 @@ def _round8(d: int) -> int:
 LADDER: tuple[tuple[str, object], ...] = (
     ("softcap", lambda c: dataclasses.replace(c, softcap=None)),
     ("dtype", lambda c: dataclasses.replace(c, dtype=_half(c)) if c.dtype == "float32" else c),
+    # an fp8 KV cache with the query in float16 / bfloat16: the form FA3 takes (fp8 query, bfloat16 output)
+    ("fp8", lambda c: dataclasses.replace(c, q_fp8=True, dtype="bfloat16") if c.kv_dtype is not None and not c.q_fp8 else c),
     ("align", lambda c: dataclasses.replace(c, window=Window(c.window.left, c.window.right))),
     ("head_dim", lambda c: dataclasses.replace(c, head_dim=_round8(c.head_dim))),
     ("paged", lambda c: dataclasses.replace(c, page_size=None)),
@@ -338,7 +341,9 @@ LADDER: tuple[tuple[str, object], ...] = (
 
 
 def takes(backend: object, case: Case) -> bool:
-    """Would ``backend`` run ``case`` (its own ``unsupported_reason``, and paged support)?"""
+    """Would ``backend`` run ``case`` (its own ``unsupported_reason``, paged and fp8 support)?"""
+    if fp8_reason(backend, case):
+        return False
     try:
         if backend.unsupported_reason(case):  # type: ignore[attr-defined]
             return False

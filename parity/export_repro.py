@@ -152,7 +152,7 @@ def _write(run, index: int, row: dict[str, Any], spec: str, case, extra: dict[st
         _note(f"backend {spec} has no standalone call template (a repro_call(case) method); row {index} skipped")
         return None
     try:
-        why = backend.unsupported_reason(case)
+        why = backend.unsupported_reason(case) or _fp8_reason(backend, case)
         call = None if why else template(case)
     except Exception as exc:  # noqa: BLE001 - a template that cannot express the case: a note, not a traceback
         why = f"{type(exc).__name__}: {exc}"
@@ -164,6 +164,15 @@ def _write(run, index: int, row: dict[str, Any], spec: str, case, extra: dict[st
     path.write_text(build_script(case, call, backend.device, meta))
     print(f"export-repro: wrote {path} ({spec}: {case.summary()})")
     return path
+
+
+def _fp8_reason(backend, case) -> str | None:
+    """fp8 cases have no standalone script yet (the scripts draw and pass unquantized q, k, v)."""
+    from .backends.base import fp8_reason
+
+    if case.kv_dtype is None:
+        return None
+    return fp8_reason(backend, case) or f"fp8 cases have no standalone script yet; rerun the row with: {case.repro(backend.name)}"
 
 
 def _note(text: str) -> None:

@@ -128,15 +128,26 @@ def mask_probe_inputs(case: Case, p: int, device: torch.device | str = "cpu", ba
         v,
         torch.tensor(cq, dtype=torch.int32, device=dev),
         torch.tensor(ckp, dtype=torch.int32, device=dev),
+        q_descale=base.q_descale,
+        k_descale=base.k_descale,
+        v_descale=_unit(base.v_descale),  # fp8 V: the one-hot values are exact, their descale 1
     )
     return probe if str(device) == str(dev) else probe.to(device)
 
 
+def _unit(descale: torch.Tensor | None) -> torch.Tensor | None:
+    """A probe's V descale: 1 where the case's V is fp8 (its probe values are exact fp8 numbers), else None."""
+    return None if descale is None else torch.ones_like(descale)
+
+
 def gqa_probe_inputs(case: Case, device: torch.device | str = "cpu", base: Inputs | None = None) -> Inputs:
     base = base if base is not None else make_inputs(case, "cpu")
-    heads = torch.arange(case.hkv, device=base.v.device, dtype=base.v.dtype) + 1  # (hkv,)
+    heads = (torch.arange(case.hkv, device=base.v.device, dtype=torch.float32) + 1).to(base.v.dtype)  # (hkv,); exact in fp8 up to 16
     v = heads[None, :, None].expand_as(base.v).contiguous()  # (total_k, hkv, d)
-    probe = base.with_tensors(base.q, base.k, v)
+    # fp8 cases: q = 0, so every weight is exp(0) and exact in fp8 (an fp8 P @ V rounds other weights by up
+    # to 2**-4, which would read as "a mix of kv heads"); the output is V's value whatever the weights
+    q = torch.zeros_like(base.q) if base.v_descale is not None else base.q  # (total_q, hq, d)
+    probe = dataclasses.replace(base.with_tensors(q, base.k, v), v_descale=_unit(base.v_descale))
     return probe if str(device) == str(base.q.device) else probe.to(device)
 
 

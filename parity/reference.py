@@ -5,6 +5,13 @@ the same-dtype *baseline* that calibrates the error budget (``compute_dtype`` =
 the case's dtype: every product, the softmax and the value sum in that dtype,
 as flash-attn's ``attention_ref(upcast=False)`` does).
 
+fp8 cases (``case.kv_dtype``): both compute on the *dequantized* inputs
+(:meth:`parity.case.Inputs.dequantized`: each fp8 value times its descale, exact in float64,
+rounded once to ``compute_dtype``), so the budget measures the kernel, not the quantization.
+The same-dtype baseline of an fp8 case also rounds the probabilities to the KV's fp8 dtype
+before the ``P @ V`` product, as FA3's fp8 path does (:func:`round_p_fp8`): kernels that run
+``P @ V`` on fp8 tensor cores must fit the budget (docs/fp8.md).
+
 Contract for rows with no visible key: the output is **0** (flash-attn's
 convention). A backend that returns NaN there fails with reason ``nan``.
 
@@ -21,6 +28,18 @@ import torch
 from .case import Case, Inputs
 
 DEFAULT_BLOCK_BYTES = 64 * 2**20
+
+#: FA3's fp8 forward casts ``P * 2**8`` to e4m3 for its second GEMM (``flash::Softmax<...,
+#: Max_offset = 8>`` in hopper/flash_fwd_kernel_sm90.h), so probabilities down to ``2**-14`` stay
+#: normal fp8 numbers; the baseline rounds its probabilities the same way.
+P_FP8_OFFSET = 256.0
+
+
+def round_p_fp8(p: torch.Tensor, fp8_dtype: str) -> torch.Tensor:
+    """Probabilities ``p`` (any shape, in [0, 1]) rounded as an fp8 ``P @ V`` GEMM sees them:
+    ``fp8(p * 2**8) / 2**8`` (:data:`P_FP8_OFFSET`), back in ``p``'s dtype."""
+    dt = getattr(torch, fp8_dtype)
+    return ((p.float() * P_FP8_OFFSET).to(dt).float() / P_FP8_OFFSET).to(p.dtype)
 
 
 def _row_blocks(lo: torch.Tensor, hi: torch.Tensor, hq: int, elem: int, block_bytes: int):
@@ -48,8 +67,11 @@ def attention_sequence(
     v: torch.Tensor,
     compute_dtype: torch.dtype = torch.float64,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    p_fp8: str | None = None,
 ) -> torch.Tensor:
-    """One sequence: ``q`` ``(Sq, hq, d)``, ``k``/``v`` ``(Sk, hkv, d)`` -> ``(Sq, hq, d)``."""
+    """One sequence: ``q`` ``(Sq, hq, d)``, ``k``/``v`` ``(Sk, hkv, d)`` -> ``(Sq, hq, d)``.
+
+    ``p_fp8``: an fp8 dtype name: the probabilities are rounded to it before ``P @ V`` (:func:`round_p_fp8`)."""
     sq, hq, dh = q.shape
     sk, hkv, _ = k.shape
     g = hq // hkv
@@ -83,6 +105,8 @@ def attention_sequence(
         else:
             p = torch.softmax(scores, dim=-1)  # (hkv, g, C, span), in compute_dtype
             p = torch.nan_to_num(p, nan=0.0)  # fully masked rows: 0, per the contract
+        if p_fp8 is not None:
+            p = round_p_fp8(p, p_fp8)  # (hkv, g, C, span): P as an fp8 P @ V GEMM sees it
         ob = torch.matmul(p, vb[:, None])  # (hkv, g, C, d)
         out[r0:r1] = ob.permute(2, 0, 1, 3).reshape(c, hq, dh)  # (C, hq, d)
     return out
@@ -93,17 +117,27 @@ def attention_reference(
     compute_dtype: torch.dtype = torch.float64,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
 ) -> torch.Tensor:
-    """All sequences of ``inputs``; returns ``(total_q, hq, d)`` in ``compute_dtype``."""
+    """All sequences of ``inputs``; returns ``(total_q, hq, d)`` in ``compute_dtype``.
+
+    fp8 inputs are dequantized first; in a dtype other than float64 (the baseline) the
+    probabilities of an fp8 case are rounded to its KV dtype (see the module docstring)."""
     case = inputs.case
+    p_fp8 = None
+    if inputs.k_descale is not None or inputs.v_descale is not None or inputs.q_descale is not None:
+        inputs = inputs.dequantized(compute_dtype)
+    if case.kv_dtype is not None and compute_dtype != torch.float64:
+        p_fp8 = case.kv_dtype
     out = torch.empty(inputs.q.shape, dtype=compute_dtype, device=inputs.q.device)  # (total_q, hq, d)
     for _, qb, kb, vb, qs in inputs.sequences():
-        out[qs] = attention_sequence(case, qb, kb, vb, compute_dtype, block_bytes)
+        out[qs] = attention_sequence(case, qb, kb, vb, compute_dtype, block_bytes, p_fp8)
     return out
 
 
 def attention_dense_naive(inputs: Inputs, compute_dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """Unbanded ``(Sq, Sk)`` version, for cross-checking the banded one in tests."""
+    """Unbanded ``(Sq, Sk)`` version, for cross-checking the banded one in tests (fp8 inputs dequantized)."""
     case = inputs.case
+    if inputs.k_descale is not None:
+        inputs = inputs.dequantized(compute_dtype)
     outs = []
     for _, q, k, v, _ in inputs.sequences():
         sq, sk = q.shape[0], k.shape[0]

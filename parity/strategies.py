@@ -12,7 +12,8 @@ Public entry points:
   ``--profile`` or the ``PARITY_PROFILE`` environment variable;
 * :func:`generate` - what ``python -m parity run`` sweeps: the edge cases, the profile's
   coverage-directed design (:mod:`parity.design`: the window grid, pairwise, long key
-  ranges), then hypothesis-drawn cases for the profile and seed.
+  ranges), then hypothesis-drawn cases for the profile and seed, then fp8 KV variants of
+  some of them (:func:`fp8_variants`).
 """
 
 from __future__ import annotations
@@ -315,6 +316,40 @@ def draw_cases(strategy: st.SearchStrategy[Case], n: int, seed: int) -> list[Cas
     return unique
 
 
+#: Every FP8_EVERY-th float16 / bfloat16 case of a sweep (short ones) also runs with an fp8 KV cache.
+FP8_EVERY = 6
+#: The longest key range of an fp8 variant (the backends that take fp8 are GPU kernels; the CPU self-test pays for the rest).
+FP8_MAX_LEN = 1024
+
+
+def fp8_variants(cases: Sequence[Case], every: int = FP8_EVERY) -> list[Case]:
+    """fp8 copies of every ``every``-th float16 / bfloat16 case of ``cases`` with at most :data:`FP8_MAX_LEN`
+    keys a sequence, in order: ``kv_dtype`` e4m3, the query fp8 too (and the dtype bfloat16) on every other
+    one (vLLM's FA3 takes fp8 K/V only with an fp8 query and writes bfloat16; FlashInfer takes a query in the
+    case's dtype).
+    New cases appended after the others: the existing cases and their order stay as they were."""
+    half = [c for c in cases if c.dtype in ("float16", "bfloat16") and c.kv_dtype is None and max(c.k_lens) <= FP8_MAX_LEN]
+    out = []
+    for n, c in enumerate(half[::every]):
+        q8 = n % 2 == 0  # fp8 query: in bfloat16 (the only output of FA3's fp8 path)
+        out.append(dataclasses.replace(c, kv_dtype="float8_e4m3fn", q_fp8=q8, dtype="bfloat16" if q8 else c.dtype))
+    return out
+
+
+def fp8_edge_cases() -> list[Case]:
+    """fp8 KV cases every profile runs: paged decode and chunked prefill against a window, with the query in
+    the case's dtype (FlashInfer's batch decode / prefill) and in fp8 (vLLM's FA3); head dims 64 / 128."""
+    fp8 = "float8_e4m3fn"
+    decode = Case((1, 1, 1), (300, 77, 129), 8, 2, 128, "bfloat16", Window.tokens(64), page_size=16, kv_dtype=fp8, seed=3000)
+    chunk = Case((16, 40), (200, 40), 4, 1, 64, "float16", Window(31, 0), kv_dtype=fp8, seed=3002)
+    return [
+        decode,
+        dataclasses.replace(decode, q_fp8=True, seed=3001),
+        chunk,
+        dataclasses.replace(chunk, dtype="bfloat16", q_fp8=True, seed=3003),
+    ]
+
+
 def generate(prof: Profile, seed: int = 0, dtypes: Sequence[str] = ALL_DTYPES, long_len: int | None = None) -> list[Case]:
     """The sweep's cases: every edge case, the profile's covering design, then ``prof.examples``
     drawn ones. ``long_len`` caps the long key ranges (default: the profile's)."""
@@ -323,5 +358,7 @@ def generate(prof: Profile, seed: int = 0, dtypes: Sequence[str] = ALL_DTYPES, l
     fixed = edge_cases(dtypes, prof.edge_once) + covering_cases(prof.limits(dtypes, long_len), seed, prof.grid, prof.long_count)
     out: dict[str, Case] = {}
     for c in fixed + draw_cases(strat, prof.examples, seed):
+        out.setdefault(c.case_id, c)
+    for c in fp8_variants(list(out.values())) + fp8_edge_cases():
         out.setdefault(c.case_id, c)
     return list(out.values())

@@ -7,6 +7,10 @@ A backend is a small class (one file each) with
 * ``unavailable_reason()``: ``None`` when it can run here, else why not (missing
   package, no GPU, ...). Optional packages are imported here or in ``run``, never
   at module import, so ``import parity`` works with torch alone;
+* ``kv_dtypes`` / ``fp8_queries``: the fp8 KV dtypes ``run`` reads (``case.kv_dtype``: ``inputs.k`` /
+  ``inputs.v`` then hold fp8 values and ``inputs.k_descale`` / ``v_descale`` their per-tensor
+  descales) and whether it takes an fp8 query too (``case.q_fp8``); other backends get those
+  cases recorded as unsupported (:func:`fp8_reason`);
 * ``unsupported_reason(case)``: ``None`` when it can run ``case``, else why not
   (head dim, dtype, alignment, ...). Unsupported is a recorded outcome, never a pass
   and never a silent fallback to another code path;
@@ -76,6 +80,10 @@ class Backend:
     #: Rough relative cost of one sweep case (compile-bound backends are high); ``--jobs``
     #: lanes are balanced on it.
     cost_hint: float = 1.0
+    #: fp8 dtypes of a KV cache ``run`` reads (see the module docstring); () = none.
+    kv_dtypes: tuple[str, ...] = ()
+    #: True when ``run`` also takes an fp8 query (``case.q_fp8``: ``inputs.q`` fp8, ``inputs.q_descale``).
+    fp8_queries: bool = False
 
     def unavailable_reason(self) -> str | None:
         return None
@@ -96,6 +104,17 @@ class Backend:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} on {self.device}>"
+
+
+def fp8_reason(backend: object, case: Case) -> str | None:
+    """Why ``backend`` cannot take ``case``'s fp8 inputs (its ``kv_dtypes`` / ``fp8_queries``); ``None`` if it can."""
+    takes = tuple(getattr(backend, "kv_dtypes", ()))
+    if case.kv_dtype is not None and case.kv_dtype not in takes:
+        name = getattr(backend, "name", type(backend).__name__)
+        return f"{name} has no fp8 KV path (case has kv_dtype={case.kv_dtype}; it takes {', '.join(takes) or 'none'})"
+    if case.q_fp8 and not getattr(backend, "fp8_queries", False):
+        return f"{getattr(backend, 'name', type(backend).__name__)} takes no fp8 query (case has q_fp8)"
+    return None
 
 
 def cuda_unavailable_reason() -> str | None:

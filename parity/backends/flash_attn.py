@@ -32,18 +32,22 @@ from .torch_fa2 import FA2_REFUSALS, fa2_case_reason, fa2_window
 flash_window = fa2_window
 
 
-def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, module="flash_attn"):
+def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, module="flash_attn", descales=None):
     """The flash-attn package's ``flash_attn_func`` (``dense``: one ``(Sq, Sk)`` for every sequence) or
     ``flash_attn_varlen_func`` (``cu_seqlens_q`` / ``cu_seqlens_k``) on a packed batch.
 
     ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)``; returns ``(total_q, hq, d)``.
     ``window_size``: ``(left, right)``, inclusive, bottom-right aligned, ``-1`` = unbounded; ``causal``
-    stays False. ``module``: ``flash_attn`` (FA2) or ``flash_attn_interface`` (FA3, Hopper).
+    stays False. ``module``: ``flash_attn`` (FA2) or ``flash_attn_interface`` (FA3, Hopper). ``descales``:
+    fp8 ``q`` / ``k`` / ``v`` (FA3), their per-tensor ``(q_descale, k_descale, v_descale)`` float32 scalars,
+    passed expanded to the ``(B, hkv)`` FA3 takes.
     """
     import importlib
 
     mod = importlib.import_module(module)
     kw = dict(softmax_scale=scale, causal=False, window_size=window_size, softcap=softcap)
+    if descales is not None:  # (B, hkv) float32 each, stride 0: one scale per tensor
+        kw.update({f"{n}_descale": d.reshape(1, 1).expand(len(q_lens), k.shape[-2]) for n, d in zip("qkv", descales)})
     if dense:
         b, sq, sk = len(q_lens), q_lens[0], k_lens[0]
         o = mod.flash_attn_func(
@@ -200,7 +204,32 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
 
 
 class FlashAttn3Backend(FlashAttnBackend):
+    """FA3 also takes fp8 e4m3 ``q``, ``k`` and ``v`` (all three: "query and key must have the same dtype")
+    with ``q_descale`` / ``k_descale`` / ``v_descale`` ``(B, hkv)`` float32, and writes bfloat16 then
+    ("For FP8 input, output must have dtype BF16"): fp8 cases with ``q_fp8`` and dtype bfloat16."""
+
     name = "fa3-cuda"
     module = "flash_attn_interface"
     install_hint = "FA3: build flash-attention's hopper/ folder (python setup.py install) for this torch and CUDA"
     description = "flash_attn_interface.flash_attn_func / flash_attn_varlen_func (FA3, Hopper)"
+    kv_dtypes = ("float8_e4m3fn",)
+    fp8_queries = True
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        if case.kv_dtype is not None and not case.q_fp8:
+            return "FA3 takes fp8 K/V only with an fp8 query (q, k, v one dtype): needs q_fp8"
+        if case.kv_dtype is not None and case.dtype != "bfloat16":
+            return f"FA3's fp8 path writes bfloat16 output ('For FP8 input, output must have dtype BF16'), not {case.dtype}"
+        return super().unsupported_reason(case)
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        if inputs.k_descale is None:
+            return super().run(case, inputs, out)
+        descales = (inputs.q_descale, inputs.k_descale, inputs.v_descale)  # () float32 each
+        with refusals(FA2_REFUSALS, self.module):
+            o = flash_attn_attention(
+                inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale, dense=case.is_uniform,
+                module=self.module, descales=descales, **self._kw(case),
+            )  # fmt: skip
+        out.copy_(o)  # (total_q, hq, d), bfloat16
+        return out

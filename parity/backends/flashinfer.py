@@ -46,6 +46,12 @@ be greater than or equal to qo_len". Softcap is
 ``Sk - 1 - window_left .. Sk - 1``, so any right side is exact (no key lies beyond
 ``Sk - 1``) and only ``window_left`` is passed (:func:`flashinfer_decode_window`).
 
+fp8 KV (``case.kv_dtype`` e4m3, the query in the case's dtype): the fp8 ``k`` / ``v`` (or paged caches)
+with ``kv_data_type`` their dtype in ``plan``, and the per-tensor descales as ``k_scale`` / ``v_scale``
+floats of ``run`` (``single_prefill_with_kv_cache``'s own keywords), as vLLM's FlashInfer backend passes
+``layer._k_scale_float``; FlashInfer folds ``k_scale`` into ``sm_scale`` and multiplies the output by
+``v_scale``. fp8 queries are not taken (``q_scale`` belongs to its fa3 / trtllm-gen paths).
+
 Refusal phrases (:data:`FLASHINFER_REFUSALS`): FlashInfer's dispatch macros raise
 ``RuntimeError`` when no kernel was generated for a configuration:
 
@@ -121,15 +127,17 @@ def flashinfer_paged_args(paged: PagedKV) -> tuple[torch.Tensor, torch.Tensor, t
     return flashinfer_csr(paged.block_table, paged.seqlens_k.tolist(), paged.page_size)
 
 
-def flashinfer_prefill_attention(q, k, v, out, q_lens, k_lens, natives, scale, softcap):
+def flashinfer_prefill_attention(q, k, v, out, q_lens, k_lens, natives, scale, softcap, kv_scales=None):
     """``flashinfer.single_prefill_with_kv_cache``, one call per sequence of a packed batch.
 
     ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)`` (NHD); ``out`` ``(total_q, hq, d)``
     written and returned. ``natives``: per sequence ``(causal, window_left)`` (:func:`flashinfer_window`):
     keys from ``i + Sk - Sq - window_left`` on, ``-1`` = unbounded; causal: up to ``i + Sk - Sq``.
+    ``kv_scales``: fp8 ``k`` / ``v``, their ``(k_scale, v_scale)`` floats.
     """
     import flashinfer
 
+    scales = {} if kv_scales is None else dict(k_scale=kv_scales[0], v_scale=kv_scales[1])
     q0 = k0 = 0
     for (sq, sk), (causal, window_left) in zip(zip(q_lens, k_lens), natives):
         out[q0 : q0 + sq] = flashinfer.single_prefill_with_kv_cache(
@@ -140,13 +148,14 @@ def flashinfer_prefill_attention(q, k, v, out, q_lens, k_lens, natives, scale, s
             window_left=window_left,
             sm_scale=scale,
             logits_soft_cap=softcap,
+            **scales,
         )  # (Sq, hq, d)
         q0, k0 = q0 + sq, k0 + sk
     return out
 
 
 def flashinfer_paged_attention(
-    q, k_cache, v_cache, out, q_lens, block_table, seqlens_k, page_size, scale, window_left, softcap, workspace, causal=None
+    q, k_cache, v_cache, out, q_lens, block_table, seqlens_k, page_size, scale, window_left, softcap, workspace, causal=None, kv_scales=None
 ):
     """FlashInfer over a paged cache ``(pages, page_size, hkv, d)`` (NHD) with ``block_table`` ``(B,
     max_pages)`` and ``seqlens_k``: ``BatchPrefillWithPagedKVCacheWrapper`` (plan + run) when ``causal`` is
@@ -154,10 +163,12 @@ def flashinfer_paged_attention(
 
     ``q`` ``(total_q, hq, d)``; ``out`` ``(total_q, hq, d)`` written and returned. ``workspace``: the
     wrappers' float buffer (uint8). ``window_left``: keys from ``i + Sk - Sq - window_left`` on, ``-1`` =
-    unbounded; ``causal``: up to ``i + Sk - Sq``.
+    unbounded; ``causal``: up to ``i + Sk - Sq``. ``kv_scales``: an fp8 cache (``kv_data_type`` its dtype),
+    its ``(k_scale, v_scale)`` floats, passed to ``run``.
     """
     import flashinfer
 
+    scales = {} if kv_scales is None else dict(k_scale=kv_scales[0], v_scale=kv_scales[1])
     indptr, indices, last = flashinfer_csr(block_table, seqlens_k, page_size)  # (B + 1,), (pages,), (B,) int32
     hq, hkv, d = q.shape[1], k_cache.shape[2], q.shape[2]
     types = dict(q_data_type=q.dtype, kv_data_type=k_cache.dtype)
@@ -166,7 +177,7 @@ def flashinfer_paged_attention(
         wrapper.plan(
             indptr, indices, last, hq, hkv, d, page_size, window_left=window_left, logits_soft_cap=softcap, sm_scale=scale, **types
         )
-        out.copy_(wrapper.run(q, (k_cache, v_cache)).reshape(out.shape))  # (B, hq, d): one query per sequence
+        out.copy_(wrapper.run(q, (k_cache, v_cache), **scales).reshape(out.shape))  # (B, hq, d): one query per sequence
         return out
     wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
     wrapper.plan(
@@ -184,7 +195,7 @@ def flashinfer_paged_attention(
         logits_soft_cap=softcap,
         **types,
     )
-    o = wrapper.run(q, (k_cache, v_cache), out=out)  # (total_q, hq, d)
+    o = wrapper.run(q, (k_cache, v_cache), out=out, **scales)  # (total_q, hq, d)
     if o.data_ptr() != out.data_ptr():
         out.copy_(o)
     return out
@@ -214,9 +225,15 @@ def flashinfer_jit_reason() -> str | None:
     )
 
 
+def kv_scales(inputs: Inputs) -> tuple[float, float] | None:
+    """FlashInfer's ``(k_scale, v_scale)`` of fp8 inputs (the per-tensor descales as floats); None otherwise."""
+    return None if inputs.k_descale is None else (inputs.descale("k"), inputs.descale("v"))
+
+
 class FlashInferBackend(Backend):
     name = "flashinfer-cuda"
     device = "cuda"
+    kv_dtypes = ("float8_e4m3fn",)  # kv_data_type / k_scale / v_scale; the query stays in the case's dtype
     description = "flashinfer.single_prefill_with_kv_cache with window_left"
 
     def unavailable_reason(self) -> str | None:
@@ -245,7 +262,16 @@ class FlashInferBackend(Backend):
         natives = [flashinfer_window(case.window, sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
         with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
             return flashinfer_prefill_attention(
-                inputs.q, inputs.k, inputs.v, out, case.q_lens, case.k_lens, natives, case.softmax_scale, case.softcap or 0.0
+                inputs.q,
+                inputs.k,
+                inputs.v,
+                out,
+                case.q_lens,
+                case.k_lens,
+                natives,
+                case.softmax_scale,
+                case.softcap or 0.0,
+                kv_scales(inputs),
             )
 
     def repro_call(self, case: Case) -> str:
@@ -316,6 +342,7 @@ class FlashInferPagedBackend(FlashInferBackend):
                 paged.page_size,
                 case.softmax_scale,
                 workspace=self._buffer(inputs.q.device),
+                kv_scales=kv_scales(inputs),
                 **kw,
             )
 

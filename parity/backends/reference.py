@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..case import Case, Inputs, pages_seen
+from ..case import FP8_DTYPES, Case, Inputs, pages_seen
 from ..reference import DEFAULT_BLOCK_BYTES, attention_reference
 from .base import Backend, cuda_unavailable_reason
 
@@ -16,6 +16,8 @@ class ReferenceBackend(Backend):
     name = "reference"
     description = "naive banded attention in float64, rounded to the case dtype"
     supports_paged = True
+    kv_dtypes = tuple(FP8_DTYPES)  # fp8 inputs: the reference of their dequantized values (a sanity check, not a kernel test)
+    fp8_queries = True
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         if case.page_size is not None:  # read K/V back through the paged cache: only the pages some row sees

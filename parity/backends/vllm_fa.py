@@ -42,6 +42,11 @@ bfloat16 (FA3 also takes fp8, not float32), head dims that are not a multiple of
 16 (vLLM's FA2 build: "Paged KV cache block size must be divisible by 16"; upstream FA2 wants
 256).
 
+fp8 (``vllm-fa3-cuda``, ``case.kv_dtype`` e4m3 with ``case.q_fp8``): fp8 ``q`` / ``k`` / ``v`` (or the
+fp8 paged cache) and ``q_descale`` / ``k_descale`` / ``v_descale``, the per-tensor descales expanded to
+``(B, hkv)`` as vLLM expands its layer scales; FA3 takes fp8 only for all three inputs and writes
+bfloat16 output, so an fp8 KV without an fp8 query and float16 cases are unsupported. FA2: no fp8.
+
 Refusal phrases (:data:`VLLM_FA_REFUSALS`): the ``TORCH_CHECK`` sentences of the two
 extensions (read from the 0.26.0 wheel's binaries), FA2's shared with :data:`.torch_fa2.FA2_REFUSALS`
 ("FlashAttention only supports Ampere GPUs or newer.", "FlashAttention only support fp16 and
@@ -102,14 +107,18 @@ def _interface():
     return importlib.import_module(INTERFACE)
 
 
-def vllm_fa_attention(q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None):
+def vllm_fa_attention(
+    q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None, descales=None
+):
     """``vllm.vllm_flash_attn``'s ``flash_attn_varlen_func`` as vLLM's FlashAttention backend calls it.
 
     ``q`` ``(total_q, hq, d)``; ``k`` / ``v`` ``(total_k, hkv, d)`` with ``cu_seqlens_k``, or with
     ``block_table`` ``(B, max_pages)`` int32 and ``seqused_k`` ``(B,)`` int32 the paged caches
     ``(pages, page_size, hkv, d)``. ``out`` ``(total_q, hq, d)``: passed as vLLM passes its output
     buffer, and returned. ``window_size``: ``(left, right)``, inclusive, bottom-right aligned, ``-1`` =
-    unbounded; ``causal=True`` forces ``right = 0``.
+    unbounded; ``causal=True`` forces ``right = 0``. ``descales``: fp8 inputs (FA3), the per-tensor
+    ``(q_descale, k_descale, v_descale)`` float32 scalars, passed as vLLM passes its layer scales:
+    expanded to ``(B, hkv)``.
     """
     import importlib
 
@@ -125,6 +134,9 @@ def vllm_fa_attention(q, k, v, out, q_lens, k_lens, scale, causal, window_size, 
         fa_version=fa_version,
         out=out,  # (total_q, hq, d)
     )
+    if descales is not None:  # (B, hkv) float32 each, stride 0: one scale per tensor
+        shape = (len(q_lens), k.shape[-2])
+        kw.update({f"{n}_descale": d.reshape(1, 1).expand(shape) for n, d in zip("qkv", descales)})
     if block_table is not None:
         kw.update(seqused_k=seqused_k, block_table=block_table)  # (B,), (B, max_pages) int32
     else:
@@ -183,6 +195,10 @@ class VllmFa2Backend(Backend):
             return f"vLLM's FlashAttention takes float16/bfloat16 here, not {case.dtype}"
         if case.head_dim % 8 or case.head_dim > 256:
             return f"head_dim {case.head_dim}: vLLM's FlashAttention needs a multiple of 8 up to 256"
+        if case.kv_dtype is not None and self.fa_version == 3 and not case.q_fp8:
+            return "FA3 takes fp8 K/V only with an fp8 query (q, k, v one dtype; vLLM quantizes q for its fp8 cache): needs q_fp8"
+        if case.kv_dtype is not None and self.fa_version == 3 and case.dtype != "bfloat16":
+            return f"FA3's fp8 path writes bfloat16 output (its check: 'For FP8 input, output must have dtype BF16'), not {case.dtype}"
         if case.page_size is not None and self.fa_version == 2 and case.page_size % 16:
             return f"vLLM's FA2 paged KV needs page_size % 16 == 0, got {case.page_size}"
         try:
@@ -203,6 +219,8 @@ class VllmFa2Backend(Backend):
             paged = inputs.paged()
             k, v = paged.k_cache, paged.v_cache  # (pages, page_size, hkv, d)
             kw.update(seqused_k=paged.seqlens_k, block_table=paged.block_table)  # (B,), (B, max_pages) int32
+        if inputs.k_descale is not None:
+            kw.update(descales=(inputs.q_descale, inputs.k_descale, inputs.v_descale))  # () float32 each
         with refusals(VLLM_FA_REFUSALS, f"vllm_flash_attn FA{self.fa_version}"):
             return vllm_fa_attention(inputs.q, k, v, out, case.q_lens, case.k_lens, case.softmax_scale, **kw)
 
@@ -235,6 +253,8 @@ class VllmFa2Backend(Backend):
 class VllmFa3Backend(VllmFa2Backend):
     name = "vllm-fa3-cuda"
     fa_version = 3
+    kv_dtypes = ("float8_e4m3fn",)  # q_descale / k_descale / v_descale, an fp8 query with it (unsupported_reason)
+    fp8_queries = True
     description = "vllm.vllm_flash_attn flash_attn_varlen_func(fa_version=3, Hopper): cu_seqlens_q, block_table + seqused_k for paged KV"
     install_hint = VllmFa2Backend.install_hint.replace("vllm-fa2-cuda", "vllm-fa3-cuda")
 

@@ -22,7 +22,7 @@ import torch
 
 from ..backends.base import Backend
 from ..backends.torch_fa2 import TorchFa2Backend
-from ..case import Case, Inputs
+from ..case import FP8_DTYPES, Case, Inputs
 
 NEG_INF = float("-inf")
 
@@ -34,6 +34,8 @@ class EagerAttention(Backend):
     device = "cpu"
     description = "self-test: eager float32 attention with prefill/decode/paged paths (honest base of the planted bugs)"
     supports_paged = True
+    kv_dtypes = tuple(FP8_DTYPES)  # fp8 K/V (and q): dequantized on load, as an engine's fallback does
+    fp8_queries = True
 
     # -- the window, as the kernel sees it ----------------------------------------------------
     def window_size(self, case: Case) -> tuple[int, int]:
@@ -91,8 +93,13 @@ class EagerAttention(Backend):
         p = self.softmax(self.mask_and_cap(case, s, ok))  # (hq, Sq, Sk)
         return torch.einsum("hqk,khd->qhd", p, vx)  # (Sq, hq, D)
 
+    def dequantize(self, case: Case, inputs: Inputs) -> Inputs:
+        """fp8 inputs as the values they stand for, in the case's dtype (each tensor times its descale)."""
+        return inputs.dequantized(case.torch_dtype) if inputs.k_descale is not None else inputs
+
     # -- the three paths ----------------------------------------------------------------------------
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        inputs = self.dequantize(case, inputs)
         if case.page_size is not None:
             return self.run_paged(case, inputs, out)
         if max(case.q_lens) == 1:
@@ -515,6 +522,25 @@ class Fa2RightSideClampedToSk(EagerAttention):
         return wl, wr
 
 
+# -- fp8 KV caches -----------------------------------------------------------------------------------
+
+
+class Fp8DescaleTwice(EagerAttention):
+    """The V descale applied twice: once where the kernel dequantizes the fp8 cache, once more on the
+    output, as a wrapper does that multiplies the output by ``v_scale`` after the kernel (FlashInfer's
+    Python wrappers do exactly that, ``out *= v_scale``, for kernels that leave it out): harmless while
+    the scale is 1 (vLLM's fp8 tests use descale 1), the output off by the scale factor otherwise."""
+
+    name = "bug-fp8-descale-twice"
+
+    def dequantize(self, case, inputs):
+        out = super().dequantize(case, inputs)
+        if inputs.v_descale is None:
+            return out
+        v = (out.v.double() * inputs.v_descale.double()).to(out.v.dtype)  # (total_k, hkv, D): descaled again
+        return out.with_tensors(out.q, out.k, v)
+
+
 @dataclasses.dataclass(frozen=True)
 class PlantedBug:
     name: str  # the backend's registry-style name
@@ -550,6 +576,7 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-pv-input-dtype-accumulator", "P @ V accumulated in the input dtype, 16 keys a step", PvAccumulatedInInputDtype),
     PlantedBug("bug-edge-wrong-after-first-tile", "window edge wrong from the second 128-row tile on", EdgeWrongFromSecondTile),
     PlantedBug("bug-fa2-right-side-clamped-to-sk", "Sq > Sk: a side >= Sk (or unbounded) clamped to Sk (FA2)", Fa2RightSideClampedToSk),
+    PlantedBug("bug-fp8-descale-twice", "fp8 KV: the V descale applied twice", Fp8DescaleTwice),
 )
 
 

@@ -11,9 +11,13 @@
   keys runs in the opposite order;
 * :class:`LowPrecisionReversed` - no float32 at all: scores, softmax and PV in the input
   dtype, keys reversed (the same-dtype baseline's arithmetic in another order);
+* :class:`Fp8TensorCores` - FA3's fp8 forward (fp8 cases only): raw fp8 ``q . k`` times the
+  descales, online softmax, ``P * 2**8`` cast to e4m3 for the ``P @ V`` product on raw fp8 ``V``,
+  float32 row sum, ``v_descale / l`` at the end;
 * :class:`parity.selftest.bugs.EagerAttention` - the eager float32 base of every planted
   bug (listed in :data:`HONEST` too: a bug only counts as caught if its base passes).
 
+The others take fp8 cases by dequantizing the inputs to the case's dtype first.
 All of them build the visible band from the canonical window themselves
 (``i + d - left <= j <= i + d + right``), never through the reference.
 """
@@ -26,7 +30,8 @@ import math
 import torch
 
 from ..backends.base import Backend
-from ..case import Case, Inputs, pages_seen
+from ..case import FP8_DTYPES, Case, Inputs, pages_seen
+from ..reference import P_FP8_OFFSET
 from .bugs import EagerAttention
 
 LOG2E = 1.0 / math.log(2.0)
@@ -68,6 +73,8 @@ def sequences_kv(case: Case, inputs: Inputs):
 class _Honest(Backend):
     device = "cpu"
     supports_paged = True
+    kv_dtypes = tuple(FP8_DTYPES)  # fp8 inputs dequantized to the case's dtype (Fp8TensorCores: kept fp8)
+    fp8_queries = True
 
     def logits(self, case: Case, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """``q`` ``(Sq, hq, D)``, ``k`` ``(Sk, hkv, D)`` -> float32 scaled (softcapped) scores ``(hq, Sq, Sk)``."""
@@ -81,6 +88,8 @@ class _Honest(Backend):
         raise NotImplementedError
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        if inputs.k_descale is not None:
+            inputs = inputs.dequantized(case.torch_dtype)
         for q, k, v, qs, pages in sequences_kv(case, inputs):
             out[qs] = self.attend(case, q, k, v, pages).to(out.dtype)
         return out
@@ -213,6 +222,52 @@ class LowPrecisionReversed(_Honest):
         return torch.einsum("hqk,khd->qhd", p, vr)
 
 
+class Fp8TensorCores(_Honest):
+    """FA3's fp8 forward on the raw fp8 values: ``q . k`` in float32 times ``q_descale * k_descale *
+    scale``, key tiles with a running max, ``P~ = exp(s - m) * 2**8`` cast to e4m3 for the ``P @ V``
+    product on the raw fp8 ``V`` (FA3's ``Max_offset = 8``), the row sum of the unrounded ``P~`` in
+    float32, then ``* v_descale / 2**8 / l``. fp8 cases only."""
+
+    name = "honest-fp8-tensor-cores"
+    description = "self-test: fp8 q.k and P @ V on raw fp8 values, P * 2**8 in e4m3, descales applied once"
+    tile = 48
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        return None if case.kv_dtype is not None else "an fp8 emulation: fp8 cases only (the other variants cover the rest)"
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        qk = inputs.descale("q") * inputs.descale("k") * case.softmax_scale
+        for q, k, v, qs, _ in sequences_kv(case, inputs):
+            out[qs] = self.attend_fp8(case, q, k, v, qk, inputs.descale("v")).to(out.dtype)
+        return out
+
+    def attend_fp8(self, case: Case, q, k, v, qk: float, v_descale: float) -> torch.Tensor:
+        sq, sk = q.shape[0], k.shape[0]
+        ok = band_mask(case, sq, sk)  # (Sq, Sk)
+        kx = k.repeat_interleave(case.group, dim=1).float().permute(1, 2, 0)  # (hq, D, Sk): raw fp8 values
+        vx = v.repeat_interleave(case.group, dim=1).float().transpose(0, 1)  # (hq, Sk, D)
+        qf = q.float().transpose(0, 1)  # (hq, Sq, D)
+        m = torch.full((case.hq, sq, 1), float("-inf"))
+        l = torch.zeros(case.hq, sq, 1)  # noqa: E741
+        acc = torch.zeros(case.hq, sq, case.head_dim)
+        for j0 in range(0, sk, self.tile):
+            j1 = min(sk, j0 + self.tile)
+            s = (qf @ kx[..., j0:j1]) * qk  # (hq, Sq, n) float32
+            if case.softcap is not None:
+                s = case.softcap * torch.tanh(s / case.softcap)
+            s = s.masked_fill(~ok[:, j0:j1], float("-inf"))
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            m_safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+            alpha = torch.exp(torch.where(torch.isfinite(m), m - m_safe, torch.full_like(m, float("-inf"))))
+            p = torch.exp(s - m_safe)  # (hq, Sq, n) in [0, 1]
+            l = l * alpha + p.sum(-1, keepdim=True)  # noqa: E741
+            p8 = (p * P_FP8_OFFSET).to(getattr(torch, case.kv_dtype or "float8_e4m3fn")).float()  # (hq, Sq, n)
+            acc = acc * alpha + p8 @ vx[:, j0:j1]
+            m = m_new
+        o = acc * (v_descale / P_FP8_OFFSET) / torch.where(l > 0, l, torch.ones_like(l))  # (hq, Sq, D)
+        return o.transpose(0, 1)  # (Sq, hq, D)
+
+
 @dataclasses.dataclass(frozen=True)
 class HonestVariant:
     name: str
@@ -230,5 +285,6 @@ HONEST: tuple[HonestVariant, ...] = (
     HonestVariant("honest-low-precision-p", "P rounded to bf16/fp16 before PV", LowPrecisionP),
     HonestVariant("honest-reversed-keys", "reversed key order", ReversedKeyOrder),
     HonestVariant("honest-input-dtype-reversed", "all math in bf16/fp16, reversed keys", LowPrecisionReversed),
+    HonestVariant("honest-fp8-tensor-cores", "fp8 cases: FA3's fp8 dtype flow (P * 2**8 in e4m3 for P @ V)", Fp8TensorCores),
     HonestVariant("selftest-eager", "eager fp32, the base of every planted bug", EagerAttention),
 )
