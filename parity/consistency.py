@@ -44,6 +44,7 @@ def _sub_inputs(full: Inputs, case: Case, q0: int, q1: int, k1: int) -> Inputs:
         full.v[:k1].contiguous(),  # (k1, hkv, d)
         torch.tensor([0, q1 - q0], dtype=torch.int32, device=dev),
         torch.tensor([0, k1], dtype=torch.int32, device=dev),
+        sinks=full.sinks,
     )
 
 

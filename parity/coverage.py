@@ -121,7 +121,7 @@ def _sequences(case: Case) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {"left": set(), "right": set(), "length": set(), "empty_rows": set(), "long": set(), "grid": set()}
     w = case.window
     for sq, sk in zip(case.q_lens, case.k_lens):
-        lo, hi = w.band(sq, sk)
+        lo, hi = case.band(sq, sk)
         left, right, rel = side_class(w.left, sk, True), side_class(w.right, sk, False), length_class(sq, sk)
         out["left"].add(left)
         out["right"].add(right)

@@ -21,7 +21,9 @@ Mask probe
 
 GQA probe
     ``V`` of kv head ``g`` is the constant ``g + 1``; query head ``h`` must output
-    ``h // (hq // hkv) + 1`` in every row that sees a key.
+    ``h // (hq // hkv) + 1`` in every row that sees a key (learned sinks, if the case has them,
+    are set to :data:`NEUTRAL_SINK` for it). The mask probe keeps the case's sinks: they lower
+    the weight of every visible key of a row alike.
 
 Read probe (paged cases)
     The case's own inputs, with the paged cache as a real engine holds it
@@ -50,6 +52,9 @@ VISIBLE_FRACTION = 2.0**-20
 #: Weights between VISIBLE_FRACTION and this fraction of the row's largest are "partial".
 UNIFORM_FRACTION = 0.5
 DEFAULT_MAX_PASSES = 64
+#: The GQA probe's sink logit (cases with sinks): exp(-30000) is 0 in float32, so the probe reads
+#: the kv head alone; finite, so a kernel that subtracts it from a running max stays finite.
+NEUTRAL_SINK = -30000.0
 #: Score elements (query heads x sum of Sq*Sk over the batch) one batched probe call may cover.
 PROBE_CALL_ELEMENTS = 1 << 26
 #: Differing (head, row) pairs per sequence whose pattern is described (all are counted).
@@ -126,6 +131,7 @@ def mask_probe_inputs(case: Case, p: int, device: torch.device | str = "cpu", ba
         v,
         torch.tensor(cq, dtype=torch.int32, device=dev),
         torch.tensor(ckp, dtype=torch.int32, device=dev),
+        sinks=base.sinks,  # a sink lowers every visible key's weight alike: the softmax stays uniform over them
     )
     return probe if str(device) == str(dev) else probe.to(device)
 
@@ -135,6 +141,8 @@ def gqa_probe_inputs(case: Case, device: torch.device | str = "cpu", base: Input
     heads = torch.arange(case.hkv, device=base.v.device, dtype=base.v.dtype) + 1  # (hkv,)
     v = heads[None, :, None].expand_as(base.v).contiguous()  # (total_k, hkv, d)
     probe = base.with_tensors(base.q, base.k, v)
+    if base.sinks is not None:  # a sink would scale each head's constant by its own weight: out of the way
+        probe = dataclasses.replace(probe, sinks=torch.full_like(base.sinks, NEUTRAL_SINK))  # (hq,)
     return probe if str(device) == str(base.q.device) else probe.to(device)
 
 
@@ -215,8 +223,8 @@ def decode_mask(case: Case, outputs: list[torch.Tensor]) -> ProbeResult:
     unwritten = torch.stack([(o.detach() == POISON).any(-1).to(dev) for o in outputs]).any(0)
     skipped = 0
     for b, (sq, sk) in enumerate(zip(case.q_lens, case.k_lens)):
-        spec = case.window.mask(sq, sk).to(dev)  # (Sq, Sk)
-        lo, hi = case.window.band(sq, sk)
+        spec = case.mask(sq, sk).to(dev)  # (Sq, Sk)
+        lo, hi = case.band(sq, sk)
         # weights[h, i, j]: what row i of head h gave key j
         w = torch.cat([o[cq[b] : cq[b + 1]] for o in outs], dim=-1)[..., :sk]  # (Sq, hq, Sk)
         w = w.permute(1, 0, 2)  # (hq, Sq, Sk)
@@ -302,7 +310,7 @@ def decode_gqa(case: Case, out: torch.Tensor) -> ProbeResult:
     o = raw.to(torch.float64)  # (total_q, hq, d)
     empty = []
     for sq, sk in zip(case.q_lens, case.k_lens):
-        lo, hi = case.window.band(sq, sk)
+        lo, hi = case.band(sq, sk)
         empty.append(lo > hi)
     seen = ~torch.cat(empty)  # (total_q,)
     o, written = o[seen], written[seen]  # (rows, hq, d), (rows, hq)
@@ -410,7 +418,7 @@ class MaskStream:
 
     def __init__(self, case: Case, device: torch.device | str):
         self.case, self.dev = case, device
-        bands = [case.window.band(sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
+        bands = [case.band(sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
         self.lo = torch.cat([b[0] for b in bands]).to(device)  # (total_q,)
         self.hi = torch.cat([b[1] for b in bands]).to(device)  # (total_q,)
         self.sk = torch.cat([torch.full((sq,), sk) for sq, sk in zip(case.q_lens, case.k_lens)]).to(device)  # (total_q,)
