@@ -440,9 +440,10 @@ SINK_SEED_OFFSET = 104729
 def draw_sinks(seed: int, hq: int) -> torch.Tensor:
     """One learned sink logit per query head, ``(hq,)`` float32: ``2 x N(0, 1)`` from a CPU generator
     seeded ``seed + SINK_SEED_OFFSET``: a sink from well below a row's scores (little weight) to well
-    above them (most of the weight)."""
+    above them (most of the weight). Rounded to bfloat16 values, so a library that takes its sinks in
+    bfloat16 (vLLM's FA3 ``s_aux``, FA4 before float32 sinks) gets exactly the reference's."""
     gen = torch.Generator(device="cpu").manual_seed(seed + SINK_SEED_OFFSET)
-    return (torch.randn(hq, generator=gen) * 2.0).to(torch.float32)  # (hq,)
+    return (torch.randn(hq, generator=gen) * 2.0).to(torch.bfloat16).to(torch.float32)  # (hq,)
 
 
 # -- the two functions standalone scripts copy -------------------------------------------------

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from .backends.base import feature_reason
 from .case import Case
 from .coverage import DIMENSIONS, GRID_LENGTHS, GRID_SIDES, TILE, TILE_VALUES
 from .results import HALF_DTYPES
@@ -344,7 +345,7 @@ def takes(backend: object, case: Case) -> bool:
             return False
     except Exception:  # noqa: BLE001 - a backend whose check raises gets no siblings
         return False
-    return case.page_size is None or bool(getattr(backend, "supports_paged", False))
+    return feature_reason(backend, case) is None
 
 
 def siblings(case: Case, backend: object, have: Sequence[Case]) -> Case | None:

@@ -66,6 +66,13 @@ class Backend:
     #: True when ``run`` reads a paged KV cache (``inputs.paged()``) for cases with a
     #: ``page_size``; other backends get those cases recorded as unsupported.
     supports_paged: bool = False
+    #: True when ``run`` passes ``inputs.sinks`` (learned sink logits, ``Case.sinks``) to its library;
+    #: ``no_sinks``: why not, in the library's terms, for the ``unsupported`` row.
+    supports_sinks: bool = False
+    no_sinks: str = ""
+    #: True when ``run`` passes ``case.chunk`` (chunked local attention) to its library; ``no_chunk``: why not.
+    supports_chunk: bool = False
+    no_chunk: str = ""
     #: Rough relative cost of one sweep case (compile-bound backends are high); ``--jobs``
     #: lanes are balanced on it.
     cost_hint: float = 1.0
@@ -89,6 +96,21 @@ class Backend:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} on {self.device}>"
+
+
+def feature_reason(backend: object, case: Case) -> str | None:
+    """Why ``backend`` cannot take ``case``'s paged KV, learned sinks or chunk (its ``supports_*``
+    flags, the reason its ``no_*`` words); None when it can. Checked before ``unsupported_reason``'s
+    verdict is final, for every backend, plugins included."""
+    if case.page_size is not None and not getattr(backend, "supports_paged", False):
+        return f"no paged-KV path (case has page_size={case.page_size})"
+    if case.sinks and not getattr(backend, "supports_sinks", False):
+        why = getattr(backend, "no_sinks", "") or "the backend takes no learned-sink logits"
+        return f"learned sinks: {why}"
+    if case.chunk is not None and not getattr(backend, "supports_chunk", False):
+        why = getattr(backend, "no_chunk", "") or "the backend has no chunked local attention"
+        return f"chunk={case.chunk}: {why}"
+    return None
 
 
 def cuda_unavailable_reason() -> str | None:

@@ -16,6 +16,8 @@ class ReferenceBackend(Backend):
     name = "reference"
     description = "naive banded attention in float64, rounded to the case dtype"
     supports_paged = True
+    supports_sinks = True
+    supports_chunk = True
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         if case.page_size is not None:  # read K/V back through the paged cache: only the pages some row sees

@@ -42,6 +42,15 @@ bfloat16 (FA3 also takes fp8, not float32), head dims that are not a multiple of
 16 (vLLM's FA2 build: "Paged KV cache block size must be divisible by 16"; upstream FA2 wants
 256).
 
+Learned sinks: FA3's ``s_aux`` ``(hq,)`` (gpt-oss), passed in bfloat16 as vLLM's FA3 build asks
+("We only support bf16 dtype for S aux."; the harness's sinks are bfloat16 values); Hopper only,
+at most 64 query heads ("We only support query heads <= 64 with S aux": a refusal). FA2's wrapper
+raises "FA2 does not support s_aux": ``vllm-fa2-cuda`` records sink cases unsupported. Chunked
+local attention: the wrapper's ``flash_attn_varlen_func`` takes no ``attention_chunk`` (vLLM runs
+Llama 4's chunks as "virtual batches" it builds before the kernel), so chunk cases are
+unsupported unless the installed wrapper's signature has ``attention_chunk``
+(:func:`takes_attention_chunk`), which is then passed.
+
 Refusal phrases (:data:`VLLM_FA_REFUSALS`): the ``TORCH_CHECK`` sentences of the two
 extensions (read from the 0.26.0 wheel's binaries), FA2's shared with :data:`.torch_fa2.FA2_REFUSALS`
 ("FlashAttention only supports Ampere GPUs or newer.", "FlashAttention only support fp16 and
@@ -83,6 +92,8 @@ VLLM_FA_REFUSALS: tuple[str, ...] = (
     "This flash attention build only supports",
     "FA2 does not support",
     "FA3 does not support",
+    "We only support",  # FA3 s_aux: "We only support query heads <= 64 with S aux", "... bf16 dtype for S aux."
+    "S aux is currently only supported",
 )
 
 
@@ -102,14 +113,27 @@ def _interface():
     return importlib.import_module(INTERFACE)
 
 
-def vllm_fa_attention(q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None):
+def takes_attention_chunk() -> bool:
+    """Does the installed ``flash_attn_varlen_func`` take ``attention_chunk``? (False where it does not import.)"""
+    import inspect
+
+    try:
+        return "attention_chunk" in inspect.signature(_interface().flash_attn_varlen_func).parameters
+    except Exception:  # noqa: BLE001 - not importable here: the backend is unavailable anyway
+        return False
+
+
+def vllm_fa_attention(
+    q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None, s_aux=None, attention_chunk=None
+):
     """``vllm.vllm_flash_attn``'s ``flash_attn_varlen_func`` as vLLM's FlashAttention backend calls it.
 
     ``q`` ``(total_q, hq, d)``; ``k`` / ``v`` ``(total_k, hkv, d)`` with ``cu_seqlens_k``, or with
     ``block_table`` ``(B, max_pages)`` int32 and ``seqused_k`` ``(B,)`` int32 the paged caches
     ``(pages, page_size, hkv, d)``. ``out`` ``(total_q, hq, d)``: passed as vLLM passes its output
     buffer, and returned. ``window_size``: ``(left, right)``, inclusive, bottom-right aligned, ``-1`` =
-    unbounded; ``causal=True`` forces ``right = 0``.
+    unbounded; ``causal=True`` forces ``right = 0``. ``s_aux``: ``(hq,)`` sink logits (FA3), or None;
+    ``attention_chunk``: chunk size, or None (passed only when given).
     """
     import importlib
 
@@ -125,6 +149,10 @@ def vllm_fa_attention(q, k, v, out, q_lens, k_lens, scale, causal, window_size, 
         fa_version=fa_version,
         out=out,  # (total_q, hq, d)
     )
+    if s_aux is not None:
+        kw["s_aux"] = s_aux.to(device=q.device, dtype=torch.bfloat16).contiguous()  # (hq,)
+    if attention_chunk is not None:
+        kw["attention_chunk"] = attention_chunk
     if block_table is not None:
         kw.update(seqused_k=seqused_k, block_table=block_table)  # (B,), (B, max_pages) int32
     else:
@@ -142,6 +170,8 @@ class VllmFa2Backend(Backend):
     device = "cuda"
     supports_paged = True
     fa_version = 2
+    no_sinks = "vLLM's FA2 build has no s_aux (its wrapper raises 'FA2 does not support s_aux')"
+    supports_chunk = True  # checked against the installed wrapper in unsupported_reason
     description = "vllm.vllm_flash_attn flash_attn_varlen_func(fa_version=2): cu_seqlens_q, block_table + seqused_k for paged KV"
     install_hint = (
         "pip install vllm (a build for this torch and CUDA; only its vllm.vllm_flash_attn package is imported), "
@@ -185,6 +215,11 @@ class VllmFa2Backend(Backend):
             return f"head_dim {case.head_dim}: vLLM's FlashAttention needs a multiple of 8 up to 256"
         if case.page_size is not None and self.fa_version == 2 and case.page_size % 16:
             return f"vLLM's FA2 paged KV needs page_size % 16 == 0, got {case.page_size}"
+        if case.chunk is not None and not takes_attention_chunk():
+            return (
+                "vllm_flash_attn's flash_attn_varlen_func takes no attention_chunk (vLLM builds Llama 4's chunked "
+                "local attention as virtual batches before the kernel)"
+            )
         try:
             vllm_fa_window(case.window, case.q_lens, case.k_lens)
         except Unsupported as exc:
@@ -194,7 +229,10 @@ class VllmFa2Backend(Backend):
     def native(self, case: Case) -> dict:
         """:func:`vllm_fa_attention`'s arguments for ``case`` besides the tensors, lengths and scale."""
         causal, window = vllm_fa_window(case.window, case.q_lens, case.k_lens)
-        return dict(causal=causal, window_size=window, softcap=case.softcap or 0.0, fa_version=self.fa_version)
+        kw = dict(causal=causal, window_size=window, softcap=case.softcap or 0.0, fa_version=self.fa_version)
+        if case.chunk is not None:
+            kw["attention_chunk"] = case.chunk
+        return kw
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         kw = self.native(case)
@@ -203,6 +241,8 @@ class VllmFa2Backend(Backend):
             paged = inputs.paged()
             k, v = paged.k_cache, paged.v_cache  # (pages, page_size, hkv, d)
             kw.update(seqused_k=paged.seqlens_k, block_table=paged.block_table)  # (B,), (B, max_pages) int32
+        if inputs.sinks is not None:
+            kw["s_aux"] = inputs.sinks  # (hq,)
         with refusals(VLLM_FA_REFUSALS, f"vllm_flash_attn FA{self.fa_version}"):
             return vllm_fa_attention(inputs.q, k, v, out, case.q_lens, case.k_lens, case.softmax_scale, **kw)
 
@@ -216,6 +256,10 @@ class VllmFa2Backend(Backend):
         if case.page_size is not None:
             paged = "k, v, block_table, seqused_k = paged_layout(k, v, K_LENS, PAGE_SIZE, SEED)  # as the harness pages them"
             pages = ", block_table=block_table, seqused_k=seqused_k"
+        if case.sinks:
+            pages += ", s_aux=torch.tensor(SINKS, dtype=torch.float32)"
+        if case.chunk is not None:
+            pages += f", attention_chunk={case.chunk}"
         return embed(
             [cu_seqlens, vllm_fa_attention],
             f"""\
@@ -235,6 +279,8 @@ class VllmFa2Backend(Backend):
 class VllmFa3Backend(VllmFa2Backend):
     name = "vllm-fa3-cuda"
     fa_version = 3
+    supports_sinks = True  # s_aux
+    no_sinks = ""
     description = "vllm.vllm_flash_attn flash_attn_varlen_func(fa_version=3, Hopper): cu_seqlens_q, block_table + seqused_k for paged KV"
     install_hint = VllmFa2Backend.install_hint.replace("vllm-fa2-cuda", "vllm-fa3-cuda")
 
