@@ -27,6 +27,8 @@ dimension      values
 ``regime``     :data:`parity.regimes.REGIMES`
 ``empty_rows`` ``no``; ``yes`` (some query row sees no key)
 ``long``       ``no``; ``yes`` (a visible key range of 1024 keys or more in one row)
+``sinks``      ``no``; ``yes`` (learned sink logits, ``Case.sinks``)
+``chunk``      ``none``; ``on`` (chunked local attention, ``Case.chunk``)
 =============  ========================================================================
 
 The **window grid** is the product ``left x right x length`` with the five side classes
@@ -66,6 +68,8 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "regime": REGIMES,
     "empty_rows": ("no", "yes"),
     "long": ("no", "yes"),
+    "sinks": ("no", "yes"),
+    "chunk": ("none", "on"),
 }
 GRID_SIDES = ("unbounded", "0", "inside", "sk-1", ">=sk")
 GRID_LENGTHS = DIMENSIONS["length"]
@@ -151,6 +155,8 @@ def case_cells(case: Case) -> dict[str, frozenset[str]]:
         scale=frozenset({"default" if case.scale is None else "explicit"}),
         paged=frozenset({"no" if case.page_size is None else "yes"}),
         regime=frozenset({case.regime}),
+        sinks=frozenset({"yes" if case.sinks else "no"}),
+        chunk=frozenset({"none" if case.chunk is None else "on"}),
     )
     return cells
 

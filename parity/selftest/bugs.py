@@ -524,6 +524,35 @@ class Fa2RightSideClampedToSk(EagerAttention):
         return wl, wr
 
 
+# -- learned sinks and chunked local attention -------------------------------------------------------
+
+
+class SinkTimesScale(EagerAttention):
+    """The learned sink multiplied by the softmax scale, as if it were one more score ``q . k``.
+
+    The sink is a logit in natural-log units added to the denominator as ``exp(sink_h)`` (FA4's
+    ``learnable_sink``, vLLM's ``s_aux``, FlashInfer's ``sinks``); a kernel that folds it into the
+    scaled score tile (or into ``log2(e) x scale`` for ``exp2``) scales it by ``1 / sqrt(d)``.
+    """
+
+    name = "bug-sink-times-scale"
+
+    def sink_logits(self, case, sinks):
+        return sinks.float() * self.scale(case)
+
+
+class ChunkTopLeft(EagerAttention):
+    """Chunked local attention with the chunk boundary aligned top-left: the chunk of query ``i``
+    taken from ``i``, not from its absolute position ``i + Sk - Sq``. Right when ``Sq == Sk``
+    (a whole prompt), wrong for decode and chunked prefill: the query reads the chunk of the
+    prompt's first tokens."""
+
+    name = "bug-chunk-top-left"
+
+    def chunk_position(self, i, sq, sk):
+        return i
+
+
 @dataclasses.dataclass(frozen=True)
 class PlantedBug:
     name: str  # the backend's registry-style name
@@ -561,35 +590,6 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-sink-times-scale", "learned sink multiplied by the softmax scale", SinkTimesScale),
     PlantedBug("bug-chunk-top-left", "chunk boundary aligned top-left (chunk of i, not i + Sk - Sq)", ChunkTopLeft),
 )
-
-
-# -- learned sinks and chunked local attention -------------------------------------------------------
-
-
-class SinkTimesScale(EagerAttention):
-    """The learned sink multiplied by the softmax scale, as if it were one more score ``q . k``.
-
-    The sink is a logit in natural-log units added to the denominator as ``exp(sink_h)`` (FA4's
-    ``learnable_sink``, vLLM's ``s_aux``, FlashInfer's ``sinks``); a kernel that folds it into the
-    scaled score tile (or into ``log2(e) x scale`` for ``exp2``) scales it by ``1 / sqrt(d)``.
-    """
-
-    name = "bug-sink-times-scale"
-
-    def sink_logits(self, case, sinks):
-        return sinks.float() * self.scale(case)
-
-
-class ChunkTopLeft(EagerAttention):
-    """Chunked local attention with the chunk boundary aligned top-left: the chunk of query ``i``
-    taken from ``i``, not from its absolute position ``i + Sk - Sq``. Right when ``Sq == Sk``
-    (a whole prompt), wrong for decode and chunked prefill: the query reads the chunk of the
-    prompt's first tokens."""
-
-    name = "bug-chunk-top-left"
-
-    def chunk_position(self, i, sq, sk):
-        return i
 
 
 # ---------------------------------------------------------------- on a GPU
