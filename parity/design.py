@@ -35,7 +35,8 @@ from .results import HALF_DTYPES
 from .window import SpecError, Window
 
 DESIGN_DIMS = (
-    "left", "right", "length", "batch", "tile", "align", "layout", "head_dim", "dtype", "softcap", "scale", "paged", "regime", "sinks", "chunk"
+    "left", "right", "length", "batch", "tile", "align", "layout", "head_dim", "dtype", "softcap", "scale", "paged", "regime",
+    "sinks", "chunk",
 )  # fmt: skip
 #: Dimensions a design row leaves at their first value unless it names them (features most backends lack)
 OFF_UNLESS_NAMED = ("sinks", "chunk")

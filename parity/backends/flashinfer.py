@@ -198,7 +198,9 @@ def flashinfer_paged_attention(
     return out
 
 
-def flashinfer_sink_attention(q, k_cache, v_cache, out, q_lens, block_table, seqlens_k, page_size, scale, window_left, causal, sinks, workspace):
+def flashinfer_sink_attention(
+    q, k_cache, v_cache, out, q_lens, block_table, seqlens_k, page_size, scale, window_left, causal, sinks, workspace
+):
     """FlashInfer's ``BatchAttentionWithAttentionSinkWrapper`` over a paged cache ``(pages, page_size, hkv,
     d)`` (NHD): learned sinks ``sinks`` ``(hq,)`` (natural-log units) in every row's softmax denominator.
     ``q`` ``(total_q, hq, d)``; ``out`` ``(total_q, hq, d)`` written and returned; ``window_left`` / ``causal``

@@ -272,8 +272,10 @@ class FlexBackend(Backend):
             score = "SCORE_MOD = softcap_mod(torch.full((), SOFTCAP, dtype=torch.float32, device=DEVICE))  # a tensor, as in run"
         else:
             score = "SCORE_MOD = softcap_mod(SOFTCAP)"
+        extra = [chunk_sink_mask_mod, sink_mod] if case.sinks or case.chunk is not None else []  # only where the case needs them
+        sink_arg = ", sink_key=True" if case.sinks else ""
         return embed(
-            [band_mask_mod, tensor_band_mask_mod, chunk_sink_mask_mod, softcap_mod, sink_mod, flex_block_mask, _pad_rows, flex_attention_packed],
+            [band_mask_mod, tensor_band_mask_mod, *extra, softcap_mod, flex_block_mask, _pad_rows, flex_attention_packed],
             f"""\
             FLEX = {flex}
             SEQS = {seqs!r}  # per sequence: (padded Sq, padded Sk, mask_mod numbers)
@@ -283,8 +285,7 @@ class FlexBackend(Backend):
             def attention(q, k, v):
                 masks = [flex_block_mask(bq, bk, band, str(q.device)) for bq, bk, band in SEQS]
                 padded = [(bq, bk) for bq, bk, _ in SEQS]
-                return flex_attention_packed(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, SCALE, padded, masks, SCORE_MOD, FLEX,
-                                             sink_key={case.sinks!r})
+                return flex_attention_packed(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, SCALE, padded, masks, SCORE_MOD, FLEX{sink_arg})
             """,
             head="from torch.nn.attention.flex_attention import flex_attention",
         )

@@ -124,8 +124,9 @@ def takes_attention_chunk() -> bool:
 
 
 def vllm_fa_attention(
-    q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None, s_aux=None, attention_chunk=None
-):
+    q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None, s_aux=None,
+    attention_chunk=None,
+):  # fmt: skip
     """``vllm.vllm_flash_attn``'s ``flash_attn_varlen_func`` as vLLM's FlashAttention backend calls it.
 
     ``q`` ``(total_q, hq, d)``; ``k`` / ``v`` ``(total_k, hkv, d)`` with ``cu_seqlens_k``, or with
