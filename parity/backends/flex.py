@@ -272,7 +272,7 @@ class FlexBackend(Backend):
             score = "SCORE_MOD = softcap_mod(torch.full((), SOFTCAP, dtype=torch.float32, device=DEVICE))  # a tensor, as in run"
         else:
             score = "SCORE_MOD = softcap_mod(SOFTCAP)"
-        extra = [chunk_sink_mask_mod, sink_mod] if case.sinks or case.chunk is not None else []  # only where the case needs them
+        extra = [chunk_sink_mask_mod, sink_mod] if case.sinks else [chunk_sink_mask_mod]  # flex_block_mask names chunk_sink_mask_mod
         sink_arg = ", sink_key=True" if case.sinks else ""
         return embed(
             [band_mask_mod, tensor_band_mask_mod, *extra, softcap_mod, flex_block_mask, _pad_rows, flex_attention_packed],
