@@ -33,6 +33,7 @@ from parity.coverage import case_cells, matches
 from parity.maskcheck import run_gqa_probe, run_mask_probe
 from parity.reference import attention_dense_naive, attention_reference
 from parity.selftest.bugs import ChunkTopLeft, EagerAttention, SinkTimesScale
+from parity.selftest.honest import SplitKV
 from parity.window import SpecError, chunk_band
 
 SINK_CASE = Case((1, 17, 30), (9, 17, 20), 4, 2, 16, "float32", Window(6, 0), sinks=True, seed=3)
@@ -193,6 +194,7 @@ def test_a_plugin_backend_without_flags_is_unsupported_not_wrong():
 @pytest.mark.parametrize("bug, case", [(SinkTimesScale, SINK_CASE), (ChunkTopLeft, CHUNK_CASE)], ids=["sink", "chunk"])
 def test_planted_bugs_fail_and_their_base_passes(bug, case):
     assert evaluate(EagerAttention(), case)["verdict"] == "pass"
+    assert evaluate(SplitKV(), case)["verdict"] == "pass"  # an honest variant by another algorithm
     row = evaluate(bug(), case)
     assert row["verdict"] == "fail" and "max_err" in row["reasons"], row
 
