@@ -361,3 +361,15 @@ def test_repro_script_carries_sinks_and_chunk_and_agrees(tmp_path):
     # the same script with the sinks dropped from its reference disagrees: the script checks them
     path.write_text(script.replace("if SINKS is not None:", "if False:"))
     assert subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300).returncode == 1
+
+
+def test_vllm_wrapper_without_s_aux_is_unsupported_for_sinks(monkeypatch):
+    def old(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu_seqlens_k=None, softmax_scale=None, causal=False, out=None):
+        raise AssertionError("not called")
+
+    iface = type(sys)("vllm_fa_stand_in")
+    iface.flash_attn_varlen_func = old
+    monkeypatch.setitem(sys.modules, vllm_fa.INTERFACE, iface)
+    case = Case((1, 1), (100, 37), 8, 2, 32, "bfloat16", Window.tokens(16), sinks=True, seed=2)
+    assert "takes no s_aux" in vllm_fa.VllmFa3Backend().unsupported_reason(case)
+    assert vllm_fa.VllmFa3Backend().unsupported_reason(dataclasses.replace(case, sinks=False)) is None

@@ -113,12 +113,13 @@ def _interface():
     return importlib.import_module(INTERFACE)
 
 
-def takes_attention_chunk() -> bool:
-    """Does the installed ``flash_attn_varlen_func`` take ``attention_chunk``? (False where it does not import.)"""
+def takes_attention_chunk(name: str = "attention_chunk") -> bool:
+    """Does the installed ``flash_attn_varlen_func`` take the argument ``name`` (``attention_chunk``, ``s_aux``)?
+    False where it does not import."""
     import inspect
 
     try:
-        return "attention_chunk" in inspect.signature(_interface().flash_attn_varlen_func).parameters
+        return name in inspect.signature(_interface().flash_attn_varlen_func).parameters
     except Exception:  # noqa: BLE001 - not importable here: the backend is unavailable anyway
         return False
 
@@ -216,6 +217,8 @@ class VllmFa2Backend(Backend):
             return f"head_dim {case.head_dim}: vLLM's FlashAttention needs a multiple of 8 up to 256"
         if case.page_size is not None and self.fa_version == 2 and case.page_size % 16:
             return f"vLLM's FA2 paged KV needs page_size % 16 == 0, got {case.page_size}"
+        if case.sinks and self.supports_sinks and not takes_attention_chunk("s_aux"):
+            return "this vllm_flash_attn's flash_attn_varlen_func takes no s_aux (learned sinks)"
         if case.chunk is not None and not takes_attention_chunk():
             return (
                 "vllm_flash_attn's flash_attn_varlen_func takes no attention_chunk (vLLM builds Llama 4's chunked "
