@@ -30,7 +30,7 @@ import torch
 from . import regimes
 from .regimes import apply as apply_regime
 from .results import DTYPES as DTYPE_NAMES
-from .window import SpecError, Window
+from .window import SpecError, Window, chunk_band
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 _DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "half": "float16"}
@@ -72,6 +72,8 @@ class Case:
     # fp8 KV cache: k and v quantized to this dtype with per-tensor descales (None: k, v in ``dtype``)
     kv_dtype: str | None = None
     q_fp8: bool = False  # the query quantized too (FA3 takes fp8 K/V only with an fp8 query); needs kv_dtype
+    sinks: bool = False  # learned attention sinks: one logit per query head (Inputs.sinks), drawn from the seed
+    chunk: int | None = None  # chunked local attention (Llama 4's attention_chunk): chunks of this many keys
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "q_lens", tuple(self.q_lens))
@@ -116,6 +118,10 @@ class Case:
             if value is not None and (not isinstance(value, str) or not value):
                 raise SpecError(f"Case.{name} must be a non-empty string or None, got {value!r}")
         self._check_fp8()
+        if not isinstance(self.sinks, bool):
+            raise SpecError(f"Case.sinks must be true or false, got {self.sinks!r}")
+        if self.chunk is not None:
+            _int_field("chunk", self.chunk, 1)
         # No "empty band" check is needed: Window's sides are >= 0, so the aligned
         # diagonal key j = i + d is always in the band, and the last (bottom-right) or
         # first (top-left) query row always sees a key.
@@ -173,11 +179,23 @@ class Case:
             return "prefill_long_q"
         return "dense"
 
+    def band(self, sq: int, sk: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """Per query row of an ``(Sq, Sk)`` sequence, its first and last visible key ``(Sq,)`` each:
+        the window's band intersected with the query's chunk (:func:`parity.window.chunk_band`)."""
+        lo, hi = self.window.band(sq, sk, device)  # (Sq,), (Sq,)
+        return chunk_band(lo, hi, sq, sk, self.chunk)
+
+    def mask(self, sq: int, sk: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Dense boolean mask ``(Sq, Sk)``, ``True`` = visible (window and chunk)."""
+        lo, hi = self.band(sq, sk, device)
+        j = torch.arange(sk, device=device, dtype=torch.int64)  # (Sk,)
+        return (j[None, :] >= lo[:, None]) & (j[None, :] <= hi[:, None])  # (Sq, Sk)
+
     def band_counts(self) -> list[int]:
         """Per sequence, how many (query, key) pairs are visible."""
         out = []
         for sq, sk in zip(self.q_lens, self.k_lens):
-            lo, hi = self.window.band(sq, sk)
+            lo, hi = self.band(sq, sk)
             out.append(int((hi - lo + 1).clamp(min=0).sum()))
         return out
 
@@ -210,6 +228,9 @@ class Case:
             # fp8 KV (and query); omitted when off (ids of other cases unchanged)
             **({} if self.kv_dtype is None else {"kv_dtype": self.kv_dtype}),
             **({"q_fp8": True} if self.q_fp8 else {}),
+            # learned sinks and chunked attention: omitted when off (ids of other cases unchanged)
+            **({"sinks": True} if self.sinks else {}),
+            **({} if self.chunk is None else {"chunk": self.chunk}),
         }
 
     def to_json(self) -> str:
@@ -265,6 +286,10 @@ class Case:
             parts.append(f"scale={self.scale:g}")
         if self.page_size is not None:
             parts.append(f"page={self.page_size}")
+        if self.chunk is not None:
+            parts.append(f"chunk={self.chunk}")
+        if self.sinks:
+            parts.append("sinks")
         if self.regime != "normal":
             parts.append(f"inputs={self.regime}")
         if self.kv_dtype is not None:
@@ -339,6 +364,7 @@ class Inputs:
     q_descale: torch.Tensor | None = None
     k_descale: torch.Tensor | None = None
     v_descale: torch.Tensor | None = None
+    sinks: torch.Tensor | None = None  # (hq,) float32: learned sink logits (Case.sinks), natural-log units
 
     @property
     def device(self) -> torch.device:
@@ -406,6 +432,7 @@ class Inputs:
             move(self.q_descale),
             move(self.k_descale),
             move(self.v_descale),
+            None if self.sinks is None else self.sinks.to(device),
         )
 
     def descale(self, name: str) -> float:
@@ -429,7 +456,7 @@ class Inputs:
 def pages_seen(case: Case, page_size: int, b: int) -> torch.Tensor:
     """Which logical pages of sequence ``b`` some query row's window reaches: bool ``(pages_b,)``."""
     sq, sk = case.q_lens[b], case.k_lens[b]
-    lo, hi = case.window.band(sq, sk)  # (Sq,), (Sq,)
+    lo, hi = case.band(sq, sk)  # (Sq,), (Sq,)
     start = torch.arange(-(-sk // page_size)) * page_size  # (pages_b,) first key of each page
     end = (start + page_size).clamp(max=sk) - 1  # (pages_b,) its last key
     hit = (lo[:, None] <= hi[:, None]) & (lo[:, None] <= end[None, :]) & (hi[:, None] >= start[None, :])  # (Sq, pages_b)
@@ -491,6 +518,7 @@ def make_inputs(case: Case, device: torch.device | str = "cpu") -> Inputs:
         v,
         torch.tensor(cq, dtype=torch.int32),
         torch.tensor(ck, dtype=torch.int32),
+        sinks=draw_sinks(case.seed, case.hq) if case.sinks else None,
     )
     if case.kv_dtype is not None:  # an fp8 KV cache: k and v (and q where q_fp8) quantized per tensor
         k, kd = quantize_fp8(k, case.kv_dtype)
@@ -498,6 +526,19 @@ def make_inputs(case: Case, device: torch.device | str = "cpu") -> Inputs:
         q, qd = quantize_fp8(q, case.kv_dtype) if case.q_fp8 else (q, None)
         inputs = dataclasses.replace(inputs, q=q, k=k, v=v, q_descale=qd, k_descale=kd, v_descale=vd)
     return inputs if str(device) == "cpu" else inputs.to(device)
+
+
+#: Seed offset of the sink logits' generator: q, k and v stay those of the case without sinks.
+SINK_SEED_OFFSET = 104729
+
+
+def draw_sinks(seed: int, hq: int) -> torch.Tensor:
+    """One learned sink logit per query head, ``(hq,)`` float32: ``2 x N(0, 1)`` from a CPU generator
+    seeded ``seed + SINK_SEED_OFFSET``: a sink from well below a row's scores (little weight) to well
+    above them (most of the weight). Rounded to bfloat16 values, so a library that takes its sinks in
+    bfloat16 (vLLM's FA3 ``s_aux``, FA4 before float32 sinks) gets exactly the reference's."""
+    gen = torch.Generator(device="cpu").manual_seed(seed + SINK_SEED_OFFSET)
+    return (torch.randn(hq, generator=gen) * 2.0).to(torch.bfloat16).to(torch.float32)  # (hq,)
 
 
 # -- the two functions standalone scripts copy -------------------------------------------------

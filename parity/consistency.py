@@ -47,6 +47,7 @@ def _sub_inputs(full: Inputs, case: Case, q0: int, q1: int, k1: int) -> Inputs:
         q_descale=full.q_descale,  # fp8 cases: the full tensors' descales (a slice keeps its values)
         k_descale=full.k_descale,
         v_descale=full.v_descale,
+        sinks=full.sinks,
     )
 
 

@@ -28,6 +28,8 @@ dimension      values
 ``empty_rows`` ``no``; ``yes`` (some query row sees no key)
 ``long``       ``no``; ``yes`` (a visible key range of 1024 keys or more in one row)
 ``fp8``        ``no``; ``kv`` (an fp8 KV cache, ``Case.kv_dtype``); ``qkv`` (and an fp8 query, ``q_fp8``)
+``sinks``      ``no``; ``yes`` (learned sink logits, ``Case.sinks``)
+``chunk``      ``none``; ``on`` (chunked local attention, ``Case.chunk``)
 =============  ========================================================================
 
 The **window grid** is the product ``left x right x length`` with the five side classes
@@ -68,6 +70,8 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "empty_rows": ("no", "yes"),
     "long": ("no", "yes"),
     "fp8": ("no", "kv", "qkv"),
+    "sinks": ("no", "yes"),
+    "chunk": ("none", "on"),
 }
 GRID_SIDES = ("unbounded", "0", "inside", "sk-1", ">=sk")
 GRID_LENGTHS = DIMENSIONS["length"]
@@ -123,7 +127,7 @@ def _sequences(case: Case) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {"left": set(), "right": set(), "length": set(), "empty_rows": set(), "long": set(), "grid": set()}
     w = case.window
     for sq, sk in zip(case.q_lens, case.k_lens):
-        lo, hi = w.band(sq, sk)
+        lo, hi = case.band(sq, sk)
         left, right, rel = side_class(w.left, sk, True), side_class(w.right, sk, False), length_class(sq, sk)
         out["left"].add(left)
         out["right"].add(right)
@@ -154,6 +158,8 @@ def case_cells(case: Case) -> dict[str, frozenset[str]]:
         paged=frozenset({"no" if case.page_size is None else "yes"}),
         regime=frozenset({case.regime}),
         fp8=frozenset({"no" if case.kv_dtype is None else ("qkv" if case.q_fp8 else "kv")}),
+        sinks=frozenset({"yes" if case.sinks else "no"}),
+        chunk=frozenset({"none" if case.chunk is None else "on"}),
     )
     return cells
 

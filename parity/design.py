@@ -28,13 +28,18 @@ from collections.abc import Mapping, Sequence
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from .backends.base import fp8_reason
+from .backends.base import feature_reason, fp8_reason
 from .case import Case
 from .coverage import DIMENSIONS, GRID_LENGTHS, GRID_SIDES, TILE, TILE_VALUES
 from .results import HALF_DTYPES
 from .window import SpecError, Window
 
-DESIGN_DIMS = ("left", "right", "length", "batch", "tile", "align", "layout", "head_dim", "dtype", "softcap", "scale", "paged", "regime")
+DESIGN_DIMS = (
+    "left", "right", "length", "batch", "tile", "align", "layout", "head_dim", "dtype", "softcap", "scale", "paged", "regime",
+    "sinks", "chunk",
+)  # fmt: skip
+#: Dimensions a design row leaves at their first value unless it names them (features most backends lack)
+OFF_UNLESS_NAMED = ("sinks", "chunk")
 SOFTCAPS = (1.0, 5.0, 30.0)
 SCALES = (0.5, 0.05)
 PAGES = (16, 64)
@@ -46,7 +51,7 @@ HEADS = {
 }
 DIMS_OF = {"d<=32": (16, 32), "d64": (64,), "d128": (128,), "d256": (256,), "odd8": (40, 72, 80, 96), "irregular": (20, 33)}
 #: What a flash kernel takes: the grid's fixed values.
-FLASH_FIXED = {"align": "bottom_right", "softcap": "none", "paged": "no"}
+FLASH_FIXED = {"align": "bottom_right", "softcap": "none", "paged": "no", "sinks": "no", "chunk": "none"}
 FLASH_HEAD_DIMS = ("d<=32", "d64", "d128", "odd8", "d256")
 INSIDE_MIN_SK = TILE + 2  # an "inside" left side (64 .. Sk-2) needs Sk >= 66
 
@@ -142,7 +147,7 @@ def _batch(kind: str, main: tuple[int, int], limits: Limits, rng: random.Random)
 def concretize(row: Mapping[str, str], rng: random.Random, limits: Limits) -> Case | None:
     """A case holding every value of ``row`` (dimension -> value), the rest drawn from ``rng``;
     None where the values cannot hold together (the design drops that row)."""
-    pick = {d: row.get(d) or rng.choice(v) for d, v in design_values(limits).items()}
+    pick = {d: row.get(d) or (v[0] if d in OFF_UNLESS_NAMED else rng.choice(v)) for d, v in design_values(limits).items()}
     main = _main_lengths(pick["length"], pick["tile"], _need_sk(pick["left"], pick["right"]), limits, rng)
     if main is None or (pick["align"] == "top_left" and main[0] == main[1]):
         return None
@@ -164,9 +169,16 @@ def concretize(row: Mapping[str, str], rng: random.Random, limits: Limits) -> Ca
             page_size=None if pick["paged"] == "no" else rng.choice(PAGES),
             seed=rng.randrange(2**31),
             regime=pick["regime"],
+            sinks=pick["sinks"] == "yes",
+            chunk=None if pick["chunk"] == "none" else _chunk(sk, rng),
         )
     except SpecError:
         return None
+
+
+def _chunk(sk: int, rng: random.Random) -> int:
+    """A chunk size that splits ``sk`` keys (at least two chunks where ``sk >= 2``)."""
+    return max(1, rng.choice((sk // 3, sk // 2, 16, 64)) if sk >= 4 else 1)
 
 
 # -- covering designs ----------------------------------------------------------------------------
@@ -329,6 +341,7 @@ def _round8(d: int) -> int:
 #: the last step, which keeps the first sequence of a varlen batch and its own lengths).
 LADDER: tuple[tuple[str, object], ...] = (
     ("softcap", lambda c: dataclasses.replace(c, softcap=None)),
+    ("sinks", lambda c: dataclasses.replace(c, sinks=False)),
     ("dtype", lambda c: dataclasses.replace(c, dtype=_half(c)) if c.dtype == "float32" else c),
     # an fp8 KV cache with the query in float16 / bfloat16: the form FA3 takes (fp8 query, bfloat16 output)
     ("fp8", lambda c: dataclasses.replace(c, q_fp8=True, dtype="bfloat16") if c.kv_dtype is not None and not c.q_fp8 else c),
@@ -349,7 +362,7 @@ def takes(backend: object, case: Case) -> bool:
             return False
     except Exception:  # noqa: BLE001 - a backend whose check raises gets no siblings
         return False
-    return case.page_size is None or bool(getattr(backend, "supports_paged", False))
+    return feature_reason(backend, case) is None
 
 
 def siblings(case: Case, backend: object, have: Sequence[Case]) -> Case | None:

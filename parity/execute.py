@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from . import backends
-from .backends.base import Backend, Unsupported, fp8_reason
+from .backends.base import Backend, Unsupported, feature_reason, fp8_reason
 from .case import Case, Inputs, make_inputs
 from .maskcheck import DEFAULT_MAX_PASSES, passes_per_call, probe_case, run_gqa_probe, run_mask_probe, run_read_probe
 from .memory import LARGE_ROW_BYTES, MIB, estimate, free_bytes, is_oom, oom_detail
@@ -153,9 +153,7 @@ def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeat
         reason = backend.unsupported_reason(case)
     except Exception as exc:  # noqa: BLE001
         return {"status": "error", "detail": f"unsupported_reason() raised {type(exc).__name__}: {exc}"}
-    if not reason and case.page_size is not None and not getattr(backend, "supports_paged", False):
-        reason = f"no paged-KV path (case has page_size={case.page_size})"
-    reason = reason or fp8_reason(backend, case)
+    reason = reason or feature_reason(backend, case) or fp8_reason(backend, case)
     if reason:
         return {"status": "unsupported", "detail": reason}
     try:

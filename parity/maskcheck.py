@@ -21,7 +21,9 @@ Mask probe
 
 GQA probe
     ``V`` of kv head ``g`` is the constant ``g + 1``; query head ``h`` must output
-    ``h // (hq // hkv) + 1`` in every row that sees a key.
+    ``h // (hq // hkv) + 1`` in every row that sees a key (learned sinks, if the case has them,
+    are set to :data:`NEUTRAL_SINK` for it). The mask probe keeps the case's sinks: they lower
+    the weight of every visible key of a row alike.
 
 Read probe (paged cases, and padded caches with used lengths)
     The case's own inputs, with the cache as a real engine holds it: paged
@@ -52,6 +54,9 @@ VISIBLE_FRACTION = 2.0**-20
 #: Weights between VISIBLE_FRACTION and this fraction of the row's largest are "partial".
 UNIFORM_FRACTION = 0.5
 DEFAULT_MAX_PASSES = 64
+#: The GQA probe's sink logit (cases with sinks): exp(-30000) is 0 in float32, so the probe reads
+#: the kv head alone; finite, so a kernel that subtracts it from a running max stays finite.
+NEUTRAL_SINK = -30000.0
 #: Score elements (query heads x sum of Sq*Sk over the batch) one batched probe call may cover.
 PROBE_CALL_ELEMENTS = 1 << 26
 #: Differing (head, row) pairs per sequence whose pattern is described (all are counted).
@@ -131,6 +136,7 @@ def mask_probe_inputs(case: Case, p: int, device: torch.device | str = "cpu", ba
         q_descale=base.q_descale,
         k_descale=base.k_descale,
         v_descale=_unit(base.v_descale),  # fp8 V: the one-hot values are exact, their descale 1
+        sinks=base.sinks,  # a sink lowers every visible key's weight alike: the softmax stays uniform over them
     )
     return probe if str(device) == str(dev) else probe.to(device)
 
@@ -148,6 +154,8 @@ def gqa_probe_inputs(case: Case, device: torch.device | str = "cpu", base: Input
     # to 2**-4, which would read as "a mix of kv heads"); the output is V's value whatever the weights
     q = torch.zeros_like(base.q) if base.v_descale is not None else base.q  # (total_q, hq, d)
     probe = dataclasses.replace(base.with_tensors(q, base.k, v), v_descale=_unit(base.v_descale))
+    if base.sinks is not None:  # a sink would scale each head's constant by its own weight: out of the way
+        probe = dataclasses.replace(probe, sinks=torch.full_like(base.sinks, NEUTRAL_SINK))  # (hq,)
     return probe if str(device) == str(base.q.device) else probe.to(device)
 
 
@@ -228,8 +236,8 @@ def decode_mask(case: Case, outputs: list[torch.Tensor]) -> ProbeResult:
     unwritten = torch.stack([(o.detach() == POISON).any(-1).to(dev) for o in outputs]).any(0)
     skipped = 0
     for b, (sq, sk) in enumerate(zip(case.q_lens, case.k_lens)):
-        spec = case.window.mask(sq, sk).to(dev)  # (Sq, Sk)
-        lo, hi = case.window.band(sq, sk)
+        spec = case.mask(sq, sk).to(dev)  # (Sq, Sk)
+        lo, hi = case.band(sq, sk)
         # weights[h, i, j]: what row i of head h gave key j
         w = torch.cat([o[cq[b] : cq[b + 1]] for o in outs], dim=-1)[..., :sk]  # (Sq, hq, Sk)
         w = w.permute(1, 0, 2)  # (hq, Sq, Sk)
@@ -315,7 +323,7 @@ def decode_gqa(case: Case, out: torch.Tensor) -> ProbeResult:
     o = raw.to(torch.float64)  # (total_q, hq, d)
     empty = []
     for sq, sk in zip(case.q_lens, case.k_lens):
-        lo, hi = case.window.band(sq, sk)
+        lo, hi = case.band(sq, sk)
         empty.append(lo > hi)
     seen = ~torch.cat(empty)  # (total_q,)
     o, written = o[seen], written[seen]  # (rows, hq, d), (rows, hq)
@@ -423,7 +431,7 @@ class MaskStream:
 
     def __init__(self, case: Case, device: torch.device | str):
         self.case, self.dev = case, device
-        bands = [case.window.band(sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
+        bands = [case.band(sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
         self.lo = torch.cat([b[0] for b in bands]).to(device)  # (total_q,)
         self.hi = torch.cat([b[1] for b in bands]).to(device)  # (total_q,)
         self.sk = torch.cat([torch.full((sq,), sk) for sq, sk in zip(case.q_lens, case.k_lens)]).to(device)  # (total_q,)

@@ -15,6 +15,12 @@ before the ``P @ V`` product, as FA3's fp8 path does (:func:`round_p_fp8`): kern
 Contract for rows with no visible key: the output is **0** (flash-attn's
 convention). A backend that returns NaN there fails with reason ``nan``.
 
+Learned sinks (``Case.sinks``, ``Inputs.sinks`` ``(hq,)``): the softmax denominator of every row
+of head ``h`` gains ``exp(sink_h)``, the sink in natural-log units and NOT multiplied by the
+softmax scale (as FA4's ``learnable_sink``, vLLM's ``s_aux`` and FlashInfer's ``sinks`` define
+it): ``p_j = exp(s_j) / (exp(sink_h) + sum_j' exp(s_j'))``. A row that sees no key outputs 0.
+The visible keys are ``Case.band``: the window intersected with the chunk (``Case.chunk``).
+
 Per query block the reference only touches the keys the block's rows can see:
 ``lo``/``hi`` from :meth:`Window.band` are non-decreasing in the row index, so
 rows ``r0..r1-1`` need keys ``lo[r0]..hi[r1-1]``. The block height is chosen so
@@ -68,19 +74,22 @@ def attention_sequence(
     compute_dtype: torch.dtype = torch.float64,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     p_fp8: str | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One sequence: ``q`` ``(Sq, hq, d)``, ``k``/``v`` ``(Sk, hkv, d)`` -> ``(Sq, hq, d)``.
 
-    ``p_fp8``: an fp8 dtype name: the probabilities are rounded to it before ``P @ V`` (:func:`round_p_fp8`)."""
+    ``p_fp8``: an fp8 dtype name: the probabilities are rounded to it before ``P @ V`` (:func:`round_p_fp8`);
+    ``sinks`` ``(hq,)``: the learned sink logits, if any (see the module docstring)."""
     sq, hq, dh = q.shape
     sk, hkv, _ = k.shape
     g = hq // hkv
     out = torch.zeros(sq, hq, dh, dtype=compute_dtype, device=q.device)  # (Sq, hq, d)
     if sq == 0 or sk == 0:
         return out
-    lo, hi = case.window.band(sq, sk)  # (Sq,), (Sq,) inclusive key bounds, on the CPU
+    lo, hi = case.band(sq, sk)  # (Sq,), (Sq,) inclusive key bounds (window and chunk), on the CPU
     elem = torch.finfo(compute_dtype).bits // 8
     scale = case.softmax_scale
+    sink = None if sinks is None else sinks.to(q.device, compute_dtype).view(hkv, g, 1, 1)  # (hkv, g, 1, 1)
     for r0, r1, k0, k1 in _row_blocks(lo, hi, hq, elem, block_bytes):
         if k1 <= k0:
             continue  # every row of this block sees no key: output stays 0
@@ -96,20 +105,32 @@ def attention_sequence(
         hi_b = hi[r0:r1].to(q.device)  # (C,)
         visible = (j[None, :] >= lo_b[:, None]) & (j[None, :] <= hi_b[:, None])  # (C, span)
         scores = scores.masked_fill(~visible, float("-inf"))  # (hkv, g, C, span)
-        if compute_dtype == torch.float64:
-            m = scores.amax(dim=-1, keepdim=True)  # (hkv, g, C, 1)
-            m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-            p = torch.exp(scores - m)  # (hkv, g, C, span); exp(-inf) = 0
-            denom = p.sum(dim=-1, keepdim=True)  # (hkv, g, C, 1)
-            p = p / torch.where(denom > 0, denom, torch.ones_like(denom))
-        else:
-            p = torch.softmax(scores, dim=-1)  # (hkv, g, C, span), in compute_dtype
-            p = torch.nan_to_num(p, nan=0.0)  # fully masked rows: 0, per the contract
+        p = _softmax(scores, sink, compute_dtype)  # (hkv, g, C, span)
         if p_fp8 is not None:
             p = round_p_fp8(p, p_fp8)  # (hkv, g, C, span): P as an fp8 P @ V GEMM sees it
         ob = torch.matmul(p, vb[:, None])  # (hkv, g, C, d)
         out[r0:r1] = ob.permute(2, 0, 1, 3).reshape(c, hq, dh)  # (C, hq, d)
     return out
+
+
+def _softmax(scores: torch.Tensor, sink: torch.Tensor | None, compute_dtype: torch.dtype) -> torch.Tensor:
+    """Softmax over the last dim of ``scores`` ``(hkv, g, C, span)`` (``-inf`` = masked), its denominator
+    gaining ``exp(sink)`` ``(hkv, g, 1, 1)`` when given; a row with no finite score gives 0."""
+    if compute_dtype == torch.float64:
+        m = scores.amax(dim=-1, keepdim=True)  # (hkv, g, C, 1)
+        if sink is not None:
+            m = torch.maximum(m, sink)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        p = torch.exp(scores - m)  # (hkv, g, C, span); exp(-inf) = 0
+        denom = p.sum(dim=-1, keepdim=True)  # (hkv, g, C, 1)
+        if sink is not None:
+            denom = denom + torch.exp(sink - m)
+        return p / torch.where(denom > 0, denom, torch.ones_like(denom))
+    if sink is not None:  # the sink as one more column of the softmax, dropped after it (in compute_dtype)
+        col = sink.to(scores.dtype).expand(*scores.shape[:-1], 1)  # (hkv, g, C, 1)
+        return torch.softmax(torch.cat([scores, col], dim=-1), dim=-1)[..., :-1]  # (hkv, g, C, span)
+    p = torch.softmax(scores, dim=-1)  # (hkv, g, C, span), in compute_dtype
+    return torch.nan_to_num(p, nan=0.0)  # fully masked rows: 0, per the contract
 
 
 def attention_reference(
@@ -129,7 +150,7 @@ def attention_reference(
         p_fp8 = case.kv_dtype
     out = torch.empty(inputs.q.shape, dtype=compute_dtype, device=inputs.q.device)  # (total_q, hq, d)
     for _, qb, kb, vb, qs in inputs.sequences():
-        out[qs] = attention_sequence(case, qb, kb, vb, compute_dtype, block_bytes, p_fp8)
+        out[qs] = attention_sequence(case, qb, kb, vb, compute_dtype, block_bytes, p_fp8, inputs.sinks)
     return out
 
 
@@ -147,7 +168,10 @@ def attention_dense_naive(inputs: Inputs, compute_dtype: torch.dtype = torch.flo
         s = qf @ kf.transpose(-1, -2) * case.softmax_scale  # (hq, Sq, Sk)
         if case.softcap is not None:
             s = case.softcap * torch.tanh(s / case.softcap)
-        s = s.masked_fill(~case.window.mask(sq, sk, q.device), float("-inf"))  # (hq, Sq, Sk)
-        p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # (hq, Sq, Sk)
+        s = s.masked_fill(~case.mask(sq, sk, q.device), float("-inf"))  # (hq, Sq, Sk)
+        if inputs.sinks is not None:  # one more column per row: the sink, dropped after the softmax
+            col = inputs.sinks.to(s.device, compute_dtype)[:, None, None].expand(-1, sq, 1)  # (hq, Sq, 1)
+            s = torch.cat([s, col], dim=-1)  # (hq, Sq, Sk + 1)
+        p = torch.softmax(s, dim=-1).nan_to_num(0.0)[..., :sk]  # (hq, Sq, Sk)
         outs.append((p @ vf).transpose(0, 1))  # (Sq, hq, d)
     return torch.cat(outs, dim=0)

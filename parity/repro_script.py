@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import regimes
-from .case import Case, draw_args, draw_qkv, paged_layout
+from .case import Case, draw_args, draw_qkv, draw_sinks, paged_layout
 from .verdict import BUDGETS
 
 
@@ -57,6 +57,7 @@ def case_constants(case: Case, device: str) -> str:
     """The case as the script's module constants."""
     w = case.window
     budget = BUDGETS[case.dtype]
+    sinks = draw_sinks(case.seed, case.hq).tolist() if case.sinks else None
     return textwrap.dedent(
         f"""\
         # -- the case ({case.summary()}) --
@@ -68,6 +69,8 @@ def case_constants(case: Case, device: str) -> str:
         SCALE = {case.softmax_scale!r}  # softmax scale
         SOFTCAP = {case.softcap!r}  # tanh softcap of the scores (None: none)
         PAGE_SIZE = {case.page_size!r}  # KV page size (None: contiguous)
+        CHUNK = {case.chunk!r}  # chunked local attention: key and query position i + Sk - Sq in one chunk of CHUNK keys (None: off)
+        SINKS = {sinks!r}  # learned sink logit per query head, natural-log units, unscaled (None: no sinks)
         SEED = {case.seed}
         DEVICE = {device!r}
         DRAW_ARGS = {draw_args(case)!r}
@@ -127,7 +130,8 @@ def docstring(meta: dict[str, Any]) -> str:
         "",
         "The spec: query i of a sequence with Sq queries and Sk keys sees key j iff",
         "i + d - left <= j <= i + d + right (inclusive; d = Sk - Sq for bottom_right, 0 for top_left;",
-        "None = unbounded); a query that sees no key outputs 0. Needs torch and the backend's package",
+        "None = unbounded), and with CHUNK, j in the chunk of i + Sk - Sq; SINKS add exp(sink) to each row's",
+        "softmax denominator; a query that sees no key outputs 0. Needs torch and the backend's package",
         "only (written by attn-parity's export-repro; it does not import attn-parity).",
     ]
     text = "\n".join(lines).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
@@ -185,6 +189,10 @@ def band(sq, sk):
     i = torch.arange(sq)
     lo = torch.zeros(sq, dtype=torch.long) if left is None else (i + d - left).clamp(min=0)
     hi = torch.full((sq,), sk - 1, dtype=torch.long) if right is None else (i + d + right).clamp(max=sk - 1)
+    if CHUNK is not None:  # the chunk of the query's absolute position p = i + Sk - Sq: keys p - p % CHUNK ..
+        p = i + sk - sq
+        start = p - torch.remainder(p, CHUNK)
+        lo, hi = torch.maximum(lo, start), torch.minimum(hi, start + CHUNK - 1)
     return lo, hi
 
 
@@ -203,7 +211,10 @@ def reference(q, k, v, dtype):
             s = (qh * SCALE) @ kh.T  # (Sq, Sk)
             if SOFTCAP is not None:
                 s = torch.tanh(s / SOFTCAP) * SOFTCAP
-            p = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1).nan_to_num(0.0)  # (Sq, Sk)
+            s = s.masked_fill(~visible, float("-inf"))  # (Sq, Sk)
+            if SINKS is not None:  # the sink as one more column of the softmax, dropped after it
+                s = torch.cat([s, torch.full((sq, 1), SINKS[h], dtype=dtype)], dim=-1)  # (Sq, Sk + 1)
+            p = torch.softmax(s, dim=-1).nan_to_num(0.0)[:, :sk]  # (Sq, Sk)
             out[CU_Q[b] : CU_Q[b + 1], h] = p @ vh  # (Sq, d)
     return out
 

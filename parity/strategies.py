@@ -5,7 +5,8 @@ Public entry points:
 * :func:`cases` - a strategy of :class:`parity.Case` (lengths including decode ``Sq = 1``,
   chunked prefill ``Sq < Sk``, ``Sq > Sk``, lengths just below / at / above the window,
   window edges ``0, 1, S-1, S, S+1``, unbounded, one- and two-sided, top-left alignment,
-  MHA / GQA / MQA with non-power-of-two ratios, odd head dims, softcap on and off);
+  MHA / GQA / MQA with non-power-of-two ratios, odd head dims, softcap on and off; learned sinks
+  and chunked local attention come from the edge cases and the covering design);
 * :func:`edge_cases` - a fixed list, one case per known trap
   (see ``shared/design/window-semantics.md``);
 * :data:`PROFILES` and :func:`profile` - quick (CI) / default / thorough, chosen by
@@ -255,6 +256,17 @@ def edge_cases(dtypes: Sequence[str] = ALL_DTYPES, once: bool = False) -> list[C
         # (Dao-AILab/flash-attention#895; every FA2 build: torch's, xformers' fa2F, vLLM's, flash-attn)
         dict(q_lens=(64,), k_lens=(35,), hq=4, hkv=2, head_dim=64, window=W(16, None)),
         dict(q_lens=(63,), k_lens=(17,), hq=4, hkv=1, head_dim=64, window=W(None, 20)),
+        # learned sinks (gpt-oss: window 128 with a sink per head): prefill, paged decode, rows with no key
+        dict(q_lens=(64,), k_lens=(64,), hq=8, hkv=2, head_dim=64, window=W.tokens(16), sinks=True),
+        dict(q_lens=(1, 1), k_lens=(70, 33), hq=4, hkv=2, head_dim=64, window=W.tokens(20), page_size=16, sinks=True),
+        dict(q_lens=(16,), k_lens=(80,), hq=4, hkv=1, head_dim=64, window=W.tokens(24), sinks=True),
+        dict(q_lens=(40,), k_lens=(24,), hq=4, hkv=2, head_dim=32, window=W(8, 0), sinks=True),
+        # chunked local attention (Llama 4's attention_chunk): chunked prefill and decode, where a chunk
+        # aligned at the query row instead of its absolute position differs; a chunk inside the window
+        dict(q_lens=(24,), k_lens=(80,), hq=4, hkv=1, head_dim=64, window=W.causal(), chunk=32),
+        dict(q_lens=(1, 1), k_lens=(70, 33), hq=4, hkv=2, head_dim=64, window=W.causal(), chunk=16),
+        dict(q_lens=(48,), k_lens=(48,), hq=4, hkv=2, head_dim=64, window=W.tokens(12), chunk=20),
+        dict(q_lens=(12,), k_lens=(45,), hq=4, hkv=1, head_dim=64, window=W.causal(), chunk=16, page_size=16, sinks=True),
     ]
     out = []
     for n, t in enumerate(templates):

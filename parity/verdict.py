@@ -112,7 +112,7 @@ def empty_rows(case: Case) -> torch.Tensor:
     """``(total_q,)`` bool: the packed query rows that see no key."""
     empty = []
     for sq, sk in zip(case.q_lens, case.k_lens):
-        lo, hi = case.window.band(sq, sk)
+        lo, hi = case.band(sq, sk)
         empty.append(lo > hi)
     return torch.cat(empty)
 
@@ -145,7 +145,7 @@ def locate(case: Case, flat_row: int) -> dict[str, Any]:
     sq, sk = case.q_lens[b], case.k_lens[b]
     w = case.window
     d = w.offset(sq, sk)
-    lo, hi = w.band(sq, sk)
+    lo, hi = case.band(sq, sk)
     left_edge = None if w.left is None else i + d - w.left
     right_edge = None if w.right is None else i + d + w.right
     return {

@@ -44,6 +44,23 @@ Alignment, Sq = 2, Sk = 4, Window(left=1, right=0)::
          j: 0 1 2 3                    j: 0 1 2 3
     i=0     . x x .               i=0     x . . .
     i=1     . . x x               i=1     x x . .
+
+Chunked local attention (Llama 4's ``attention_chunk``, ``Case.chunk = C``)
+-----------------------------------------------------------------------------
+On top of the window, key ``j`` is visible to query ``i`` only when ``j`` and the query's
+absolute position ``p = i + Sk - Sq`` lie in the same chunk of ``C`` keys. Chunks are
+aligned at ABSOLUTE key positions: the chunk of ``p`` starts at ``p - p % C`` (floor
+modulo: a query with ``p < 0`` lies in no chunk that holds a key), whatever the window's
+alignment. :func:`chunk_band` is the one place this rule lives (the reference, the
+baseline, the mask probe and the read probe all use it through ``Case.band``).
+
+Truth table, Sq = 3, Sk = 6 (``p = i + 3``), ``C = 4``::
+
+    Window.causal(), chunk 4       Window.tokens(2), chunk 4    top-left chunk (the planted bug)
+         j: 0 1 2 3 4 5                j: 0 1 2 3 4 5               j: 0 1 2 3 4 5
+    i=0     x x x x . .           i=0     . . x x . .         i=0     x x x x . .   (p=3: ok)
+    i=1     . . . . x .           i=1     . . . . x .         i=1     x x x x . .   (wrong)
+    i=2     . . . . x x           i=2     . . . . x x         i=2     x x x x . .   (wrong)
 """
 
 from __future__ import annotations
@@ -57,6 +74,17 @@ from .errors import UserError
 
 Align = Literal["bottom_right", "top_left"]
 ALIGNMENTS: tuple[str, ...] = ("bottom_right", "top_left")
+
+
+def chunk_band(lo: torch.Tensor, hi: torch.Tensor, sq: int, sk: int, chunk: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(lo, hi)`` of a window band ``(Sq,)`` each, intersected with each query's chunk of ``chunk``
+    keys (``None``: unchanged): query ``i`` at absolute position ``p = i + Sk - Sq`` sees keys
+    ``p - p % chunk .. p - p % chunk + chunk - 1`` only. The rule of the module docstring, in one place."""
+    if chunk is None:
+        return lo, hi
+    p = torch.arange(sq, device=lo.device, dtype=torch.int64) + (sk - sq)  # (Sq,) absolute positions
+    start = p - torch.remainder(p, chunk)  # (Sq,) first key of p's chunk (floor modulo)
+    return torch.maximum(lo, start), torch.minimum(hi, start + chunk - 1)
 
 
 class SpecError(UserError):

@@ -77,6 +77,13 @@ class Backend:
         probe then poisons the slots past each used length."""
         return False
 
+    #: True when ``run`` passes ``inputs.sinks`` (learned sink logits, ``Case.sinks``) to its library;
+    #: ``no_sinks``: why not, in the library's terms, for the ``unsupported`` row.
+    supports_sinks: bool = False
+    no_sinks: str = ""
+    #: True when ``run`` passes ``case.chunk`` (chunked local attention) to its library; ``no_chunk``: why not.
+    supports_chunk: bool = False
+    no_chunk: str = ""
     #: Rough relative cost of one sweep case (compile-bound backends are high); ``--jobs``
     #: lanes are balanced on it.
     cost_hint: float = 1.0
@@ -114,6 +121,21 @@ def fp8_reason(backend: object, case: Case) -> str | None:
         return f"{name} has no fp8 KV path (case has kv_dtype={case.kv_dtype}; it takes {', '.join(takes) or 'none'})"
     if case.q_fp8 and not getattr(backend, "fp8_queries", False):
         return f"{getattr(backend, 'name', type(backend).__name__)} takes no fp8 query (case has q_fp8)"
+    return None
+
+
+def feature_reason(backend: object, case: Case) -> str | None:
+    """Why ``backend`` cannot take ``case``'s paged KV, learned sinks or chunk (its ``supports_*``
+    flags, the reason its ``no_*`` words); None when it can. Checked before ``unsupported_reason``'s
+    verdict is final, for every backend, plugins included."""
+    if case.page_size is not None and not getattr(backend, "supports_paged", False):
+        return f"no paged-KV path (case has page_size={case.page_size})"
+    if case.sinks and not getattr(backend, "supports_sinks", False):
+        why = getattr(backend, "no_sinks", "") or "the backend takes no learned-sink logits"
+        return f"learned sinks: {why}"
+    if case.chunk is not None and not getattr(backend, "supports_chunk", False):
+        why = getattr(backend, "no_chunk", "") or "the backend has no chunked local attention"
+        return f"chunk={case.chunk}: {why}"
     return None
 
 

@@ -97,6 +97,8 @@ def flash_attn_kvcache_attention(q, k_cache, v_cache, q_lens, k_lens, block_tabl
 
 class FlashAttnBackend(Backend):
     name = "fa2-cuda"
+    no_sinks = "flash-attn 2 has no learned-sink argument (FA4 has learnable_sink)"
+    no_chunk = "flash-attn 2 has no attention_chunk (not wired here for FA3 either)"
     device = "cuda"
     module = "flash_attn"
     install_hint = "pip install flash-attn: a wheel built for this torch and CUDA, or a source build with nvcc"

@@ -9,7 +9,10 @@ must then be None). GQA is native (``hq`` a multiple of ``hkv``). Softcap is ``s
 Window translation: ``window_size=(left, right)``, inclusive, bottom-right aligned (the
 flash-attn convention), and, unlike FA2/FA3, **the unbounded sentinel is None, not -1**:
 the canonical ``None`` passes through unchanged. ``causal`` stays False; a ``(None, 0)``
-window is FA4's own causal path. No top-left alignment: ``top_left`` is exact only where
+window is FA4's own causal path. Learned sinks (``Case.sinks``) are ``learnable_sink`` ``(hq,)``,
+passed in bfloat16 (FA4 before float32 sinks asserts "learnable_sink must be bfloat16"; the
+harness's sinks are bfloat16 values, so nothing is rounded). No ``attention_chunk``: chunked
+cases are unsupported. No top-left alignment: ``top_left`` is exact only where
 every sequence has ``Sq == Sk``; otherwise unsupported.
 
 Refusals (:data:`FA4_REFUSALS`): FA4 guards its Python interface and its kernel classes with
@@ -60,7 +63,7 @@ def fa4_window(window: Window, q_lens, k_lens) -> tuple[int | None, int | None]:
     return window.left, window.right
 
 
-def fa4_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, page_table=None, seqused_k=None):
+def fa4_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, page_table=None, seqused_k=None, learnable_sink=None):
     """FA4 (``flash_attn.cute``) on a packed batch: ``flash_attn_func`` (``dense``: one ``(Sq, Sk)`` for
     every sequence), else ``flash_attn_varlen_func``.
 
@@ -68,10 +71,13 @@ def fa4_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, p
     max_pages)`` int32 and ``seqused_k`` ``(B,)`` int32 the paged caches ``(pages, page_size, hkv, d)``
     (``cu_seqlens_k`` then None). Returns ``(total_q, hq, d)``. ``window_size``: ``(left, right)``,
     inclusive, bottom-right aligned, ``None`` = unbounded (not -1); ``causal`` stays False.
+    ``learnable_sink``: ``(hq,)`` sink logits (natural-log units), or None.
     """
     from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
 
     kw = dict(softmax_scale=scale, causal=False, window_size=window_size, softcap=softcap)
+    if learnable_sink is not None:
+        kw["learnable_sink"] = learnable_sink.to(device=q.device, dtype=torch.bfloat16).contiguous()  # (hq,)
     if page_table is not None:
         o = flash_attn_varlen_func(
             q,  # (total_q, hq, d)
@@ -113,6 +119,8 @@ class Fa4Backend(Backend):
     name = "fa4-cuda"
     device = "cuda"
     supports_paged = True
+    supports_sinks = True  # learnable_sink
+    no_chunk = "flash_attn.cute's flash_attn_func / flash_attn_varlen_func take no attention_chunk"
     description = "flash_attn.cute (FA4): flash_attn_func when uniform, else flash_attn_varlen_func; page_table for paged KV"
     always_varlen = False
 
@@ -159,6 +167,8 @@ class Fa4Backend(Backend):
             paged = inputs.paged()
             k, v = paged.k_cache, paged.v_cache  # (pages, page_size, hkv, d)
             kw.update(page_table=paged.block_table, seqused_k=paged.seqlens_k)  # (B, max_pages), (B,) int32
+        if inputs.sinks is not None:
+            kw["learnable_sink"] = inputs.sinks  # (hq,)
         with refusals(FA4_REFUSALS, "flash-attn-4"):
             o = fa4_attention(inputs.q, k, v, case.q_lens, case.k_lens, case.softmax_scale, **kw)
         out.copy_(o)  # (total_q, hq, d)
@@ -174,6 +184,8 @@ class Fa4Backend(Backend):
         if case.page_size is not None:
             paged = "k, v, page_table, seqused_k = paged_layout(k, v, K_LENS, PAGE_SIZE, SEED)  # as the harness pages them"
             pages = ", page_table=page_table, seqused_k=seqused_k"
+        if case.sinks:
+            pages += ", learnable_sink=torch.tensor(SINKS, dtype=torch.float32)"
         return embed(
             [cu_seqlens, fa4_attention],
             f"""\

@@ -51,6 +51,13 @@ with ``kv_data_type`` their dtype in ``plan``, and the per-tensor descales as ``
 floats of ``run`` (``single_prefill_with_kv_cache``'s own keywords), as vLLM's FlashInfer backend passes
 ``layer._k_scale_float``; FlashInfer folds ``k_scale`` into ``sm_scale`` and multiplies the output by
 ``v_scale``. fp8 queries are not taken (``q_scale`` belongs to its fa3 / trtllm-gen paths).
+Learned sinks (``Case.sinks``): ``flashinfer-paged-cuda`` runs sink cases through
+``BatchAttentionWithAttentionSinkWrapper`` (FlashInfer's AttentionSink variant: constructor with
+``window_left``, ``plan`` like the paged prefill wrapper's, ``run(q, (k_cache, v_cache), sink,
+sm_scale)``, ``sink`` ``(hq,)`` float32, natural-log units), as FlashInfer's own
+tests/attention/test_attention_sink.py calls it; a FlashInfer without that wrapper, or a softcap
+with sinks (the variant has no ``logits_soft_cap``), is unsupported. ``single_prefill_with_kv_cache``
+and the decode wrapper here take no sinks. No chunked local attention (``attention_chunk``).
 
 Refusal phrases (:data:`FLASHINFER_REFUSALS`): FlashInfer's dispatch macros raise
 ``RuntimeError`` when no kernel was generated for a configuration:
@@ -201,6 +208,29 @@ def flashinfer_paged_attention(
     return out
 
 
+def flashinfer_sink_attention(
+    q, k_cache, v_cache, out, q_lens, block_table, seqlens_k, page_size, scale, window_left, causal, sinks, workspace
+):
+    """FlashInfer's ``BatchAttentionWithAttentionSinkWrapper`` over a paged cache ``(pages, page_size, hkv,
+    d)`` (NHD): learned sinks ``sinks`` ``(hq,)`` (natural-log units) in every row's softmax denominator.
+    ``q`` ``(total_q, hq, d)``; ``out`` ``(total_q, hq, d)`` written and returned; ``window_left`` / ``causal``
+    as for :func:`flashinfer_paged_attention`."""
+    import flashinfer
+
+    indptr, indices, last = flashinfer_csr(block_table, seqlens_k, page_size)  # (B + 1,), (pages,), (B,) int32
+    hq, hkv, d = q.shape[1], k_cache.shape[2], q.shape[2]
+    types = dict(q_data_type=q.dtype, kv_data_type=k_cache.dtype)
+    wrapper = flashinfer.BatchAttentionWithAttentionSinkWrapper(
+        workspace, kv_layout="NHD", backend="fa2", head_dim_qk=d, head_dim_vo=d, window_left=window_left, **types
+    )
+    wrapper.plan(
+        cu_seqlens(q_lens, q.device), indptr, indices, last, hq, hkv, d, page_size, causal=causal, window_left=window_left, **types
+    )
+    o = wrapper.run(q, (k_cache, v_cache), sinks.to(device=q.device, dtype=torch.float32).contiguous(), scale)  # (total_q, hq, d)
+    out.copy_(o.reshape(out.shape))
+    return out
+
+
 def flashinfer_jit_reason() -> str | None:
     """``None`` when FlashInfer can get its attention kernels here (nvcc, flashinfer-jit-cache, or built ones), else why not."""
     if importlib.util.find_spec("flashinfer_jit_cache") is not None:
@@ -234,6 +264,8 @@ class FlashInferBackend(Backend):
     name = "flashinfer-cuda"
     device = "cuda"
     kv_dtypes = ("float8_e4m3fn",)  # kv_data_type / k_scale / v_scale; the query stays in the case's dtype
+    no_sinks = "single_prefill_with_kv_cache takes no sinks (flashinfer-paged-cuda runs BatchAttentionWithAttentionSinkWrapper)"
+    no_chunk = "FlashInfer has no chunked local attention (attention_chunk)"
     description = "flashinfer.single_prefill_with_kv_cache with window_left"
 
     def unavailable_reason(self) -> str | None:
@@ -311,6 +343,7 @@ class FlashInferPagedBackend(FlashInferBackend):
 
     name = "flashinfer-paged-cuda"
     supports_paged = True
+    supports_sinks = True  # BatchAttentionWithAttentionSinkWrapper
     description = "flashinfer.BatchPrefillWithPagedKVCacheWrapper (plan + run, window_left), paged KV"
     _workspace: torch.Tensor | None = None
 
@@ -327,9 +360,16 @@ class FlashInferPagedBackend(FlashInferBackend):
         causal, left = flashinfer_window(case.window, case.q_lens[0], case.k_lens[0])
         return dict(window_left=left, softcap=case.softcap or 0.0, causal=causal)
 
+    def unsupported_reason(self, case: Case) -> str | None:
+        if case.sinks and case.softcap is not None:
+            return "FlashInfer's AttentionSink variant (BatchAttentionWithAttentionSinkWrapper) has no logits_soft_cap"
+        return super().unsupported_reason(case)
+
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         kw = self.native(case)
         paged = self._paged(case, inputs)
+        if inputs.sinks is not None:
+            return self._run_sinks(case, inputs, out, paged, kw)
         with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
             return flashinfer_paged_attention(
                 inputs.q,  # (total_q, hq, d)
@@ -346,6 +386,29 @@ class FlashInferPagedBackend(FlashInferBackend):
                 **kw,
             )
 
+    def _run_sinks(self, case: Case, inputs: Inputs, out: torch.Tensor, paged: PagedKV, kw: dict) -> torch.Tensor:
+        import flashinfer
+
+        if not hasattr(flashinfer, "BatchAttentionWithAttentionSinkWrapper"):
+            raise Unsupported(f"flashinfer {getattr(flashinfer, '__version__', '?')} has no BatchAttentionWithAttentionSinkWrapper (sinks)")
+        assert inputs.sinks is not None
+        with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
+            return flashinfer_sink_attention(
+                inputs.q,  # (total_q, hq, d)
+                paged.k_cache,  # (pages, page_size, hkv, d)
+                paged.v_cache,  # (pages, page_size, hkv, d)
+                out,
+                case.q_lens,
+                paged.block_table,  # (B, max_pages) int32
+                paged.seqlens_k.tolist(),
+                paged.page_size,
+                case.softmax_scale,
+                kw["window_left"],
+                kw["causal"],
+                inputs.sinks,  # (hq,)
+                self._buffer(inputs.q.device),
+            )
+
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`flashinfer_paged_attention` as ``run`` calls
         it, over the harness's page layout."""
@@ -353,6 +416,18 @@ class FlashInferPagedBackend(FlashInferBackend):
 
         kw = self.native(case)
         head, page = _paged_template_head(case)
+        if case.sinks:  # the AttentionSink wrapper, as run calls it
+            return embed(
+                [cu_seqlens, flashinfer_csr, flashinfer_sink_attention],
+                f"""\
+                def attention(q, k, v):
+                    k_cache, v_cache, table, _ = paged_layout(k, v, K_LENS, {page}, SEED)  # (pages, page, hkv, d) x2, (B, P)
+                    workspace = torch.empty({WORKSPACE_BYTES}, dtype=torch.uint8, device=q.device)
+                    return flashinfer_sink_attention(q, k_cache, v_cache, torch.empty_like(q), Q_LENS, table, K_LENS, {page}, SCALE,
+                                                     {kw["window_left"]}, {kw["causal"]!r}, torch.tensor(SINKS), workspace)
+                """,
+                head="import flashinfer  # noqa: F401 - the backend's package (exit 2 here when it does not import)\n\n" + head,
+            )
         return embed(
             [cu_seqlens, flashinfer_csr, flashinfer_paged_attention],
             f"""\
@@ -372,6 +447,8 @@ class FlashInferDecodeBackend(FlashInferPagedBackend):
     """``BatchDecodeWithPagedKVCacheWrapper``: one query per sequence over a paged cache."""
 
     name = "flashinfer-decode-cuda"
+    supports_sinks = False
+    no_sinks = "BatchDecodeWithPagedKVCacheWrapper is called without sinks here (flashinfer-paged-cuda runs them)"
     description = "flashinfer.BatchDecodeWithPagedKVCacheWrapper (plan + run, window_left), Sq = 1, paged KV"
 
     def unsupported_reason(self, case: Case) -> str | None:

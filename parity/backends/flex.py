@@ -6,6 +6,14 @@ Window translation: a ``mask_mod`` that encodes the canonical rule
 Q_LEN / KV_LEN. The softcap is a ``score_mod`` (FlexAttention applies ``scale``
 before ``score_mod``, and masking after it, as the spec does).
 
+Learned sinks (``Case.sinks``; this torch's ``flex_attention`` has no sink argument): one extra
+key in front of each sequence's keys (index 0, key and value zero), always visible, whose score
+the ``score_mod`` replaces with the head's sink logit (after the softcap, unscaled), so the
+softmax denominator gains ``exp(sink_h)`` and the value it adds is 0: a second, independent
+implementation of the reference's rule. Chunked local attention (``Case.chunk``) is one more
+term of the ``mask_mod``: ``kv_idx // C == (q_idx + Sk - Sq) // C``
+(:func:`chunk_sink_mask_mod`).
+
 ``flex`` runs eagerly on the CPU (an unfused reference path PyTorch keeps for
 debugging) and compiled on CUDA. ``flex-compiled`` asks for ``torch.compile``
 wherever it runs; on the CPU that compiles C++ through inductor (slow to start).
@@ -51,26 +59,59 @@ def softcap_mod(cap):
 softcap_score_mod = functools.lru_cache(maxsize=64)(softcap_mod)
 
 
+def chunk_sink_mask_mod(t):
+    """The window rule with a chunk and a sink key, its numbers in a tensor ``t`` = ``[d, left, right, Sk,
+    off, chunk, sink]`` (int; ``off = Sk - Sq``; ``chunk`` 0: none; ``sink`` 1: key 0 is the sink and
+    key ``j`` of the sequence sits at index ``j + 1``). Unbounded sides are bounds past every key.
+    Padded keys past the sequence are masked. Torch only (copied by export-repro)."""
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        j = kv_idx - t[6]  # the sequence's key index (-1: the sink key)
+        c = torch.clamp(t[5], min=1)
+        same_chunk = (t[5] == 0) | (torch.div(j, c, rounding_mode="floor") == torch.div(q_idx + t[4], c, rounding_mode="floor"))
+        ok = (j >= 0) & (j < t[3]) & (j >= q_idx + t[0] - t[1]) & (j <= q_idx + t[0] + t[2]) & same_chunk
+        return ok | ((t[6] == 1) & (kv_idx == 0))
+
+    return mask_mod
+
+
+def sink_mod(sinks, cap=None):
+    """The score_mod of a case with learned sinks: key index 0 (the sink key) scores ``sinks[h]``
+    (natural-log units, not scaled, not softcapped); the others the tanh softcap of their score
+    when ``cap`` is given. ``sinks``: ``(hq,)`` float32. Torch only (copied by export-repro)."""
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        if cap is not None:
+            score = cap * torch.tanh(score / cap)
+        return torch.where(kv_idx == 0, sinks[h].to(score.dtype), score)
+
+    return score_mod
+
+
 def flex_block_mask(bq, bk, band, device):
     """The BlockMask of one sequence over its ``(bq, bk)`` grid. ``band``: ``(d, left, right)``, the rule
     of :func:`band_mask_mod`, or ``[d, left, right, Sk]`` (four numbers), :func:`tensor_band_mask_mod`'s
-    over a padded grid."""
+    over a padded grid, or seven numbers, :func:`chunk_sink_mask_mod`'s (a chunk or a sink key)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    if len(band) == 4:
+    if len(band) == 7:
+        mod = chunk_sink_mask_mod(torch.tensor(band, dtype=torch.int32, device=device))  # (7,)
+    elif len(band) == 4:
         mod = tensor_band_mask_mod(torch.tensor(band, dtype=torch.int32, device=device))  # (4,): d, left, right, Sk
     else:
         mod = band_mask_mod(*band)
     return create_block_mask(mod, None, None, bq, bk, device=device)
 
 
-def flex_attention_packed(q, k, v, out, q_lens, k_lens, scale, padded, block_masks, score_mod=None, flex=None):
+def flex_attention_packed(q, k, v, out, q_lens, k_lens, scale, padded, block_masks, score_mod=None, flex=None, sink_key=False):
     """``flex_attention``, one call per sequence of a packed batch.
 
     ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)``; ``out`` ``(total_q, hq, d)`` is
     written and returned. ``padded``: per sequence ``(bq, bk)``, its lengths with zero rows appended
     (the real ones when not bucketed); ``block_masks``: per sequence, its BlockMask over that grid
     (:func:`flex_block_mask`). ``flex``: ``flex_attention`` or a compiled version (None: eager).
+    ``sink_key``: a zero key and value row goes in front of each sequence's keys (the learned sink's
+    key, scored by :func:`sink_mod`; ``bk`` counts it).
     """
     import warnings
 
@@ -81,10 +122,13 @@ def flex_attention_packed(q, k, v, out, q_lens, k_lens, scale, padded, block_mas
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # eager flex warns that it is unfused
         for (sq, sk), (bq, bk), block_mask in zip(zip(q_lens, k_lens), padded, block_masks):
+            ks, vs = k[k0 : k0 + sk], v[k0 : k0 + sk]  # (Sk, hkv, d) each
+            if sink_key:
+                ks, vs = (torch.cat([torch.zeros_like(x[:1]), x]) for x in (ks, vs))  # (Sk + 1, hkv, d): the sink's row first
             o = fn(
                 _pad_rows(q[q0 : q0 + sq], bq).transpose(0, 1)[None],  # (1, hq, bq, d), zero rows appended
-                _pad_rows(k[k0 : k0 + sk], bk).transpose(0, 1)[None],  # (1, hkv, bk, d)
-                _pad_rows(v[k0 : k0 + sk], bk).transpose(0, 1)[None],  # (1, hkv, bk, d)
+                _pad_rows(ks, bk).transpose(0, 1)[None],  # (1, hkv, bk, d)
+                _pad_rows(vs, bk).transpose(0, 1)[None],  # (1, hkv, bk, d)
                 score_mod=score_mod,
                 block_mask=block_mask,
                 scale=scale,
@@ -95,9 +139,18 @@ def flex_attention_packed(q, k, v, out, q_lens, k_lens, scale, padded, block_mas
     return out
 
 
-def seq_bands(window: Window, q_lens, k_lens, bucketed: bool) -> list[tuple[int, int, tuple]]:
+def seq_bands(window: Window, q_lens, k_lens, bucketed: bool, chunk: int | None = None, sink: bool = False) -> list[tuple[int, int, tuple]]:
     """Per sequence ``(bq, bk, band)`` for :func:`flex_block_mask`: padded lengths and tensor numbers
-    when ``bucketed``, else the real lengths and ``(d, left, right)``."""
+    when ``bucketed``, else the real lengths and ``(d, left, right)``; with a ``chunk`` or a ``sink``
+    key, :func:`chunk_sink_mask_mod`'s seven numbers (``bk`` counting the sink key)."""
+    if chunk is not None or sink:
+        out = []
+        for sq, sk in zip(q_lens, k_lens):
+            d, left, right, _ = bucket_band(window, sq, sk)
+            n = sk + int(sink)
+            bq, bk = (bucket_len(sq), bucket_len(n)) if bucketed else (sq, n)
+            out.append((bq, bk, (d, left, right, sk, sk - sq, chunk or 0, int(sink))))
+        return out
     if bucketed:
         return [(bucket_len(sq), bucket_len(sk), tuple(bucket_band(window, sq, sk))) for sq, sk in zip(q_lens, k_lens)]
     return [(sq, sk, (window.offset(sq, sk), window.left, window.right)) for sq, sk in zip(q_lens, k_lens)]
@@ -116,6 +169,16 @@ def _tensor_softcap(device: str):
     cap = torch.ones((), dtype=torch.float32, device=device)  # ()
     score_mod = softcap_mod(cap)
     score_mod.cap = cap  # type: ignore[attr-defined]
+    return score_mod
+
+
+@functools.cache
+def _tensor_sinks(device: str, hq: int, capped: bool):
+    """One sink score_mod per (device, heads, softcap or not), its sinks (and cap) tensors set per call."""
+    sinks = torch.zeros(hq, dtype=torch.float32, device=device)  # (hq,)
+    cap = torch.ones((), dtype=torch.float32, device=device) if capped else None  # ()
+    score_mod = sink_mod(sinks, cap)
+    score_mod.sinks, score_mod.cap = sinks, cap  # type: ignore[attr-defined]
     return score_mod
 
 
@@ -141,6 +204,9 @@ class FlexBackend(Backend):
     cost_hint = 10  # relative sweep cost, for --jobs lanes: dynamo traces each new shape
     name = "flex"
     description = "FlexAttention with a window mask_mod; eager on CPU, compiled on CUDA"
+    supports_sinks = True  # one extra key scored by sink_mod (this torch's flex_attention has no sink argument)
+    supports_chunk = True  # a term of the mask_mod
+
     compiled: bool | None = None  # None: compiled on CUDA, eager on CPU
     #: Pad lengths to power-of-two buckets and pass the window and softcap as tensors,
     #: so one compiled kernel serves every case of a bucket (see FlexCudaBackend).
@@ -154,15 +220,28 @@ class FlexBackend(Backend):
     def _use_compiled(self) -> bool:
         return self.compiled if self.compiled is not None else self.device == "cuda"
 
-    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        dev = str(inputs.q.device)
-        score_mod = None
+    def _score_mod(self, case: Case, inputs: Inputs, dev: str):
+        if inputs.sinks is not None and self.bucketed:
+            mod = _tensor_sinks(dev, case.hq, case.softcap is not None)
+            mod.sinks.copy_(inputs.sinks)  # type: ignore[attr-defined]
+            if case.softcap is not None:
+                mod.cap.fill_(case.softcap)  # type: ignore[attr-defined]
+            return mod
+        if inputs.sinks is not None:
+            return sink_mod(inputs.sinks.to(dev, torch.float32), case.softcap)
         if case.softcap is not None and self.bucketed:
             score_mod = _tensor_softcap(dev)
             score_mod.cap.fill_(case.softcap)  # type: ignore[attr-defined]
-        elif case.softcap is not None:
-            score_mod = softcap_score_mod(case.softcap)
-        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed)
+            return score_mod
+        if case.softcap is not None:
+            return softcap_score_mod(case.softcap)
+        return None
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        dev = str(inputs.q.device)
+        score_mod = self._score_mod(case, inputs, dev)
+        sink = inputs.sinks is not None
+        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, sink)
         return flex_attention_packed(
             inputs.q,  # (total_q, hq, d)
             inputs.k,  # (total_k, hkv, d)
@@ -175,6 +254,7 @@ class FlexBackend(Backend):
             [_block_mask(bq, bk, band, dev) for bq, bk, band in seqs],
             score_mod,
             _compiled_flex() if self._use_compiled() else None,
+            sink,
         )
 
     def repro_call(self, case: Case) -> str:
@@ -182,16 +262,20 @@ class FlexBackend(Backend):
         :func:`flex_attention_packed` and the mask_mod builders as ``run`` calls them."""
         from ..repro_script import embed
 
-        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed)
+        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks)
         flex = "torch.compile(flex_attention, dynamic=False)" if self._use_compiled() else "flex_attention  # eager"
-        if case.softcap is None:
+        if case.sinks:
+            score = "SCORE_MOD = sink_mod(torch.tensor(SINKS, dtype=torch.float32, device=DEVICE), SOFTCAP)  # key 0: the sink"
+        elif case.softcap is None:
             score = "SCORE_MOD = None"
         elif self.bucketed:
             score = "SCORE_MOD = softcap_mod(torch.full((), SOFTCAP, dtype=torch.float32, device=DEVICE))  # a tensor, as in run"
         else:
             score = "SCORE_MOD = softcap_mod(SOFTCAP)"
+        extra = [chunk_sink_mask_mod, sink_mod] if case.sinks else [chunk_sink_mask_mod]  # flex_block_mask names chunk_sink_mask_mod
+        sink_arg = ", sink_key=True" if case.sinks else ""
         return embed(
-            [band_mask_mod, tensor_band_mask_mod, softcap_mod, flex_block_mask, _pad_rows, flex_attention_packed],
+            [band_mask_mod, tensor_band_mask_mod, *extra, softcap_mod, flex_block_mask, _pad_rows, flex_attention_packed],
             f"""\
             FLEX = {flex}
             SEQS = {seqs!r}  # per sequence: (padded Sq, padded Sk, mask_mod numbers)
@@ -201,7 +285,7 @@ class FlexBackend(Backend):
             def attention(q, k, v):
                 masks = [flex_block_mask(bq, bk, band, str(q.device)) for bq, bk, band in SEQS]
                 padded = [(bq, bk) for bq, bk, _ in SEQS]
-                return flex_attention_packed(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, SCALE, padded, masks, SCORE_MOD, FLEX)
+                return flex_attention_packed(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, SCALE, padded, masks, SCORE_MOD, FLEX{sink_arg})
             """,
             head="from torch.nn.attention.flex_attention import flex_attention",
         )

@@ -159,6 +159,8 @@ def jax_attention(q, k, v, out, q_lens, k_lens, natives, implementation, scale, 
 
 class JaxBackend(Backend):
     name = "jax-cuda"
+    no_sinks = "jax.nn.dot_product_attention has no sink argument"
+    no_chunk = "jax.nn.dot_product_attention's local_window_size has no chunks (attention_chunk)"
     device = "cuda"
     implementation: str | None = None  # "xla" | "cudnn"
     causal_with_window = False  # see the module docstring

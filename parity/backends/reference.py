@@ -18,6 +18,8 @@ class ReferenceBackend(Backend):
     supports_paged = True
     kv_dtypes = tuple(FP8_DTYPES)  # fp8 inputs: the reference of their dequantized values (a sanity check, not a kernel test)
     fp8_queries = True
+    supports_sinks = True
+    supports_chunk = True
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         if case.page_size is not None:  # read K/V back through the paged cache: only the pages some row sees

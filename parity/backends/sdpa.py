@@ -102,6 +102,8 @@ def sdpa_attention(q, k, v, out, q_lens, k_lens, scale, bands=None, kernel=None,
 
 class SdpaBackend(Backend):
     name = "sdpa"
+    no_sinks = "scaled_dot_product_attention takes no sink logits (a sink is not a key of its mask or bias)"
+    no_chunk = "the backend builds its mask from the window only (no attention_chunk)"
     description = "torch SDPA with an explicit boolean mask, PyTorch's own kernel choice"
     kernel: str | None = None  # None: let PyTorch choose; else an SDPBackend member name
     causal_path = False

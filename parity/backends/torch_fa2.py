@@ -101,6 +101,8 @@ def torch_fa2_attention(q, k, v, q_lens, k_lens, scale, window_size_left, window
 
 class TorchFa2Backend(Backend):
     name = "torch-fa2-cuda"
+    no_sinks = "aten._flash_attention_forward (FlashAttention-2) has no sink argument"
+    no_chunk = "aten._flash_attention_forward (FlashAttention-2) has no attention_chunk"
     device = "cuda"
     description = "torch.ops.aten._flash_attention_forward (PyTorch's vendored FA2), dense layout when uniform, else varlen"
     always_varlen = False

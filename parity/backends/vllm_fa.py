@@ -46,6 +46,14 @@ fp8 (``vllm-fa3-cuda``, ``case.kv_dtype`` e4m3 with ``case.q_fp8``): fp8 ``q`` /
 fp8 paged cache) and ``q_descale`` / ``k_descale`` / ``v_descale``, the per-tensor descales expanded to
 ``(B, hkv)`` as vLLM expands its layer scales; FA3 takes fp8 only for all three inputs and writes
 bfloat16 output, so an fp8 KV without an fp8 query and float16 cases are unsupported. FA2: no fp8.
+Learned sinks: FA3's ``s_aux`` ``(hq,)`` (gpt-oss), passed in bfloat16 as vLLM's FA3 build asks
+("We only support bf16 dtype for S aux."; the harness's sinks are bfloat16 values); Hopper only,
+at most 64 query heads ("We only support query heads <= 64 with S aux": a refusal). FA2's wrapper
+raises "FA2 does not support s_aux": ``vllm-fa2-cuda`` records sink cases unsupported. Chunked
+local attention: the wrapper's ``flash_attn_varlen_func`` takes no ``attention_chunk`` (vLLM runs
+Llama 4's chunks as "virtual batches" it builds before the kernel), so chunk cases are
+unsupported unless the installed wrapper's signature has ``attention_chunk``
+(:func:`takes_attention_chunk`), which is then passed.
 
 Refusal phrases (:data:`VLLM_FA_REFUSALS`): the ``TORCH_CHECK`` sentences of the two
 extensions (read from the 0.26.0 wheel's binaries), FA2's shared with :data:`.torch_fa2.FA2_REFUSALS`
@@ -88,6 +96,8 @@ VLLM_FA_REFUSALS: tuple[str, ...] = (
     "This flash attention build only supports",
     "FA2 does not support",
     "FA3 does not support",
+    "We only support",  # FA3 s_aux: "We only support query heads <= 64 with S aux", "... bf16 dtype for S aux."
+    "S aux is currently only supported",
 )
 
 
@@ -107,9 +117,21 @@ def _interface():
     return importlib.import_module(INTERFACE)
 
 
+def takes_attention_chunk(name: str = "attention_chunk") -> bool:
+    """Does the installed ``flash_attn_varlen_func`` take the argument ``name`` (``attention_chunk``, ``s_aux``)?
+    False where it does not import."""
+    import inspect
+
+    try:
+        return name in inspect.signature(_interface().flash_attn_varlen_func).parameters
+    except Exception:  # noqa: BLE001 - not importable here: the backend is unavailable anyway
+        return False
+
+
 def vllm_fa_attention(
-    q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None, descales=None
-):
+    q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None, descales=None,
+    s_aux=None, attention_chunk=None,
+):  # fmt: skip
     """``vllm.vllm_flash_attn``'s ``flash_attn_varlen_func`` as vLLM's FlashAttention backend calls it.
 
     ``q`` ``(total_q, hq, d)``; ``k`` / ``v`` ``(total_k, hkv, d)`` with ``cu_seqlens_k``, or with
@@ -119,6 +141,8 @@ def vllm_fa_attention(
     unbounded; ``causal=True`` forces ``right = 0``. ``descales``: fp8 inputs (FA3), the per-tensor
     ``(q_descale, k_descale, v_descale)`` float32 scalars, passed as vLLM passes its layer scales:
     expanded to ``(B, hkv)``.
+    unbounded; ``causal=True`` forces ``right = 0``. ``s_aux``: ``(hq,)`` sink logits (FA3), or None;
+    ``attention_chunk``: chunk size, or None (passed only when given).
     """
     import importlib
 
@@ -137,6 +161,10 @@ def vllm_fa_attention(
     if descales is not None:  # (B, hkv) float32 each, stride 0: one scale per tensor
         shape = (len(q_lens), k.shape[-2])
         kw.update({f"{n}_descale": d.reshape(1, 1).expand(shape) for n, d in zip("qkv", descales)})
+    if s_aux is not None:
+        kw["s_aux"] = s_aux.to(device=q.device, dtype=torch.bfloat16).contiguous()  # (hq,)
+    if attention_chunk is not None:
+        kw["attention_chunk"] = attention_chunk
     if block_table is not None:
         kw.update(seqused_k=seqused_k, block_table=block_table)  # (B,), (B, max_pages) int32
     else:
@@ -154,6 +182,8 @@ class VllmFa2Backend(Backend):
     device = "cuda"
     supports_paged = True
     fa_version = 2
+    no_sinks = "vLLM's FA2 build has no s_aux (its wrapper raises 'FA2 does not support s_aux')"
+    supports_chunk = True  # checked against the installed wrapper in unsupported_reason
     description = "vllm.vllm_flash_attn flash_attn_varlen_func(fa_version=2): cu_seqlens_q, block_table + seqused_k for paged KV"
     install_hint = (
         "pip install vllm (a build for this torch and CUDA; only its vllm.vllm_flash_attn package is imported), "
@@ -201,6 +231,13 @@ class VllmFa2Backend(Backend):
             return f"FA3's fp8 path writes bfloat16 output (its check: 'For FP8 input, output must have dtype BF16'), not {case.dtype}"
         if case.page_size is not None and self.fa_version == 2 and case.page_size % 16:
             return f"vLLM's FA2 paged KV needs page_size % 16 == 0, got {case.page_size}"
+        if case.sinks and self.supports_sinks and not takes_attention_chunk("s_aux"):
+            return "this vllm_flash_attn's flash_attn_varlen_func takes no s_aux (learned sinks)"
+        if case.chunk is not None and not takes_attention_chunk():
+            return (
+                "vllm_flash_attn's flash_attn_varlen_func takes no attention_chunk (vLLM builds Llama 4's chunked "
+                "local attention as virtual batches before the kernel)"
+            )
         try:
             vllm_fa_window(case.window, case.q_lens, case.k_lens)
         except Unsupported as exc:
@@ -210,7 +247,10 @@ class VllmFa2Backend(Backend):
     def native(self, case: Case) -> dict:
         """:func:`vllm_fa_attention`'s arguments for ``case`` besides the tensors, lengths and scale."""
         causal, window = vllm_fa_window(case.window, case.q_lens, case.k_lens)
-        return dict(causal=causal, window_size=window, softcap=case.softcap or 0.0, fa_version=self.fa_version)
+        kw = dict(causal=causal, window_size=window, softcap=case.softcap or 0.0, fa_version=self.fa_version)
+        if case.chunk is not None:
+            kw["attention_chunk"] = case.chunk
+        return kw
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         kw = self.native(case)
@@ -221,6 +261,8 @@ class VllmFa2Backend(Backend):
             kw.update(seqused_k=paged.seqlens_k, block_table=paged.block_table)  # (B,), (B, max_pages) int32
         if inputs.k_descale is not None:
             kw.update(descales=(inputs.q_descale, inputs.k_descale, inputs.v_descale))  # () float32 each
+        if inputs.sinks is not None:
+            kw["s_aux"] = inputs.sinks  # (hq,)
         with refusals(VLLM_FA_REFUSALS, f"vllm_flash_attn FA{self.fa_version}"):
             return vllm_fa_attention(inputs.q, k, v, out, case.q_lens, case.k_lens, case.softmax_scale, **kw)
 
@@ -234,6 +276,10 @@ class VllmFa2Backend(Backend):
         if case.page_size is not None:
             paged = "k, v, block_table, seqused_k = paged_layout(k, v, K_LENS, PAGE_SIZE, SEED)  # as the harness pages them"
             pages = ", block_table=block_table, seqused_k=seqused_k"
+        if case.sinks:
+            pages += ", s_aux=torch.tensor(SINKS, dtype=torch.float32)"
+        if case.chunk is not None:
+            pages += f", attention_chunk={case.chunk}"
         return embed(
             [cu_seqlens, vllm_fa_attention],
             f"""\
@@ -255,6 +301,8 @@ class VllmFa3Backend(VllmFa2Backend):
     fa_version = 3
     kv_dtypes = ("float8_e4m3fn",)  # q_descale / k_descale / v_descale, an fp8 query with it (unsupported_reason)
     fp8_queries = True
+    supports_sinks = True  # s_aux
+    no_sinks = ""
     description = "vllm.vllm_flash_attn flash_attn_varlen_func(fa_version=3, Hopper): cu_seqlens_q, block_table + seqused_k for paged KV"
     install_hint = VllmFa2Backend.install_hint.replace("vllm-fa2-cuda", "vllm-fa3-cuda")
 

@@ -171,6 +171,8 @@ def apply_shim() -> bool:
 
 class XformersBackend(Backend):
     name = "xformers-cuda"
+    no_sinks = "memory_efficient_attention has no sink argument"
+    no_chunk = "xformers' local attention masks have no chunks (attention_chunk)"
     device = "cuda"
     op_module = ""  # xformers.ops.fmha.<op_module>.FwOp
     description = "xformers memory_efficient_attention"

@@ -36,6 +36,10 @@ class EagerAttention(Backend):
     supports_paged = True
     kv_dtypes = tuple(FP8_DTYPES)  # fp8 K/V (and q): dequantized on load, as an engine's fallback does
     fp8_queries = True
+    supports_sinks = True
+    supports_chunk = True
+    #: the case's learned sink logits ``(hq,)`` of the call in progress (set by :meth:`run`)
+    _sinks: torch.Tensor | None = None
 
     # -- the window, as the kernel sees it ----------------------------------------------------
     def window_size(self, case: Case) -> tuple[int, int]:
@@ -63,9 +67,25 @@ class EagerAttention(Backend):
             ok &= j <= i + d + wr
         return ok
 
+    def chunk_position(self, i: torch.Tensor, sq, sk) -> torch.Tensor:
+        """The position that picks query row ``i``'s chunk: its absolute position ``i + Sk - Sq``."""
+        return i + sk - sq
+
+    def chunk_ok(self, case: Case, i: torch.Tensor, j: torch.Tensor, sq, sk) -> torch.Tensor | bool:
+        """Chunked local attention: key ``j`` ``(1, Sk)`` in the chunk of row ``i`` ``(Sq, 1)`` (``sk``:
+        an int or a ``(B, 1)`` tensor); True without a chunk."""
+        if case.chunk is None:
+            return True
+        p = self.chunk_position(i, sq, sk)
+        return torch.div(j, case.chunk, rounding_mode="floor") == torch.div(p, case.chunk, rounding_mode="floor")
+
     # -- numerics ---------------------------------------------------------------------------------
     def scale(self, case: Case) -> float:
         return case.softmax_scale
+
+    def sink_logits(self, case: Case, sinks: torch.Tensor) -> torch.Tensor:
+        """The learned sinks as the softmax sees them: natural-log units, unscaled. ``(hq,)``."""
+        return sinks.float()
 
     def expand_kv(self, case: Case, k: torch.Tensor) -> torch.Tensor:
         """``(Sk, hkv, D)`` -> ``(Sk, hq, D)``: query head ``h`` reads kv head ``h // group``."""
@@ -90,7 +110,12 @@ class EagerAttention(Backend):
         kx = self.expand_kv(case, k).float()  # (Sk, hq, D)
         vx = self.expand_kv(case, v).float()  # (Sk, hq, D)
         s = torch.einsum("qhd,khd->hqk", q.float(), kx) * self.scale(case)  # (hq, Sq, Sk)
-        p = self.softmax(self.mask_and_cap(case, s, ok))  # (hq, Sq, Sk)
+        s = self.mask_and_cap(case, s, ok)  # (hq, Sq, Sk)
+        if self._sinks is not None:  # one more column per row, the sink's, dropped after the softmax
+            col = self.sink_logits(case, self._sinks.to(s.device))[:, None, None].expand(-1, s.shape[1], 1)  # (hq, Sq, 1)
+            p = self.softmax(torch.cat([s, col], dim=-1))[..., :-1]  # (hq, Sq, Sk)
+        else:
+            p = self.softmax(s)  # (hq, Sq, Sk)
         return torch.einsum("hqk,khd->qhd", p, vx)  # (Sq, hq, D)
 
     def dequantize(self, case: Case, inputs: Inputs) -> Inputs:
@@ -100,6 +125,7 @@ class EagerAttention(Backend):
     # -- the three paths ----------------------------------------------------------------------------
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         inputs = self.dequantize(case, inputs)
+        self._sinks = inputs.sinks  # (hq,) or None
         if case.page_size is not None:
             return self.run_paged(case, inputs, out)
         if max(case.q_lens) == 1:
@@ -109,7 +135,8 @@ class EagerAttention(Backend):
     def prefill_mask(self, case: Case, sq: int, sk: int) -> torch.Tensor:
         i = torch.arange(sq)[:, None]  # (Sq, 1)
         j = torch.arange(sk)[None, :]  # (1, Sk)
-        return self.visible(case, i, j, self.offset(case, sq, sk), self.use_sliding_window(case, sq, sk))
+        ok = self.visible(case, i, j, self.offset(case, sq, sk), self.use_sliding_window(case, sq, sk))  # (Sq, Sk)
+        return ok & self.chunk_ok(case, i, j, sq, sk)
 
     def run_prefill(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         for _, q, k, v, qs in inputs.sequences():
@@ -129,7 +156,7 @@ class EagerAttention(Backend):
             ok &= (j >= pos - wl) | ~torch.tensor(sliding)[:, None]
         if self.bounded(wr):
             ok &= j <= pos + wr
-        return ok
+        return ok & self.chunk_ok(case, torch.zeros_like(n), j, 1, n)
 
     def padded_kv(self, case: Case) -> bool:
         return case.page_size is None and max(case.q_lens) == 1  # the decode path's padded cache
@@ -541,6 +568,35 @@ class Fp8DescaleTwice(EagerAttention):
         return out.with_tensors(out.q, out.k, v)
 
 
+# -- learned sinks and chunked local attention -------------------------------------------------------
+
+
+class SinkTimesScale(EagerAttention):
+    """The learned sink multiplied by the softmax scale, as if it were one more score ``q . k``.
+
+    The sink is a logit in natural-log units added to the denominator as ``exp(sink_h)`` (FA4's
+    ``learnable_sink``, vLLM's ``s_aux``, FlashInfer's ``sinks``); a kernel that folds it into the
+    scaled score tile (or into ``log2(e) x scale`` for ``exp2``) scales it by ``1 / sqrt(d)``.
+    """
+
+    name = "bug-sink-times-scale"
+
+    def sink_logits(self, case, sinks):
+        return sinks.float() * self.scale(case)
+
+
+class ChunkTopLeft(EagerAttention):
+    """Chunked local attention with the chunk boundary aligned top-left: the chunk of query ``i``
+    taken from ``i``, not from its absolute position ``i + Sk - Sq``. Right when ``Sq == Sk``
+    (a whole prompt), wrong for decode and chunked prefill: the query reads the chunk of the
+    prompt's first tokens."""
+
+    name = "bug-chunk-top-left"
+
+    def chunk_position(self, i, sq, sk):
+        return i
+
+
 @dataclasses.dataclass(frozen=True)
 class PlantedBug:
     name: str  # the backend's registry-style name
@@ -577,6 +633,8 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-edge-wrong-after-first-tile", "window edge wrong from the second 128-row tile on", EdgeWrongFromSecondTile),
     PlantedBug("bug-fa2-right-side-clamped-to-sk", "Sq > Sk: a side >= Sk (or unbounded) clamped to Sk (FA2)", Fa2RightSideClampedToSk),
     PlantedBug("bug-fp8-descale-twice", "fp8 KV: the V descale applied twice", Fp8DescaleTwice),
+    PlantedBug("bug-sink-times-scale", "learned sink multiplied by the softmax scale", SinkTimesScale),
+    PlantedBug("bug-chunk-top-left", "chunk boundary aligned top-left (chunk of i, not i + Sk - Sq)", ChunkTopLeft),
 )
 
 

@@ -2,7 +2,7 @@
 
 * :class:`SplitKV` - flash-decoding: keys in splits (fixed-size chunks, or the pages of
   a paged cache read through the block table), each split normalised on its own, the
-  partial outputs merged by their log-sum-exp;
+  partial outputs merged by their log-sum-exp (a learned sink: one more term of that merge);
 * :class:`OnlineSoftmaxTiled` - flash-attn 2's forward loop: key tiles, running max and
   sum, rescaled float32 accumulator, ``exp2`` with ``log2(e)`` folded into the scale;
 * :class:`LowPrecisionP` - flash-attn's dtype flow: unnormalised probabilities rounded to
@@ -48,6 +48,8 @@ def band_mask(case: Case, sq: int, sk: int) -> torch.Tensor:
         ok &= j >= i + d - w.left
     if w.right is not None:
         ok &= j <= i + d + w.right
+    if case.chunk is not None:  # the query's absolute position i + Sk - Sq and the key in one chunk
+        ok &= torch.div(j, case.chunk, rounding_mode="floor") == torch.div(i + sk - sq, case.chunk, rounding_mode="floor")
     return ok
 
 
@@ -75,6 +77,9 @@ class _Honest(Backend):
     supports_paged = True
     kv_dtypes = tuple(FP8_DTYPES)  # fp8 inputs dequantized to the case's dtype (Fp8TensorCores: kept fp8)
     fp8_queries = True
+    supports_chunk = True  # band_mask
+    #: the case's learned sink logits ``(hq,)`` of the call in progress (set by :meth:`run`; :class:`SplitKV` uses them)
+    _sinks: torch.Tensor | None = None
 
     def logits(self, case: Case, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """``q`` ``(Sq, hq, D)``, ``k`` ``(Sk, hkv, D)`` -> float32 scaled (softcapped) scores ``(hq, Sq, Sk)``."""
@@ -90,6 +95,7 @@ class _Honest(Backend):
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         if inputs.k_descale is not None:
             inputs = inputs.dequantized(case.torch_dtype)
+        self._sinks = inputs.sinks  # (hq,) or None
         for q, k, v, qs, pages in sequences_kv(case, inputs):
             out[qs] = self.attend(case, q, k, v, pages).to(out.dtype)
         return out
@@ -99,8 +105,9 @@ class SplitKV(_Honest):
     """Split-KV (flash-decoding) with a log-sum-exp merge of normalised partial outputs."""
 
     name = "honest-split-kv"
-    description = "self-test: split-KV, per-split softmax, log-sum-exp merge"
+    description = "self-test: split-KV, per-split softmax, log-sum-exp merge (a learned sink: one more term of the merge)"
     split = 24
+    supports_sinks = True  # the sink merged as a split of log-sum-exp ``sink_h`` and output 0, as split-KV engines do
 
     def attend(self, case, q, k, v, pages):
         sk = k.shape[0]
@@ -118,6 +125,9 @@ class SplitKV(_Honest):
             o = torch.einsum("hqk,khd->hqd", p, vx[j0:j1]) / torch.where(l > 0, l, torch.ones_like(l))
             outs.append(o)
             lses.append(torch.where(l > 0, m_safe + torch.log(l), torch.full_like(l, float("-inf"))))
+        if self._sinks is not None:  # the sink: a split whose log-sum-exp is sink_h and whose output is 0
+            lses.append(self._sinks.float()[:, None, None].expand(-1, q.shape[0], 1))  # (hq, Sq, 1)
+            outs.append(torch.zeros_like(outs[0]))
         lse = torch.stack(lses)  # (splits, hq, Sq, 1)
         top = lse.amax(0)  # (hq, Sq, 1)
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))

@@ -28,7 +28,7 @@ def case_cost(case: Case) -> float:
     """The work of ``case``: sum over sequences of the visible (query, key) pairs, x heads x head dim."""
     pairs = 0
     for sq, sk in zip(case.q_lens, case.k_lens):
-        lo, hi = case.window.band(sq, sk)  # (Sq,), (Sq,)
+        lo, hi = case.band(sq, sk)  # (Sq,), (Sq,)
         pairs += int((hi - lo + 1).clamp(min=0).sum())
     return float(max(pairs, 1) * case.hq * case.head_dim)
 
