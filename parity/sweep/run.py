@@ -22,7 +22,7 @@ from ..memory import MemoryEstimate, estimate, is_oom
 from ..results import FAIL_VERDICTS, Judged
 from ..runfolder import ResultsWriter
 from .eta import Eta, case_cost, clock
-from .lanes import LanePlan, make_executor, plan, run_lanes
+from .lanes import LanePlan, make_executor, plan, run_lanes, save_costs
 from .memgate import MemoryGate, device_budget
 from .options import SweepOptions
 from .timing import SweepTiming, split_line, write_timing
@@ -475,6 +475,8 @@ class Sweep:
         summary = {"partial": partial, **self.timing.summary(wall, self._reference_s())}
         if self.out_dir:
             write_timing(self.out_dir, summary)
+        if self.options.cost_file:  # what the next run plans its lanes by
+            save_costs(self.options.cost_file, summary["per_backend"])
         ids = {c.case_id for c in self.cases}
         already = sum(1 for b, c in self.writer.done if b in self.specs and c in ids) if self.writer else 0
         return SweepResult(
