@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -121,17 +122,21 @@ def workspace_hint(backend: Backend, case: Case, probes: bool = True) -> int:
         return 0
 
 
-#: The configurations (:func:`parity.shard.config_key`) each backend of this process has run: the first
-#: call of a configuration is where a compiling backend builds its kernel (``first_config`` in the timing).
-_SEEN_CONFIGS: set[tuple[Any, ...]] = set()
+#: The configurations (:func:`parity.shard.config_key`) each backend object of this process has run: the
+#: first call of a configuration is where a compiling backend builds its kernel (``first_config`` in the timing).
+_SEEN_CONFIGS: weakref.WeakKeyDictionary[Any, set[tuple[Any, ...]]] = weakref.WeakKeyDictionary()
 
 
 def first_of_config(backend: Backend, case: Case) -> bool:
     """Whether ``case`` is the first of its configuration that ``backend`` runs in this process (noted)."""
-    key = (type(backend).__qualname__, getattr(backend, "name", ""), id(backend), config_key(case))
-    if key in _SEEN_CONFIGS:
+    try:
+        seen = _SEEN_CONFIGS.setdefault(backend, set())
+    except TypeError:  # a backend that cannot be weakly referenced or hashed: every row counts as a first
+        return True
+    key = config_key(case)
+    if key in seen:
         return False
-    _SEEN_CONFIGS.add(key)
+    seen.add(key)
     return True
 
 
@@ -214,6 +219,9 @@ def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeat
         timing = {"gen_s": gen_s, "call_s": call_s, "first_config": first, "out_s": time.perf_counter() - t_out}
         no_probes = {"probe_s": 0.0, "probe_call_s": 0.0}
         timing.update(_run_probes(backend, case, device, inputs, res, result, max_passes) if probes else no_probes)
+        if first and (cuda or float(getattr(backend, "cost_hint", 1.0)) > 1.0):
+            calls = max(1, repeats) + (1 if cuda and repeats > 1 else 0)
+            timing["compile_s"] = _compile_seconds(backend, case, inputs, call_s, calls)
         result["timing"] = timing
         return result
     except Unsupported as exc:
@@ -225,6 +233,20 @@ def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeat
             text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             return {"status": "error", "detail": f"out of memory: {text}", "oom": True, "exc_text": text}
         return _generic_error(exc)
+
+
+def _compile_seconds(backend: Backend, case: Case, inputs: Inputs, call_s: float, calls: int) -> float:
+    """First-use compilation in the first row of a configuration: its ``calls`` calls took ``call_s``;
+    one more call now (warm, after the row is done: its output is not used) says what a call costs
+    without compiling. 0.0 where that call fails."""
+    try:
+        t0 = time.perf_counter()
+        _call(backend, case, inputs, count_unwritten=False)
+        _sync(backend.device)
+        warm = time.perf_counter() - t0
+    except Exception:  # noqa: BLE001 - a timing only; the row was judged on its own calls
+        return 0.0
+    return max(0.0, call_s - calls * warm)
 
 
 def _run_probes(

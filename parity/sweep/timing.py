@@ -10,13 +10,14 @@ from typing import Any
 from ..case import Case
 from ..runfolder import read_timing, write_timing
 
-__all__ = ["STAGES", "SweepTiming", "compile_estimate", "merged_timing", "row_stages", "split_line", "stage_table", "write_timing"]
+__all__ = ["STAGES", "SweepTiming", "merged_timing", "row_stages", "split_line", "stage_table", "write_timing"]
 
 #: The stages of one row, in seconds (``*_calls``: a count), as ``stages.jsonl`` and ``timing.json`` give them:
 #: the worker's (inputs .. worker), then the sweep's (wait .. reference).
 STAGES = (
     "inputs",  # the case's inputs, drawn and moved to the backend's device
     "call",  # the backend's timed call(s), warm-up included: a first call of a configuration compiles here
+    "compile",  # of which first-use compilation (the first row of a configuration, on CUDA or a compiling backend)
     "output_copy",  # the output copied to the CPU for the judge
     "mask_probe",  # the mask probe in all: building its inputs, its calls, decoding
     "mask_backend",  # of which inside the backend's calls
@@ -35,6 +36,7 @@ STAGES = (
 _WORKER = {
     "inputs": "gen_s",
     "call": "call_s",
+    "compile": "compile_s",
     "output_copy": "out_s",
     "mask_probe": "mask_s",
     "mask_backend": "mask_call_s",
@@ -54,13 +56,6 @@ def row_stages(res: dict[str, Any], wait_s: float, judge_s: float, reference_s: 
     worker = out["worker"]
     out.update(wait=wait_s, ipc=max(0.0, wait_s - worker) if worker else 0.0, judge=judge_s, reference=reference_s)
     return out
-
-
-def compile_estimate(first: list[float], later: list[float]) -> float:
-    """Seconds of first-use compilation: the backend-call seconds of the rows that were the first of
-    their configuration in their worker (``first``), less as many typical later rows (their median)."""
-    typical = statistics.median(later) if later else 0.0
-    return max(0.0, sum(first) - typical * len(first))
 
 
 def _median(xs: list[float]) -> float | None:
@@ -115,7 +110,7 @@ class SweepTiming:
         self.unit_gpu: dict[str, str] = {}  # per lane unit: the GPU its worker was pinned to (--gpus)
         self.shard: dict[str, Any] | None = None  # --shard: the shard record (k, n, key, cases)
         self.stages: dict[str, dict[str, float]] = {}  # per backend: STAGES summed over its rows
-        self.config_calls: dict[str, tuple[list[float], list[float]]] = {}  # per backend: calls of first / later rows
+        self.first_rows: dict[str, int] = {}  # per backend: rows that were the first of their configuration in a worker
         self.reference_stages: dict[str, float] = {}  # the baselines' inputs / reference / baseline seconds
         self.reference_recomputed = 0  # baselines computed again after being evicted
 
@@ -137,9 +132,8 @@ class SweepTiming:
         tot = self.stages.setdefault(spec, dict.fromkeys(STAGES, 0.0))
         for k, v in stages.items():
             tot[k] += v
-        if w:
-            first, later = self.config_calls.setdefault(spec, ([], []))
-            (first if w.get("first_config") else later).append(float(w.get("call_s", 0.0)) + float(w.get("probe_call_s", 0.0)))
+        if w.get("first_config"):
+            self.first_rows[spec] = self.first_rows.get(spec, 0) + 1
         unit = unit or spec
         self.unit_calls[unit] = self.unit_calls.get(unit, 0.0) + float(w.get("call_s", 0.0)) + float(w.get("probe_call_s", 0.0))
         t["cases"] += 1
@@ -157,17 +151,16 @@ class SweepTiming:
         return stages
 
     def stage_summary(self) -> dict[str, Any]:
-        """Per backend: its stages' seconds summed (``stages_s``), first-use compilation (``compile_s``,
-        :func:`compile_estimate`; ``first_config_rows``) and rows per second of the lane's time on it."""
+        """Per backend: its stages' seconds summed (``stages_s``), first-use compilation (``compile_s``, over
+        ``first_config_rows`` rows) and rows per second of the lane's time on it."""
         out: dict[str, Any] = {}
         for spec, tot in self.stages.items():
-            first, later = self.config_calls.get(spec, ([], []))
             rows = int(self.per.get(spec, {}).get("cases", 0))
             busy = tot["wait"] + tot["judge"] + tot["reference"]
             out[spec] = {
                 "stages_s": {k: round(v, 4) if not k.endswith("_calls") else int(v) for k, v in tot.items()},
-                "compile_s": round(compile_estimate(first, later), 4),
-                "first_config_rows": len(first),
+                "compile_s": round(tot["compile"], 4),
+                "first_config_rows": self.first_rows.get(spec, 0),
                 "rows": rows,
                 "rows_per_s": round(rows / busy, 2) if busy > 0 else None,
             }
