@@ -16,10 +16,16 @@ JAX / XLA                   ``JAX_COMPILATION_CACHE_DIR``, min 0 s   ``jax/``
 flash-attn-4 (CUTLASS DSL)  ``FLASH_ATTENTION_CUTE_DSL_CACHE_*``     ``flash-attn-cute/``
 CUDA driver PTX JIT         ``CUDA_CACHE_PATH``, 4 GiB               ``cuda-jit/``
 FlashInfer (nvcc JIT)       ``FLASHINFER_WORKSPACE_BASE``            ``flashinfer/``
+CUTLASS CuTe DSL            ``CUTE_DSL_CACHE_DIR``                   ``cute-dsl/``
+torch C++/CUDA extensions   ``TORCH_EXTENSIONS_DIR``                 ``torch-extensions/``
+TVM FFI (JIT modules)       ``TVM_FFI_CACHE_DIR``                    ``tvm-ffi/``
 ==========================  =======================================  =====================
 
 FlashInfer JIT-builds each kernel configuration with nvcc (about 18 s each on the H200, 2026-12-04)
 into ``$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/``; kept under DIR, a second run builds nothing.
+The last three cover what the libraries build underneath (flash-attn-4's CuTe DSL runtime, a
+package that JIT-loads a torch extension, FlashInfer's TVM FFI modules): their defaults are under
+``/tmp`` or ``~/.cache``, which a fresh CI runner or GPU loan does not keep.
 
 Every one of these caches keys its entries on its own inputs (source, versions, options),
 so a stale entry is never reused for a different kernel; the harness adds no key of its
@@ -40,8 +46,12 @@ from typing import Any
 
 ENV_VAR = "PARITY_COMPILE_CACHE"
 
+#: the file in DIR where each run records its backends' measured seconds per row; the next run with
+#: ``--jobs`` plans its lanes by them (:func:`parity.sweep.lanes.lane_costs`), not by the cost hints
+COSTS = "lane_costs.json"
+
 #: the subfolders of DIR, one per compiler (the order of the table above)
-SUBDIRS = ("inductor", "triton", "jax", "flash-attn-cute", "cuda-jit", "flashinfer")
+SUBDIRS = ("inductor", "triton", "jax", "flash-attn-cute", "cuda-jit", "flashinfer", "cute-dsl", "torch-extensions", "tvm-ffi")
 
 
 def resolve(flag: str | os.PathLike[str] | None) -> Path | None:
@@ -67,6 +77,9 @@ def environment(root: Path) -> dict[str, str]:
         "CUDA_CACHE_PATH": sub["cuda-jit"],
         "CUDA_CACHE_MAXSIZE": str(4 << 30),
         "FLASHINFER_WORKSPACE_BASE": sub["flashinfer"],  # FlashInfer adds .cache/flashinfer/ under it
+        "CUTE_DSL_CACHE_DIR": sub["cute-dsl"],
+        "TORCH_EXTENSIONS_DIR": sub["torch-extensions"],
+        "TVM_FFI_CACHE_DIR": sub["tvm-ffi"],
     }
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from .case import Case, Inputs, make_inputs
 from .maskcheck import DEFAULT_MAX_PASSES, passes_per_call, probe_case, run_gqa_probe, run_mask_probe, run_read_probe
 from .memory import LARGE_ROW_BYTES, MIB, estimate, free_bytes, is_oom, oom_detail
 from .process import ProcessExecutor, env_worker_paths, parse_worker_paths, recv, send, worker_paths  # noqa: F401 - their old home
+from .shard import config_key
 from .verdict import POISON
 
 
@@ -120,6 +122,24 @@ def workspace_hint(backend: Backend, case: Case, probes: bool = True) -> int:
         return 0
 
 
+#: The configurations (:func:`parity.shard.config_key`) each backend object of this process has run: the
+#: first call of a configuration is where a compiling backend builds its kernel (``first_config`` in the timing).
+_SEEN_CONFIGS: weakref.WeakKeyDictionary[Any, set[tuple[Any, ...]]] = weakref.WeakKeyDictionary()
+
+
+def first_of_config(backend: Backend, case: Case) -> bool:
+    """Whether ``case`` is the first of its configuration that ``backend`` runs in this process (noted)."""
+    try:
+        seen = _SEEN_CONFIGS.setdefault(backend, set())
+    except TypeError:  # a backend that cannot be weakly referenced or hashed: every row counts as a first
+        return True
+    key = config_key(case)
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
 def execute(
     backend: Backend,
     case: Case,
@@ -131,6 +151,7 @@ def execute(
     (``peak_mem_mb``) is measured from a reset of the allocator's peak, an out-of-memory error says
     what the row was estimated to need and what was free before it, and a large row's cached
     blocks are released afterwards (``torch.cuda.empty_cache``), so the lanes' workers share the card."""
+    t_start = time.perf_counter()
     cuda = backend.device == "cuda" and torch.cuda.is_available()
     free = free_bytes() if cuda else None
     if cuda:
@@ -144,6 +165,8 @@ def execute(
         result["peak_mem_mb"] = torch.cuda.max_memory_allocated() / MIB
         if est.worker_bytes >= LARGE_ROW_BYTES or result.get("oom"):
             torch.cuda.empty_cache()
+    if isinstance(result.get("timing"), dict):  # the whole row in this process (the sweep's wait minus it: IPC)
+        result["timing"]["worker_s"] = time.perf_counter() - t_start
     return result
 
 
@@ -163,6 +186,7 @@ def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeat
         times = []
         res, unwritten = None, None
         cuda = device == "cuda" and torch.cuda.is_available()
+        first = first_of_config(backend, case)
         t_call = time.perf_counter()
         if cuda and repeats > 1:
             res, unwritten = _call(backend, case, inputs)  # warm-up: compilation, handles, autotuning
@@ -181,6 +205,7 @@ def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeat
         _sync(device)
         call_s = time.perf_counter() - t_call
         assert res is not None
+        t_out = time.perf_counter()
         output = res.detach().to("cpu")  # (total_q, hq, d), the case's dtype (the judge widens it)
         result: dict[str, Any] = {
             "status": "ok",
@@ -188,20 +213,15 @@ def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeat
             "unwritten": unwritten,
             "time_ms": sorted(times)[len(times) // 2],
         }
-        probe_s = probe_call_s = 0.0
-        if probes:
-            t_probe = time.perf_counter()
-            run, spent = probe_runner(backend, case)
-            result["mask"] = run_mask_probe(case, run, device, max_passes, base=inputs).to_dict()
-            result["gqa"] = run_gqa_probe(case, run, device, base=inputs).to_dict()
-            paged = bool(getattr(backend, "supports_paged", False))
-            padded = bool(backend.padded_kv(case)) if hasattr(backend, "padded_kv") else False
-            result["reads"] = run_read_probe(case, run, device, inputs, res, paged, padded).to_dict()
-            probe_s = time.perf_counter() - t_probe
-            probe_call_s = spent()
-        # where the worker's time went (the sweep sums these into OUT/timing.json):
-        # call_s / probe_call_s inside backend calls, gen_s and probe_s - probe_call_s the harness's own work
-        result["timing"] = {"gen_s": gen_s, "call_s": call_s, "probe_s": probe_s, "probe_call_s": probe_call_s}
+        # where the worker's time went (the sweep sums these into OUT/timing.json): call_s / probe_call_s inside
+        # backend calls, gen_s and probe_s - probe_call_s the harness's own work; per probe in _run_probes
+        timing = {"gen_s": gen_s, "call_s": call_s, "first_config": first, "out_s": time.perf_counter() - t_out}
+        no_probes = {"probe_s": 0.0, "probe_call_s": 0.0}
+        timing.update(_run_probes(backend, case, device, inputs, res, result, max_passes) if probes else no_probes)
+        if first and (cuda or float(getattr(backend, "cost_hint", 1.0)) > 1.0):
+            calls = max(1, repeats) + (1 if cuda and repeats > 1 else 0)
+            timing["compile_s"] = _compile_seconds(backend, case, inputs, call_s, calls)
+        result["timing"] = timing
         return result
     except Unsupported as exc:
         return _refusal_or_fault(exc, device)
@@ -212,6 +232,50 @@ def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeat
             text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             return {"status": "error", "detail": f"out of memory: {text}", "oom": True, "exc_text": text}
         return _generic_error(exc)
+
+
+def _compile_seconds(backend: Backend, case: Case, inputs: Inputs, call_s: float, calls: int) -> float:
+    """First-use compilation in the first row of a configuration: its ``calls`` calls took ``call_s``;
+    one more call now (warm, after the row is done: its output is not used) says what a call costs
+    without compiling. 0.0 where that call fails."""
+    try:
+        t0 = time.perf_counter()
+        _call(backend, case, inputs, count_unwritten=False)
+        _sync(backend.device)
+        warm = time.perf_counter() - t0
+    except Exception:  # noqa: BLE001 - a timing only; the row was judged on its own calls
+        return 0.0
+    return max(0.0, call_s - calls * warm)
+
+
+def _run_probes(
+    backend: Backend, case: Case, device: str, inputs: Inputs, res: torch.Tensor, result: dict[str, Any], max_passes: int
+) -> dict[str, float]:
+    """The mask, GQA and read probes into ``result``; their seconds: in all (``probe_s``), inside backend
+    calls (``probe_call_s``), and per probe (``mask_s`` ``mask_call_s`` ``mask_calls``, ``gqa_*``, ``read_*``)."""
+    run, spent = probe_runner(backend, case)
+    calls = [0]
+
+    def counted(inp: Inputs) -> torch.Tensor:
+        calls[0] += 1
+        return run(inp)
+
+    out: dict[str, float] = {}
+    t_probe = time.perf_counter()
+    paged = bool(getattr(backend, "supports_paged", False))
+    padded = bool(backend.padded_kv(case)) if hasattr(backend, "padded_kv") else False
+    probes = (
+        ("mask", lambda: run_mask_probe(case, counted, device, max_passes, base=inputs)),
+        ("gqa", lambda: run_gqa_probe(case, counted, device, base=inputs)),
+        ("reads", lambda: run_read_probe(case, counted, device, inputs, res, paged, padded)),
+    )
+    for name, probe in probes:
+        t0, c0, n0 = time.perf_counter(), spent(), calls[0]
+        result[name] = probe().to_dict()
+        stage = "read" if name == "reads" else name
+        out[f"{stage}_s"], out[f"{stage}_call_s"], out[f"{stage}_calls"] = time.perf_counter() - t0, spent() - c0, calls[0] - n0
+    out["probe_s"], out["probe_call_s"] = time.perf_counter() - t_probe, spent()
+    return out
 
 
 def _refusal_or_fault(exc: Unsupported, device: str) -> dict[str, Any]:

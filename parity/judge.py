@@ -82,6 +82,9 @@ class BaselineCache:
         self.seconds = 0.0
         self.case_seconds: dict[str, float] = {}  # case id -> seconds its reference and baseline took (kept)
         self.cpu_fallbacks = 0
+        #: seconds per stage, summed over the cases computed: inputs, reference (float64), baseline (same dtype)
+        self.stage_seconds: dict[str, float] = {"inputs": 0.0, "reference": 0.0, "baseline": 0.0}
+        self.computed: dict[str, int] = {}  # case id -> times computed (> 1: evicted, then met again)
         self._lock = threading.Lock()  # lanes (--jobs) share one cache
 
     def get(self, case: Case) -> Baseline:
@@ -102,14 +105,15 @@ class BaselineCache:
         t0 = time.perf_counter()
         base = None
         try:
-            base = compute_baseline(case, self.device)
+            base = compute_baseline(case, self.device, stages=self.stage_seconds)
         except Exception as exc:
             if not is_oom(exc) or self.device == "cpu":
                 raise
         if base is None:  # out of memory on the device (its traceback, and the tensors it held, now gone)
             _release(self.device)
-            base = compute_baseline(case, "cpu")
+            base = compute_baseline(case, "cpu", stages=self.stage_seconds)
             self.cpu_fallbacks += 1
+        self.computed[case.case_id] = self.computed.get(case.case_id, 0) + 1
         size = base.ref.numel() * base.ref.element_size()
         while self._cache and (len(self._cache) >= self.keep or self.bytes + size > self.max_bytes):
             self._cache.pop(next(iter(self._cache)))
@@ -120,17 +124,32 @@ class BaselineCache:
         return base
 
     @property
+    def recomputed(self) -> int:
+        """Baselines computed more than once (evicted before every backend had met the case)."""
+        return sum(n - 1 for n in self.computed.values())
+
+    @property
     def bytes(self) -> int:
         """Bytes the cached references hold."""
         return sum(b.ref.numel() * b.ref.element_size() for b in self._cache.values())
 
 
-def compute_baseline(case: Case, device: str) -> Baseline:
-    """``case``'s float64 reference and same-dtype baseline on ``device`` (both banded)."""
+def compute_baseline(case: Case, device: str, stages: dict[str, float] | None = None) -> Baseline:
+    """``case``'s float64 reference and same-dtype baseline on ``device`` (both banded); ``stages``:
+    seconds of each step (``inputs``, ``reference``, ``baseline``) are added to it."""
+    t0 = time.perf_counter()
     inputs = make_inputs(case, device)
+    t1 = time.perf_counter()
     ref = attention_reference(inputs, torch.float64)  # (total_q, hq, d)
+    if stages is not None and device.startswith("cuda"):
+        torch.cuda.synchronize()  # the reference's own seconds, not the baseline's
+    t2 = time.perf_counter()
     same = attention_reference(inputs, case.torch_dtype)  # (total_q, hq, d)
-    return make_baseline(case, ref, same)
+    base = make_baseline(case, ref, same)
+    if stages is not None:
+        for k, v in (("inputs", t1 - t0), ("reference", t2 - t1), ("baseline", time.perf_counter() - t2)):
+            stages[k] = stages.get(k, 0.0) + v
+    return base
 
 
 def _release(device: str) -> None:

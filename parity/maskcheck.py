@@ -333,6 +333,15 @@ def decode_gqa(case: Case, out: torch.Tensor) -> ProbeResult:
         return ProbeResult("n/a", "output not written: no query head wrote a row that sees a key")
     if not torch.isfinite(o[written]).all():
         return ProbeResult("mismatch", "GQA probe output has NaN/Inf", 1, case.hq)
+    rounded = torch.round(o)  # (rows, hq, d)
+    want_h = (torch.arange(case.hq) // case.group + 1).to(o.dtype)[None, :, None]  # (1, hq, 1)
+    w = written[..., None]  # (rows, hq, 1)
+    mixed_h = torch.where(w, (o - rounded).abs(), 0.0).amax(dim=(0, 2)) > 0.05  # (hq,)
+    other_h = (torch.where(w, rounded, want_h) != want_h).any(2).any(0)  # (hq,)
+    if not (mixed_h | other_h).any():  # every head at once; the loop below words a mismatch (the same tests per head)
+        unjudged_h = (~written.any(0)).nonzero().flatten().tolist()
+        note = f" (query head(s) {unjudged_h} wrote no row: not judged)" if unjudged_h else ""
+        return ProbeResult("ok", f"all {case.hq - len(unjudged_h)} query heads read kv head h // {case.group}{note}", 0, case.hq)
     wrong, unjudged = [], []
     for h in range(case.hq):
         vals = o[written[:, h], h, :]  # (rows written, d)

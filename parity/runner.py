@@ -302,6 +302,7 @@ def _last_failed(req: RunRequest) -> RunRequest:
 
 def run(req: RunRequest) -> int:
     """Run what ``req`` asks; the exit code (UserError on bad input)."""
+    from .compile_cache import COSTS
     from .expect import load_checked
     from .sweep import run_sweep
     from .sweep.options import read_gpus
@@ -325,8 +326,16 @@ def run(req: RunRequest) -> int:
     out = _out_dir(req)
     cache_root, cache_before = _compile_cache(req.compile_cache)
     print(f"parity: {len(cases)} cases x {len(specs)} backends -> {out}/results.csv", file=sys.stderr)
+    costs = "" if cache_root is None else str(cache_root / COSTS)  # measured costs: the lanes' plan
     options = sweep_options(
-        req, budgets=budgets, splits=splits, expectations=expectations, reference_device=ref_dev, shard=shard_rec, gpus=tuple(gpus)
+        req,
+        budgets=budgets,
+        splits=splits,
+        expectations=expectations,
+        reference_device=ref_dev,
+        shard=shard_rec,
+        gpus=tuple(gpus),
+        cost_file=costs,
     )
     try:
         result = run_sweep(specs, cases, out, options)

@@ -129,7 +129,7 @@ def test_oom_in_the_harness_judging_costs_that_row_only(monkeypatch, tmp_path):
 
 def test_oom_computing_the_baseline_on_the_device_falls_back_to_the_cpu(monkeypatch):
     real = judging.compute_baseline
-    monkeypatch.setattr(judging, "compute_baseline", lambda case, device: _oom() if device != "cpu" else real(case, device))
+    monkeypatch.setattr(judging, "compute_baseline", lambda case, device, **_: _oom() if device != "cpu" else real(case, device))
     cache = judging.BaselineCache("elsewhere")  # a device that runs out of memory
     base = cache.get(SWEEP_CASES[0])
     assert cache.cpu_fallbacks == 1 and base.ref.device.type == "cpu"

@@ -260,6 +260,16 @@ def work_split(run: Run) -> str:
     return split_line(run.timing)
 
 
+def stage_rows(run: Run) -> tuple[list[str], list[list[str]]]:
+    """Where each backend's seconds went (its timing.json's ``stages``): a header and rows of cells,
+    no rows when the run recorded none (:func:`parity.sweep.timing.stage_table`)."""
+    if not run.timing:
+        return [], []
+    from ..sweep.timing import stage_table
+
+    return stage_table(run.timing)
+
+
 def case_dict_text(case: dict[str, Any]) -> str:
     """A shrunk.jsonl case (Case.to_dict) in the words of case_text."""
     if not case:

@@ -34,6 +34,7 @@ from .data import (
     records,
     reduced_note,
     smallest_failing,
+    stage_rows,
     status_line,
     why_text,
     work_split,
@@ -139,7 +140,7 @@ def render_html(run: Run) -> str:
         sections.append(("consistency", "Decode and chunked-prefill consistency", _consistency(run)))
     if run.decode is not None or run.decode_path is not None:
         sections.append(("decode", "Decode divergence", _decode(run)))
-    sections += [("environment", "Environment", _environment(run)), ("rows", "All rows that did not pass", _rows(run))]
+    sections += [("environment", "Environment", _environment(run) + _stages(run)), ("rows", "All rows that did not pass", _rows(run))]
     nav = "".join(f'<a href="#{i}">{escape(t)}</a>' for i, t, _ in sections)
     body = "".join(f'<section id="{i}"><h2>{escape(t)}</h2>{html}</section>' for i, t, html in sections)
     return (
@@ -579,6 +580,27 @@ def _environment(run: Run) -> str:
             + "</tbody></table>"
         )
     return f'<table id="env-table"><tbody>{rows}</tbody></table>{btable}{btab}'
+
+
+def _stages(run: Run) -> str:
+    """Where each backend's seconds went (timing.json's ``stages``), or "" when not recorded."""
+    head, body = stage_rows(run)
+    if not body:
+        return ""
+    cells = "".join(
+        "<tr>" + f"<td><code>{escape(r[0])}</code></td>" + "".join(f'<td class="num">{escape(c)}</td>' for c in r[1:]) + "</tr>"
+        for r in body
+    )
+    note = (
+        "<p>Seconds summed over each backend's rows (OUT/stages.jsonl has them per row). compile: first-use compilation, "
+        "estimated from the first row of each configuration; ipc: time waited beyond the worker's own; "
+        "reference: charged to the first backend to meet each case.</p>"
+    )
+    return (
+        f'<h3>Where the time went</h3>{note}<table id="stage-table"><thead><tr>'
+        + "".join(f"<th>{escape(h)}</th>" for h in head)
+        + f"</tr></thead><tbody>{cells}</tbody></table>"
+    )
 
 
 def _rows(run: Run) -> str:

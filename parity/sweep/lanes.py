@@ -6,7 +6,9 @@ it starts."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import statistics
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -23,11 +25,14 @@ __all__ = [
     "LanePlan",
     "check_splits",
     "config_key",
+    "lane_costs",
     "lane_thread_env",
     "make_executor",
+    "measured_costs",
     "plan",
     "plan_lanes",
     "run_lanes",
+    "save_costs",
     "split_cases",
 ]
 
@@ -45,6 +50,43 @@ def lane_thread_env(jobs: int, n_specs: int, cpus: int | None = None) -> dict[st
         return {}
     n = str(max(1, (cpus or os.cpu_count() or 1) // lanes))
     return {v: n for v in THREAD_VARS}
+
+
+def measured_costs(path: str | os.PathLike[str] | None) -> dict[str, float]:
+    """The seconds per row each backend took in earlier runs (``{backend: seconds}``), from the cost
+    file at ``path`` (:func:`save_costs`); empty where there is none or it cannot be read."""
+    if not path:
+        return {}
+    try:
+        doc = json.loads(Path(path).read_text())
+        return {str(k): float(v) for k, v in (doc.get("seconds_per_row") or {}).items() if float(v) > 0}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def save_costs(path: str | os.PathLike[str], per_backend: Mapping[str, Mapping[str, float]]) -> None:
+    """Update the cost file at ``path`` with each backend's seconds per row of this run (``per_backend``:
+    timing.json's, its ``exec_s + judge_s`` over its ``cases``); backends this run did not time are kept."""
+    costs = measured_costs(path)
+    for spec, t in per_backend.items():
+        if t.get("cases"):
+            costs[spec] = round((float(t.get("exec_s", 0.0)) + float(t.get("judge_s", 0.0))) / float(t["cases"]), 6)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps({"seconds_per_row": dict(sorted(costs.items()))}, indent=1) + "\n")
+    except OSError:
+        pass  # a cache that cannot be written costs the next run its measured plan, nothing else
+
+
+def lane_costs(hints: Mapping[str, float], measured: Mapping[str, float]) -> dict[str, float]:
+    """Each backend's cost for planning lanes: its measured seconds per row where an earlier run timed it,
+    else its cost hint in seconds (scaled by the median ratio of measured seconds to hint over the
+    backends that have both; the hints as they are when none has)."""
+    both = [measured[s] / hints[s] for s in hints if s in measured and hints[s] > 0]
+    scale = statistics.median(both) if both else 1.0
+    if not measured.keys() & hints.keys():
+        return dict(hints)
+    return {s: measured.get(s, h * scale) for s, h in hints.items()}
 
 
 def plan_lanes(specs: list[str], jobs: int, costs: dict[str, float], group: dict[str, str] | None = None) -> list[list[str]]:
@@ -147,14 +189,16 @@ class LanePlan:
 
 def plan(specs: Sequence[str], cases: list[Case], options: SweepOptions) -> LanePlan:
     """The sweep's units, lanes and their GPUs, before any worker starts: lanes from the backends'
-    cost hints (:func:`parity.shard.cost_hints`) over their parts, placed on ``options.gpus``
+    cost hints (:func:`parity.shard.cost_hints`), or their seconds per row measured by earlier runs
+    (``options.cost_file``, :func:`lane_costs`), over their parts, placed on ``options.gpus``
     by :func:`parity.shard.unit_gpus`."""
     splits = check_splits(dict(options.splits), list(specs), options.jobs, options.isolate)
     units: dict[str, tuple[str, int | None]] = {}
     for s in specs:
         parts = splits.get(s)
         units.update({f"{s}#{i + 1}": (s, i) for i in range(parts)} if parts else {s: (s, None)})
-    hints = shard.cost_hints(specs) if options.jobs > 1 else {}  # one lane: nothing to balance
+    # one lane: nothing to balance
+    hints = lane_costs(shard.cost_hints(specs), measured_costs(options.cost_file)) if options.jobs > 1 else {}
     costs = {u: hints.get(s, 1.0) / splits.get(s, 1) for u, (s, _) in units.items()}
     if options.jobs <= 1:
         lanes = [list(units)]

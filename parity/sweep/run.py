@@ -5,6 +5,7 @@ timing as it goes (:mod:`.writers`, :mod:`.timing`)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 import threading
 import time
@@ -21,11 +22,14 @@ from ..memory import MemoryEstimate, estimate, is_oom
 from ..results import FAIL_VERDICTS, Judged
 from ..runfolder import ResultsWriter
 from .eta import Eta, case_cost, clock
-from .lanes import LanePlan, make_executor, plan, run_lanes
+from .lanes import LanePlan, make_executor, plan, run_lanes, save_costs
 from .memgate import MemoryGate, device_budget
 from .options import SweepOptions
 from .timing import SweepTiming, split_line, write_timing
 from .writers import Progress
+
+#: One line per row: where its time went (:data:`parity.sweep.timing.STAGES`, in milliseconds).
+STAGES_FILE = "stages.jsonl"
 
 #: One backend's answer waiting to be judged: (case, unit, backend info, result, seconds waited on the worker,
 #: seconds spent on the case's reference meanwhile, the row's time limit in seconds).
@@ -91,6 +95,7 @@ class Sweep:
         self.specs, self.cases, self.options, self.out_dir, self.on_row = list(dict.fromkeys(specs)), cases, options, out_dir, on_row
         self.plan = plan(self.specs, cases, options)
         self.writer = ResultsWriter(out_dir, options.resume) if out_dir else None
+        self.stages_fh = (out_dir / STAGES_FILE).open("a" if options.resume else "w") if out_dir else None
         self.baselines = reference_caches(self.plan, options)
         self.rows: list[dict[str, Any]] = []
         self.infos: dict[str, dict[str, Any]] = {}
@@ -126,6 +131,8 @@ class Sweep:
             self._close_executors()
             if self.writer:
                 self.writer.close()
+            if self.stages_fh:
+                self.stages_fh.close()
         return self._result(time.perf_counter() - self.t0)
 
     def _start_executors(self) -> None:
@@ -267,10 +274,21 @@ class Sweep:
         judged = apply_expectations(judged, self.options.expectations, str(info.get("version") or ""), case)
         with self.lock:
             judge_s = time.perf_counter() - t_judge - (baseline_s - ref_s)
-            self.timing.add(spec, case, res, wait_s, judge_s, baseline_s, unit=unit, part=part)
+            stages = self.timing.add(spec, case, res, wait_s, judge_s, baseline_s, unit=unit, part=part)
+            self._write_stages(spec, case, res, stages)
             if self.eta:
                 self.eta.done(spec, case.case_id, wait_s + judge_s + baseline_s, ran=res.get("status") != "unsupported")
         self._emit(judged, unit)
+
+    def _write_stages(self, spec: str, case: Case, res: dict[str, Any], stages: dict[str, float]) -> None:
+        """One line of ``OUT/stages.jsonl``: the row's :data:`parity.sweep.timing.STAGES` in milliseconds."""
+        if self.stages_fh is None:
+            return
+        ms = {k: (int(v) if k.endswith("_calls") else round(v * 1e3, 3)) for k, v in stages.items()}
+        first = bool((res.get("timing") or {}).get("first_config"))
+        line = {"backend": spec, "case_id": case.case_id, "status": res.get("status"), "first_config": first, "stage_ms": ms}
+        self.stages_fh.write(json.dumps(line) + "\n")
+        self.stages_fh.flush()
 
     def _emit(self, judged: Judged, unit: str) -> None:
         row = judged.row
@@ -426,7 +444,17 @@ class Sweep:
         return sum(b.seconds for b in self.baselines.values())
 
     def _timing_summary(self, partial: bool) -> dict[str, Any]:
+        self._note_reference_stages()
         return {"partial": partial, **self.timing.summary(time.perf_counter() - self.t0, self._reference_s())}
+
+    def _note_reference_stages(self) -> None:
+        """The baseline caches' stage seconds and recomputations, into the timing."""
+        stages: dict[str, float] = {}
+        for b in self.baselines.values():
+            for k, v in b.stage_seconds.items():
+                stages[k] = stages.get(k, 0.0) + v
+        self.timing.reference_stages = stages
+        self.timing.reference_recomputed = sum(b.recomputed for b in self.baselines.values())
 
     def _stopped_by(self) -> str:
         """Why the run stopped before every row ran; "" when it did not."""
@@ -443,9 +471,12 @@ class Sweep:
     def _result(self, wall: float) -> SweepResult:
         stopped_by = self._stopped_by()
         partial = bool(stopped_by)
+        self._note_reference_stages()
         summary = {"partial": partial, **self.timing.summary(wall, self._reference_s())}
         if self.out_dir:
             write_timing(self.out_dir, summary)
+        if self.options.cost_file:  # what the next run plans its lanes by
+            save_costs(self.options.cost_file, summary["per_backend"])
         ids = {c.case_id for c in self.cases}
         already = sum(1 for b, c in self.writer.done if b in self.specs and c in ids) if self.writer else 0
         return SweepResult(

@@ -10,7 +10,52 @@ from typing import Any
 from ..case import Case
 from ..runfolder import read_timing, write_timing
 
-__all__ = ["SweepTiming", "merged_timing", "split_line", "write_timing"]
+__all__ = ["STAGES", "SweepTiming", "merged_timing", "row_stages", "split_line", "stage_table", "write_timing"]
+
+#: The stages of one row, in seconds (``*_calls``: a count), as ``stages.jsonl`` and ``timing.json`` give them:
+#: the worker's (inputs .. worker), then the sweep's (wait .. reference).
+STAGES = (
+    "inputs",  # the case's inputs, drawn and moved to the backend's device
+    "call",  # the backend's timed call(s), warm-up included: a first call of a configuration compiles here
+    "compile",  # of which first-use compilation (the first row of a configuration, on CUDA or a compiling backend)
+    "output_copy",  # the output copied to the CPU for the judge
+    "mask_probe",  # the mask probe in all: building its inputs, its calls, decoding
+    "mask_backend",  # of which inside the backend's calls
+    "mask_calls",  # the backend calls it took (passes batched per call)
+    "gqa_probe",
+    "gqa_backend",
+    "read_probe",
+    "read_backend",
+    "worker",  # the whole row in the worker process
+    "wait",  # what the lane waited on the worker (overlaps judging the previous row)
+    "ipc",  # wait not spent in the worker: sending, pickling the answer, process scheduling
+    "judge",  # the comparison with the reference (the probes are decoded in the worker)
+    "reference",  # inputs + float64 reference + same-dtype baseline: charged to the first row to meet the case
+)
+
+_WORKER = {
+    "inputs": "gen_s",
+    "call": "call_s",
+    "compile": "compile_s",
+    "output_copy": "out_s",
+    "mask_probe": "mask_s",
+    "mask_backend": "mask_call_s",
+    "mask_calls": "mask_calls",
+    "gqa_probe": "gqa_s",
+    "gqa_backend": "gqa_call_s",
+    "read_probe": "read_s",
+    "read_backend": "read_call_s",
+    "worker": "worker_s",
+}
+
+
+def row_stages(res: dict[str, Any], wait_s: float, judge_s: float, reference_s: float) -> dict[str, float]:
+    """One row's :data:`STAGES` (seconds; 0 where the row did not reach a stage)."""
+    w = res.get("timing") or {}
+    out = {stage: float(w.get(key, 0.0)) for stage, key in _WORKER.items()}
+    worker = out["worker"]
+    out.update(wait=wait_s, ipc=max(0.0, wait_s - worker) if worker else 0.0, judge=judge_s, reference=reference_s)
+    return out
 
 
 def _median(xs: list[float]) -> float | None:
@@ -64,6 +109,10 @@ class SweepTiming:
         self.unit_rows: dict[str, int] = {}  # per lane unit: rows written (unavailable ones included)
         self.unit_gpu: dict[str, str] = {}  # per lane unit: the GPU its worker was pinned to (--gpus)
         self.shard: dict[str, Any] | None = None  # --shard: the shard record (k, n, key, cases)
+        self.stages: dict[str, dict[str, float]] = {}  # per backend: STAGES summed over its rows
+        self.first_rows: dict[str, int] = {}  # per backend: rows that were the first of their configuration in a worker
+        self.reference_stages: dict[str, float] = {}  # the baselines' inputs / reference / baseline seconds
+        self.reference_recomputed = 0  # baselines computed again after being evicted
 
     def add(
         self,
@@ -75,9 +124,16 @@ class SweepTiming:
         baseline_s: float = 0.0,
         unit: str | None = None,
         part: int | None = None,
-    ) -> None:
+    ) -> dict[str, float]:
+        """Add one row; its :func:`row_stages`."""
         t = self.per.setdefault(spec, {k: 0.0 for k in self.KEYS})
         w = res.get("timing") or {}
+        stages = row_stages(res, exec_s, judge_s, baseline_s)
+        tot = self.stages.setdefault(spec, dict.fromkeys(STAGES, 0.0))
+        for k, v in stages.items():
+            tot[k] += v
+        if w.get("first_config"):
+            self.first_rows[spec] = self.first_rows.get(spec, 0) + 1
         unit = unit or spec
         self.unit_calls[unit] = self.unit_calls.get(unit, 0.0) + float(w.get("call_s", 0.0)) + float(w.get("probe_call_s", 0.0))
         t["cases"] += 1
@@ -92,6 +148,23 @@ class SweepTiming:
             if part is not None:
                 sums = self.part_small.setdefault(spec, {})
                 sums[part] = sums.get(part, 0.0) + exec_s + judge_s
+        return stages
+
+    def stage_summary(self) -> dict[str, Any]:
+        """Per backend: its stages' seconds summed (``stages_s``), first-use compilation (``compile_s``, over
+        ``first_config_rows`` rows) and rows per second of the lane's time on it."""
+        out: dict[str, Any] = {}
+        for spec, tot in self.stages.items():
+            rows = int(self.per.get(spec, {}).get("cases", 0))
+            busy = tot["wait"] + tot["judge"] + tot["reference"]
+            out[spec] = {
+                "stages_s": {k: round(v, 4) if not k.endswith("_calls") else int(v) for k, v in tot.items()},
+                "compile_s": round(tot["compile"], 4),
+                "first_config_rows": self.first_rows.get(spec, 0),
+                "rows": rows,
+                "rows_per_s": round(rows / busy, 2) if busy > 0 else None,
+            }
+        return out
 
     def _lane_shares(self) -> dict[str, Any]:
         """Per lane (``--jobs``): 1 - its backends' call time / the lane's wall time. Each lane is
@@ -165,7 +238,30 @@ class SweepTiming:
             "per_gpu": self._gpu_shares(),
             "shard": self.shard,
             "per_backend": per,
+            "stages": self.stage_summary(),
+            "reference_stages_s": {k: round(v, 4) for k, v in self.reference_stages.items()},
+            "reference_recomputed": self.reference_recomputed,
         }
+
+
+def stage_table(timing: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Where each backend's time went, from a ``timing.json``: a header and one row of cells per
+    backend (seconds; empty when the run has no stages)."""
+    head = ["backend", "rows", "rows/s", "inputs", "call", "compile", "mask", "(calls)", "gqa", "read", "ipc", "judge", "reference"]
+    rows = []
+    for spec, st in (timing.get("stages") or {}).items():
+        s = st.get("stages_s") or {}
+        rate = st.get("rows_per_s")
+        cells = [s.get(k, 0.0) for k in ("inputs", "call")] + [st.get("compile_s", 0.0)]
+        cells += [s.get(k, 0.0) for k in ("mask_probe",)]
+        tail = [s.get(k, 0.0) for k in ("gqa_probe", "read_probe", "ipc", "judge", "reference")]
+        rows.append(
+            [spec, str(st.get("rows", 0)), "-" if rate is None else f"{rate:g}"]
+            + [f"{v:.2f}" for v in cells]
+            + [str(int(s.get("mask_calls", 0)))]
+            + [f"{v:.2f}" for v in tail]
+        )
+    return head, rows
 
 
 def merged_timing(dirs: list[Path]) -> dict[str, Any] | None:

@@ -1,0 +1,152 @@
+"""Throughput (issue 31): the per-stage time breakdown, lanes planned by measured cost, the compile
+caches, and that none of it changes a verdict (a fixture sweep against a snapshot of the verdicts the
+code gave before these changes, and the same sweep under another lane plan)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from parity import Case, Window, compile_cache
+from parity.backends.reference import ReferenceBackend
+from parity.execute import execute
+from parity.sweep import SweepOptions
+from parity.sweep.lanes import lane_costs, measured_costs, plan, save_costs
+from parity.sweep.run import STAGES_FILE, run_sweep
+from parity.sweep.timing import STAGES, stage_table
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAPSHOT = Path(__file__).parent / "fixtures" / "throughput_verdicts.json"
+
+#: Cases that reach every stage: multi-pass mask probes (batched), GQA, an MQA, a paged read probe, empty rows.
+FIXTURE_CASES = [
+    Case(q_lens=(40,), k_lens=(70,), hq=4, hkv=2, head_dim=16, dtype="float32", window=Window(8, 0), seed=1),
+    Case(q_lens=(5, 9), k_lens=(33, 20), hq=6, hkv=3, head_dim=8, dtype="bfloat16", window=Window(4, 2, "top_left"), seed=2),
+    Case(q_lens=(1, 1), k_lens=(50, 17), hq=4, hkv=1, head_dim=16, dtype="float16", window=Window(6, 0), seed=3),
+    Case(q_lens=(12,), k_lens=(48,), hq=4, hkv=2, head_dim=16, dtype="bfloat16", window=Window(5, 0), page_size=8, seed=4),
+    Case(q_lens=(20,), k_lens=(10,), hq=2, hkv=2, head_dim=8, dtype="float32", window=Window(3, 0, "top_left"), seed=5),
+]
+FIXTURE_SPECS = [
+    "reference",
+    "sdpa",
+    "parity.selftest.bugs:GqaRepeatNotInterleave",
+    "parity.selftest.bugs:WindowOneWider",
+    "parity.selftest.bugs:PagedReadsEveryPage",
+]
+#: what a row's verdict is made of (numbers aside): its verdict, reasons and the probes' results
+VERDICT_FIELDS = ("verdict", "reasons", "mask_check", "mask_detail", "gqa_check", "gqa_detail", "read_check", "read_detail")
+
+
+def verdict_view(rows: list[dict]) -> dict[str, dict[str, str]]:
+    return {f"{r['backend']} {r['case_id']}": {k: str(r.get(k, "")) for k in VERDICT_FIELDS} for r in rows}
+
+
+def test_verdicts_are_those_of_the_code_before_the_throughput_changes(tmp_path):
+    """The snapshot was written by the code at 0bc91b4 (before issue 31's changes), by the same sweep:
+    regenerate it only for a deliberate verdict change (tests/fixtures/throughput_verdicts.json; regenerated once since:
+    the read probe reached the planted bugs' padded decode path, n/a -> ok on the decode case)."""
+    res = run_sweep(FIXTURE_SPECS, FIXTURE_CASES, tmp_path / "out", isolate=False, progress=False)
+    want = json.loads(SNAPSHOT.read_text())
+    got = verdict_view(res.rows)
+    assert got == want
+    assert {v["verdict"] for v in got.values()} >= {"pass", "fail"}  # the fixture has failing rows to keep
+
+
+def test_verdicts_do_not_depend_on_the_lane_plan(tmp_path):
+    """The same sweep in two lanes planned by a measured cost file (which puts the reference alone; the cost
+    hints alone would pair it with the third backend) gives the same rows."""
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps({"seconds_per_row": {"reference": 9.0, "sdpa": 0.1}}))
+    options = SweepOptions(jobs=2, isolate=False, progress=False, cost_file=str(costs))
+    specs = FIXTURE_SPECS[:3]
+    assert sorted(plan(specs, FIXTURE_CASES, options).lanes) == [["reference"], ["sdpa", specs[2]]]
+    two = run_sweep(specs, FIXTURE_CASES, tmp_path / "two", options)
+    one = run_sweep(specs, FIXTURE_CASES, tmp_path / "one", jobs=1, isolate=False, progress=False)
+    assert verdict_view(two.rows) == verdict_view(one.rows)
+    assert set(measured_costs(costs)) == set(specs)  # the run recorded what it measured, for the next plan
+
+
+def test_every_row_says_where_its_time_went(tmp_path):
+    out = tmp_path / "out"
+    cases = [*FIXTURE_CASES[:4], dataclasses.replace(FIXTURE_CASES[0], seed=9)]  # the last: the first's configuration
+    res = run_sweep(["reference", "sdpa"], cases, out, isolate=False, progress=False)
+    lines = [json.loads(ln) for ln in (out / STAGES_FILE).read_text().splitlines()]
+    assert len(lines) == len(res.rows) == 10
+    assert all(set(ln["stage_ms"]) == set(STAGES) for ln in lines)
+    ran = [ln for ln in lines if ln["status"] == "ok"]
+    assert ran and all(ln["stage_ms"]["call"] > 0 and ln["stage_ms"]["mask_calls"] >= 1 and ln["stage_ms"]["worker"] > 0 for ln in ran)
+    paged = [ln for ln in ran if ln["case_id"] == FIXTURE_CASES[3].case_id]
+    assert paged and all(ln["stage_ms"]["read_backend"] > 0 for ln in paged)  # the read probe ran a call
+    assert [ln["first_config"] for ln in lines if ln["backend"] == "reference"] == [True, True, True, True, False]
+    timing = json.loads((out / "timing.json").read_text())
+    st = timing["stages"]["reference"]
+    assert st["rows"] == 5 and st["first_config_rows"] == 4 and st["rows_per_s"] > 0
+    assert st["stages_s"]["mask_calls"] == sum(ln["stage_ms"]["mask_calls"] for ln in lines if ln["backend"] == "reference")
+    # the reference is computed once per case, whichever backend meets it first, and never again
+    assert timing["reference_recomputed"] == 0 and timing["reference_stages_s"]["reference"] > 0
+    assert sum(ln["stage_ms"]["reference"] > 0 for ln in lines) == 5
+    head, rows = stage_table(timing)
+    assert head[:3] == ["backend", "rows", "rows/s"] and [r[0] for r in rows] == ["reference", "sdpa"]
+
+
+class SlowFirstCall(ReferenceBackend):
+    """Compiles on its first call (sleeps), like a JIT backend; cost hint > 1 marks it a compiling one."""
+
+    name = "slow-first-call"
+    cost_hint = 5.0
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def run(self, case, inputs, out):
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(0.3)
+        return super().run(case, inputs, out)
+
+
+def test_first_use_compilation_is_measured_on_the_first_row_of_a_configuration():
+    be = SlowFirstCall()
+    first = execute(be, FIXTURE_CASES[0], probes=False)["timing"]
+    again = execute(be, FIXTURE_CASES[0], probes=False)["timing"]
+    assert first["first_config"] and first["compile_s"] > 0.2
+    assert not again["first_config"] and "compile_s" not in again
+
+
+def test_lane_costs_use_measured_seconds_and_scale_the_hints(tmp_path):
+    hints = {"flex": 10.0, "sdpa": 1.0, "other": 2.0}
+    assert lane_costs(hints, {}) == hints
+    costs = lane_costs(hints, {"flex": 5.0, "sdpa": 1.0})  # ratios 0.5 and 1.0: median 0.75
+    assert costs == {"flex": 5.0, "sdpa": 1.0, "other": 1.5}
+    path = tmp_path / "c" / "lane_costs.json"
+    save_costs(path, {"sdpa": {"cases": 4, "exec_s": 1.0, "judge_s": 1.0}, "none": {"cases": 0}})
+    save_costs(path, {"flex": {"cases": 2, "exec_s": 3.0, "judge_s": 1.0}})
+    assert measured_costs(path) == {"sdpa": 0.5, "flex": 2.0}
+    path.write_text("not json")
+    assert measured_costs(path) == {} and measured_costs("") == {}
+
+
+def test_the_compile_cache_keeps_what_the_libraries_build_underneath(tmp_path):
+    env = compile_cache.environment(tmp_path)
+    for var, sub in (("CUTE_DSL_CACHE_DIR", "cute-dsl"), ("TORCH_EXTENSIONS_DIR", "torch-extensions"), ("TVM_FFI_CACHE_DIR", "tvm-ffi")):
+        assert env[var] == str(tmp_path / sub) and sub in compile_cache.SUBDIRS
+    assert env["FLASHINFER_WORKSPACE_BASE"] == str(tmp_path / "flashinfer")
+
+
+@pytest.mark.slow
+def test_the_throughput_benchmark_runs_cold_then_warm(tmp_path):
+    out = tmp_path / "tp"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "throughput.py"), "--out", str(out), "--profile", "quick"]
+    done = subprocess.run([*cmd, "--backend", "sdpa-causal", "--max-rows", "3"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((out / "throughput.json").read_text())
+    assert list(report["runs"]) == ["cold", "warm"] and report["cases"] == 3
+    assert report["verdicts"]["warm"] == {"shared": 3, "differ": 0, "examples": []}
+    assert report["runs"]["warm"]["per_backend"]["sdpa-causal"]["rows"] == 3
+    assert "rows/s" in done.stdout and "verdicts cold vs warm: 3 shared rows, 0 differ" in done.stdout
