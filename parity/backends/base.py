@@ -18,6 +18,13 @@ A backend is a small class (one file each) with
 * ``workspace_bytes(case)`` (optional): the device memory ``run`` needs beyond inputs and output
   (split-KV buffers, a dense mask, ...), so that rows are placed to fit free memory;
 * ``version()``: the version of what it wraps, for the run's environment;
+* ``supports_grad`` / ``backward(case, inputs, dout)`` (optional, ``parity run --grad``): ``(dq, dk, dv)``
+  of the output against the upstream gradient ``dout`` ``(total_q, hq, d)``, in the inputs' packed
+  layouts, dtype and device. The default goes through autograd: :func:`autograd_grads` of ``run``
+  (which must then be differentiable: no ``no_grad``, no ``.detach()``); a library with an explicit
+  backward op overrides it with a module-level call. ``grad_unsupported_reason(case)`` refuses a case
+  for the backward only (the forward still runs); backends without ``supports_grad`` are
+  ``unsupported`` for the gradient check, with the reason;
 * ``repro_call(case)`` (optional): Python source of ``attention(q, k, v)`` for the standalone
   scripts of ``python -m parity export-repro`` (see :mod:`parity.repro_script`); backends
   without it are skipped there with a note.
@@ -69,6 +76,10 @@ class Backend:
     #: Rough relative cost of one sweep case (compile-bound backends are high); ``--jobs``
     #: lanes are balanced on it.
     cost_hint: float = 1.0
+    #: True when :meth:`backward` gives this backend's gradients (``parity run --grad``).
+    supports_grad: bool = False
+    #: Why a backend without ``supports_grad`` has no backward (the ``unsupported`` reason).
+    no_grad_reason: str = "no backward in this backend (forward only)"
 
     def unavailable_reason(self) -> str | None:
         return None
@@ -78,6 +89,22 @@ class Backend:
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def grad_unsupported_reason(self, case: Case) -> str | None:
+        """``None`` when :meth:`backward` can run ``case``, else why not (the forward is not affected)."""
+        if not self.supports_grad:
+            return self.no_grad_reason
+        if case.page_size is not None:
+            return "paged KV is an inference layout: no backward"
+        return None
+
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(dq, dk, dv)`` of ``run``'s output against ``dout`` ``(total_q, hq, d)``: autograd through ``run``."""
+
+        def attention(q, k, v):
+            return self.run(case, inputs.with_tensors(q, k, v), torch.empty_like(q))
+
+        return autograd_grads(attention, inputs.q, inputs.k, inputs.v, dout)
 
     def workspace_bytes(self, case: Case) -> int:
         """Device bytes ``run`` allocates for ``case`` beyond its inputs and output (a hint for
@@ -114,6 +141,17 @@ def cu_seqlens(lens, device):
     for n in lens:
         out.append(out[-1] + n)
     return torch.tensor(out, dtype=torch.int32, device=device)  # (B + 1,)
+
+
+def autograd_grads(attention, q, k, v, dout):
+    """``(dq, dk, dv)`` of ``attention(q, k, v)`` against ``dout`` through autograd, on fresh leaves (copied
+    into repro scripts: torch only). A gradient autograd leaves ``None`` (the input was not used) is 0."""
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    out = attention(q, k, v)  # (total_q, hq, d)
+    if not out.requires_grad:
+        raise RuntimeError("the forward's output has no autograd graph: this call is not differentiable")
+    grads = torch.autograd.grad(out, (q, k, v), dout, allow_unused=True)
+    return tuple(torch.zeros_like(t) if g is None else g for t, g in zip((q, k, v), grads))
 
 
 #: The most characters of a library's message kept in an ``unsupported`` row's detail.

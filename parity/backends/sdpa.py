@@ -107,6 +107,7 @@ class SdpaBackend(Backend):
     causal_path = False
     gqa_native = True  # enable_gqa=True; False: repeat kv heads before the call
     refusal_phrases = SDPA_REFUSALS
+    supports_grad = True  # the backward: autograd through sdpa_attention (the boolean mask; the pinned kernel's own backward)
 
     def unsupported_reason(self, case: Case) -> str | None:
         if case.softcap is not None:

@@ -43,6 +43,7 @@ class SweepOptions:
     shrink_calls: int = 0  # backend calls the shrinker may spend per failing backend (0: off)
     shard: Mapping[str, Any] | None = None  # --shard: this run's shard record (timing.json says it)
     fail_fast: bool = False  # --fail-fast: start no new row after the first failing one (the run is then partial)
+    grad: bool = False  # --grad: each backend's backward too (parity.grad), judged with the row
 
     def __post_init__(self) -> None:
         # None where a mapping is meant: the default (as run_sweep's keyword arguments always took it)
