@@ -236,9 +236,7 @@ def check_tensor(case: Case, name: str, got: torch.Tensor, ref: torch.Tensor, ba
     if worst_i >= 0:
         per = ref[0].numel()
         row, h, c = worst_i // per, (worst_i % per) // ref.shape[2], worst_i % ref.shape[2]
-        worst = (
-            f"worst at {_where(case, name, row)} head {h} dim {c}: got {float(got[row, h, c]):.6g}, want {float(ref[row, h, c]):.6g}"
-        )
+        worst = f"worst at {_where(case, name, row)} head {h} dim {c}: got {float(got[row, h, c]):.6g}, want {float(ref[row, h, c]):.6g}"
     return TensorCheck(name, mx, total / max(ref.numel(), 1), thr_max, thr_mean, bad, worst)
 
 

@@ -101,7 +101,9 @@ class BaselineCache:
                 _release(self.device)
                 base = make_grad_baseline(case, make_inputs(case, "cpu"))
                 self.cpu_fallbacks += 1
-            while self._grads and (len(self._grads) >= self.keep or sum(b.bytes for b in self._grads.values()) + base.bytes > self.max_bytes):
+            held = sum(b.bytes for b in self._grads.values())
+            while self._grads and (len(self._grads) >= self.keep or held + base.bytes > self.max_bytes):
+                held -= self._grads[next(iter(self._grads))].bytes
                 self._grads.pop(next(iter(self._grads)))
             self._grads[case.case_id] = base
             self.seconds += time.perf_counter() - t0

@@ -217,7 +217,8 @@ class Verdict:
             v = getattr(self, name)
             out[name] = "" if v is None else v
         out["unwritten"] = ("n/a" if self.unwritten is None else self.unwritten) if self.measured else ""
-        for name in ("worst_where", "mask_check", "mask_detail", "gqa_check", "gqa_detail", "read_check", "read_detail", "grad_check", "grad_detail"):
+        texts = ("worst_where", "mask_check", "mask_detail", "gqa_check", "gqa_detail", "read_check", "read_detail")
+        for name in (*texts, "grad_check", "grad_detail"):
             out[name] = getattr(self, name)
         return out
 
