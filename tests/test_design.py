@@ -339,6 +339,7 @@ LAYERS = [
         "case",
         "reference",
         "verdict",
+        "grad",
         "maskcheck",
         "memory",
         "regimes",
