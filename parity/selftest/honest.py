@@ -68,6 +68,7 @@ def sequences_kv(case: Case, inputs: Inputs):
 class _Honest(Backend):
     device = "cpu"
     supports_paged = True
+    supports_grad = True  # the backward: autograd through run, i.e. the variant's own algorithm differentiated
 
     def logits(self, case: Case, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """``q`` ``(Sq, hq, D)``, ``k`` ``(Sk, hkv, D)`` -> float32 scaled (softcapped) scores ``(hq, Sq, Sk)``."""
