@@ -86,8 +86,9 @@ def grad_sequence(
         kb = k[k0:k1].to(compute_dtype).permute(1, 0, 2)[:, None]  # (hkv, 1, span, d)
         vb = v[k0:k1].to(compute_dtype).permute(1, 0, 2)[:, None]  # (hkv, 1, span, d)
         x = torch.matmul(qb, kb.transpose(-1, -2))  # (hkv, g, C, span)
-        t = torch.tanh(x / case.softcap) if case.softcap is not None else None
-        s = t * case.softcap if t is not None else x  # (hkv, g, C, span)
+        cap = case.softcap
+        t = torch.tanh(x / cap) if cap is not None else None
+        s = t * cap if t is not None and cap is not None else x  # (hkv, g, C, span)
         j = torch.arange(k0, k1, device=q.device)  # (span,)
         visible = (j[None, :] >= lo[r0:r1].to(q.device)[:, None]) & (j[None, :] <= hi[r0:r1].to(q.device)[:, None])  # (C, span)
         p = _softmax(s.masked_fill(~visible, float("-inf")), compute_dtype)  # (hkv, g, C, span)
@@ -304,7 +305,7 @@ def compare_grads(case: Case, got: dict[str, torch.Tensor], base: GradBaseline, 
 
 
 def grad_columns(cmp: GradComparison | None, status: str, detail: str = "") -> dict[str, Any]:
-    """The verdict's gradient fields: ``grad_check`` (ok / mismatch / unsupported / error / not_run) and the measures."""
+    """The verdict's gradient fields: ``grad_check`` (ok / mismatch / unsupported / error) and the measures."""
     if cmp is None:
         return {"grad_check": status, "grad_detail": detail}
     return {

@@ -283,6 +283,7 @@ def expect_verdict(
         "reasons": " ".join(verdict.reasons),
         "detail": verdict.detail,
         "case_json": case_json,
+        "grad_check": verdict.grad_check,
     }
     out = expectations.judge(row, version, torch_version, case)
     return dataclasses.replace(verdict, verdict=out["verdict"], raw_verdict=out["raw_verdict"], expected_id=out["expected_id"])

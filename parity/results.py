@@ -78,7 +78,7 @@ COLUMNS = [
     "peak_mem_mb",  # the worker's peak allocated device memory in the row (CUDA), MiB; empty on the CPU
     "read_check",  # the read probe (paged cases): ok / mismatch / not_run / n/a
     "read_detail",  # its words
-    "grad_check",  # the backward (--grad, parity.grad): ok / mismatch / unsupported / error / not_run; empty without --grad
+    "grad_check",  # the backward (--grad, parity.grad): ok / mismatch / unsupported / error; empty: no --grad, or no forward
     "dq_max_abs_err",  # max |dq - reference dq|
     "dk_max_abs_err",
     "dv_max_abs_err",
@@ -96,7 +96,7 @@ FAIL_VERDICTS = (*RAW_FAIL_VERDICTS, "unexpected-pass")
 EXPECT_COLUMNS = ("raw_verdict", "expected_id")
 #: Columns appended after the first release of the schema, in order: older results.csv files lack
 #: them and load with them empty (``runs.read_results``).
-ADDED_COLUMNS = (*EXPECT_COLUMNS, "gpu", "model", "layer", "est_mem_mb", "peak_mem_mb", "read_check", "read_detail")
+ADDED_COLUMNS: tuple[str, ...] = (*EXPECT_COLUMNS, "gpu", "model", "layer", "est_mem_mb", "peak_mem_mb", "read_check", "read_detail")
 ADDED_COLUMNS = (*ADDED_COLUMNS, "grad_check", "dq_max_abs_err", "dk_max_abs_err", "dv_max_abs_err", "grad_budget_frac", "grad_detail")
 #: Columns that hold numbers (the report loader adds a float column ``<name>_f`` for each).
 NUMERIC = (

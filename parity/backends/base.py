@@ -154,6 +154,17 @@ def autograd_grads(attention, q, k, v, dout):
     return tuple(torch.zeros_like(t) if g is None else g for t, g in zip((q, k, v), grads))
 
 
+#: Autograd's words when an operator has no backward (or none for these arguments): a refusal of the
+#: backward, recorded ``unsupported`` with the words (the forward's row stands).
+GRAD_REFUSALS: tuple[str, ...] = (
+    "derivative for",
+    "is not implemented",
+    "does not support backward",
+    "backward is not supported",
+    "no autograd graph",
+)
+
+
 #: The most characters of a library's message kept in an ``unsupported`` row's detail.
 REFUSAL_CHARS = 600
 

@@ -216,6 +216,7 @@ def flashinfer_jit_reason() -> str | None:
 
 class FlashInferBackend(Backend):
     name = "flashinfer-cuda"
+    no_grad_reason = "FlashInfer is an inference library (forward only): no backward"
     device = "cuda"
     description = "flashinfer.single_prefill_with_kv_cache with window_left"
 

@@ -610,7 +610,7 @@ class BackwardNanOnEmptyRows(EagerAttention):
 GRAD_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-grad-mask-top-left", "backward recomputes the mask top-left (forward bottom-right)", BackwardMaskTopLeft),
     PlantedBug("bug-grad-right-off-by-one", "backward's right window side one key too wide", BackwardRightOffByOne),
-    PlantedBug("bug-grad-edge-after-first-tile", "backward's left edge wrong from the second 128-row tile", BackwardEdgeWrongFromSecondTile),
+    PlantedBug("bug-grad-edge-after-first-tile", "backward's left edge wrong from 128-row tile 2 on", BackwardEdgeWrongFromSecondTile),
     PlantedBug("bug-grad-gqa-not-summed", "dk/dv of a GQA group: first query head's only, not summed", BackwardGqaNotSummed),
     PlantedBug("bug-grad-empty-rows-nan", "rows that see no key: NaN in dq", BackwardNanOnEmptyRows),
 )
