@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import inspect
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -266,3 +270,64 @@ def test_grad_selftest_catches_every_bug_and_honest_backwards_never_fail():
     small = [c for c in selftest.seeds_cases("quick", [0, 1, 2]) if sum(c.q_lens) * max(c.k_lens) * c.hq <= 200_000]
     for res in selftest.check_honest(HONEST, small, baselines, grad=True):
         assert res.ok and res.passed, (res.variant.name, [(r["reasons"], r["grad_detail"]) for r in res.failed[:3]])
+
+
+def _grad_script(spec: str, case: Case) -> str:
+    from parity import backends
+    from parity.export_repro import _grad_part
+    from parity.repro_script import build_script
+
+    backend = backends.get(spec)
+    meta = {
+        "backend": spec,
+        "summary": case.summary(),
+        "verdict": "pass",
+        "case_json": case.to_json(),
+        "command": "python x.py",
+        "grad": True,
+    }
+    grad = _grad_part(backend, case, {"grad_check": "ok"})
+    return build_script(case, backend.repro_call(case), backend.device, meta, grad)
+
+
+GRAD_SCRIPT_CASE = Case((48, 48), (64, 64), 4, 2, 64, "bfloat16", Window(15, 0))
+
+
+@pytest.mark.parametrize(
+    "spec", ["sdpa-cudnn-cuda", "torch-fa2-cuda", "fa2-cuda", "fa4-cuda", "flex-cuda", "xformers-cutlass-cuda", "jax-xla-cuda"]
+)
+def test_grad_scripts_compile_and_copy_the_backward_call(spec):
+    from parity.backends import base, jax_attn, xformers
+
+    src = _grad_script(spec, GRAD_SCRIPT_CASE)
+    compile(src, f"{spec}.py", "exec")
+    assert "def attention_grads(q, k, v, dout):" in src and "import parity" not in src and "from parity" not in src
+    want = {"xformers-cutlass-cuda": xformers.xformers_attention_trained, "jax-xla-cuda": jax_attn.jax_attention_grads}
+    assert inspect.getsource(want.get(spec, base.autograd_grads)) in src
+    assert src.rstrip().endswith("sys.exit(main_with_grads())") and src.count('if __name__ == "__main__":') == 1
+
+
+def test_forward_scripts_are_unchanged_without_grad():
+    from tests.test_export_repro import _script
+
+    assert "attention_grads" not in _script("sdpa", GRAD_SCRIPT_CASE)
+
+
+def _run_script(src: str, tmp_path) -> subprocess.CompletedProcess:
+    path = tmp_path / "repro.py"
+    path.write_text(src)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_cpu_grad_script_runs_agrees_and_catches_a_broken_backward(tmp_path):
+    case = Case((9, 3), (9, 14), 4, 2, 16, "float32", Window(4, 1), seed=2)
+    src = _grad_script("sdpa", case)
+    res = _run_script(src, tmp_path)
+    assert res.returncode == 0 and "the backward AGREES" in res.stdout, res.stdout + res.stderr
+    broken = src.replace(
+        "return autograd_grads(attention, q, k, v, dout)",
+        "dq, dk, dv = autograd_grads(attention, q, k, v, dout)\n    return dq, dk, dv + 1e-3",
+    )
+    res = _run_script(broken, tmp_path)
+    assert res.returncode == 1 and "dv nonzero for 7 keys outside every window"  # seq 1: keys 0..6 in res.stdout, res.stdout + res.stderr

@@ -270,6 +270,19 @@ class JaxBackend(Backend):
                 inputs.q, inputs.k, inputs.v, out, case.q_lens, case.k_lens, natives, self.implementation, case.softmax_scale, _attention_fn
             )
 
+    def repro_backward(self, case: Case) -> str:
+        """``attention_grads(q, k, v, dout)`` for a ``--grad`` script: :func:`jax_attention_grads` as
+        :meth:`backward` calls it (``NATIVE`` from :meth:`repro_call`'s part)."""
+        from ..repro_script import embed
+
+        return embed(
+            [jax_grad_fn, jax_attention_grads],
+            f"""\
+            def attention_grads(q, k, v, dout):
+                return jax_attention_grads(q, k, v, dout, Q_LENS, K_LENS, NATIVE, {self.implementation!r}, SCALE, jax_grad_fn)
+            """,
+        )
+
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`jax_attention` as ``run`` calls it, per
         sequence from :func:`jax_window`."""

@@ -274,6 +274,24 @@ class XformersBackend(Backend):
 
             return autograd_grads(attention, inputs.q, inputs.k, inputs.v, dout)
 
+    def repro_backward(self, case: Case) -> str:
+        """``attention_grads(q, k, v, dout)`` for a ``--grad`` script: autograd through
+        :func:`xformers_attention_trained` as :meth:`backward` calls it."""
+        from ..repro_script import embed
+
+        name, kw = xformers_bias_spec(case.window, case.q_lens, case.k_lens)
+        return embed(
+            [xformers_attention_trained, autograd_grads],
+            f"""\
+            def attention_grads(q, k, v, dout):
+                bias = {bias_expr(name, kw, case.q_lens, case.k_lens)}
+                return autograd_grads(
+                    lambda q, k, v: xformers_attention_trained(q, k, v, Q_LENS, K_LENS, SCALE, bias, {self.op_module!r},
+                                                               packed={name.startswith("BlockDiagonal")!r}),
+                    q, k, v, dout)
+            """,
+        )
+
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`xformers_attention` as ``run`` calls it,
         the mask from :func:`xformers_bias_spec`."""
