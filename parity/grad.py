@@ -51,6 +51,17 @@ def draw_dout(seed: int, total_q: int, hq: int, head_dim: int, dtype: str):
     return torch.randn(total_q, hq, head_dim, generator=gen).to(getattr(torch, dtype))  # (total_q, hq, d)
 
 
+def autograd_grads(attention, q, k, v, dout):
+    """``(dq, dk, dv)`` of ``attention(q, k, v)`` against ``dout`` through autograd, on fresh leaves (copied
+    into repro scripts: torch only). A gradient autograd leaves ``None`` (the input was not used) is 0."""
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    out = attention(q, k, v)  # (total_q, hq, d)
+    if not out.requires_grad:
+        raise RuntimeError("the forward's output has no autograd graph: this call is not differentiable")
+    grads = torch.autograd.grad(out, (q, k, v), dout, allow_unused=True)
+    return tuple(torch.zeros_like(t) if g is None else g for t, g in zip((q, k, v), grads))
+
+
 def make_dout(case: Case, device: torch.device | str = "cpu") -> torch.Tensor:
     """:func:`draw_dout` for ``case`` on ``device``."""
     return draw_dout(case.seed, sum(case.q_lens), case.hq, case.head_dim, case.dtype).to(device)  # (total_q, hq, d)

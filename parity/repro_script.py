@@ -31,7 +31,7 @@ exits 2 before anything runs, as before.
 
 A row of a ``--grad`` run gets the backward too (``build_script(..., grad=True)``): the backend's
 ``repro_backward(case)`` when it has one (source defining ``attention_grads(q, k, v, dout)``, its
-explicit backward call), else :func:`grad_call`: :func:`parity.backends.base.autograd_grads` through
+explicit backward call), else :func:`grad_call`: :func:`parity.grad.autograd_grads` through
 ``attention`` (autograd, as the harness's default ``Backend.backward``); ``draw_dout`` copied from
 :mod:`parity.grad`; :data:`COMMON_GRAD`: the float64 reference gradients (autograd of the dense
 reference), each tensor against ``K_MAX`` x the same-dtype baseline's error + a floor, ``dk`` / ``dv``
@@ -62,9 +62,9 @@ def embed(functions: Sequence[Callable[..., Any]], attention: str, head: str = "
 
 
 def grad_call() -> str:
-    """The default backward part of a script: :func:`parity.backends.base.autograd_grads` through the
+    """The default backward part of a script: :func:`parity.grad.autograd_grads` through the
     backend's ``attention`` (what ``Backend.backward`` does)."""
-    from .backends.base import autograd_grads
+    from .grad import autograd_grads
 
     return embed(
         [autograd_grads],

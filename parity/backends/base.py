@@ -53,6 +53,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from ..case import Case, Inputs
+from ..grad import autograd_grads
 
 
 class BackendError(RuntimeError):
@@ -141,17 +142,6 @@ def cu_seqlens(lens, device):
     for n in lens:
         out.append(out[-1] + n)
     return torch.tensor(out, dtype=torch.int32, device=device)  # (B + 1,)
-
-
-def autograd_grads(attention, q, k, v, dout):
-    """``(dq, dk, dv)`` of ``attention(q, k, v)`` against ``dout`` through autograd, on fresh leaves (copied
-    into repro scripts: torch only). A gradient autograd leaves ``None`` (the input was not used) is 0."""
-    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    out = attention(q, k, v)  # (total_q, hq, d)
-    if not out.requires_grad:
-        raise RuntimeError("the forward's output has no autograd graph: this call is not differentiable")
-    grads = torch.autograd.grad(out, (q, k, v), dout, allow_unused=True)
-    return tuple(torch.zeros_like(t) if g is None else g for t, g in zip((q, k, v), grads))
 
 
 #: Autograd's words when an operator has no backward (or none for these arguments): a refusal of the
