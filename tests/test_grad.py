@@ -258,7 +258,7 @@ def test_pytest_option_turns_the_backward_on(pytester):
     assert "grad_nan" in res.stdout.str()
 
 
-@pytest.mark.slow  # the planted backward bugs on the quick sweep, the honest variants' gradients over 3 seeds
+@pytest.mark.slow  # the planted backward bugs on the quick sweep, the honest variants' gradients over 3 seeds' small cases
 def test_grad_selftest_catches_every_bug_and_honest_backwards_never_fail():
     cases = selftest.profile_cases("quick", 0)
     baselines = BaselineCache("cpu", keep=len(cases) + 1)
@@ -267,9 +267,10 @@ def test_grad_selftest_catches_every_bug_and_honest_backwards_never_fail():
         assert det.caught and not det.problems, bug.name
     from parity.selftest.honest import HONEST
 
-    small = [c for c in selftest.seeds_cases("quick", [0, 1, 2]) if sum(c.q_lens) * max(c.k_lens) * c.hq <= 200_000]
+    small = [c for c in selftest.seeds_cases("quick", [0, 1, 2]) if sum(c.q_lens) * max(c.k_lens) * c.hq <= 2_000]
     for res in selftest.check_honest(HONEST, small, baselines, grad=True):
-        assert res.ok and res.passed, (res.variant.name, [(r["reasons"], r["grad_detail"]) for r in res.failed[:3]])
+        assert res.ok, (res.variant.name, [(r["reasons"], r["grad_detail"]) for r in res.failed[:3]])
+        assert res.passed if res.variant.backend.supports_grad else res.passed == res.cases - res.unsupported
 
 
 def _grad_script(spec: str, case: Case) -> str:
