@@ -166,6 +166,9 @@ class GradBaseline:
     rounding_max: dict[str, float]
     unseen: torch.Tensor  # (total_k,) bool
     empty: torch.Tensor  # (total_q,) bool
+    #: Why this case's backward cannot be judged in its dtype ("": it can): a reference gradient beyond the
+    #: dtype's range, or a same-dtype baseline that overflows (no finite budget). The check is then unsupported.
+    unjudgeable: str = ""
 
     @property
     def bytes(self) -> int:
@@ -182,15 +185,26 @@ def make_grad_baseline(case: Case, inputs: Inputs) -> GradBaseline:
         r, s = ref[name], same[name]
         mx = sm = rd = 0.0
         for r0, r1 in row_chunks(r.shape[0], r[0].numel() if r.shape[0] else 1):
-            # where the naive backward overflows its dtype (dP = dO V^T in float16 with large values) its error
-            # is left out: an infinite budget would pass anything; a backend that overflows fails with grad_nan
-            err = (s[r0:r1].to(torch.float64) - r[r0:r1]).abs().nan_to_num(nan=0.0, posinf=0.0)
+            err = (s[r0:r1].to(torch.float64) - r[r0:r1]).abs()
             mx = max(mx, float(err.max()) if err.numel() else 0.0)
             sm += float(err.sum())
             rounded = (r[r0:r1].to(case.torch_dtype).to(torch.float64) - r[r0:r1]).abs()
             rd = max(rd, float(rounded.max()) if rounded.numel() else 0.0)
         bmax[name], bmean[name], rnd[name] = mx, sm / r.numel() if r.numel() else 0.0, rd
-    return GradBaseline(ref, bmax, bmean, rnd, unseen_keys(case).to(inputs.q.device), empty_rows(case).to(inputs.q.device))
+    unseen, empty = unseen_keys(case).to(inputs.q.device), empty_rows(case).to(inputs.q.device)
+    return GradBaseline(ref, bmax, bmean, rnd, unseen, empty, _unjudgeable(case, ref, bmax))
+
+
+def _unjudgeable(case: Case, ref: dict[str, torch.Tensor], bmax: dict[str, float]) -> str:
+    """Why the backward of ``case`` cannot be judged in its dtype, or ``""`` (see :class:`GradBaseline`)."""
+    top = torch.finfo(case.torch_dtype).max
+    for name in TENSORS:
+        big = float(ref[name].abs().max()) if ref[name].numel() else 0.0
+        if big > top:
+            return f"the reference {name} reaches {big:.4g}, beyond {case.dtype}'s range ({top:.4g}): not representable"
+        if not math.isfinite(bmax[name]):
+            return f"the same-dtype baseline's {name} overflows {case.dtype} (no finite budget)"
+    return ""
 
 
 @dataclasses.dataclass

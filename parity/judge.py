@@ -241,7 +241,10 @@ def judge_grad(case: Case, grad: dict[str, Any] | None, baselines: BaselineCache
     if grad.get("status") != "ok":
         status = "unsupported" if grad.get("status") == "unsupported" else "error"
         return {"reasons": ["grad_error"] if status == "error" else [], **grad_columns(None, status, str(grad.get("detail", "")))}
-    cmp = compare_grads(case, grad, baselines.grad(case), budget)
+    base = baselines.grad(case)
+    if base.unjudgeable:  # recorded, never a pass: the dtype cannot hold this case's gradients
+        return {"reasons": [], **grad_columns(None, "unsupported", f"not judged: {base.unjudgeable}")}
+    cmp = compare_grads(case, grad, base, budget)
     return {"reasons": list(cmp.reasons), **grad_columns(cmp, "")}
 
 
