@@ -24,16 +24,16 @@ _WORKERS: dict[tuple, ProcessExecutor] = {}
 _LOST: list[str] = []
 
 
-def _worker(spec: str, path: Sequence[str], probes: bool, max_passes: int) -> ProcessExecutor:
-    key = (spec, tuple(path), probes, max_passes)
+def _worker(spec: str, path: Sequence[str], probes: bool, max_passes: int, grad: bool = False) -> ProcessExecutor:
+    key = (spec, tuple(path), probes, max_passes, grad)
     if key not in _WORKERS:
         if not _WORKERS:
             atexit.register(close_workers)
-        _WORKERS[key] = ProcessExecutor(spec, probes, max_passes, extra_path=list(path))
+        _WORKERS[key] = ProcessExecutor(spec, probes, max_passes, extra_path=list(path), grad=grad)
     return _WORKERS[key]
 
 
-def _in_process(inst: Backend, spec: str, case: Case, probes: bool, max_passes: int) -> dict[str, Any]:
+def _in_process(inst: Backend, spec: str, case: Case, probes: bool, max_passes: int, grad: bool = False) -> dict[str, Any]:
     """:func:`execute` here, unless an earlier call lost this process's CUDA context (then a CUDA
     backend is not run); a call that loses it is recorded in :data:`_LOST`."""
     if _LOST and getattr(inst, "device", "cpu") == "cuda":
@@ -42,7 +42,7 @@ def _in_process(inst: Backend, spec: str, case: Case, probes: bool, max_passes: 
             "detail": f"not run: this process's CUDA context was lost earlier ({_LOST[0]}); "
             "name the backend by its spec, or run it with a worker path, to run it in a fresh process",
         }
-    res = execute(inst, case, probes, max_passes)
+    res = execute(inst, case, probes, max_passes, grad=grad)
     if context_lost(res):
         _LOST.append(f"{spec} on {case.summary()}: {str(res.get('detail', ''))[:160]}")
         res = {
@@ -117,8 +117,13 @@ def evaluate(
     baselines: BaselineCache | None = None,
     expectations: Expectations | None = None,
     worker_path: Sequence[str] | None = None,
+    grad: bool = False,
 ) -> dict[str, Any]:
     """Run ``case`` on ``backend`` in this process and judge it: one results row.
+
+    ``grad``: the backward too (:mod:`parity.grad`): ``dq``, ``dk``, ``dv`` against the float64
+    reference gradients, their exact checks; its reasons join the row's (``grad_check`` and the
+    ``*_max_abs_err`` columns say the rest). A backend without a backward: ``grad_check`` unsupported.
 
     ``worker_path``: run a named backend in a worker process with these folders first on its
     sys.path (packages that cannot share one sys.path, as ``--worker-path`` in a sweep); a crash
@@ -127,7 +132,7 @@ def evaluate(
     ``expectations``: known divergences (:mod:`parity.expect`) applied to the row, with the
     backend's ``version()`` string: a failure one describes comes back ``expected``, a pass a
     strict one covers ``unexpected-pass`` (``expected_id`` names the entry)."""
-    return evaluate_record(backend, case, probes, budgets, max_passes, baselines, expectations, worker_path).row
+    return evaluate_record(backend, case, probes, budgets, max_passes, baselines, expectations, worker_path, grad).row
 
 
 def evaluate_record(
@@ -139,6 +144,7 @@ def evaluate_record(
     baselines: BaselineCache | None = None,
     expectations: Expectations | None = None,
     worker_path: Sequence[str] | None = None,
+    grad: bool = False,
 ) -> Judged:
     """:func:`evaluate`, as the judged record: the row and the comparison (for :func:`failure_message`).
 
@@ -153,7 +159,7 @@ def evaluate_record(
     """
     # after a sticky CUDA error this process's context is gone: a worker has its own
     if isinstance(backend, str) and (worker_path or _LOST):
-        worker = _worker(backend, worker_path or [], probes, max_passes)
+        worker = _worker(backend, worker_path or [], probes, max_passes, grad)
         inst, spec, info = None, backend, worker.info
         if info.get("unavailable"):
             return unavailable(case, spec, info)
@@ -162,7 +168,7 @@ def evaluate_record(
         inst, spec, info = _resolve(backend)
         if info.get("unavailable"):
             return unavailable(case, spec, info)
-        res = _in_process(inst, spec, case, probes, max_passes)
+        res = _in_process(inst, spec, case, probes, max_passes, grad)
     judged = judge(case, spec, info, res, baselines or _BASELINES, budgets or BUDGETS)
     if not expectations:
         return judged
@@ -206,6 +212,8 @@ def miss_lines(record: Verdict | Judged | dict[str, Any]) -> list[str]:
         lines.append(f"gqa: {v.gqa_detail}")
     if v.read_check == "mismatch":
         lines.append(f"reads: {v.read_detail}")
+    if v.grad_check in ("mismatch", "error"):
+        lines.append(f"grad: {v.grad_detail}")
     if v.verdict != "fail" and v.detail:
         lines.append(v.detail)
     return lines
@@ -234,7 +242,8 @@ def assert_parity(backend: Backend | str, case: Case, **kw: Any) -> dict[str, An
     """Raise :class:`ParityError` unless ``backend`` passes ``case``; return the row.
 
     ``unsupported`` and ``unavailable`` raise too: call sites that expect them should
-    check :func:`evaluate`'s verdict instead (pytest tests skip on them).
+    check :func:`evaluate`'s verdict instead (pytest tests skip on them). ``grad=True`` checks the
+    backward too (a backend without one passes on its forward; its row says ``grad_check`` unsupported).
     """
     judged = evaluate_record(backend, case, **kw)
     if judged.row["verdict"] != "pass":

@@ -199,6 +199,9 @@ def matches(case: Case, condition: dict[str, Iterable[str] | str]) -> bool:
 #: Verdicts of a row whose backend ran the case (whatever the outcome).
 RAN = ("pass", "fail", "error", "crash", "timeout", "expected", "unexpected-pass")
 Cell = tuple[str, str]  # (dimension, value); dimension "grid" for window-grid cells
+#: Suffix of a backend's backward in a tally (``parity run --grad``): ``"sdpa (backward)"`` counts the cells its
+#: backward ran (``grad_check`` ok / mismatch / error) or refused; compared only with other backwards.
+BACKWARD = " (backward)"
 Tally = dict[str, dict[Cell, dict[str, int]]]  # backend -> cell -> {"ran": n, "unsupported": n, "unavailable": n}
 
 
@@ -217,12 +220,19 @@ def tally(rows: Iterable[Mapping[str, object]]) -> Tally:
                 cells_of[text] = {}
         verdict = str(r.get("verdict", ""))
         kind = "ran" if verdict in RAN else ("unsupported" if verdict == "unsupported" else "unavailable")
-        per = out.setdefault(str(r.get("backend", "")), {})
-        for dim, values in cells_of[text].items():
-            for v in values:
-                slot = per.setdefault((dim, v), {"ran": 0, "unsupported": 0, "unavailable": 0})
-                slot[kind] += 1
+        _count(out, str(r.get("backend", "")), cells_of[text], kind)
+        grad = str(r.get("grad_check") or "")
+        if grad:  # --grad: the backward's cells, under "<backend> (backward)"
+            _count(out, str(r.get("backend", "")) + BACKWARD, cells_of[text], "unsupported" if grad == "unsupported" else "ran")
     return out
+
+
+def _count(out: Tally, backend: str, cells: Mapping[str, frozenset[str]], kind: str) -> None:
+    per = out.setdefault(backend, {})
+    for dim, values in cells.items():
+        for v in values:
+            slot = per.setdefault((dim, v), {"ran": 0, "unsupported": 0, "unavailable": 0})
+            slot[kind] += 1
 
 
 def ran_cells(t: Tally, backend: str, dim: str | None = None) -> set[Cell]:
@@ -236,14 +246,19 @@ def grid_count(t: Tally, backend: str) -> int:
 
 def gaps(t: Tally, family: Callable[[str], str]) -> dict[str, dict[str, list[Cell]]]:
     """Per backend, the cells it ran none of that another backend of its ``family`` ran:
-    ``{backend: {other: [cells]}}`` (grid cells included)."""
+    ``{backend: {other: [cells]}}`` (grid cells included). A backward (:data:`BACKWARD`) is compared with
+    the backwards of its family only."""
+
+    def fam(b: str) -> str:
+        return "backward " + family(b[: -len(BACKWARD)]) if b.endswith(BACKWARD) else family(b)
+
     out: dict[str, dict[str, list[Cell]]] = {}
     for b in t:
         mine = ran_cells(t, b)
         if not any(n["ran"] for n in t[b].values()):
             continue  # unavailable here: nothing to compare
         for o in t:
-            if o == b or family(o) != family(b):
+            if o == b or fam(o) != fam(b):
                 continue
             missing = sorted(ran_cells(t, o) - mine)
             if missing:

@@ -26,6 +26,7 @@ import torch
 from . import backends
 from .backends.base import Backend, Unsupported, feature_reason, fp8_reason
 from .case import Case, Inputs, make_inputs
+from .grad import TENSORS, make_dout
 from .maskcheck import DEFAULT_MAX_PASSES, passes_per_call, probe_case, run_gqa_probe, run_mask_probe, run_read_probe
 from .memory import LARGE_ROW_BYTES, MIB, estimate, free_bytes, is_oom, oom_detail
 from .process import ProcessExecutor, env_worker_paths, parse_worker_paths, recv, send, worker_paths  # noqa: F401 - their old home
@@ -106,7 +107,8 @@ def context_lost(result: dict[str, Any]) -> bool:
     ==========================================================  =====
     """
     if result.get("status") != "error":
-        return False
+        grad = result.get("grad")  # the backward of an answered forward can lose the context too
+        return isinstance(grad, dict) and context_lost(grad)
     detail = str(result.get("detail", "")).lower()
     return "cuda" in detail and any(w in detail for w in CONTEXT_LOST_WORDS)
 
@@ -146,8 +148,10 @@ def execute(
     probes: bool = True,
     max_passes: int = DEFAULT_MAX_PASSES,
     repeats: int = 1,
+    grad: bool = False,
 ) -> dict[str, Any]:
-    """Run ``case`` on ``backend``; see the module docstring. On CUDA the row's peak device memory
+    """Run ``case`` on ``backend``; see the module docstring. ``grad``: then the backward too
+    (``result["grad"]``, :func:`run_grad`), after the forward and its probes. On CUDA the row's peak device memory
     (``peak_mem_mb``) is measured from a reset of the allocator's peak, an out-of-memory error says
     what the row was estimated to need and what was free before it, and a large row's cached
     blocks are released afterwards (``torch.cuda.empty_cache``), so the lanes' workers share the card."""
@@ -156,7 +160,7 @@ def execute(
     free = free_bytes() if cuda else None
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    result = _execute(backend, case, probes, max_passes, repeats)
+    result = _execute(backend, case, probes, max_passes, repeats, grad)
     est = estimate(case, probes, max_passes, workspace_hint(backend, case, probes))
     if result.pop("oom", None):
         result["detail"] = oom_detail(result.pop("exc_text", "out of memory"), est, free)
@@ -170,7 +174,7 @@ def execute(
     return result
 
 
-def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeats: int) -> dict[str, Any]:
+def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeats: int, grad: bool = False) -> dict[str, Any]:
     device = backend.device
     try:
         reason = backend.unsupported_reason(case)
@@ -221,6 +225,10 @@ def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeat
         if first and (cuda or float(getattr(backend, "cost_hint", 1.0)) > 1.0):
             calls = max(1, repeats) + (1 if cuda and repeats > 1 else 0)
             timing["compile_s"] = _compile_seconds(backend, case, inputs, call_s, calls)
+        if grad:
+            t_grad = time.perf_counter()
+            result["grad"] = run_grad(backend, case, inputs)
+            timing["grad_s"] = time.perf_counter() - t_grad
         result["timing"] = timing
         return result
     except Unsupported as exc:
@@ -278,6 +286,44 @@ def _run_probes(
     return out
 
 
+def _check_grads(grads: Any, inputs: Inputs) -> tuple[torch.Tensor, ...]:
+    """``backward``'s answer checked against the interface: three tensors shaped, typed and placed as q, k, v."""
+    if not isinstance(grads, (tuple, list)) or len(grads) != 3 or not all(isinstance(g, torch.Tensor) for g in grads):
+        raise BackendFault(f"backward() returned {type(grads).__name__}, expected a tuple (dq, dk, dv) of tensors")
+    for name, g, x in zip(TENSORS, grads, (inputs.q, inputs.k, inputs.v)):
+        if tuple(g.shape) != tuple(x.shape) or g.dtype != x.dtype or g.device.type != x.device.type:
+            raise BackendFault(
+                f"backward() returned {name} {tuple(g.shape)} {g.dtype} on {g.device.type}, "
+                f"expected {tuple(x.shape)} {x.dtype} on {x.device.type}"
+            )
+    return tuple(grads)
+
+
+def run_grad(backend: Backend, case: Case, inputs: Inputs) -> dict[str, Any]:
+    """The backward of ``backend`` on ``case`` against the seeded upstream gradient (:func:`parity.grad.make_dout`):
+    ``{"status": "ok", "dq": ..., "dk": ..., "dv": ...}`` (CPU tensors), or ``unsupported`` / ``error`` with a
+    ``detail``. Never raises for the backend's fault."""
+    try:
+        reason = backend.grad_unsupported_reason(case)
+    except Exception as exc:  # noqa: BLE001
+        return {"status": "error", "detail": f"grad_unsupported_reason() raised {type(exc).__name__}: {exc}"}
+    if reason:
+        return {"status": "unsupported", "detail": reason}
+    dout = make_dout(case, inputs.q.device)  # (total_q, hq, d)
+    try:
+        grads = _check_grads(backend.backward(case, inputs, dout), inputs)
+        _sync(backend.device)
+    except Unsupported as exc:
+        return _refusal_or_fault(exc, backend.device)
+    except BackendFault as exc:
+        return {"status": "error", "detail": f"interface: {exc}"}
+    except Exception as exc:  # noqa: BLE001 - the backward's fault costs its own check only
+        if is_oom(exc):
+            return {"status": "error", "detail": f"out of memory: {(str(exc).strip().splitlines() or [''])[0][:300]}"}
+        return _generic_error(exc)
+    return {"status": "ok", **{name: g.detach().to("cpu") for name, g in zip(TENSORS, grads)}}
+
+
 def _refusal_or_fault(exc: Unsupported, device: str) -> dict[str, Any]:
     """A refusal raised after the backend launched work can hide a fault of that work (CUDA reports
     kernel errors late): FlashInfer's decode faulted on head dim 20 (misaligned address), then its
@@ -326,14 +372,14 @@ def backend_info(spec: str) -> dict[str, Any]:
 class InlineExecutor:
     """Runs the backend in this process (fast; a hard crash takes the run down)."""
 
-    def __init__(self, spec: str, probes: bool = True, max_passes: int = DEFAULT_MAX_PASSES, repeats: int = 1):
+    def __init__(self, spec: str, probes: bool = True, max_passes: int = DEFAULT_MAX_PASSES, repeats: int = 1, grad: bool = False):
         self.spec = spec
-        self.probes, self.max_passes, self.repeats = probes, max_passes, repeats
+        self.probes, self.max_passes, self.repeats, self.grad = probes, max_passes, repeats, grad
         self.backend = backends.get(spec)
         self.info = backend_info(spec)
 
     def run(self, case: Case) -> dict[str, Any]:
-        return execute(self.backend, case, self.probes, self.max_passes, self.repeats)
+        return execute(self.backend, case, self.probes, self.max_passes, self.repeats, self.grad)
 
     def submit(self, case: Case) -> dict[str, Any] | None:
         self._result = self.run(case)  # in this process there is nothing to overlap

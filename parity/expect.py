@@ -16,7 +16,10 @@ The data lives in ``parity/known_divergences.toml`` (:data:`DEFAULT_FILE`), one
 ``condition``    coverage-model terms (:mod:`parity.coverage`): ``{dim = value or [values]}``,
                  passed to :func:`parity.coverage.matches`; unknown dims / values are errors
 ``verdict``      the failing verdict expected: ``fail`` (default), ``error``, ``crash``, ``timeout``
-``reasons``      optional, for ``fail``: reasons that must all be among the row's ``reasons``
+``reasons``      optional, for ``fail``: reasons that must all be among the row's ``reasons``;
+                 the backward's (:data:`GRAD_REASONS`, ``parity run --grad``) make a *backward*
+                 entry: it covers only rows whose backward was checked, and only it can
+                 explain a row that failed in its backward
 ``detail``       optional: a regular expression that must be found in the row's ``detail``
                  (the library's own words of an ``error``, as pytest's ``raises(match=)``)
 ``explanation``  one sentence
@@ -76,7 +79,12 @@ EXPECTED, UNEXPECTED_PASS = "expected", "unexpected-pass"
 #: The verdicts an entry can expect (the failing ones of :mod:`parity.sweep`).
 RAW_FAILS = RAW_FAIL_VERDICTS
 #: Failure reasons of :mod:`parity.verdict` and the probes.
-REASONS = ("max_err", "mean_err", "nan", "nan_masked_rows", "inf", "unwritten", "mask", "gqa", "reads_outside_window")
+REASONS: tuple[str, ...] = ("max_err", "mean_err", "nan", "nan_masked_rows", "inf", "unwritten", "mask", "gqa", "reads_outside_window")
+#: Failure reasons of the backward (:mod:`parity.grad`, ``--grad``).
+GRAD_REASONS = ("dq_err", "dk_err", "dv_err", "grad_outside", "grad_nan", "grad_error")
+REASONS = (*REASONS, *GRAD_REASONS)
+#: ``grad_check`` values of a row whose backward ran and was judged.
+GRAD_CHECKED = ("ok", "mismatch", "error")
 FIELDS = ("id", "backend", "versions", "condition", "verdict", "reasons", "detail", "explanation", "upstream", "strict")
 REQUIRED = ("id", "backend", "condition", "explanation", "upstream")
 
@@ -207,12 +215,21 @@ class Expectation:
             return False
         return matches(case, {dim: list(values) for dim, values in self.condition})
 
+    @property
+    def backward(self) -> bool:
+        """The entry names a failure of the backward (a reason of :data:`GRAD_REASONS`)."""
+        return any(r in GRAD_REASONS for r in self.reasons)
+
     def explains(self, row: Mapping[str, Any]) -> bool:
-        """The row's raw verdict is the one expected, with every expected reason among its reasons."""
+        """The row's raw verdict is the one expected, with every expected reason among its reasons; a row
+        that failed in its backward only by an entry that names the backward."""
         raw = row.get("raw_verdict") or row.get("verdict")
         if self.detail and not re.search(self.detail, str(row.get("detail", ""))):
             return False
-        return raw == self.verdict and set(self.reasons) <= set(str(row.get("reasons", "")).split())
+        reasons = set(str(row.get("reasons", "")).split())
+        if reasons & set(GRAD_REASONS) and not self.backward:
+            return False
+        return raw == self.verdict and set(self.reasons) <= reasons
 
     def describe(self) -> str:
         return f"{self.id}: {self.explanation}"
@@ -248,7 +265,8 @@ class Expectations:
         if not candidates:
             return out
         case = case or Case.from_json(row["case_json"])
-        covering = [e for e in candidates if e.covers(spec, case, version_text, torch_version)]
+        checked = row.get("grad_check") in GRAD_CHECKED  # a backward entry speaks only of rows whose backward ran
+        covering = [e for e in candidates if (checked or not e.backward) and e.covers(spec, case, version_text, torch_version)]
         if raw == "pass":
             hit = next((e for e in covering if e.strict), None)
             if hit:

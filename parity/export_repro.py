@@ -88,6 +88,7 @@ def _meta(run, index: int, row: dict[str, Any], spec: str, script: Path) -> dict
         "gqa_detail": row.get("gqa_detail", "") if row.get("gqa_check") == "mismatch" else "",
         "worst_where": row.get("worst_where", "") if (row.get("raw_verdict") or row.get("verdict")) == "fail" else "",
         "detail": row.get("detail", ""),
+        "grad_detail": row.get("grad_detail", "") if row.get("grad_check") in ("mismatch", "error") else "",
         "version": info.get("version", ""),
         "torch": env.get("torch", ""),
         "gpu": gpu.get("name", "") if gpu.get("available") else "",
@@ -122,7 +123,8 @@ def export_one(
         _note(f"no control for row {index}: {control} refuses this case ({refusal}); name another with --control")
     elif path is not None and control:
         meta = dict(row_summary=row_summary, shrunk=extra, control_of=spec)
-        _write(run, index, {"verdict": "control"}, control, case, meta, out_dir / f"{_safe(control)}_{case.case_id}.control.py")
+        ctl = {"verdict": "control", "grad_check": row.get("grad_check", "")}  # a --grad row's control checks its backward too
+        _write(run, index, ctl, control, case, meta, out_dir / f"{_safe(control)}_{case.case_id}.control.py")
     return path
 
 
@@ -161,7 +163,9 @@ def _write(run, index: int, row: dict[str, Any], spec: str, case, extra: dict[st
         return None
     meta = _meta(run, index, row, spec, path)
     meta.update(summary=case.summary(), case_json=case.to_json(), **extra)
-    path.write_text(build_script(case, call, backend.device, meta))
+    grad = _grad_part(backend, case, row)
+    meta["grad"] = bool(grad)
+    path.write_text(build_script(case, call, backend.device, meta, grad))
     print(f"export-repro: wrote {path} ({spec}: {case.summary()})")
     return path
 
@@ -173,6 +177,17 @@ def _fp8_reason(backend, case) -> str | None:
     if case.kv_dtype is None:
         return None
     return fp8_reason(backend, case) or f"fp8 cases have no standalone script yet; rerun the row with: {case.repro(backend.name)}"
+
+
+def _grad_part(backend, case, row: dict[str, Any]) -> str:
+    """The backward part of a ``--grad`` row's script (``""`` for other rows, and for a backend without a
+    backward): the backend's ``repro_backward(case)``, else autograd through its call (:func:`grad_call`)."""
+    from .repro_script import grad_call
+
+    if row.get("grad_check") not in ("ok", "mismatch", "error") or backend.grad_unsupported_reason(case):
+        return ""
+    own = getattr(backend, "repro_backward", None)
+    return own(case) if callable(own) else grad_call()
 
 
 def _note(text: str) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from .case import Case, make_inputs
+from .grad import GradBaseline, compare_grads, grad_columns, make_grad_baseline
 from .memory import is_oom
 from .reference import attention_reference
 from .results import Judged, Verdict
@@ -86,6 +87,30 @@ class BaselineCache:
         self.stage_seconds: dict[str, float] = {"inputs": 0.0, "reference": 0.0, "baseline": 0.0}
         self.computed: dict[str, int] = {}  # case id -> times computed (> 1: evicted, then met again)
         self._lock = threading.Lock()  # lanes (--jobs) share one cache
+        self._grads: dict[str, GradBaseline] = {}  # the backward's (--grad), kept like the forward's
+
+    def grad(self, case: Case) -> GradBaseline:
+        """``case``'s reference gradients and their budget figures (:mod:`parity.grad`), computed once."""
+        with self._lock:
+            hit = self._grads.get(case.case_id)
+            if hit is not None:
+                return hit
+            t0 = time.perf_counter()
+            try:
+                base = make_grad_baseline(case, make_inputs(case, self.device))
+            except Exception as exc:
+                if not is_oom(exc) or self.device == "cpu":
+                    raise
+                _release(self.device)
+                base = make_grad_baseline(case, make_inputs(case, "cpu"))
+                self.cpu_fallbacks += 1
+            held = sum(b.bytes for b in self._grads.values())
+            while self._grads and (len(self._grads) >= self.keep or held + base.bytes > self.max_bytes):
+                held -= self._grads[next(iter(self._grads))].bytes
+                self._grads.pop(next(iter(self._grads)))
+            self._grads[case.case_id] = base
+            self.seconds += time.perf_counter() - t0
+            return base
 
     def get(self, case: Case) -> Baseline:
         with self._lock:
@@ -192,6 +217,8 @@ def judge(
 ) -> Judged:
     """One execution result judged against the reference (known divergences not yet applied)."""
     head = _head(case, spec, info)
+    if res.get("grad") is not None:  # the backward was asked: the repro asks it too
+        head["repro"] += " --grad"
     status = res.get("status")
     if status != "ok":
         raw = status if status in ("unsupported", "error", "crash", "timeout") else "error"
@@ -204,6 +231,8 @@ def judge(
     reads = res.get("reads") or {"status": "not_run", "detail": "probes disabled"}
     probes = (("mask", mask), ("gqa", gqa), ("reads_outside_window", reads))
     reasons += [name for name, probe in probes if probe["status"] == "mismatch"]
+    grad = judge_grad(case, res.get("grad"), baselines, budgets[case.dtype])
+    reasons += grad.pop("reasons")
     raw = "fail" if reasons else "pass"  # apply_expectations may turn it into expected / unexpected-pass
     verdict = Verdict(
         raw,
@@ -218,8 +247,24 @@ def judge(
         read_detail=reads["detail"],
         time_ms=float(res.get("time_ms", 0.0)),
         **_memory(res),
+        **grad,
     )
     return Judged(head, verdict, comparison=cmp, mask_image=mask.get("image"), summary=case.summary())
+
+
+def judge_grad(case: Case, grad: dict[str, Any] | None, baselines: BaselineCache, budget: Budget) -> dict[str, Any]:
+    """The backward's verdict fields (:func:`parity.grad.grad_columns`) and ``reasons`` to join the row's:
+    none when the backward was not asked; ``grad_error`` when it raised; the comparison's otherwise."""
+    if grad is None:
+        return {"reasons": []}
+    if grad.get("status") != "ok":
+        status = "unsupported" if grad.get("status") == "unsupported" else "error"
+        return {"reasons": ["grad_error"] if status == "error" else [], **grad_columns(None, status, str(grad.get("detail", "")))}
+    base = baselines.grad(case)
+    if base.unjudgeable:  # recorded, never a pass: the dtype cannot hold this case's gradients
+        return {"reasons": [], **grad_columns(None, "unsupported", f"not judged: {base.unjudgeable}")}
+    cmp = compare_grads(case, grad, base, budget)
+    return {"reasons": list(cmp.reasons), **grad_columns(cmp, "")}
 
 
 def _measures(cmp: Comparison) -> dict[str, Any]:
@@ -260,6 +305,7 @@ def expect_verdict(
         "reasons": " ".join(verdict.reasons),
         "detail": verdict.detail,
         "case_json": case_json,
+        "grad_check": verdict.grad_check,
     }
     out = expectations.judge(row, version, torch_version, case)
     return dataclasses.replace(verdict, verdict=out["verdict"], raw_verdict=out["raw_verdict"], expected_id=out["expected_id"])

@@ -105,10 +105,12 @@ class ProcessExecutor:
         extra_path: list[str] | None = None,
         env: dict[str, str] | None = None,
         wait: bool = True,
+        grad: bool = False,
     ):
         """``wait=False`` returns at once; :attr:`info` then waits for the worker (start many in parallel)."""
         self.spec = spec
         self.probes, self.max_passes, self.repeats = probes, max_passes, repeats
+        self.grad = grad  # the backward too (parity run --grad)
         self.timeout = timeout
         self.log_path = log_path
         self.extra_path = extra_path or []
@@ -221,10 +223,8 @@ class ProcessExecutor:
 
         passes = DEFAULT_MAX_PASSES if self.max_passes is None else self.max_passes
         try:
-            send(
-                self.proc.stdin,
-                {"op": "run", "case": case.to_json(), "probes": self.probes, "max_passes": passes, "repeats": self.repeats},
-            )
+            req = {"op": "run", "case": case.to_json(), "probes": self.probes, "max_passes": passes, "repeats": self.repeats}
+            send(self.proc.stdin, {**req, "grad": True} if self.grad else req)
         except (BrokenPipeError, OSError):
             code = self.proc.wait(timeout=30)
             self.proc = None

@@ -30,6 +30,7 @@ Fixtures:
 * ``parity_cases``: the list of :class:`parity.Case` for the profile;
 * ``assert_parity(backend, case)``: evaluate and judge; fails with the measured miss and a
   ``repro:`` line, skips ``unsupported`` / ``unavailable``, xfails a known divergence;
+  ``--parity-grad`` (or ``assert_parity(..., grad=True)``) checks the backward too;
 * ``parity_expectations``, ``parity_worker_paths``: what the options resolved to.
 
 Example (``tests/test_parity.py`` in your repository)::
@@ -97,6 +98,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="parity_shard",
         metavar="K/N",
         help="run only shard K of N of the collected tests (by node id, as pytest-shard)",
+    )
+    group.addoption(
+        "--parity-grad",
+        action="store_true",
+        default=False,
+        dest="parity_grad",
+        help="assert_parity checks the backward too (dq, dk, dv; as parity run --grad)",
     )
     parser.addini("parity_backends", "backends for parity_backend tests when --parity-backend is not given", type="linelist", default=[])
 
@@ -312,6 +320,7 @@ def assert_parity(pytestconfig: pytest.Config) -> Any:
         exp = kw.pop("expectations", expectations(pytestconfig))
         if isinstance(backend, str) and "worker_path" not in kw:
             kw["worker_path"] = worker_paths(pytestconfig).get(backend)
+        kw.setdefault("grad", bool(pytestconfig.getoption("parity_grad", False)))
         judged = evaluate_record(backend, case, expectations=exp, **kw)
         return check_row(judged.row, exp, judged)
 

@@ -28,6 +28,14 @@ use the constants above, ``CU_Q`` / ``CU_K`` (prefix sums, lists) and ``paged_la
 copied functions may use ``torch`` and each other only; they import their library in their body.
 The backend's package is also imported at the top of the backend's part, so a machine without it
 exits 2 before anything runs, as before.
+
+A row of a ``--grad`` run gets the backward too (``build_script(..., grad=True)``): the backend's
+``repro_backward(case)`` when it has one (source defining ``attention_grads(q, k, v, dout)``, its
+explicit backward call), else :func:`grad_call`: :func:`parity.grad.autograd_grads` through
+``attention`` (autograd, as the harness's default ``Backend.backward``); ``draw_dout`` copied from
+:mod:`parity.grad`; :data:`COMMON_GRAD`: the float64 reference gradients (autograd of the dense
+reference), each tensor against ``K_MAX`` x the same-dtype baseline's error + a floor, ``dk`` / ``dv``
+exactly 0 on keys outside every window, every gradient finite; exit 1 when any of these fails.
 """
 
 from __future__ import annotations
@@ -51,6 +59,20 @@ def embed(functions: Sequence[Callable[..., Any]], attention: str, head: str = "
     parts += [inspect.getsource(fn).strip() for fn in functions]
     parts.append(textwrap.dedent(attention).strip())
     return "\n\n\n".join(parts) + "\n"
+
+
+def grad_call() -> str:
+    """The default backward part of a script: :func:`parity.grad.autograd_grads` through the
+    backend's ``attention`` (what ``Backend.backward`` does)."""
+    from .grad import autograd_grads
+
+    return embed(
+        [autograd_grads],
+        """\
+        def attention_grads(q, k, v, dout):
+            return autograd_grads(attention, q, k, v, dout)  # autograd through the same call, as the harness did
+        """,
+    )
 
 
 def case_constants(case: Case, device: str) -> str:
@@ -111,6 +133,7 @@ def docstring(meta: dict[str, Any]) -> str:
         ("mask_detail", "mask probe"),
         ("gqa_detail", "GQA probe"),
         ("worst_where", "worst element"),
+        ("grad_detail", "backward"),
         ("detail", "detail"),
     ):
         if meta.get(key):
@@ -134,24 +157,42 @@ def docstring(meta: dict[str, Any]) -> str:
         "softmax denominator; a query that sees no key outputs 0. Needs torch and the backend's package",
         "only (written by attn-parity's export-repro; it does not import attn-parity).",
     ]
+    if meta.get("grad"):
+        lines += [
+            "",
+            "The backward too (a row of `parity run --grad`): exit 1 also when dq, dk or dv differ from the",
+            "float64 reference gradients beyond their tolerance, hold NaN/Inf, or dk/dv are nonzero for keys",
+            "outside every window.",
+        ]
     text = "\n".join(lines).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
     return f'"""{text}\n"""\n'
 
 
-def build_script(case: Case, call: str, device: str, meta: dict[str, Any]) -> str:
-    """The whole script: docstring, imports, the case, inputs, the backend's call, :data:`COMMON`."""
-    return "\n".join(
-        [
-            docstring(meta),
-            "from __future__ import annotations\n\nimport os\nimport sys\n\nimport torch\n",
-            case_constants(case, device),
-            CANNOT_RUN,
-            input_code(case),
-            COMMON_HELPERS,
-            "# -- the backend's call, as the harness makes it --\n" + call.strip() + "\n",
-            COMMON,
+def build_script(case: Case, call: str, device: str, meta: dict[str, Any], grad: str = "") -> str:
+    """The whole script: docstring, imports, the case, inputs, the backend's call, :data:`COMMON`;
+    ``grad``: the backward part (:func:`grad_call` or the backend's ``repro_backward``), then
+    :data:`COMMON_GRAD`, whose ``main`` checks the gradients after the forward."""
+    parts = [
+        docstring(meta),
+        "from __future__ import annotations\n\nimport os\nimport sys\n\nimport torch\n",
+        case_constants(case, device),
+        CANNOT_RUN,
+        input_code(case),
+        COMMON_HELPERS,
+        "# -- the backend's call, as the harness makes it --\n" + call.strip() + "\n",
+        COMMON,
+    ]
+    if grad:
+        from .grad import draw_dout
+
+        dout_args = dict(seed=case.seed, total_q=sum(case.q_lens), hq=case.hq, head_dim=case.head_dim, dtype=case.dtype)
+        parts[-1] = COMMON.split(MAIN_GUARD)[0].rstrip() + "\n"
+        parts += [
+            "# -- the backward, as the harness calls it (parity run --grad) --\n" + grad.strip() + "\n",
+            f"DOUT_ARGS = {dout_args!r}\n\n\n" + inspect.getsource(draw_dout),
+            COMMON_GRAD,
         ]
-    )
+    return "\n".join(parts)
 
 
 CANNOT_RUN = '''
@@ -356,4 +397,64 @@ def main():
 
 if __name__ == "__main__":
     sys.exit(main())
+'''
+
+MAIN_GUARD = """if __name__ == "__main__":"""
+
+COMMON_GRAD = '''
+# -- the backward: float64 reference gradients, the budget per tensor, the exact checks --
+
+
+def reference_grads(q, k, v, dout, dtype):
+    """dq, dk, dv of the spec's attention in ``dtype`` (autograd of ``reference``), on the CPU."""
+    leaves = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
+    out = reference(*leaves, dtype)
+    return torch.autograd.grad(out, leaves, dout.to(dtype))
+
+
+def unseen_keys():
+    """(total_k,) bool: the keys no query row of their sequence sees."""
+    parts = []
+    for sq, sk in zip(Q_LENS, K_LENS):
+        lo, hi = band(sq, sk)
+        j = torch.arange(sk)
+        parts.append(~((j[None, :] >= lo[:, None]) & (j[None, :] <= hi[:, None])).any(0))
+    return torch.cat(parts)
+
+
+def check_grads(q, k, v):
+    """The gradients against the float64 reference; the count of failed checks."""
+    dout = draw_dout(**DOUT_ARGS)  # (total_q, hq, d), the seeded upstream gradient
+    got = attention_grads(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), dout.to(DEVICE))
+    ref = reference_grads(q, k, v, dout, torch.float64)
+    same = reference_grads(q, k, v, dout, DTYPE)  # the same naive backward in DTYPE: the budget
+    unseen, failed = unseen_keys(), 0
+    for name, g, r, s in zip(("dq", "dk", "dv"), got, ref, same):
+        g = g.detach().to("cpu", torch.float64)
+        tol = K_MAX * float((s.double() - r).abs().max()) + max(ABS_FLOOR, 2 * float((r.to(DTYPE).double() - r).abs().max()))
+        err = (g - r).abs().nan_to_num(nan=float("inf"))
+        bad = int((~torch.isfinite(g)).sum())
+        print(f"{name}: max |backend - reference| = {float(err.max()):.6g}; tolerance {tol:.6g}; {bad} non-finite")
+        failed += float(err.max()) > tol or bad > 0
+        if name != "dq":
+            outside = int(((g != 0).flatten(1).any(-1) & unseen).sum())
+            if outside:
+                print(f"  {name} nonzero for {outside} keys outside every window (must be exactly 0)")
+                failed += 1
+    return failed
+
+
+def main_with_grads():
+    code = main()
+    if code == 2:
+        return code
+    if check_grads(*draw_qkv(**DRAW_ARGS)):
+        print("the BACKWARD DIFFERS from the float64 reference (exit 1)")
+        return 1
+    print("the backward AGREES with the float64 reference")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main_with_grads())
 '''

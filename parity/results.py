@@ -78,6 +78,12 @@ COLUMNS = [
     "peak_mem_mb",  # the worker's peak allocated device memory in the row (CUDA), MiB; empty on the CPU
     "read_check",  # the read probe (paged cases): ok / mismatch / not_run / n/a
     "read_detail",  # its words
+    "grad_check",  # the backward (--grad, parity.grad): ok / mismatch / unsupported / error; empty: no --grad, or no forward
+    "dq_max_abs_err",  # max |dq - reference dq|
+    "dk_max_abs_err",
+    "dv_max_abs_err",
+    "grad_budget_frac",  # the largest of the three max errors / its budget; <= 1 passes
+    "grad_detail",  # the backward's words: each tensor over budget, keys outside every window, NaN, the refusal or error
 ]
 
 VERDICTS = ("pass", "fail", "error", "crash", "timeout", "expected", "unexpected-pass", "unsupported", "unavailable")
@@ -90,7 +96,8 @@ FAIL_VERDICTS = (*RAW_FAIL_VERDICTS, "unexpected-pass")
 EXPECT_COLUMNS = ("raw_verdict", "expected_id")
 #: Columns appended after the first release of the schema, in order: older results.csv files lack
 #: them and load with them empty (``runs.read_results``).
-ADDED_COLUMNS = (*EXPECT_COLUMNS, "gpu", "model", "layer", "est_mem_mb", "peak_mem_mb", "read_check", "read_detail")
+ADDED_COLUMNS: tuple[str, ...] = (*EXPECT_COLUMNS, "gpu", "model", "layer", "est_mem_mb", "peak_mem_mb", "read_check", "read_detail")
+ADDED_COLUMNS = (*ADDED_COLUMNS, "grad_check", "dq_max_abs_err", "dk_max_abs_err", "dv_max_abs_err", "grad_budget_frac", "grad_detail")
 #: Columns that hold numbers (the report loader adds a float column ``<name>_f`` for each).
 NUMERIC = (
     "max_abs_err",
@@ -105,6 +112,10 @@ NUMERIC = (
     "time_ms",
     "est_mem_mb",
     "peak_mem_mb",
+    "dq_max_abs_err",
+    "dk_max_abs_err",
+    "dv_max_abs_err",
+    "grad_budget_frac",
 )
 
 
@@ -128,6 +139,10 @@ FORMATS = {
     "time_ms": ".4g",
     "est_mem_mb": ".4g",
     "peak_mem_mb": ".4g",
+    "dq_max_abs_err": ".6g",
+    "dk_max_abs_err": ".6g",
+    "dv_max_abs_err": ".6g",
+    "grad_budget_frac": ".4g",
 }
 #: The integer columns of a verdict (written as they are).
 COUNTS = ("nan_count", "inf_count", "nan_masked_rows", "worst_seq", "worst_head", "worst_row", "worst_left_edge")
@@ -174,6 +189,12 @@ class Verdict:
     time_ms: float | None = None
     est_mem_mb: float | None = None
     peak_mem_mb: float | None = None
+    grad_check: str = ""  # the backward (--grad); empty: not asked
+    grad_detail: str = ""
+    dq_max_abs_err: float | None = None
+    dk_max_abs_err: float | None = None
+    dv_max_abs_err: float | None = None
+    grad_budget_frac: float | None = None
 
     @property
     def measured(self) -> bool:
@@ -196,7 +217,8 @@ class Verdict:
             v = getattr(self, name)
             out[name] = "" if v is None else v
         out["unwritten"] = ("n/a" if self.unwritten is None else self.unwritten) if self.measured else ""
-        for name in ("worst_where", "mask_check", "mask_detail", "gqa_check", "gqa_detail", "read_check", "read_detail"):
+        texts = ("worst_where", "mask_check", "mask_detail", "gqa_check", "gqa_detail", "read_check", "read_detail")
+        for name in (*texts, "grad_check", "grad_detail"):
             out[name] = getattr(self, name)
         return out
 
@@ -218,6 +240,8 @@ class Verdict:
                 "gqa_detail",
                 "read_check",
                 "read_detail",
+                "grad_check",
+                "grad_detail",
             )
         }
         kw["reasons"] = tuple(text["reasons"].split())

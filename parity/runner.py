@@ -66,6 +66,7 @@ class RunRequest:
     no_siblings: bool = False
     require_coverage: bool = False
     expect: tuple[str, ...] | None = None
+    grad: bool = False  # --grad: the backward too (parity.grad)
 
 
 def load_cases(req: RunRequest, specs: Sequence[str] = ()) -> tuple[list, dict, RunRequest]:
@@ -385,6 +386,7 @@ def sweep_options(req: RunRequest, **checked):
         time_limit=req.time_limit,
         shrink_calls=req.shrink,
         fail_fast=req.fail_fast,
+        grad=req.grad,
         **checked,
     )
 
@@ -546,6 +548,8 @@ def _print_failures(failures: list[dict], expectations) -> dict[str, int]:
             print(f"  gqa: {r['gqa_detail']}")
         if r.get("read_check") == "mismatch":
             print(f"  reads: {r['read_detail']}")
+        if r.get("grad_check") in ("mismatch", "error"):
+            print(f"  grad: {r['grad_detail']}")
         if r.get("worst_where"):
             print(f"  {r['worst_where']} (budget {r['threshold_max']}, err ratio {r['err_ratio']})")
         if r["verdict"] != "fail":

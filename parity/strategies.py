@@ -372,5 +372,6 @@ def generate(prof: Profile, seed: int = 0, dtypes: Sequence[str] = ALL_DTYPES, l
     for c in fixed + draw_cases(strat, prof.examples, seed):
         out.setdefault(c.case_id, c)
     for c in fp8_variants(list(out.values())) + fp8_edge_cases():
-        out.setdefault(c.case_id, c)
+        if c.dtype in dtypes:  # --dtype holds for the fp8 cases too
+            out.setdefault(c.case_id, c)
     return list(out.values())

@@ -340,6 +340,7 @@ LAYERS = [
         "case",
         "reference",
         "verdict",
+        "grad",
         "maskcheck",
         "memory",
         "regimes",

@@ -245,7 +245,8 @@ def test_resume_of_a_run_before_the_memory_columns_keeps_its_rows(tmp_path, caps
     with (out / "results.csv").open(newline="") as fh:
         reader = csv.DictReader(fh)
         rows = list(reader)
-    assert reader.fieldnames == COLUMNS and COLUMNS[-4:-2] == ["est_mem_mb", "peak_mem_mb"]
+    at = COLUMNS.index("est_mem_mb")
+    assert reader.fieldnames == COLUMNS and COLUMNS[at : at + 2] == ["est_mem_mb", "peak_mem_mb"]
     dropped = {"gpu", "est_mem_mb", "peak_mem_mb"}
     assert rows[0]["est_mem_mb"] == "" and all(rows[0][c] == v for c, v in old[0].items() if c not in dropped)
     assert float(rows[1]["est_mem_mb"]) > 0 and rows[1]["peak_mem_mb"] == ""  # a new row: estimated, no CUDA peak
@@ -277,6 +278,7 @@ def test_resume_of_a_run_before_the_read_probe_columns_keeps_its_rows(tmp_path, 
     with (out / "results.csv").open(newline="") as fh:
         reader = csv.DictReader(fh)
         rows = list(reader)
-    assert reader.fieldnames == COLUMNS and COLUMNS[-2:] == ["read_check", "read_detail"] == list(ADDED_COLUMNS[-2:])
+    at, added = COLUMNS.index("read_check"), ADDED_COLUMNS.index("read_check")
+    assert reader.fieldnames == COLUMNS and COLUMNS[at : at + 2] == ["read_check", "read_detail"] == list(ADDED_COLUMNS[added : added + 2])
     assert rows[0]["read_check"] == "" and all(rows[0][c] == v for c, v in old[0].items() if not c.startswith("read_"))
     assert rows[1]["read_check"] in ("ok", "n/a") and rows[1]["read_detail"]  # a new row: judged, with its words

@@ -22,6 +22,13 @@ A backend is a small class (one file each) with
 * ``workspace_bytes(case)`` (optional): the device memory ``run`` needs beyond inputs and output
   (split-KV buffers, a dense mask, ...), so that rows are placed to fit free memory;
 * ``version()``: the version of what it wraps, for the run's environment;
+* ``supports_grad`` / ``backward(case, inputs, dout)`` (optional, ``parity run --grad``): ``(dq, dk, dv)``
+  of the output against the upstream gradient ``dout`` ``(total_q, hq, d)``, in the inputs' packed
+  layouts, dtype and device. The default goes through autograd: :func:`autograd_grads` of ``run``
+  (which must then be differentiable: no ``no_grad``, no ``.detach()``); a library with an explicit
+  backward op overrides it with a module-level call. ``grad_unsupported_reason(case)`` refuses a case
+  for the backward only (the forward still runs); backends without ``supports_grad`` are
+  ``unsupported`` for the gradient check, with the reason;
 * ``repro_call(case)`` (optional): Python source of ``attention(q, k, v)`` for the standalone
   scripts of ``python -m parity export-repro`` (see :mod:`parity.repro_script`); backends
   without it are skipped there with a note.
@@ -50,6 +57,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from ..case import Case, Inputs
+from ..grad import autograd_grads
 
 
 class BackendError(RuntimeError):
@@ -91,6 +99,10 @@ class Backend:
     kv_dtypes: tuple[str, ...] = ()
     #: True when ``run`` also takes an fp8 query (``case.q_fp8``: ``inputs.q`` fp8, ``inputs.q_descale``).
     fp8_queries: bool = False
+    #: True when :meth:`backward` gives this backend's gradients (``parity run --grad``).
+    supports_grad: bool = False
+    #: Why a backend without ``supports_grad`` has no backward (the ``unsupported`` reason).
+    no_grad_reason: str = "no backward in this backend (forward only)"
 
     def unavailable_reason(self) -> str | None:
         return None
@@ -100,6 +112,26 @@ class Backend:
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def grad_unsupported_reason(self, case: Case) -> str | None:
+        """``None`` when :meth:`backward` can run ``case``, else why not (the forward is not affected)."""
+        if not self.supports_grad:
+            return self.no_grad_reason
+        if case.page_size is not None:
+            return "paged KV is an inference layout: no backward"
+        if case.sinks:
+            return "learned sinks: the backward check does not model the sinks' own gradient yet"
+        if case.kv_dtype is not None:
+            return "fp8 inputs: an inference layout (FA3 has no fp8 backward); no backward check"
+        return None
+
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(dq, dk, dv)`` of ``run``'s output against ``dout`` ``(total_q, hq, d)``: autograd through ``run``."""
+
+        def attention(q, k, v):
+            return self.run(case, inputs.with_tensors(q, k, v), torch.empty_like(q))
+
+        return autograd_grads(attention, inputs.q, inputs.k, inputs.v, dout)
 
     def workspace_bytes(self, case: Case) -> int:
         """Device bytes ``run`` allocates for ``case`` beyond its inputs and output (a hint for
@@ -162,6 +194,17 @@ def cu_seqlens(lens, device):
     for n in lens:
         out.append(out[-1] + n)
     return torch.tensor(out, dtype=torch.int32, device=device)  # (B + 1,)
+
+
+#: Autograd's words when an operator has no backward (or none for these arguments): a refusal of the
+#: backward, recorded ``unsupported`` with the words (the forward's row stands).
+GRAD_REFUSALS: tuple[str, ...] = (
+    "derivative for",
+    "is not implemented",
+    "does not support backward",
+    "backward is not supported",
+    "no autograd graph",
+)
 
 
 #: The most characters of a library's message kept in an ``unsupported`` row's detail.

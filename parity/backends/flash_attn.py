@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from ..case import Case, Inputs, padded_capacity, padded_layout
-from .base import Backend, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
+from .base import GRAD_REFUSALS, Backend, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
 from .torch_fa2 import FA2_REFUSALS, fa2_case_reason, fa2_window
 
 #: The flash-attn package (FA2 and FA3) and PyTorch's vendored FA2 share one convention.
@@ -104,6 +104,13 @@ class FlashAttnBackend(Backend):
     install_hint = "pip install flash-attn: a wheel built for this torch and CUDA, or a source build with nvcc"
     description = "flash_attn.flash_attn_func / flash_attn_varlen_func (FA2 package)"
     softcap_ok = True
+    #: The backward: autograd through :func:`flash_attn_attention` (flash_attn_func / _varlen_func are autograd
+    #: Functions; their backward takes the same ``window_size``).
+    supports_grad = True
+
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        with refusals(FA2_REFUSALS + GRAD_REFUSALS, f"{self.module} backward"):
+            return super().backward(case, inputs, dout)
 
     def unavailable_reason(self) -> str | None:
         if r := cuda_unavailable_reason():
@@ -156,6 +163,8 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
     name = "fa2-kvcache-cuda"
     supports_paged = True
     description = "flash_attn.flash_attn_with_kvcache (cache_seqlens; block_table for paged KV)"
+    supports_grad = False
+    no_grad_reason = "flash_attn_with_kvcache is inference-only: no backward"
 
     def padded_kv(self, case: Case) -> bool:
         return case.page_size is None  # contiguous cases: a padded cache with cache_seqlens

@@ -44,7 +44,7 @@ import torch
 from ..case import Case, Inputs
 from ..results import HALF_DTYPES
 from ..window import Window
-from .base import Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
+from .base import GRAD_REFUSALS, Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
 
 #: FA4's own words when it declines a configuration; see the module docstring.
 FA4_REFUSALS: tuple[str, ...] = (
@@ -54,6 +54,10 @@ FA4_REFUSALS: tuple[str, ...] = (
     "head_dim_v must be",
     "Unsupported compute capability",
 )
+
+
+#: FA4's words when its backward declines (an architecture or feature its backward kernels lack).
+FA4_GRAD_REFUSALS: tuple[str, ...] = ("not supported", "only supports", "not implemented")
 
 
 def fa4_window(window: Window, q_lens, k_lens) -> tuple[int | None, int | None]:
@@ -123,6 +127,14 @@ class Fa4Backend(Backend):
     no_chunk = "flash_attn.cute's flash_attn_func / flash_attn_varlen_func take no attention_chunk"
     description = "flash_attn.cute (FA4): flash_attn_func when uniform, else flash_attn_varlen_func; page_table for paged KV"
     always_varlen = False
+    #: The backward: autograd through :func:`fa4_attention` (flash_attn.cute's functions are autograd Functions
+    #: whose backward takes the same ``window_size``); where its release has no backward for this GPU or
+    #: configuration, its assert / NotImplementedError words make the gradient check ``unsupported``.
+    supports_grad = True
+
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        with refusals(FA4_REFUSALS + GRAD_REFUSALS + FA4_GRAD_REFUSALS, "flash-attn-4 backward"):
+            return super().backward(case, inputs, dout)
 
     def unavailable_reason(self) -> str | None:
         if r := cuda_unavailable_reason():

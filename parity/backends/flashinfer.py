@@ -262,6 +262,7 @@ def kv_scales(inputs: Inputs) -> tuple[float, float] | None:
 
 class FlashInferBackend(Backend):
     name = "flashinfer-cuda"
+    no_grad_reason = "FlashInfer is an inference library (forward only): no backward"
     device = "cuda"
     kv_dtypes = ("float8_e4m3fn",)  # kv_data_type / k_scale / v_scale; the query stays in the case's dtype
     no_sinks = "single_prefill_with_kv_cache takes no sinks (flashinfer-paged-cuda runs BatchAttentionWithAttentionSinkWrapper)"

@@ -27,7 +27,10 @@ import torch
 
 from ..case import Case, Inputs
 from ..window import Window
-from .base import Backend, cuda_unavailable_reason, import_error_reason
+from .base import Backend, cuda_unavailable_reason, import_error_reason, refusals
+
+#: FlexAttention's words when it declines a backward ("FlexAttention does not support backward on CPU").
+FLEX_GRAD_REFUSALS: tuple[str, ...] = ("does not support backward",)
 
 
 def band_mask_mod(d: int, left: int | None, right: int | None):
@@ -211,11 +214,17 @@ class FlexBackend(Backend):
     #: Pad lengths to power-of-two buckets and pass the window and softcap as tensors,
     #: so one compiled kernel serves every case of a bucket (see FlexCudaBackend).
     bucketed = False
+    supports_grad = True  # the backward: autograd through flex_attention_packed (flex's own backward kernel)
 
     def unavailable_reason(self) -> str | None:
         if self.device == "cuda" and (r := cuda_unavailable_reason()):
             return r
         return import_error_reason("torch.nn.attention.flex_attention")
+
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Autograd through :meth:`run` (flex's own backward); its refusal (none on the CPU) is ``unsupported``."""
+        with refusals(FLEX_GRAD_REFUSALS, "FlexAttention"):
+            return super().backward(case, inputs, dout)
 
     def _use_compiled(self) -> bool:
         return self.compiled if self.compiled is not None else self.device == "cuda"

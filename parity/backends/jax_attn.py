@@ -54,7 +54,7 @@ import torch
 from ..case import Case, Inputs
 from ..results import HALF_DTYPES
 from ..window import Window
-from .base import Backend, Unsupported, cuda_unavailable_reason, refusals
+from .base import GRAD_REFUSALS, Backend, Unsupported, cuda_unavailable_reason, refusals
 from .cudnn import CUDNN_REFUSALS
 
 #: JAX's own words when it declines a cuDNN call, then cuDNN's; see the module docstring.
@@ -157,6 +157,52 @@ def jax_attention(q, k, v, out, q_lens, k_lens, natives, implementation, scale, 
     return out
 
 
+def jax_grad_fn(implementation, is_causal, local_window_size, scale, pad, forward=None):
+    """The backward of :func:`jax_attention_fn`'s configuration, jitted: ``jax.vjp`` of the same attention
+    (``forward``: :func:`jax_attention_fn` or a cache of it). The jitted function takes ``q`` ``(T, N, H)``,
+    ``k`` / ``v`` ``(S, K, H)`` and ``do`` ``(T - pad, N, H)``; returns ``(dq (T - pad, N, H), dk, dv)``."""
+    import jax
+
+    attend = (forward or jax_attention_fn)(implementation, is_causal, local_window_size, scale, pad)
+
+    def grads(q, k, v, do):
+        _, vjp = jax.vjp(attend, q, k, v)
+        dq, dk, dv = vjp(do)
+        return dq[pad:], dk, dv  # the padded query rows' gradient dropped
+
+    return jax.jit(grads)
+
+
+_grad_fn = functools.lru_cache(maxsize=4096)(jax_grad_fn)
+
+
+def jax_attention_grads(q, k, v, dout, q_lens, k_lens, natives, implementation, scale, jitted):
+    """``(dq, dk, dv)`` of :func:`jax_attention` against ``dout`` ``(total_q, hq, d)``, per sequence, through
+    DLPack; ``jitted``: :func:`jax_grad_fn` or a cache of it. Shapes as ``q``, ``k``, ``v``."""
+    import os
+
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares the GPU with torch
+    import jax
+
+    if q.is_cuda:
+        torch.cuda.synchronize()  # torch's stream must be done before JAX reads the buffers
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)  # (total_q, hq, d), (total_k, hkv, d) x 2
+    q0 = k0 = 0
+    for (sq, sk), (pad, is_causal, local) in zip(zip(q_lens, k_lens), natives):
+        qb = q[q0 : q0 + sq]  # (Sq, hq, d)
+        if pad:
+            qb = torch.cat([qb.new_zeros(pad, *qb.shape[1:]), qb])  # (pad + Sq, hq, d)
+        parts = (qb, k[k0 : k0 + sk], v[k0 : k0 + sk], dout[q0 : q0 + sq])
+        args = [jax.dlpack.from_dlpack(dlpack_ready(t)) for t in parts]
+        gq, gk, gv = jitted(implementation, is_causal, local, scale, pad)(*args)
+        gq.block_until_ready()
+        dq[q0 : q0 + sq] = torch.from_dlpack(gq).to(dq.device)  # (Sq, hq, d)
+        dk[k0 : k0 + sk] = torch.from_dlpack(gk).to(dk.device)  # (Sk, hkv, d)
+        dv[k0 : k0 + sk] = torch.from_dlpack(gv).to(dv.device)  # (Sk, hkv, d)
+        q0, k0 = q0 + sq, k0 + sk
+    return dq, dk, dv
+
+
 class JaxBackend(Backend):
     name = "jax-cuda"
     no_sinks = "jax.nn.dot_product_attention has no sink argument"
@@ -205,6 +251,16 @@ class JaxBackend(Backend):
             return str(exc)
         return None
 
+    #: The backward: ``jax.vjp`` of the same jitted ``dot_product_attention`` (:func:`jax_attention_grads`).
+    supports_grad = True
+
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        natives = self.natives(case)
+        with refusals(JAX_REFUSALS + GRAD_REFUSALS, f"jax ({self.implementation}) backward"):
+            return jax_attention_grads(
+                inputs.q, inputs.k, inputs.v, dout, case.q_lens, case.k_lens, natives, self.implementation, case.softmax_scale, _grad_fn
+            )
+
     def natives(self, case: Case) -> list:
         """Per sequence ``(pad_q, is_causal, local_window_size)`` from :func:`jax_window`."""
         return [jax_window(case.window, sq, sk, self.causal_with_window) for sq, sk in zip(case.q_lens, case.k_lens)]
@@ -215,6 +271,19 @@ class JaxBackend(Backend):
             return jax_attention(
                 inputs.q, inputs.k, inputs.v, out, case.q_lens, case.k_lens, natives, self.implementation, case.softmax_scale, _attention_fn
             )
+
+    def repro_backward(self, case: Case) -> str:
+        """``attention_grads(q, k, v, dout)`` for a ``--grad`` script: :func:`jax_attention_grads` as
+        :meth:`backward` calls it (``NATIVE`` from :meth:`repro_call`'s part)."""
+        from ..repro_script import embed
+
+        return embed(
+            [jax_grad_fn, jax_attention_grads],
+            f"""\
+            def attention_grads(q, k, v, dout):
+                return jax_attention_grads(q, k, v, dout, Q_LENS, K_LENS, NATIVE, {self.implementation!r}, SCALE, jax_grad_fn)
+            """,
+        )
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`jax_attention` as ``run`` calls it, per

@@ -20,6 +20,13 @@ class ReferenceBackend(Backend):
     fp8_queries = True
     supports_sinks = True
     supports_chunk = True
+    supports_grad = True  # the float64 reference gradients (parity.grad), rounded to the dtype
+
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        from ..grad import grad_reference
+
+        g = grad_reference(inputs, dout, torch.float64)
+        return g["dq"].to(inputs.q.dtype), g["dk"].to(inputs.k.dtype), g["dv"].to(inputs.v.dtype)
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         if case.page_size is not None:  # read K/V back through the paged cache: only the pages some row sees

@@ -27,7 +27,7 @@ import torch
 
 from ..case import Case, Inputs
 from ..window import Window
-from .base import Backend, Unsupported, cuda_unavailable_reason, refusals
+from .base import GRAD_REFUSALS, Backend, Unsupported, cuda_unavailable_reason, refusals
 from .cudnn import CUDNN_REFUSALS
 
 #: PyTorch's own words when the SDPA kernel it was told to use declines the inputs.
@@ -109,6 +109,7 @@ class SdpaBackend(Backend):
     causal_path = False
     gqa_native = True  # enable_gqa=True; False: repeat kv heads before the call
     refusal_phrases = SDPA_REFUSALS
+    supports_grad = True  # the backward: autograd through sdpa_attention (the boolean mask; the pinned kernel's own backward)
 
     def unsupported_reason(self, case: Case) -> str | None:
         if case.softcap is not None:
@@ -135,6 +136,13 @@ class SdpaBackend(Backend):
         library = f"SDPA kernel {self.kernel}" if self.kernel else "SDPA"
         with refusals(self.refusal_phrases, library):
             return sdpa_attention(inputs.q, inputs.k, inputs.v, out, case.q_lens, case.k_lens, case.softmax_scale, **kw)
+
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Autograd through :func:`sdpa_attention` (the pinned kernel's own backward, with the same boolean
+        mask); a refusal of that kernel (or of its backward) is ``unsupported``."""
+        library = f"SDPA kernel {self.kernel} backward" if self.kernel else "SDPA backward"
+        with refusals(self.refusal_phrases + GRAD_REFUSALS, library):
+            return super().backward(case, inputs, dout)
 
     def unavailable_reason(self) -> str | None:
         return cuda_unavailable_reason() if self.device == "cuda" else None

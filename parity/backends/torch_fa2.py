@@ -35,7 +35,7 @@ import torch
 from ..case import Case, Inputs
 from ..results import HALF_DTYPES
 from ..window import Window
-from .base import Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, refusals
+from .base import GRAD_REFUSALS, Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, refusals
 
 UNBOUNDED = -1  # FA2's sentinel for "no limit on this side"
 
@@ -106,6 +106,13 @@ class TorchFa2Backend(Backend):
     device = "cuda"
     description = "torch.ops.aten._flash_attention_forward (PyTorch's vendored FA2), dense layout when uniform, else varlen"
     always_varlen = False
+    #: The backward: autograd through :func:`torch_fa2_attention`, i.e. ``aten._flash_attention_backward`` with
+    #: the same ``window_size_left`` / ``_right`` (derivatives.yaml passes them through).
+    supports_grad = True
+
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        with refusals(FA2_REFUSALS + GRAD_REFUSALS, "FlashAttention-2 backward (vendored in torch)"):
+            return super().backward(case, inputs, dout)
 
     def unavailable_reason(self) -> str | None:
         if r := cuda_unavailable_reason():

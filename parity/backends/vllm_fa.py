@@ -179,6 +179,7 @@ def vllm_fa_attention(
 
 class VllmFa2Backend(Backend):
     name = "vllm-fa2-cuda"
+    no_grad_reason = "vLLM's flash_attn_varlen_func is an inference kernel (forward only): no backward"
     device = "cuda"
     supports_paged = True
     fa_version = 2

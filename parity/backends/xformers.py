@@ -54,7 +54,7 @@ import torch
 
 from ..case import Case, Inputs
 from ..window import Window
-from .base import Backend, Unsupported, cuda_unavailable_reason, import_error_reason, refusals
+from .base import GRAD_REFUSALS, Backend, Unsupported, autograd_grads, cuda_unavailable_reason, import_error_reason, refusals
 
 SHIM_ENV = "PARITY_XFORMERS_SHIM"
 
@@ -159,6 +159,26 @@ def xformers_attention(q, k, v, q_lens, k_lens, scale, bias, op_module, packed):
     return o.reshape(q.shape)  # (total_q, hq, d)
 
 
+def xformers_attention_trained(q, k, v, q_lens, k_lens, scale, bias, op_module, packed):
+    """:func:`xformers_attention` through ``xformers.ops.memory_efficient_attention`` (differentiable) with the
+    operator pair ``(fmha.<op_module>.FwOp, fmha.<op_module>.BwOp)`` pinned: its backward runs ``BwOp`` with
+    the same ``attn_bias``. The 5-D GQA layout's stride-0 expansion of K/V makes autograd sum ``dk`` / ``dv``
+    over each group's query heads. Same shapes as :func:`xformers_attention`."""
+    import importlib
+
+    import xformers.ops as xops
+
+    mod = importlib.import_module(f"xformers.ops.fmha.{op_module}")
+    b, sq, sk = (1, sum(q_lens), sum(k_lens)) if packed else (len(q_lens), q_lens[0], k_lens[0])
+    hkv, d = k.shape[1], k.shape[2]
+    g = q.shape[1] // hkv
+    qx = q.view(b, sq, hkv, g, d)  # (B, Mq, G, H, K)
+    kx = k.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K), stride 0 over H
+    vx = v.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K)
+    o = xops.memory_efficient_attention(qx, kx, vx, attn_bias=bias, scale=scale, op=(mod.FwOp, mod.BwOp))  # (B, Mq, G, H, K)
+    return o.reshape(q.shape)  # (total_q, hq, d)
+
+
 def apply_shim() -> bool:
     """Apply the opt-in compatibility shim; True when it is in force."""
     if os.environ.get(SHIM_ENV) != "1":
@@ -240,6 +260,39 @@ class XformersBackend(Backend):
             )
         out.copy_(o)  # (total_q, hq, d)
         return out
+
+    #: The backward: autograd through :func:`xformers_attention_trained` (the operator's ``BwOp``).
+    supports_grad = True
+
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        apply_shim()
+        name, kw = xformers_bias_spec(case.window, case.q_lens, case.k_lens)
+        with refusals(XFORMERS_REFUSALS + GRAD_REFUSALS, f"xformers {self.op_module} BwOp with {name}"):
+            bias = _make_bias(name, kw, case.q_lens, case.k_lens)
+
+            def attention(q, k, v):
+                packed = name.startswith("BlockDiagonal")
+                return xformers_attention_trained(q, k, v, case.q_lens, case.k_lens, case.softmax_scale, bias, self.op_module, packed)
+
+            return autograd_grads(attention, inputs.q, inputs.k, inputs.v, dout)
+
+    def repro_backward(self, case: Case) -> str:
+        """``attention_grads(q, k, v, dout)`` for a ``--grad`` script: autograd through
+        :func:`xformers_attention_trained` as :meth:`backward` calls it."""
+        from ..repro_script import embed
+
+        name, kw = xformers_bias_spec(case.window, case.q_lens, case.k_lens)
+        return embed(
+            [xformers_attention_trained, autograd_grads],
+            f"""\
+            def attention_grads(q, k, v, dout):
+                bias = {bias_expr(name, kw, case.q_lens, case.k_lens)}
+                return autograd_grads(
+                    lambda q, k, v: xformers_attention_trained(q, k, v, Q_LENS, K_LENS, SCALE, bias, {self.op_module!r},
+                                                               packed={name.startswith("BlockDiagonal")!r}),
+                    q, k, v, dout)
+            """,
+        )
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`xformers_attention` as ``run`` calls it,

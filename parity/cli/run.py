@@ -94,6 +94,13 @@ def _how_it_runs(r: argparse.ArgumentParser) -> None:
         "its failing cases x its failing backends (unless --backend is given)",
     )
     r.add_argument("--no-probes", action="store_true", help="skip the exact mask and GQA probes")
+    r.add_argument(
+        "--grad",
+        action="store_true",
+        help="check the backward too: dq, dk, dv against the float64 reference gradients (a seeded upstream "
+        "gradient), a budget per tensor, dk/dv exactly 0 for keys outside every window; forward-only backends: "
+        "grad_check unsupported (docs/grad.md)",
+    )
     r.add_argument("--max-mask-passes", type=int, default=64, help="mask probe limit: ceil(Sk / d) passes at most (default 64)")
     r.add_argument(
         "--timeout",

@@ -49,6 +49,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--no-bugs", action="store_true", help="skip the planted bugs")
     s.add_argument("--no-honest", action="store_true", help="skip the honest variants")
     s.add_argument("--exhaustive", action="store_true", help="run every bug on every case (counts failing cases)")
+    s.add_argument(
+        "--grad",
+        action="store_true",
+        help="the backward: the planted backward bugs (their forwards are honest) must be caught, the honest "
+        "variants' gradients must pass (docs/grad.md)",
+    )
     s.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     s.add_argument("--out", type=Path, help="also write detection.csv and honest.csv here")
     return s
@@ -65,13 +71,13 @@ def _select(names: list[str] | None, items: Sequence[Any], what: str) -> list[An
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..selftest.bugs import BUGS
+    from ..selftest.bugs import BUGS, GRAD_BUGS
     from ..selftest.honest import HONEST
     from ..selftest.run import write_csvs
 
     if args.seed < 0:
         raise UsageError(f"--seed must be >= 0, got {args.seed}")
-    bugs = [] if args.no_bugs else _select(args.bug, BUGS, "planted bug")
+    bugs = [] if args.no_bugs else _select(args.bug, GRAD_BUGS if args.grad else BUGS, "planted bug")
     variants = [] if args.no_honest else _select(args.honest, HONEST, "honest variant")
     seeds = parse_seeds(args.honest_seeds)
     t0 = time.perf_counter()
@@ -93,7 +99,7 @@ def _run_bugs(args: argparse.Namespace, bugs: list) -> tuple[list, bool]:
     cases = profile_cases(args.profile, args.seed)
     print(f"selftest: {len(bugs)} planted bugs on the '{args.profile}' sweep, seed {args.seed} ({len(cases)} cases)", file=sys.stderr)
     baselines = BaselineCache("cpu", keep=len(cases) + 1)
-    dets = [detect(bug, cases, baselines, exhaustive=args.exhaustive) for bug in bugs]
+    dets = [detect(bug, cases, baselines, exhaustive=args.exhaustive, grad=args.grad) for bug in bugs]
     print(detection_table(dets, args.markdown))
     for d in dets:
         if not d.caught:
@@ -118,13 +124,14 @@ def _run_honest(args: argparse.Namespace, variants: list, seeds: list[int]) -> t
         f"({len(hcases)} distinct cases)",
         file=sys.stderr,
     )
-    results = check_honest(variants, hcases)
+    results = check_honest(variants, hcases, grad=args.grad)
     print(honest_table(results, args.markdown))
     for r in results:
         for row in r.failed[:5]:
             print(
                 f"selftest: FALSE ALARM: {r.variant.name} {row['verdict']} [{row['reasons'] or row['detail']}] "
-                f"{Case.from_json(row['case_json']).summary()}\n  {row.get('worst_where', '')}\n  repro: {row['repro']}",
+                f"{Case.from_json(row['case_json']).summary()}\n  {row.get('worst_where', '')} {row.get('grad_detail', '')}\n"
+                f"  repro: {row['repro']}",
                 file=sys.stderr,
             )
         if r.failed:

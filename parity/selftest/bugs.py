@@ -40,6 +40,7 @@ class EagerAttention(Backend):
     supports_chunk = True
     #: the case's learned sink logits ``(hq,)`` of the call in progress (set by :meth:`run`)
     _sinks: torch.Tensor | None = None
+    supports_grad = True  # the backward: autograd through run (every path is differentiable)
 
     # -- the window, as the kernel sees it ----------------------------------------------------
     def window_size(self, case: Case) -> tuple[int, int]:
@@ -635,6 +636,87 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-fp8-descale-twice", "fp8 KV: the V descale applied twice", Fp8DescaleTwice),
     PlantedBug("bug-sink-times-scale", "learned sink multiplied by the softmax scale", SinkTimesScale),
     PlantedBug("bug-chunk-top-left", "chunk boundary aligned top-left (chunk of i, not i + Sk - Sq)", ChunkTopLeft),
+)
+
+
+# ---------------------------------------------------------------- in the backward only (--grad)
+
+
+class BackwardOf(EagerAttention):
+    """An honest forward whose backward differentiates another forward, :attr:`backward_forward`: a
+    kernel whose backward recomputes the mask (or the scores) its own way, as flash-style backward
+    kernels do, instead of reusing the forward's."""
+
+    backward_forward: type[EagerAttention] = EagerAttention
+
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.backward_forward().backward(case, inputs, dout)
+
+
+class BackwardMaskTopLeft(BackwardOf):
+    """The backward rebuilds the causal / window mask top-left aligned while the forward is bottom-right:
+    xformers' bottom-right local mask is excluded from its own backward tests ("infs/nans in the BW pass
+    for local + causal"); a backward kernel written for Sq == Sk only."""
+
+    name = "bug-grad-mask-top-left"
+    backward_forward = TopLeftAlignment
+
+
+class BackwardRightOffByOne(BackwardOf):
+    """The backward's right window side one key too wide (``j <= i + d + right + 1``): the forward and
+    backward kernels of one library translating ``window_size_right`` each on their own."""
+
+    name = "bug-grad-right-off-by-one"
+
+    class backward_forward(EagerAttention):  # noqa: N801 - the forward the backward differentiates
+        def window_size(self, case: Case) -> tuple[int, int]:
+            wl, wr = super().window_size(case)
+            return wl, wr + 1 if wr >= 0 else wr
+
+
+class BackwardEdgeWrongFromSecondTile(BackwardOf):
+    """The backward's left window edge one key too wide from its second 128-row tile on (the forward
+    is right): a per-tile mask offset of the backward kernel's own loop."""
+
+    name = "bug-grad-edge-after-first-tile"
+    backward_forward = EdgeWrongFromSecondTile
+
+
+class BackwardGqaNotSummed(EagerAttention):
+    """``dk`` / ``dv`` of a kv head taken from the first query head of its group only, not summed over
+    the group: a GQA backward that expands K/V to ``hq`` heads and then slices instead of reducing."""
+
+    name = "bug-grad-gqa-not-summed"
+
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        g = case.group
+        mha = dataclasses.replace(case, hkv=case.hq)
+        k, v = inputs.k.repeat_interleave(g, dim=1), inputs.v.repeat_interleave(g, dim=1)  # (total_k, hq, D)
+        dq, dk, dv = super().backward(mha, dataclasses.replace(inputs, case=mha, k=k, v=v), dout)  # dk, dv (total_k, hq, D)
+        return dq, dk[:, ::g].contiguous(), dv[:, ::g].contiguous()  # (total_k, hkv, D): one head of each group
+
+
+class BackwardNanOnEmptyRows(EagerAttention):
+    """``dq`` NaN on rows that see no key: the backward divides by the row's softmax sum (0 there)
+    where the forward guarded it, as cuDNN SDPA's NaN in dQ with a mask (pytorch/pytorch#196678)."""
+
+    name = "bug-grad-empty-rows-nan"
+
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        dq, dk, dv = super().backward(case, inputs, dout)
+        for _, q, k, _, qs in inputs.sequences():
+            empty = ~self.prefill_mask(case, q.shape[0], k.shape[0]).any(-1)  # (Sq,) rows with no visible key
+            dq[qs][empty] = float("nan")
+        return dq, dk, dv
+
+
+#: The planted backward bugs: each forward is honest (``parity selftest --grad`` runs them).
+GRAD_BUGS: tuple[PlantedBug, ...] = (
+    PlantedBug("bug-grad-mask-top-left", "backward recomputes the mask top-left (forward bottom-right)", BackwardMaskTopLeft),
+    PlantedBug("bug-grad-right-off-by-one", "backward's right window side one key too wide", BackwardRightOffByOne),
+    PlantedBug("bug-grad-edge-after-first-tile", "backward's left edge wrong from 128-row tile 2 on", BackwardEdgeWrongFromSecondTile),
+    PlantedBug("bug-grad-gqa-not-summed", "dk/dv of a GQA group: first query head's only, not summed", BackwardGqaNotSummed),
+    PlantedBug("bug-grad-empty-rows-nan", "rows that see no key: NaN in dq", BackwardNanOnEmptyRows),
 )
 
 

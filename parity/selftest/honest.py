@@ -80,6 +80,7 @@ class _Honest(Backend):
     supports_chunk = True  # band_mask
     #: the case's learned sink logits ``(hq,)`` of the call in progress (set by :meth:`run`; :class:`SplitKV` uses them)
     _sinks: torch.Tensor | None = None
+    supports_grad = True  # the backward: autograd through run, i.e. the variant's own algorithm differentiated
 
     def logits(self, case: Case, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """``q`` ``(Sq, hq, D)``, ``k`` ``(Sk, hkv, D)`` -> float32 scaled (softcapped) scores ``(hq, Sq, Sk)``."""
@@ -178,6 +179,8 @@ class LowPrecisionP(_Honest):
 
     name = "honest-low-precision-p"
     description = "self-test: P = exp(s - m) rounded to the input dtype (bf16/fp16) before PV"
+    supports_grad = False  # autograd of this forward keeps dP in the input dtype: it overflows (fp16, large values)
+    no_grad_reason = "a forward-only variant: autograd through it computes dP in the input dtype (overflows in fp16)"
 
     def attend(self, case, q, k, v, pages):
         ok = band_mask(case, q.shape[0], k.shape[0])
@@ -220,6 +223,8 @@ class LowPrecisionReversed(_Honest):
 
     name = "honest-input-dtype-reversed"
     description = "self-test: scores, softmax and PV all in the input dtype, key order reversed"
+    supports_grad = False  # its autograd backward overflows in fp16, and softmax over an all -inf row has a NaN gradient
+    no_grad_reason = "a forward-only variant: its autograd backward overflows in fp16 and is NaN on rows that see no key"
 
     def attend(self, case, q, k, v, pages):
         ok = band_mask(case, q.shape[0], k.shape[0]).flip(-1)  # (Sq, Sk), key order reversed

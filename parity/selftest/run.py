@@ -69,8 +69,12 @@ class Detection:
     seconds: float
 
 
-def detect(bug: PlantedBug, cases: list[Case], baselines: BaselineCache | None = None, exhaustive: bool = False) -> Detection:
-    """Run ``bug`` over ``cases`` in order; stop at the first failing row unless ``exhaustive``."""
+def detect(
+    bug: PlantedBug, cases: list[Case], baselines: BaselineCache | None = None, exhaustive: bool = False, grad: bool = False
+) -> Detection:
+    """Run ``bug`` over ``cases`` in order; stop at the first failing row unless ``exhaustive``. ``grad``:
+    the backward too (the planted backward bugs of :data:`parity.selftest.bugs.GRAD_BUGS`, whose forwards are
+    honest: the forward's probes, which the forward self-test checks, are skipped)."""
     baselines = baselines or BaselineCache("cpu", keep=len(cases) + 1)
     backend = bug.backend()
     t0 = time.perf_counter()
@@ -81,7 +85,7 @@ def detect(bug: PlantedBug, cases: list[Case], baselines: BaselineCache | None =
     dtypes: Counter = Counter()
     problems: list[str] = []
     for n, case in enumerate(cases, 1):
-        row = evaluate(backend, case, baselines=baselines)
+        row = evaluate(backend, case, probes=not grad, baselines=baselines, grad=grad)
         run = n
         if row["verdict"] in ("error", "crash", "timeout"):
             problems.append(f"{row['verdict']} on {case.summary()}: {row['detail']}")
@@ -102,6 +106,8 @@ def detect(bug: PlantedBug, cases: list[Case], baselines: BaselineCache | None =
             detail = "gqa: " + first["gqa_detail"]
         elif first.get("read_check") == "mismatch":
             detail = "reads: " + first["read_detail"]
+        elif first.get("grad_check") in ("mismatch", "error"):
+            detail = "grad: " + first["grad_detail"]
         else:
             detail = first.get("worst_where", "")
     return Detection(
@@ -138,16 +144,21 @@ class HonestResult:
         return not self.failed
 
 
-def check_honest(variants: Sequence[HonestVariant], cases: list[Case], baselines: BaselineCache | None = None) -> list[HonestResult]:
-    """Every variant on every case (cases outer, so each reference is computed once)."""
+def check_honest(
+    variants: Sequence[HonestVariant], cases: list[Case], baselines: BaselineCache | None = None, grad: bool = False
+) -> list[HonestResult]:
+    """Every variant on every case (cases outer, so each reference is computed once); ``grad``: the backward too
+    (its budget fraction counts in the worst one; the forward's probes, checked by the forward self-test, skipped)."""
     baselines = baselines or BaselineCache("cpu", keep=8)
     results = [HonestResult(v) for v in variants]
     backends = [v.backend() for v in variants]
     for case in cases:
         for res, backend in zip(results, backends):
             t0 = time.perf_counter()
-            judged = evaluate_record(backend, case, baselines=baselines)
+            judged = evaluate_record(backend, case, probes=not grad, baselines=baselines, grad=grad)
             row, frac = judged.row, judged.verdict.budget_frac
+            if judged.verdict.grad_budget_frac is not None:
+                frac = max(frac or 0.0, judged.verdict.grad_budget_frac)
             res.seconds += time.perf_counter() - t0
             res.cases += 1
             if row["verdict"] == "unsupported":

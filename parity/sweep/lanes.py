@@ -149,7 +149,7 @@ def make_executor(
 ) -> InlineExecutor | ProcessExecutor:
     """``spec``'s executor as ``options`` say: a worker process (``isolate``), else in this process."""
     if not options.isolate:
-        return InlineExecutor(spec, options.probes, options.max_passes, options.repeats)
+        return InlineExecutor(spec, options.probes, options.max_passes, options.repeats, options.grad)
     return ProcessExecutor(
         spec,
         probes=options.probes,
@@ -160,6 +160,7 @@ def make_executor(
         extra_path=options.worker_paths.get(spec),
         env=dict(env or {}),
         wait=wait,
+        grad=options.grad,
     )
 
 

@@ -44,6 +44,7 @@ class SweepOptions:
     shard: Mapping[str, Any] | None = None  # --shard: this run's shard record (timing.json says it)
     fail_fast: bool = False  # --fail-fast: start no new row after the first failing one (the run is then partial)
     cost_file: str = ""  # measured seconds per row per backend (JSON), read to plan the lanes, updated after the run
+    grad: bool = False  # --grad: each backend's backward too (parity.grad), judged with the row
 
     def __post_init__(self) -> None:
         # None where a mapping is meant: the default (as run_sweep's keyword arguments always took it)

@@ -330,7 +330,7 @@ class Sweep:
         o = self.options
         if o.timeout is not None:
             return o.timeout
-        calls = 1 + (min(mask_passes(case), o.max_passes) if o.probes else 0)
+        calls = 1 + (min(mask_passes(case), o.max_passes) if o.probes else 0) + (3 if o.grad else 0)  # a backward: ~3 forwards
         with self.lock:
             seen = sorted(self.ratios.get(spec, []))
         ratio = max(float(calls), seen[len(seen) // 2] if seen else 0.0)

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One loan's GPU work for issues 29-32, after the four parts are parked and `bash lab/device/install.sh`
+# ran on the same warm machine (lab/device/README.md):
+#   bash lab/loan/h200_issues.sh thru [LIMIT_S]     # issue 31: benchmarks/throughput.py cold then warm, ALONE on
+#                                                   # the GPU (run it before launch) -> $OUT/thru.tgz
+#   bash lab/loan/h200_issues.sh launch             # the detached jobs below; returns at once
+#   bash lab/loan/h200_issues.sh collect LIMIT_S    # wait for them (up to LIMIT_S), $OUT/<job>.tgz each
+# Jobs (lab/device/bg.sh), sharing the one GPU, so their per-row times are not comparable:
+#   features  issue 29: the default profile's sink / chunk / fp8 cases on every GPU backend (FlashInfer included),
+#             then the default profile's first rows on the backends that return an LSE; known divergences applied
+#   grad      issue 30: `parity run --grad` on the default profile, the GPU backends with a backward
+#   lm        issue 32: lab/loan/h200_lm_decode.sh (train the language model, then the decode study)
+#   gate      `nox -s gpu` (quick profile), as a GPU runner runs it, at nice 10
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+bg() { bash "$here/device/bg.sh" "$@"; }
+GATE_FLASHINFER=1 source "$here/loan/h200_env.sh"  # worker paths (FlashInfer's too), the xformers shim
+CC=/tmp/parity-cc
+GRAD_BACKENDS=sdpa-math-cuda,sdpa-efficient-cuda,sdpa-cudnn-cuda,flex-cuda,torch-fa2-cuda,torch-fa2-varlen-cuda,fa4-cuda,fa4-varlen-cuda,xformers-cutlass-cuda,xformers-flash-cuda,jax-xla-cuda,jax-cudnn-cuda,reference-cuda
+LSE_BACKENDS=flex-cuda,torch-fa2-cuda,torch-fa2-varlen-cuda,fa4-cuda,fa4-varlen-cuda,vllm-fa2-cuda,vllm-fa3-cuda,xformers-cutlass-cuda,xformers-flash-cuda,flashinfer-cuda,sdpa-efficient-cuda,reference-cuda
+
+features() {  # LIMIT_S
+  local w=/tmp/features; rm -rf "$w"; mkdir -p "$w"
+  python3 -c "
+from parity.strategies import PROFILES, generate
+for c in generate(PROFILES['default'], 0):
+    if c.sinks or c.chunk is not None or c.kv_dtype is not None:
+        print(c.to_json())" > "$w/features.jsonl"
+  echo "feature cases: $(wc -l < "$w/features.jsonl")"
+  timeout $(( $1 + 120 )) python3 -m parity run --backend all-gpu --case-file "$w/features.jsonl" --jobs 8 \
+    --split flashinfer-cuda=2 --split flashinfer-paged-cuda=2 --time-limit "$1" --timeout 240 --shrink 4 -q \
+    --compile-cache "$CC" --out "$w/features" > "$w/features.log" 2>&1
+  echo "features rc=$?"; grep -v "^  \|^$" "$w/features.log" | tail -n 40 | cut -c1-200
+  timeout 400 python3 -m parity run --backend "$LSE_BACKENDS" --profile default --jobs 6 --time-limit 240 \
+    --timeout 240 --shrink 4 -q --compile-cache "$CC" --out "$w/lse" > "$w/lse.log" 2>&1
+  echo "lse rc=$?"; grep -v "^  \|^$" "$w/lse.log" | tail -n 30 | cut -c1-200
+}
+
+grad() {  # LIMIT_S
+  local w=/tmp/grad; rm -rf "$w"; mkdir -p "$w"
+  timeout $(( $1 + 120 )) python3 -m parity run --grad --backend "$GRAD_BACKENDS" --profile default --jobs 6 \
+    --time-limit "$1" --timeout 240 --shrink 6 -q --compile-cache "$CC" --out "$w/run" > "$w/grad.log" 2>&1
+  echo "grad rc=$?"; grep -v "^  \|^$" "$w/grad.log" | tail -n 40 | cut -c1-200
+}
+
+case "${1:-}" in
+  thru)
+    w=/tmp/thru; rm -rf "$w"; mkdir -p "$w"
+    timeout "${2:-240}" python3 "$here/../benchmarks/throughput.py" --out "$w/new" --profile default --backend all-gpu \
+      --jobs 8 --time-limit $(( (${2:-240} - 30) / 2 )) > "$w/thru.log" 2>&1
+    echo "throughput rc=$?"; tail -n 40 "$w/thru.log" | cut -c1-200
+    tar czf "$OUT/thru.tgz" -C /tmp thru ;;
+  launch)
+    bg start features --watch /tmp/features -- bash -c "$(declare -f features); CC=$CC LSE_BACKENDS=$LSE_BACKENDS features 360"
+    bg start grad --watch /tmp/grad -- bash -c "$(declare -f grad); CC=$CC GRAD_BACKENDS=$GRAD_BACKENDS grad 360"
+    # the weights (15 MB) stay on the machine: the job returns the model's config and metrics and the study
+    bg start lm --watch /tmp/lm-decode -- bash -c "OUT=/tmp/lmout bash '$here/loan/h200_lm_decode.sh' 150 6 165 75;
+      cp /tmp/lmout/lm-model/*.json \$OUT/ 2>/dev/null; ls -la /tmp/lmout/lm-model"
+    bg start gate --watch /tmp/gate-green -- nice -n 10 env LIMIT=900 bash "$here/loan/h200_gate.sh" green ;;
+  collect)
+    bg collect "${2:-540}"
+    nvidia-smi --query-gpu=name,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null ;;
+  *) echo "usage: bash lab/loan/h200_issues.sh thru [LIMIT_S] | launch | collect LIMIT_S" >&2; exit 2 ;;
+esac
