@@ -206,6 +206,8 @@ def miss_lines(record: Verdict | Judged | dict[str, Any]) -> list[str]:
         lines.append(f"gqa: {v.gqa_detail}")
     if v.read_check == "mismatch":
         lines.append(f"reads: {v.read_detail}")
+    if v.lse_check == "fail":
+        lines.append(f"lse: {v.lse_detail}")
     if v.verdict != "fail" and v.detail:
         lines.append(v.detail)
     return lines

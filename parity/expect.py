@@ -76,7 +76,7 @@ EXPECTED, UNEXPECTED_PASS = "expected", "unexpected-pass"
 #: The verdicts an entry can expect (the failing ones of :mod:`parity.sweep`).
 RAW_FAILS = RAW_FAIL_VERDICTS
 #: Failure reasons of :mod:`parity.verdict` and the probes.
-REASONS = ("max_err", "mean_err", "nan", "nan_masked_rows", "inf", "unwritten", "mask", "gqa", "reads_outside_window")
+REASONS = ("max_err", "mean_err", "nan", "nan_masked_rows", "inf", "unwritten", "mask", "gqa", "reads_outside_window", "lse")
 FIELDS = ("id", "backend", "versions", "condition", "verdict", "reasons", "detail", "explanation", "upstream", "strict")
 REQUIRED = ("id", "backend", "condition", "explanation", "upstream")
 

@@ -8,6 +8,11 @@ as flash-attn's ``attention_ref(upcast=False)`` does).
 Contract for rows with no visible key: the output is **0** (flash-attn's
 convention). A backend that returns NaN there fails with reason ``nan``.
 
+With an ``lse`` buffer ``(total_q, hq)`` the reference also writes each row's log-sum-exp (natural
+log, of the scaled and softcapped scores over the keys the row sees; ``-inf`` for a row that sees
+no key): in float64 as ``max + log(sum exp(s - max))``, in the baseline's dtype by
+``torch.logsumexp`` on the scores in that dtype.
+
 Per query block the reference only touches the keys the block's rows can see:
 ``lo``/``hi`` from :meth:`Window.band` are non-decreasing in the row index, so
 rows ``r0..r1-1`` need keys ``lo[r0]..hi[r1-1]``. The block height is chosen so
@@ -48,12 +53,16 @@ def attention_sequence(
     v: torch.Tensor,
     compute_dtype: torch.dtype = torch.float64,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    lse: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One sequence: ``q`` ``(Sq, hq, d)``, ``k``/``v`` ``(Sk, hkv, d)`` -> ``(Sq, hq, d)``."""
+    """One sequence: ``q`` ``(Sq, hq, d)``, ``k``/``v`` ``(Sk, hkv, d)`` -> ``(Sq, hq, d)``; ``lse``
+    ``(Sq, hq)``, if given, gets each row's log-sum-exp."""
     sq, hq, dh = q.shape
     sk, hkv, _ = k.shape
     g = hq // hkv
     out = torch.zeros(sq, hq, dh, dtype=compute_dtype, device=q.device)  # (Sq, hq, d)
+    if lse is not None:
+        lse.fill_(float("-inf"))  # rows that see no key keep it
     if sq == 0 or sk == 0:
         return out
     lo, hi = case.window.band(sq, sk)  # (Sq,), (Sq,) inclusive key bounds, on the CPU
@@ -80,7 +89,13 @@ def attention_sequence(
             p = torch.exp(scores - m)  # (hkv, g, C, span); exp(-inf) = 0
             denom = p.sum(dim=-1, keepdim=True)  # (hkv, g, C, 1)
             p = p / torch.where(denom > 0, denom, torch.ones_like(denom))
+            if lse is not None:
+                row_lse = torch.where(denom > 0, m + torch.log(denom), float("-inf"))[..., 0]  # (hkv, g, C)
+                lse[r0:r1] = row_lse.permute(2, 0, 1).reshape(c, hq).to(lse.dtype)  # (C, hq)
         else:
+            if lse is not None:
+                row_lse = torch.logsumexp(scores, dim=-1)  # (hkv, g, C), in compute_dtype; -inf where no key
+                lse[r0:r1] = row_lse.permute(2, 0, 1).reshape(c, hq).to(lse.dtype)  # (C, hq)
             p = torch.softmax(scores, dim=-1)  # (hkv, g, C, span), in compute_dtype
             p = torch.nan_to_num(p, nan=0.0)  # fully masked rows: 0, per the contract
         ob = torch.matmul(p, vb[:, None])  # (hkv, g, C, d)
@@ -92,12 +107,15 @@ def attention_reference(
     inputs: Inputs,
     compute_dtype: torch.dtype = torch.float64,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    lse: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """All sequences of ``inputs``; returns ``(total_q, hq, d)`` in ``compute_dtype``."""
+    """All sequences of ``inputs``; returns ``(total_q, hq, d)`` in ``compute_dtype``. ``lse``
+    ``(total_q, hq)``, if given, gets each row's log-sum-exp (see the module docstring)."""
     case = inputs.case
     out = torch.empty(inputs.q.shape, dtype=compute_dtype, device=inputs.q.device)  # (total_q, hq, d)
     for _, qb, kb, vb, qs in inputs.sequences():
-        out[qs] = attention_sequence(case, qb, kb, vb, compute_dtype, block_bytes)
+        seq_lse = None if lse is None else lse[qs]  # (Sq, hq) view
+        out[qs] = attention_sequence(case, qb, kb, vb, compute_dtype, block_bytes, seq_lse)
     return out
 
 

@@ -64,19 +64,29 @@ def flex_block_mask(bq, bk, band, device):
     return create_block_mask(mod, None, None, bq, bk, device=device)
 
 
-def flex_attention_packed(q, k, v, out, q_lens, k_lens, scale, padded, block_masks, score_mod=None, flex=None):
+def flex_attention_packed(q, k, v, out, q_lens, k_lens, scale, padded, block_masks, score_mod=None, flex=None, lse=None):
     """``flex_attention``, one call per sequence of a packed batch.
 
     ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)``; ``out`` ``(total_q, hq, d)`` is
     written and returned. ``padded``: per sequence ``(bq, bk)``, its lengths with zero rows appended
     (the real ones when not bucketed); ``block_masks``: per sequence, its BlockMask over that grid
     (:func:`flex_block_mask`). ``flex``: ``flex_attention`` or a compiled version (None: eager).
+    ``lse`` ``(total_q, hq)`` float32, if given, gets flex's log-sum-exp (already natural log:
+    flex converts its kernel's log2 value; ``-inf`` on rows that see no key).
     """
     import warnings
 
     from torch.nn.attention.flex_attention import flex_attention
 
     fn = flex or flex_attention
+    aux = {}
+    if lse is not None:
+        try:  # torch >= 2.9: return_aux; return_lse before it (deprecated after)
+            from torch.nn.attention.flex_attention import AuxRequest
+
+            aux = {"return_aux": AuxRequest(lse=True)}
+        except ImportError:
+            aux = {"return_lse": True}
     q0 = k0 = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # eager flex warns that it is unfused
@@ -89,7 +99,12 @@ def flex_attention_packed(q, k, v, out, q_lens, k_lens, scale, padded, block_mas
                 block_mask=block_mask,
                 scale=scale,
                 enable_gqa=q.shape[1] != k.shape[1],
-            )  # (1, hq, bq, d)
+                **aux,
+            )  # (1, hq, bq, d), or (it, its lse or aux) with aux
+            if aux:
+                o, extra = o
+                seq_lse = extra if isinstance(extra, torch.Tensor) else extra.lse  # (1, hq, bq)
+                lse[q0 : q0 + sq] = seq_lse[0, :, :sq].transpose(0, 1)  # (Sq, hq)
             out[q0 : q0 + sq] = o[0, :, :sq].transpose(0, 1)  # (Sq, hq, d)
             q0, k0 = q0 + sq, k0 + sk
     return out
@@ -154,7 +169,17 @@ class FlexBackend(Backend):
     def _use_compiled(self) -> bool:
         return self.compiled if self.compiled is not None else self.device == "cuda"
 
+    returns_lse = True
+    lse_empty = ("-inf",)  # m = -inf, l = 0 -> log(l) + m (eager and the Triton template alike)
+
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        return self._attend(case, inputs, out, None)
+
+    def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=inputs.q.device)  # (total_q, hq)
+        return self._attend(case, inputs, out, lse), lse
+
+    def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, lse: torch.Tensor | None) -> torch.Tensor:
         dev = str(inputs.q.device)
         score_mod = None
         if case.softcap is not None and self.bucketed:
@@ -175,6 +200,7 @@ class FlexBackend(Backend):
             [_block_mask(bq, bk, band, dev) for bq, bk, band in seqs],
             score_mod,
             _compiled_flex() if self._use_compiled() else None,
+            lse,
         )
 
     def repro_call(self, case: Case) -> str:

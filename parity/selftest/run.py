@@ -102,6 +102,8 @@ def detect(bug: PlantedBug, cases: list[Case], baselines: BaselineCache | None =
             detail = "gqa: " + first["gqa_detail"]
         elif first.get("read_check") == "mismatch":
             detail = "reads: " + first["read_detail"]
+        elif first.get("lse_check") == "fail":
+            detail = "lse: " + first["lse_detail"]
         else:
             detail = first.get("worst_where", "")
     return Detection(
