@@ -353,6 +353,7 @@ LSE_EMPTY = {
     "+inf": lambda x: torch.isposinf(x),
     "0": lambda x: x == 0,
     "nan": lambda x: torch.isnan(x),
+    "any": lambda x: torch.ones_like(x, dtype=torch.bool),  # undocumented: recorded in the detail, not judged
 }
 
 

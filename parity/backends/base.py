@@ -137,6 +137,18 @@ def packed_lse(lse: torch.Tensor, q_lens: Sequence[int]) -> torch.Tensor:
     return torch.cat(rows, dim=0).float()  # (total_q, H)
 
 
+def lse_rows(lse: torch.Tensor, q_lens: Sequence[int], hq: int) -> torch.Tensor:
+    """A library's LSE in either layout flash-style kernels use -> the canonical ``(total_q, hq)`` float32:
+    padded ``(B, hq, Sq_max)`` (dense calls, older varlen builds) or packed ``(hq, total_q)`` (varlen
+    since flash-attn 2.6, FA3, FA4). The base is not changed (natural log in, natural log out)."""
+    total = sum(q_lens)
+    if lse.dim() == 3 and lse.shape[0] == len(q_lens) and lse.shape[1] == hq and lse.shape[2] >= max(q_lens, default=0):
+        return packed_lse(lse, q_lens)  # (total_q, hq)
+    if lse.dim() == 2 and tuple(lse.shape) == (hq, total):
+        return lse.transpose(0, 1).float()  # (total_q, hq)
+    raise BackendError(f"LSE of shape {tuple(lse.shape)}: expected (B, hq, Sq_max) or (hq, total_q) for hq={hq}, total_q={total}")
+
+
 def cuda_unavailable_reason() -> str | None:
     if not torch.cuda.is_available():
         return "no CUDA device (torch.cuda.is_available() is False)"

@@ -25,25 +25,29 @@ from __future__ import annotations
 import torch
 
 from ..case import Case, Inputs
-from .base import Backend, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
+from .base import Backend, cu_seqlens, cuda_unavailable_reason, import_error_reason, lse_rows, refusals
 from .torch_fa2 import FA2_REFUSALS, fa2_case_reason, fa2_window
 
 #: The flash-attn package (FA2 and FA3) and PyTorch's vendored FA2 share one convention.
 flash_window = fa2_window
 
 
-def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, module="flash_attn"):
+def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, module="flash_attn", return_lse=False):
     """The flash-attn package's ``flash_attn_func`` (``dense``: one ``(Sq, Sk)`` for every sequence) or
     ``flash_attn_varlen_func`` (``cu_seqlens_q`` / ``cu_seqlens_k``) on a packed batch.
 
     ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)``; returns ``(total_q, hq, d)``.
     ``window_size``: ``(left, right)``, inclusive, bottom-right aligned, ``-1`` = unbounded; ``causal``
-    stays False. ``module``: ``flash_attn`` (FA2) or ``flash_attn_interface`` (FA3, Hopper).
+    stays False. ``module``: ``flash_attn`` (FA2) or ``flash_attn_interface`` (FA3, Hopper). ``return_lse``:
+    ``return_attn_probs=True`` (FA2: ``(out, softmax_lse, S_dmask)``; FA3: ``(out, softmax_lse)``) and
+    ``(out, softmax_lse)`` returned, the LSE as it comes (``(B, hq, Sq)`` dense, ``(hq, total_q)`` varlen).
     """
     import importlib
 
     mod = importlib.import_module(module)
     kw = dict(softmax_scale=scale, causal=False, window_size=window_size, softcap=softcap)
+    if return_lse:
+        kw.update(return_attn_probs=True)
     if dense:
         b, sq, sk = len(q_lens), q_lens[0], k_lens[0]
         o = mod.flash_attn_func(
@@ -63,9 +67,10 @@ def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, d
             max(k_lens),
             **kw,
         )
+    lse = None
     if isinstance(o, tuple):
-        o = o[0]  # FA3 returns (out, lse)
-    return o.reshape(q.shape)  # (total_q, hq, d)
+        o, lse = o[0], o[1]  # FA3 returns (out, lse); FA2 with return_attn_probs (out, lse, S_dmask)
+    return (o.reshape(q.shape), lse) if return_lse else o.reshape(q.shape)  # (total_q, hq, d)
 
 
 def contiguous_kv_cache(k, v, k_lens):
@@ -81,11 +86,12 @@ def contiguous_kv_cache(k, v, k_lens):
     return k_cache, v_cache
 
 
-def flash_attn_kvcache_attention(q, k_cache, v_cache, q_lens, k_lens, block_table, scale, window_size, softcap):
+def flash_attn_kvcache_attention(q, k_cache, v_cache, q_lens, k_lens, block_table, scale, window_size, softcap, return_lse=False):
     """``flash_attn.flash_attn_with_kvcache``: packed ``q`` ``(total_q, hq, d)`` with one ``Sq`` for every
     sequence against caches ``(B, Sk_max, hkv, d)`` (``block_table`` None) or paged caches ``(pages,
     page_size, hkv, d)`` with ``block_table`` ``(B, max_pages)`` int32; ``cache_seqlens`` = ``k_lens``.
-    Returns ``(total_q, hq, d)``. ``window_size`` as in :func:`flash_attn_attention`."""
+    Returns ``(total_q, hq, d)``, with ``return_lse`` also ``softmax_lse`` ``(B, hq, Sq)`` (``return_softmax_lse``).
+    ``window_size`` as in :func:`flash_attn_attention`."""
     from flash_attn import flash_attn_with_kvcache
 
     b, sq = len(q_lens), q_lens[0]
@@ -100,7 +106,10 @@ def flash_attn_kvcache_attention(q, k_cache, v_cache, q_lens, k_lens, block_tabl
         causal=False,
         window_size=window_size,
         softcap=softcap,
-    )  # (B, Sq, hq, d)
+        return_softmax_lse=return_lse,
+    )  # (B, Sq, hq, d), or (it, softmax_lse (B, hq, Sq))
+    if return_lse:
+        return o[0].reshape(q.shape), o[1]
     return o.reshape(q.shape)  # (total_q, hq, d)
 
 
@@ -132,14 +141,36 @@ class FlashAttnBackend(Backend):
     def _kw(self, case: Case) -> dict:
         return dict(window_size=flash_window(case.window, case.q_lens, case.k_lens), softcap=case.softcap or 0.0)
 
+    returns_lse = True
+    #: flash-attn 2: +inf for a row with no key (softmax.h, flash_fwd_kernel.h, the split-KV combine)
+    lse_empty: tuple[str, ...] = ("+inf",)
+
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        return self._attend(case, inputs, out, False)
+
+    def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``run`` and the library's ``softmax_lse`` (natural log) in the canonical ``(total_q, hq)``."""
+        out, lse = self._attend(case, inputs, out, True)
+        return out, lse_rows(lse, case.q_lens, case.hq)
+
+    def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, return_lse: bool):
         kw = self._kw(case)
         with refusals(FA2_REFUSALS, self.module):
-            o = flash_attn_attention(
-                inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale, dense=case.is_uniform, module=self.module, **kw
+            got = flash_attn_attention(
+                inputs.q,
+                inputs.k,
+                inputs.v,
+                case.q_lens,
+                case.k_lens,
+                case.softmax_scale,
+                dense=case.is_uniform,
+                module=self.module,
+                return_lse=return_lse,
+                **kw,
             )
+        o, lse = got if return_lse else (got, None)
         out.copy_(o)  # (total_q, hq, d)
-        return out
+        return (out, lse) if return_lse else out
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`flash_attn_attention` as ``run`` calls it,
@@ -171,18 +202,19 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
             return f"FA2 paged KV needs page_size % 256 == 0, got {case.page_size}"
         return super().unsupported_reason(case)
 
-    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+    def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, return_lse: bool):
         if case.page_size is not None:
             paged = inputs.paged()
             k_cache, v_cache, table = paged.k_cache, paged.v_cache, paged.block_table  # (pages, ps, hkv, d) x2, (B, P)
         else:
             (k_cache, v_cache), table = contiguous_kv_cache(inputs.k, inputs.v, case.k_lens), None  # (B, Sk_max, hkv, d) x2
         with refusals(FA2_REFUSALS, "flash_attn"):
-            o = flash_attn_kvcache_attention(
-                inputs.q, k_cache, v_cache, case.q_lens, case.k_lens, table, case.softmax_scale, **self._kw(case)
+            got = flash_attn_kvcache_attention(
+                inputs.q, k_cache, v_cache, case.q_lens, case.k_lens, table, case.softmax_scale, return_lse=return_lse, **self._kw(case)
             )
+        o, lse = got if return_lse else (got, None)
         out.copy_(o)  # (total_q, hq, d)
-        return out
+        return (out, lse) if return_lse else out
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`flash_attn_kvcache_attention` as ``run``
@@ -212,3 +244,6 @@ class FlashAttn3Backend(FlashAttnBackend):
     module = "flash_attn_interface"
     install_hint = "FA3: build flash-attention's hopper/ folder (python setup.py install) for this torch and CUDA"
     description = "flash_attn_interface.flash_attn_func / flash_attn_varlen_func (FA3, Hopper)"
+    #: FA3 (hopper/): the softmax's finalize writes +inf for a row with no key, the epilogue of a tile with
+    #: no key block and the split-KV combine -inf
+    lse_empty = ("+inf", "-inf")

@@ -71,7 +71,7 @@ import torch
 from ..case import Case, Inputs
 from ..results import HALF_DTYPES
 from ..window import Window
-from .base import Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
+from .base import Backend, BackendError, Unsupported, cu_seqlens, cuda_unavailable_reason, import_error_reason, lse_rows, refusals
 from .torch_fa2 import FA2_REFUSALS
 
 UNBOUNDED = -1
@@ -102,14 +102,17 @@ def _interface():
     return importlib.import_module(INTERFACE)
 
 
-def vllm_fa_attention(q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None):
+def vllm_fa_attention(
+    q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None, return_lse=False
+):
     """``vllm.vllm_flash_attn``'s ``flash_attn_varlen_func`` as vLLM's FlashAttention backend calls it.
 
     ``q`` ``(total_q, hq, d)``; ``k`` / ``v`` ``(total_k, hkv, d)`` with ``cu_seqlens_k``, or with
     ``block_table`` ``(B, max_pages)`` int32 and ``seqused_k`` ``(B,)`` int32 the paged caches
     ``(pages, page_size, hkv, d)``. ``out`` ``(total_q, hq, d)``: passed as vLLM passes its output
     buffer, and returned. ``window_size``: ``(left, right)``, inclusive, bottom-right aligned, ``-1`` =
-    unbounded; ``causal=True`` forces ``right = 0``.
+    unbounded; ``causal=True`` forces ``right = 0``. ``return_lse``: ``return_softmax_lse=True``, and
+    ``(out, softmax_lse)`` returned, the LSE as the library gives it (``(hq, total_q)``, natural log).
     """
     import importlib
 
@@ -125,16 +128,19 @@ def vllm_fa_attention(q, k, v, out, q_lens, k_lens, scale, causal, window_size, 
         fa_version=fa_version,
         out=out,  # (total_q, hq, d)
     )
+    if return_lse:
+        kw.update(return_softmax_lse=True)
     if block_table is not None:
         kw.update(seqused_k=seqused_k, block_table=block_table)  # (B,), (B, max_pages) int32
     else:
         kw.update(cu_seqlens_k=cu_seqlens(k_lens, q.device))  # (B + 1,) int32
-    o = fai.flash_attn_varlen_func(q, k, v, **kw)  # (total_q, hq, d)
+    o = fai.flash_attn_varlen_func(q, k, v, **kw)  # (total_q, hq, d), or (it, softmax_lse)
+    lse = None
     if isinstance(o, tuple):
-        o = o[0]
+        o, lse = o[0], o[1]
     if o.data_ptr() != out.data_ptr():
         out.copy_(o.reshape(out.shape))
-    return out
+    return (out, lse) if return_lse else out
 
 
 class VllmFa2Backend(Backend):
@@ -196,7 +202,21 @@ class VllmFa2Backend(Backend):
         causal, window = vllm_fa_window(case.window, case.q_lens, case.k_lens)
         return dict(causal=causal, window_size=window, softcap=case.softcap or 0.0, fa_version=self.fa_version)
 
+    returns_lse = True
+    #: FA2's kernels write +inf for a row with no key (softmax.h, flash_fwd_kernel.h, the split-KV combine)
+    lse_empty: tuple[str, ...] = ("+inf",)
+
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        return self._attend(case, inputs, out, False)
+
+    def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``run`` with ``return_softmax_lse=True``: the LSE ``(hq, total_q)`` -> ``(total_q, hq)``."""
+        out, lse = self._attend(case, inputs, out, True)
+        if lse is None:
+            raise BackendError("flash_attn_varlen_func(return_softmax_lse=True) returned no LSE")
+        return out, lse_rows(lse, case.q_lens, case.hq)
+
+    def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, return_lse: bool):
         kw = self.native(case)
         k, v = inputs.k, inputs.v  # (total_k, hkv, d)
         if case.page_size is not None:
@@ -204,7 +224,7 @@ class VllmFa2Backend(Backend):
             k, v = paged.k_cache, paged.v_cache  # (pages, page_size, hkv, d)
             kw.update(seqused_k=paged.seqlens_k, block_table=paged.block_table)  # (B,), (B, max_pages) int32
         with refusals(VLLM_FA_REFUSALS, f"vllm_flash_attn FA{self.fa_version}"):
-            return vllm_fa_attention(inputs.q, k, v, out, case.q_lens, case.k_lens, case.softmax_scale, **kw)
+            return vllm_fa_attention(inputs.q, k, v, out, case.q_lens, case.k_lens, case.softmax_scale, return_lse=return_lse, **kw)
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`vllm_fa_attention` as ``run`` calls it,
@@ -237,6 +257,9 @@ class VllmFa3Backend(VllmFa2Backend):
     fa_version = 3
     description = "vllm.vllm_flash_attn flash_attn_varlen_func(fa_version=3, Hopper): cu_seqlens_q, block_table + seqused_k for paged KV"
     install_hint = VllmFa2Backend.install_hint.replace("vllm-fa2-cuda", "vllm-fa3-cuda")
+    #: FA3 (hopper/): the softmax's finalize writes +inf for a row with no key, the epilogue of a tile with
+    #: no key block and the split-KV combine -inf
+    lse_empty = ("+inf", "-inf")
 
     def _gpu_reason(self) -> str | None:
         major, minor = torch.cuda.get_device_capability()
