@@ -245,7 +245,7 @@ def test_resume_of_a_run_before_the_memory_columns_keeps_its_rows(tmp_path, caps
     with (out / "results.csv").open(newline="") as fh:
         reader = csv.DictReader(fh)
         rows = list(reader)
-    assert reader.fieldnames == COLUMNS and COLUMNS[-4:-2] == ["est_mem_mb", "peak_mem_mb"]
+    assert reader.fieldnames == COLUMNS and COLUMNS[COLUMNS.index("est_mem_mb") + 1] == "peak_mem_mb"
     dropped = {"gpu", "est_mem_mb", "peak_mem_mb"}
     assert rows[0]["est_mem_mb"] == "" and all(rows[0][c] == v for c, v in old[0].items() if c not in dropped)
     assert float(rows[1]["est_mem_mb"]) > 0 and rows[1]["peak_mem_mb"] == ""  # a new row: estimated, no CUDA peak
@@ -277,6 +277,26 @@ def test_resume_of_a_run_before_the_read_probe_columns_keeps_its_rows(tmp_path, 
     with (out / "results.csv").open(newline="") as fh:
         reader = csv.DictReader(fh)
         rows = list(reader)
-    assert reader.fieldnames == COLUMNS and COLUMNS[-2:] == ["read_check", "read_detail"] == list(ADDED_COLUMNS[-2:])
+    i = COLUMNS.index("read_check")
+    assert reader.fieldnames == COLUMNS and COLUMNS[i : i + 2] == ["read_check", "read_detail"] and "read_detail" in ADDED_COLUMNS
     assert rows[0]["read_check"] == "" and all(rows[0][c] == v for c, v in old[0].items() if not c.startswith("read_"))
     assert rows[1]["read_check"] in ("ok", "n/a") and rows[1]["read_detail"]  # a new row: judged, with its words
+
+
+def test_resume_of_a_run_before_the_lse_columns_keeps_its_rows(tmp_path, capsys):
+    import csv
+
+    from parity.results import ADDED_COLUMNS, COLUMNS, LSE_COLUMNS
+
+    out = tmp_path / "old"
+    assert _run("--out", str(out)) == 0
+    old = _drop_columns(out / "results.csv", set(LSE_COLUMNS))  # as written before them
+    capsys.readouterr()
+    assert _run("--out", str(out), "--resume", "--case", CASE2) == 0
+    assert "before the lse_check, lse_max_abs_err, lse_budget, lse_detail columns: they are left empty" in capsys.readouterr().err
+    with (out / "results.csv").open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+    assert reader.fieldnames == COLUMNS and COLUMNS[-4:] == list(LSE_COLUMNS) == list(ADDED_COLUMNS[-4:])
+    assert rows[0]["lse_check"] == "" and all(rows[0][c] == v for c, v in old[0].items() if not c.startswith("lse_"))
+    assert rows[1]["lse_check"] == "pass" and float(rows[1]["lse_budget"]) > 0  # a new row: the reference returns its LSE
