@@ -175,3 +175,15 @@ def test_honest_split_kv_and_online_softmax_lse_pass_their_conventions():
     wrong = dataclasses.replace(EMPTY)  # same case; the online-softmax variant declaring -inf must fail
     bad = type("Declares", (OnlineSoftmaxTiled,), {"lse_empty": ("-inf",)})()
     assert evaluate(bad, wrong)["reasons"] == "lse"
+
+
+def test_reports_show_the_lse_columns_and_the_miss(tmp_path):
+    from parity.cli import main
+
+    case = '{"q_lens":[7],"k_lens":[12],"hq":2,"hkv":1,"head_dim":16,"dtype":"float32","window":{"left":3,"right":1}}'
+    out = tmp_path / "run"
+    argv = ["run", "--no-isolate", "--case", case, "-q", "--shrink", "0", "--out", str(out)]
+    assert main([*argv, "--backend", "reference", "--backend", "parity.selftest.bugs:LseInLog2"]) == 1
+    html = (out / "report.html").read_text()
+    assert "lse_check" in html and "lse_budget" in html and "lse: 14 of 14 (row, head) LSE values over budget" in html
+    assert "  - lse: 14 of 14 (row, head) LSE values over budget" in (out / "summary.md").read_text()
