@@ -187,3 +187,12 @@ def test_reports_show_the_lse_columns_and_the_miss(tmp_path):
     html = (out / "report.html").read_text()
     assert "lse_check" in html and "lse_budget" in html and "lse: 14 of 14 (row, head) LSE values over budget" in html
     assert "  - lse: 14 of 14 (row, head) LSE values over budget" in (out / "summary.md").read_text()
+
+
+def test_repro_script_docstring_says_the_lse_miss_and_that_it_does_not_check_it():
+    from parity.repro_script import docstring
+
+    meta = {"backend": "x", "summary": "s", "verdict": "fail", "reasons": "lse", "case_json": "{}", "command": "python x.py"}
+    text = docstring({**meta, "lse_detail": "3 of 14 (row, head) LSE values over budget"})
+    assert "log-sum-exp: 3 of 14 (row, head)" in text and "not the log-sum-exp" in text
+    assert "log-sum-exp" not in docstring(meta)
