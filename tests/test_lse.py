@@ -196,3 +196,13 @@ def test_repro_script_docstring_says_the_lse_miss_and_that_it_does_not_check_it(
     text = docstring({**meta, "lse_detail": "3 of 14 (row, head) LSE values over budget"})
     assert "log-sum-exp: 3 of 14 (row, head)" in text and "not the log-sum-exp" in text
     assert "log-sum-exp" not in docstring(meta)
+
+
+def test_the_pytest_plugin_fails_on_lse_with_the_miss():
+    from parity.pytest_plugin import check_row
+
+    judged = evaluate_record(LseInLog2(), PLAIN)
+    with pytest.raises(ParityError, match=r"\[lse\][\s\S]*lse: 14 of 14 \(row, head\) LSE values over budget"):
+        check_row(judged.row, None, judged)
+    with pytest.raises(ParityError, match=r"lse: 14 of 14"):
+        check_row(judged.row)  # from the results row alone (its columns)
