@@ -242,6 +242,9 @@ class FlexCompiledBackend(FlexBackend):
     cost_hint = 30  # inductor compiles each new shape
     name = "flex-compiled"
     compiled = True
+    #: inductor on the CPU refuses it: "torch.compile on CPU only supports inference and `return_lse` is not
+    #: supported yet" (torch 2.13): the row's LSE is not checked (lse_check none)
+    returns_lse = False
     description = "FlexAttention through torch.compile (CPU inductor here: slow first call)"
 
 
