@@ -214,6 +214,8 @@ def miss_lines(record: Verdict | Judged | dict[str, Any]) -> list[str]:
         lines.append(f"reads: {v.read_detail}")
     if v.grad_check in ("mismatch", "error"):
         lines.append(f"grad: {v.grad_detail}")
+    if v.lse_check == "fail":
+        lines.append(f"lse: {v.lse_detail}")
     if v.verdict != "fail" and v.detail:
         lines.append(v.detail)
     return lines

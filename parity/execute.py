@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from . import backends
-from .backends.base import Backend, Unsupported, feature_reason, fp8_reason
+from .backends.base import Backend, Unsupported, feature_reason, fp8_reason, lse_call
 from .case import Case, Inputs, make_inputs
 from .grad import TENSORS, make_dout
 from .maskcheck import DEFAULT_MAX_PASSES, passes_per_call, probe_case, run_gqa_probe, run_mask_probe, run_read_probe
@@ -43,11 +43,23 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _call(backend: Backend, case: Case, inputs, count_unwritten: bool = True) -> tuple[torch.Tensor, int | None]:
-    """One checked call: returns the output and its count of unwritten (poisoned) elements
-    (``None`` when the backend returned another buffer, or ``count_unwritten=False``)."""
+def _call(
+    backend: Backend, case: Case, inputs, count_unwritten: bool = True, with_lse: bool = False
+) -> tuple[torch.Tensor, int | None, torch.Tensor | None]:
+    """One checked call: returns the output, its count of unwritten (poisoned) elements (``None`` when
+    the backend returned another buffer, or ``count_unwritten=False``) and, with ``with_lse`` for a
+    backend that returns it (:func:`parity.backends.base.lse_call`), its checked LSE ``(total_q, hq)``."""
     out = torch.full(inputs.q.shape, POISON, dtype=case.torch_dtype, device=inputs.q.device)  # (total_q, hq, d)
-    res = backend.run(case, inputs, out)
+    call = lse_call(backend) if with_lse and not backend.lse_unsupported(case) else None
+    lse = None
+    if call is not None:
+        got = call(case, inputs, out)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise BackendFault(f"run_lse() returned {type(got).__name__}, expected a tuple (out, lse)")
+        res, lse = got
+        _check_lse(lse, inputs)
+    else:
+        res = backend.run(case, inputs, out)
     if not isinstance(res, torch.Tensor):
         raise BackendFault(f"run() returned {type(res).__name__}, expected a torch.Tensor")
     if tuple(res.shape) != tuple(inputs.q.shape):
@@ -58,7 +70,17 @@ def _call(backend: Backend, case: Case, inputs, count_unwritten: bool = True) ->
         raise BackendFault(f"run() returned a tensor on {res.device}, expected {inputs.q.device}")
     same = res.data_ptr() == out.data_ptr()
     unwritten = int((res == POISON).sum()) if same and count_unwritten else None
-    return res, unwritten
+    return res, unwritten, lse
+
+
+def _check_lse(lse: object, inputs: Inputs) -> None:
+    want = tuple(inputs.q.shape[:2])
+    if not isinstance(lse, torch.Tensor):
+        raise BackendFault(f"run_lse() returned an LSE of type {type(lse).__name__}, expected a torch.Tensor")
+    if tuple(lse.shape) != want:
+        raise BackendFault(f"run_lse() returned an LSE of shape {tuple(lse.shape)}, expected {want} (total_q, hq)")
+    if not lse.is_floating_point():
+        raise BackendFault(f"run_lse() returned an LSE of dtype {lse.dtype}, expected float32")
 
 
 def probe_runner(backend: Backend, case: Case) -> tuple[Callable[[Inputs], torch.Tensor], Callable[[], float]]:
@@ -188,23 +210,23 @@ def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeat
         inputs = make_inputs(case, device)
         gen_s = time.perf_counter() - t_gen
         times = []
-        res, unwritten = None, None
+        res, unwritten, lse = None, None, None
         cuda = device == "cuda" and torch.cuda.is_available()
         first = first_of_config(backend, case)
         t_call = time.perf_counter()
         if cuda and repeats > 1:
-            res, unwritten = _call(backend, case, inputs)  # warm-up: compilation, handles, autotuning
+            res, unwritten, lse = _call(backend, case, inputs, with_lse=True)  # warm-up: compilation, handles, autotuning
         for _ in range(max(1, repeats)):
             if cuda:  # CUDA events: the device time of the call (poisoning the buffer included)
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                res, unwritten = _call(backend, case, inputs)
+                res, unwritten, lse = _call(backend, case, inputs, with_lse=True)
                 end.record()
                 end.synchronize()
                 times.append(start.elapsed_time(end))
             else:
                 t0 = time.perf_counter()
-                res, unwritten = _call(backend, case, inputs)
+                res, unwritten, lse = _call(backend, case, inputs, with_lse=True)
                 times.append((time.perf_counter() - t0) * 1e3)
         _sync(device)
         call_s = time.perf_counter() - t_call
@@ -217,6 +239,9 @@ def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeat
             "unwritten": unwritten,
             "time_ms": sorted(times)[len(times) // 2],
         }
+        if lse is not None:  # (total_q, hq), natural log; empty rows per the library's convention
+            result["lse"] = lse.detach().to("cpu", torch.float32)
+            result["lse_empty"] = tuple(getattr(backend, "lse_empty", ("-inf",)))
         # where the worker's time went (the sweep sums these into OUT/timing.json): call_s / probe_call_s inside
         # backend calls, gen_s and probe_s - probe_call_s the harness's own work; per probe in _run_probes
         timing = {"gen_s": gen_s, "call_s": call_s, "first_config": first, "out_s": time.perf_counter() - t_out}

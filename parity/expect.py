@@ -79,7 +79,9 @@ EXPECTED, UNEXPECTED_PASS = "expected", "unexpected-pass"
 #: The verdicts an entry can expect (the failing ones of :mod:`parity.sweep`).
 RAW_FAILS = RAW_FAIL_VERDICTS
 #: Failure reasons of :mod:`parity.verdict` and the probes.
-REASONS: tuple[str, ...] = ("max_err", "mean_err", "nan", "nan_masked_rows", "inf", "unwritten", "mask", "gqa", "reads_outside_window")
+REASONS: tuple[str, ...] = (
+    "max_err", "mean_err", "nan", "nan_masked_rows", "inf", "unwritten", "mask", "gqa", "reads_outside_window", "lse",
+)  # fmt: skip
 #: Failure reasons of the backward (:mod:`parity.grad`, ``--grad``).
 GRAD_REASONS = ("dq_err", "dk_err", "dv_err", "grad_outside", "grad_nan", "grad_error")
 REASONS = (*REASONS, *GRAD_REASONS)

@@ -23,7 +23,7 @@ from .grad import GradBaseline, compare_grads, grad_columns, make_grad_baseline
 from .memory import is_oom
 from .reference import attention_reference
 from .results import Judged, Verdict
-from .verdict import Baseline, Budget, Comparison, compare, make_baseline
+from .verdict import Baseline, Budget, Comparison, compare, compare_lse, make_baseline
 
 #: Bytes of baselines a cache keeps (their float64 references), oldest evicted first.
 CACHE_BYTES = 4 << 30
@@ -165,12 +165,14 @@ def compute_baseline(case: Case, device: str, stages: dict[str, float] | None = 
     t0 = time.perf_counter()
     inputs = make_inputs(case, device)
     t1 = time.perf_counter()
-    ref = attention_reference(inputs, torch.float64)  # (total_q, hq, d)
+    ref_lse = torch.empty(inputs.q.shape[:2], dtype=torch.float64, device=inputs.q.device)  # (total_q, hq)
+    same_lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=inputs.q.device)  # (total_q, hq)
+    ref = attention_reference(inputs, torch.float64, lse=ref_lse)  # (total_q, hq, d)
     if stages is not None and device.startswith("cuda"):
         torch.cuda.synchronize()  # the reference's own seconds, not the baseline's
     t2 = time.perf_counter()
-    same = attention_reference(inputs, case.torch_dtype)  # (total_q, hq, d)
-    base = make_baseline(case, ref, same)
+    same = attention_reference(inputs, case.torch_dtype, lse=same_lse)  # (total_q, hq, d)
+    base = make_baseline(case, ref, same, ref_lse, same_lse)
     if stages is not None:
         for k, v in (("inputs", t1 - t0), ("reference", t2 - t1), ("baseline", time.perf_counter() - t2)):
             stages[k] = stages.get(k, 0.0) + v
@@ -190,7 +192,8 @@ def compare_safely(case: Case, out: torch.Tensor, base: Baseline, budget: Budget
         if not is_oom(exc) or base.ref.device.type == "cpu":
             raise
     _release(str(base.ref.device))
-    cpu = Baseline(base.ref.cpu(), base.baseline_max, base.baseline_mean, base.rounding_max, base.empty_rows.cpu())
+    lse = None if base.ref_lse is None else base.ref_lse.cpu()
+    cpu = dataclasses.replace(base, ref=base.ref.cpu(), empty_rows=base.empty_rows.cpu(), ref_lse=lse)
     return compare(case, out.cpu(), cpu, budget, unwritten)
 
 
@@ -224,13 +227,17 @@ def judge(
         raw = status if status in ("unsupported", "error", "crash", "timeout") else "error"
         verdict = Verdict(raw, raw_verdict=raw, detail=res.get("detail", ""), **_memory(res))
         return Judged(head, verdict, summary=case.summary())
-    cmp = compare_safely(case, res["output"], baselines.get(case), budgets[case.dtype], res.get("unwritten"))
+    base = baselines.get(case)
+    cmp = compare_safely(case, res["output"], base, budgets[case.dtype], res.get("unwritten"))
     reasons = list(cmp.reasons)
+    lse = _lse_columns(case, res, base, budgets[case.dtype])
     mask = res.get("mask") or {"status": "not_run", "detail": "probes disabled"}
     gqa = res.get("gqa") or {"status": "not_run", "detail": "probes disabled"}
     reads = res.get("reads") or {"status": "not_run", "detail": "probes disabled"}
     probes = (("mask", mask), ("gqa", gqa), ("reads_outside_window", reads))
     reasons += [name for name, probe in probes if probe["status"] == "mismatch"]
+    if lse["lse_check"] == "fail":
+        reasons.append("lse")
     grad = judge_grad(case, res.get("grad"), baselines, budgets[case.dtype])
     reasons += grad.pop("reasons")
     raw = "fail" if reasons else "pass"  # apply_expectations may turn it into expected / unexpected-pass
@@ -245,6 +252,7 @@ def judge(
         gqa_detail=gqa["detail"],
         read_check=reads["status"],
         read_detail=reads["detail"],
+        **lse,
         time_ms=float(res.get("time_ms", 0.0)),
         **_memory(res),
         **grad,
@@ -265,6 +273,14 @@ def judge_grad(case: Case, grad: dict[str, Any] | None, baselines: BaselineCache
         return {"reasons": [], **grad_columns(None, "unsupported", f"not judged: {base.unjudgeable}")}
     cmp = compare_grads(case, grad, base, budget)
     return {"reasons": list(cmp.reasons), **grad_columns(cmp, "")}
+
+
+def _lse_columns(case: Case, res: dict[str, Any], base: Baseline, budget: Budget) -> dict[str, Any]:
+    """The LSE columns of a verdict: ``none`` where the backend returned no LSE."""
+    if res.get("lse") is None or base.ref_lse is None:
+        return {"lse_check": "none"}
+    c = compare_lse(case, res["lse"], base, budget, tuple(res.get("lse_empty") or ("-inf",)))
+    return {"lse_check": c.check, "lse_max_abs_err": c.max_abs_err, "lse_budget": c.budget, "lse_detail": c.detail}
 
 
 def _measures(cmp: Comparison) -> dict[str, Any]:

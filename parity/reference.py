@@ -21,6 +21,11 @@ softmax scale (as FA4's ``learnable_sink``, vLLM's ``s_aux`` and FlashInfer's ``
 it): ``p_j = exp(s_j) / (exp(sink_h) + sum_j' exp(s_j'))``. A row that sees no key outputs 0.
 The visible keys are ``Case.band``: the window intersected with the chunk (``Case.chunk``).
 
+With an ``lse`` buffer ``(total_q, hq)`` the reference also writes each row's log-sum-exp (natural
+log, of the scaled and softcapped scores over the keys the row sees; ``-inf`` for a row that sees
+no key): in float64 as ``max + log(sum exp(s - max))``, in the baseline's dtype by
+``torch.logsumexp`` on the scores in that dtype.
+
 Per query block the reference only touches the keys the block's rows can see:
 ``lo``/``hi`` from :meth:`Window.band` are non-decreasing in the row index, so
 rows ``r0..r1-1`` need keys ``lo[r0]..hi[r1-1]``. The block height is chosen so
@@ -75,15 +80,19 @@ def attention_sequence(
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     p_fp8: str | None = None,
     sinks: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One sequence: ``q`` ``(Sq, hq, d)``, ``k``/``v`` ``(Sk, hkv, d)`` -> ``(Sq, hq, d)``.
 
     ``p_fp8``: an fp8 dtype name: the probabilities are rounded to it before ``P @ V`` (:func:`round_p_fp8`);
-    ``sinks`` ``(hq,)``: the learned sink logits, if any (see the module docstring)."""
+    ``sinks`` ``(hq,)``: the learned sink logits, if any (see the module docstring); ``lse`` ``(Sq, hq)``,
+    if given, gets each row's log-sum-exp."""
     sq, hq, dh = q.shape
     sk, hkv, _ = k.shape
     g = hq // hkv
     out = torch.zeros(sq, hq, dh, dtype=compute_dtype, device=q.device)  # (Sq, hq, d)
+    if lse is not None:
+        lse.fill_(float("-inf"))  # rows that see no key keep it (with sinks: set to the sink below)
     if sq == 0 or sk == 0:
         return out
     lo, hi = case.band(sq, sk)  # (Sq,), (Sq,) inclusive key bounds (window and chunk), on the CPU
@@ -92,6 +101,8 @@ def attention_sequence(
     sink = None if sinks is None else sinks.to(q.device, compute_dtype).view(hkv, g, 1, 1)  # (hkv, g, 1, 1)
     for r0, r1, k0, k1 in _row_blocks(lo, hi, hq, elem, block_bytes):
         if k1 <= k0:
+            if lse is not None and sink is not None:  # the sink's term alone: LSE = the sink
+                lse[r0:r1] = sink.reshape(1, hq).expand(r1 - r0, hq).to(lse.dtype)  # (C, hq)
             continue  # every row of this block sees no key: output stays 0
         c = r1 - r0
         qb = q[r0:r1].to(compute_dtype).view(c, hkv, g, dh).permute(1, 2, 0, 3)  # (hkv, g, C, d)
@@ -105,7 +116,9 @@ def attention_sequence(
         hi_b = hi[r0:r1].to(q.device)  # (C,)
         visible = (j[None, :] >= lo_b[:, None]) & (j[None, :] <= hi_b[:, None])  # (C, span)
         scores = scores.masked_fill(~visible, float("-inf"))  # (hkv, g, C, span)
-        p = _softmax(scores, sink, compute_dtype)  # (hkv, g, C, span)
+        p, row_lse = _softmax(scores, sink, compute_dtype)  # (hkv, g, C, span), (hkv, g, C)
+        if lse is not None:
+            lse[r0:r1] = row_lse.permute(2, 0, 1).reshape(c, hq).to(lse.dtype)  # (C, hq)
         if p_fp8 is not None:
             p = round_p_fp8(p, p_fp8)  # (hkv, g, C, span): P as an fp8 P @ V GEMM sees it
         ob = torch.matmul(p, vb[:, None])  # (hkv, g, C, d)
@@ -113,9 +126,11 @@ def attention_sequence(
     return out
 
 
-def _softmax(scores: torch.Tensor, sink: torch.Tensor | None, compute_dtype: torch.dtype) -> torch.Tensor:
+def _softmax(scores: torch.Tensor, sink: torch.Tensor | None, compute_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax over the last dim of ``scores`` ``(hkv, g, C, span)`` (``-inf`` = masked), its denominator
-    gaining ``exp(sink)`` ``(hkv, g, 1, 1)`` when given; a row with no finite score gives 0."""
+    gaining ``exp(sink)`` ``(hkv, g, 1, 1)`` when given; a row with no finite score gives 0. Also each
+    row's log-sum-exp ``(hkv, g, C)``: ``log(sum exp(s) [+ exp(sink)])``, ``-inf`` for a row that sees no key."""
+    empty = ~torch.isfinite(scores.amax(dim=-1))  # (hkv, g, C): the row sees no key
     if compute_dtype == torch.float64:
         m = scores.amax(dim=-1, keepdim=True)  # (hkv, g, C, 1)
         if sink is not None:
@@ -125,20 +140,29 @@ def _softmax(scores: torch.Tensor, sink: torch.Tensor | None, compute_dtype: tor
         denom = p.sum(dim=-1, keepdim=True)  # (hkv, g, C, 1)
         if sink is not None:
             denom = denom + torch.exp(sink - m)
-        return p / torch.where(denom > 0, denom, torch.ones_like(denom))
-    if sink is not None:  # the sink as one more column of the softmax, dropped after it (in compute_dtype)
+        lse = (m + torch.log(torch.where(denom > 0, denom, torch.ones_like(denom))))[..., 0]  # (hkv, g, C)
+        p = p / torch.where(denom > 0, denom, torch.ones_like(denom))
+    elif sink is not None:  # the sink as one more column of the softmax, dropped after it (in compute_dtype)
         col = sink.to(scores.dtype).expand(*scores.shape[:-1], 1)  # (hkv, g, C, 1)
-        return torch.softmax(torch.cat([scores, col], dim=-1), dim=-1)[..., :-1]  # (hkv, g, C, span)
-    p = torch.softmax(scores, dim=-1)  # (hkv, g, C, span), in compute_dtype
-    return torch.nan_to_num(p, nan=0.0)  # fully masked rows: 0, per the contract
+        full = torch.cat([scores, col], dim=-1)  # (hkv, g, C, span + 1)
+        lse = torch.logsumexp(full, dim=-1)  # (hkv, g, C)
+        p = torch.softmax(full, dim=-1)[..., :-1]  # (hkv, g, C, span)
+    else:
+        lse = torch.logsumexp(scores, dim=-1)  # (hkv, g, C), in compute_dtype
+        p = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)  # (hkv, g, C, span); empty rows: 0
+    if sink is not None:  # a row that sees no key still has the sink's term: its LSE is the sink
+        return p, lse
+    return p, lse.masked_fill(empty, float("-inf"))
 
 
 def attention_reference(
     inputs: Inputs,
     compute_dtype: torch.dtype = torch.float64,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    lse: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """All sequences of ``inputs``; returns ``(total_q, hq, d)`` in ``compute_dtype``.
+    """All sequences of ``inputs``; returns ``(total_q, hq, d)`` in ``compute_dtype``. ``lse``
+    ``(total_q, hq)``, if given, gets each row's log-sum-exp (see the module docstring).
 
     fp8 inputs are dequantized first; in a dtype other than float64 (the baseline) the
     probabilities of an fp8 case are rounded to its KV dtype (see the module docstring)."""
@@ -150,7 +174,8 @@ def attention_reference(
         p_fp8 = case.kv_dtype
     out = torch.empty(inputs.q.shape, dtype=compute_dtype, device=inputs.q.device)  # (total_q, hq, d)
     for _, qb, kb, vb, qs in inputs.sequences():
-        out[qs] = attention_sequence(case, qb, kb, vb, compute_dtype, block_bytes, p_fp8, inputs.sinks)
+        seq_lse = None if lse is None else lse[qs]  # (Sq, hq) view
+        out[qs] = attention_sequence(case, qb, kb, vb, compute_dtype, block_bytes, p_fp8, inputs.sinks, seq_lse)
     return out
 
 

@@ -132,12 +132,18 @@ def docstring(meta: dict[str, Any]) -> str:
         ("errors", "error"),
         ("mask_detail", "mask probe"),
         ("gqa_detail", "GQA probe"),
+        ("lse_detail", "log-sum-exp"),
         ("worst_where", "worst element"),
         ("grad_detail", "backward"),
         ("detail", "detail"),
     ):
         if meta.get(key):
             lines.append(f"  {label}: {meta[key]}")
+    if meta.get("lse_detail"):
+        lines += [
+            "  This script checks the output and the mask, not the log-sum-exp: where the row failed on `lse`",
+            "  alone it exits 0; `python -m parity run --backend ... --case ...` (its repro line) checks the LSE.",
+        ]
     lines += [
         "",
         f"Library seen by the run: {meta.get('version') or 'unknown'}",

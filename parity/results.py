@@ -78,6 +78,10 @@ COLUMNS = [
     "peak_mem_mb",  # the worker's peak allocated device memory in the row (CUDA), MiB; empty on the CPU
     "read_check",  # the read probe (paged cases): ok / mismatch / not_run / n/a
     "read_detail",  # its words
+    "lse_check",  # the log-sum-exp output: pass / fail / none (the backend returns none)
+    "lse_max_abs_err",  # max |LSE - reference LSE| over rows that see keys
+    "lse_budget",  # its allowed maximum (k_max x the same-dtype baseline's LSE error + floor)
+    "lse_detail",  # which rows / heads miss and by how much; the empty rows' values
     "grad_check",  # the backward (--grad, parity.grad): ok / mismatch / unsupported / error; empty: no --grad, or no forward
     "dq_max_abs_err",  # max |dq - reference dq|
     "dk_max_abs_err",
@@ -94,9 +98,13 @@ FAIL_VERDICTS = (*RAW_FAIL_VERDICTS, "unexpected-pass")
 
 #: Columns added by known divergences; older runs get them empty (so their schema matches).
 EXPECT_COLUMNS = ("raw_verdict", "expected_id")
+#: The log-sum-exp columns (parity.verdict.compare_lse), appended last.
+LSE_COLUMNS = ("lse_check", "lse_max_abs_err", "lse_budget", "lse_detail")
+LSE_TEXT = ("lse_check", "lse_detail")
 #: Columns appended after the first release of the schema, in order: older results.csv files lack
 #: them and load with them empty (``runs.read_results``).
 ADDED_COLUMNS: tuple[str, ...] = (*EXPECT_COLUMNS, "gpu", "model", "layer", "est_mem_mb", "peak_mem_mb", "read_check", "read_detail")
+ADDED_COLUMNS = (*ADDED_COLUMNS, *LSE_COLUMNS)
 ADDED_COLUMNS = (*ADDED_COLUMNS, "grad_check", "dq_max_abs_err", "dk_max_abs_err", "dv_max_abs_err", "grad_budget_frac", "grad_detail")
 #: Columns that hold numbers (the report loader adds a float column ``<name>_f`` for each).
 NUMERIC = (
@@ -112,6 +120,8 @@ NUMERIC = (
     "time_ms",
     "est_mem_mb",
     "peak_mem_mb",
+    "lse_max_abs_err",
+    "lse_budget",
     "dq_max_abs_err",
     "dk_max_abs_err",
     "dv_max_abs_err",
@@ -139,6 +149,8 @@ FORMATS = {
     "time_ms": ".4g",
     "est_mem_mb": ".4g",
     "peak_mem_mb": ".4g",
+    "lse_max_abs_err": ".6g",
+    "lse_budget": ".6g",
     "dq_max_abs_err": ".6g",
     "dk_max_abs_err": ".6g",
     "dv_max_abs_err": ".6g",
@@ -186,6 +198,10 @@ class Verdict:
     gqa_detail: str = ""
     read_check: str = ""
     read_detail: str = ""
+    lse_check: str = ""
+    lse_max_abs_err: float | None = None
+    lse_budget: float | None = None
+    lse_detail: str = ""
     time_ms: float | None = None
     est_mem_mb: float | None = None
     peak_mem_mb: float | None = None
@@ -217,7 +233,7 @@ class Verdict:
             v = getattr(self, name)
             out[name] = "" if v is None else v
         out["unwritten"] = ("n/a" if self.unwritten is None else self.unwritten) if self.measured else ""
-        texts = ("worst_where", "mask_check", "mask_detail", "gqa_check", "gqa_detail", "read_check", "read_detail")
+        texts = ("worst_where", "mask_check", "mask_detail", "gqa_check", "gqa_detail", "read_check", "read_detail", *LSE_TEXT)
         for name in (*texts, "grad_check", "grad_detail"):
             out[name] = getattr(self, name)
         return out
@@ -240,6 +256,8 @@ class Verdict:
                 "gqa_detail",
                 "read_check",
                 "read_detail",
+                "lse_check",
+                "lse_detail",
                 "grad_check",
                 "grad_detail",
             )

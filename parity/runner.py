@@ -550,6 +550,8 @@ def _print_failures(failures: list[dict], expectations) -> dict[str, int]:
             print(f"  reads: {r['read_detail']}")
         if r.get("grad_check") in ("mismatch", "error"):
             print(f"  grad: {r['grad_detail']}")
+        if r.get("lse_check") == "fail":
+            print(f"  lse: {r['lse_detail']}")
         if r.get("worst_where"):
             print(f"  {r['worst_where']} (budget {r['threshold_max']}, err ratio {r['err_ratio']})")
         if r["verdict"] != "fail":

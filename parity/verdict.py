@@ -26,7 +26,15 @@ Failure reasons a comparison can give (several may hold at once):
                        real engine holds garbage in (pages outside every window, the
                        tail past a sequence's end, unreferenced pages) and multiplied
                        them by zero probability
+``lse``                the backend's log-sum-exp (where it returns one) misses the
+                       reference's on a row that sees keys by more than its own budget
+                       (:func:`compare_lse`), is not finite there, or is not the
+                       library's documented value on a row that sees no key
 =====================  ==========================================================
+
+The LSE budget follows the same rule on the ``(total_q, hq)`` LSE: ``k_max`` times the
+same-dtype baseline's max LSE error plus ``max(abs_floor, 2 * rounding)``, ``rounding`` the
+float64 reference LSE rounded to float32 (the canonical LSE dtype).
 """
 
 from __future__ import annotations
@@ -95,6 +103,9 @@ class Baseline:
     baseline_mean: float
     rounding_max: float
     empty_rows: torch.Tensor  # (total_q,) bool: rows that see no key
+    ref_lse: torch.Tensor | None = None  # (total_q, hq) float64 reference LSE; -inf on empty rows
+    lse_baseline_max: float = 0.0  # max |same-dtype LSE - reference LSE| over rows that see keys
+    lse_rounding: float = 0.0  # max |reference LSE rounded to float32 - reference LSE|
 
 
 #: Elements of one row chunk of the comparison and the baseline (float64 temporaries of that size):
@@ -117,7 +128,9 @@ def empty_rows(case: Case) -> torch.Tensor:
     return torch.cat(empty)
 
 
-def make_baseline(case: Case, ref: torch.Tensor, same_dtype: torch.Tensor) -> Baseline:
+def make_baseline(
+    case: Case, ref: torch.Tensor, same_dtype: torch.Tensor, ref_lse: torch.Tensor | None = None, same_lse: torch.Tensor | None = None
+) -> Baseline:
     """The budget's figures from the reference and the same-dtype baseline, row chunk by row chunk."""
     base_max = base_sum = rounding = 0.0
     for r0, r1 in row_chunks(ref.shape[0], ref[0].numel() if ref.shape[0] else 1):
@@ -128,12 +141,22 @@ def make_baseline(case: Case, ref: torch.Tensor, same_dtype: torch.Tensor) -> Ba
         rnd = (r.to(case.torch_dtype).to(torch.float64) - r).abs()  # (C, hq, d)
         rounding = max(rounding, float(rnd.max()) if rnd.numel() else 0.0)
     n = ref.numel()
+    empty = empty_rows(case).to(ref.device)
+    lse_base = lse_round = 0.0
+    if ref_lse is not None and same_lse is not None:
+        seen = ~empty[:, None].expand_as(ref_lse)  # (total_q, hq): rows that see keys
+        if bool(seen.any()):
+            lse_base = float((same_lse.to(ref_lse) - ref_lse).abs()[seen].max())
+            lse_round = float((ref_lse.float().double() - ref_lse).abs()[seen].max())
     return Baseline(
         ref=ref,
         baseline_max=base_max,
         baseline_mean=base_sum / n if n else 0.0,
         rounding_max=rounding,
-        empty_rows=empty_rows(case).to(ref.device),
+        empty_rows=empty,
+        ref_lse=ref_lse,
+        lse_baseline_max=lse_base,
+        lse_rounding=lse_round,
     )
 
 
@@ -312,3 +335,98 @@ def compare(
         reasons=reasons,
         elements=out.numel(),
     )
+
+
+@dataclasses.dataclass
+class LseComparison:
+    """A backend's LSE ``(total_q, hq)`` against the reference's (:func:`compare_lse`)."""
+
+    check: str  # pass / fail
+    max_abs_err: float  # over rows that see keys
+    budget: float  # the allowed max-abs error
+    detail: str
+
+
+#: What a library may document as the LSE of a row that sees no key, and the test for it.
+LSE_EMPTY = {
+    "-inf": lambda x: torch.isneginf(x),
+    "+inf": lambda x: torch.isposinf(x),
+    "0": lambda x: x == 0,
+    "nan": lambda x: torch.isnan(x),
+    "any": lambda x: torch.ones_like(x, dtype=torch.bool),  # undocumented: recorded in the detail, not judged
+}
+
+
+def _value_name(x: float) -> str:
+    return "nan" if math.isnan(x) else ("+inf" if x == math.inf else ("-inf" if x == -math.inf else f"{x:.6g}"))
+
+
+def _rows_text(case: Case, rows: torch.Tensor, heads: torch.Tensor) -> str:
+    """``seq 0 rows 3..7, seq 1 row 0; heads 0,2`` for the packed ``rows`` (with their ``heads``)."""
+    cq, _ = case.cu_seqlens()
+    parts = []
+    for b in range(case.batch):
+        sel = rows[(rows >= cq[b]) & (rows < cq[b + 1])] - cq[b]
+        if sel.numel():
+            lo, hi = int(sel.min()), int(sel.max())
+            parts.append(f"seq {b} row {lo}" if lo == hi else f"seq {b} rows {lo}..{hi} ({int(sel.unique().numel())} rows)")
+    hs = sorted(set(heads.tolist()))
+    head_text = ",".join(map(str, hs[:8])) + (f",... ({len(hs)} heads)" if len(hs) > 8 else "")
+    return f"{', '.join(parts[:4])}{', ...' if len(parts) > 4 else ''}; heads {head_text}"
+
+
+def _empty_rows_text(case: Case, got: torch.Tensor, empty: torch.Tensor, conventions: tuple[str, ...]) -> tuple[str, bool]:
+    """What the LSE holds on rows that see no key, and whether that is the library's convention."""
+    if not bool(empty.any()):
+        return "", True
+    vals = got[empty]  # (E, hq)
+    ok = torch.zeros_like(vals, dtype=torch.bool)
+    for name in conventions:
+        ok |= LSE_EMPTY[name](vals)
+    seen = sorted({_value_name(float(x)) for x in vals.flatten()[:4096].tolist()})
+    shown = ", ".join(seen[:4]) + (", ..." if len(seen) > 4 else "")
+    rows = int(empty.sum())
+    if bool(ok.all()):
+        return f"{rows} row(s) see no key: LSE {shown} (the library's convention: {' or '.join(conventions)})", True
+    bad = (~ok).nonzero()  # (n, 2): index into the empty rows, head
+    flat = empty.nonzero()[:, 0][bad[:, 0]]  # (n,) packed rows
+    where = _rows_text(case, flat, bad[:, 1])
+    return (
+        f"{int((~ok).sum())} LSE value(s) on rows that see no key are {shown}, not the library's documented "
+        f"{' or '.join(conventions)}: {where}"
+    ), False
+
+
+def compare_lse(case: Case, lse: torch.Tensor, base: Baseline, budget: Budget, conventions: tuple[str, ...] = ("-inf",)) -> LseComparison:
+    """A backend's LSE ``(total_q, hq)`` (natural log) against the reference's, per row and head: on rows
+    that see keys, within ``k_max x`` the baseline's LSE error plus the floor and finite; on rows that see
+    none, one of the library's documented ``conventions``."""
+    assert base.ref_lse is not None
+    ref = base.ref_lse.to("cpu", torch.float64)  # (total_q, hq)
+    got = lse.to("cpu", torch.float64)  # (total_q, hq)
+    empty = base.empty_rows.to("cpu")  # (total_q,)
+    if case.sinks:  # with a learned sink every row has a normaliser: empty rows' LSE is the sink, compared as any
+        empty = torch.zeros_like(empty)
+    thr = budget.k_max * base.lse_baseline_max + max(budget.abs_floor, 2.0 * base.lse_rounding)
+    seen = ~empty[:, None].expand_as(ref)  # (total_q, hq)
+    err = torch.where(seen, (got - ref).abs(), torch.zeros_like(ref)).nan_to_num(nan=math.inf)  # (total_q, hq)
+    bad = seen & ~(err <= thr)  # over budget or not finite
+    max_err = float(err.max()) if err.numel() else 0.0
+    parts = []
+    if bool(bad.any()):
+        idx = bad.nonzero()  # (n, 2): row, head
+        i = int(err.argmax())
+        r, h = i // case.hq, i % case.hq
+        parts.append(
+            f"{int(bad.sum())} of {int(seen.sum())} (row, head) LSE values over budget {thr:.3g} or not finite: "
+            f"{_rows_text(case, idx[:, 0], idx[:, 1])}; worst |err| {max_err:.3g} at head {h}, {describe_position(case, r)}: "
+            f"got {_value_name(float(got[r, h]))}, want {float(ref[r, h]):.6g}"
+        )
+    empty_text, empty_ok = _empty_rows_text(case, got, empty, conventions)
+    if empty_text:
+        parts.append(empty_text)
+    ok = not bool(bad.any()) and empty_ok
+    if ok:
+        within = f"max |err| {max_err:.3g} within budget {thr:.3g}"
+        parts.insert(0, f"{within} (k x same-dtype LSE baseline {base.lse_baseline_max:.3g} + floor)")
+    return LseComparison("pass" if ok else "fail", max_err, thr, "; ".join(parts))

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 import types
 
@@ -125,7 +126,8 @@ def test_jit_reason_follows_flashinfers_nvcc_search(tmp_path, monkeypatch):
 # -- the wrappers, stood in for --------------------------------------------------------------------
 
 
-def _attend(q, kb, vb, causal, window_left, scale, softcap):
+def _attend(q, kb, vb, causal, window_left, scale, softcap, lse=False):
+    """The output ``(Sq, hq, d)``; with ``lse`` also FlashInfer's LSE ``(Sq, hq)``: base 2, as its kernels return it."""
     sq, sk = q.shape[0], kb.shape[0]
     i, j, d = torch.arange(sq)[:, None], torch.arange(sk)[None, :], sk - sq
     ok = torch.ones(sq, sk, dtype=torch.bool)
@@ -141,7 +143,10 @@ def _attend(q, kb, vb, causal, window_left, scale, softcap):
     if softcap > 0:
         s = softcap * torch.tanh(s / softcap)
     p = torch.softmax(s.masked_fill(~ok, float("-inf")), -1).nan_to_num(0.0)
-    return torch.einsum("hqk,khd->qhd", p, vx)
+    o = torch.einsum("hqk,khd->qhd", p, vx)
+    if lse:
+        return o, (torch.logsumexp(s.masked_fill(~ok, float("-inf")), -1) / math.log(2.0)).transpose(0, 1).float()
+    return o
 
 
 def _gather(cache, indptr, indices, last, b):
@@ -172,13 +177,15 @@ class _Prefill:
     ):
         self.p = (qo_indptr, indptr, indices, last, causal, sm_scale, window_left, logits_soft_cap or 0.0)
 
-    def run(self, q, kv, out=None):
+    def run(self, q, kv, out=None, return_lse=False):
         qo, indptr, indices, last, causal, scale, wl, cap = self.p
         out = torch.empty_like(q) if out is None else out
+        lse = torch.empty(q.shape[:2])  # (total_q, hq), log2
         for b in range(qo.numel() - 1):
             kb, vb = (_gather(c, indptr, indices, last, b) for c in kv)
-            out[qo[b] : qo[b + 1]] = _attend(q[qo[b] : qo[b + 1]], kb, vb, causal, wl, scale, cap).to(q.dtype)
-        return out
+            o, lse[qo[b] : qo[b + 1]] = _attend(q[qo[b] : qo[b + 1]], kb, vb, causal, wl, scale, cap, lse=True)
+            out[qo[b] : qo[b + 1]] = o.to(q.dtype)
+        return (out, lse) if return_lse else out
 
 
 class _Decode(_Prefill):
@@ -199,14 +206,14 @@ class _Decode(_Prefill):
     ):
         self.p = (indptr, indices, last, sm_scale, window_left, logits_soft_cap or 0.0)
 
-    def run(self, q, kv):
+    def run(self, q, kv, return_lse=False):
         indptr, indices, last, scale, wl, cap = self.p
-        return torch.cat(
-            [
-                _attend(q[b : b + 1], *(_gather(c, indptr, indices, last, b) for c in kv), True, wl, scale, cap).to(q.dtype)
-                for b in range(q.shape[0])
-            ]
-        )
+        got = [
+            _attend(q[b : b + 1], *(_gather(c, indptr, indices, last, b) for c in kv), True, wl, scale, cap, lse=True)
+            for b in range(q.shape[0])
+        ]
+        out = torch.cat([o for o, _ in got]).to(q.dtype)  # (B, hq, d)
+        return (out, torch.cat([lse for _, lse in got])) if return_lse else out
 
 
 def _cpu(cls, monkeypatch):

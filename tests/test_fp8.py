@@ -172,13 +172,14 @@ class Fa3Fp8:
 
     def __call__(self, q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu_seqlens_k=None, seqused_k=None, softmax_scale=None,
                  causal=False, window_size=None, softcap=0.0, block_table=None, out=None, fa_version=2, q_descale=None,
-                 k_descale=None, v_descale=None):  # fmt: skip
+                 k_descale=None, v_descale=None, return_softmax_lse=False):  # fmt: skip
         assert fa_version == 3 and q.dtype == k.dtype == v.dtype == torch.float8_e4m3fn and out.dtype == torch.bfloat16
         b, hkv = cu_seqlens_q.numel() - 1, k.shape[-2]
         for d in (q_descale, k_descale, v_descale):
             assert d.shape == (b, hkv) and d.dtype == torch.float32
             self.shapes.append(tuple(d.shape))
         g = q.shape[1] // hkv
+        lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32)  # (hq, total_q)
         qd = q.double() * q_descale[0].double().repeat_interleave(g)[None, :, None]  # (total_q, hq, d)
         kd, vd = k.double() * k_descale[0, 0].double(), v.double() * (v_descale[0, 0].double() if self.use_v_descale else 1.0)
         for i in range(b):
@@ -190,8 +191,10 @@ class Fa3Fp8:
             else:
                 kb, vb = kd[int(cu_seqlens_k[i]) : int(cu_seqlens_k[i + 1])], vd[int(cu_seqlens_k[i]) : int(cu_seqlens_k[i + 1])]
             left, right = window_size
-            out[q0:q1] = _attend(qd[q0:q1], kb, vb, causal or right == 0, left, softmax_scale, softcap).to(out.dtype)
-        return out
+            o, seq_lse = _attend(qd[q0:q1], kb, vb, causal or right == 0, left, softmax_scale, softcap, lse=True)
+            out[q0:q1] = o.to(out.dtype)
+            lse[:, q0:q1] = seq_lse.transpose(0, 1) * math.log(2.0)  # (hq, Sq): natural log, vLLM's varlen layout
+        return (out, lse) if return_softmax_lse else out
 
 
 def _fa3(monkeypatch, fn):
@@ -218,25 +221,28 @@ class _Fp8Prefill(_Prefill):
         assert kv_data_type == torch.float8_e4m3fn and q_data_type in (torch.float16, torch.bfloat16)
         super().plan(*a, **kw)
 
-    def run(self, q, kv, out=None, k_scale=None, v_scale=None):
+    def run(self, q, kv, out=None, k_scale=None, v_scale=None, return_lse=False):
         assert isinstance(k_scale, float) and isinstance(v_scale, float)
         qo, indptr, indices, last, causal, scale, wl, cap = self.p
         out = torch.empty_like(q) if out is None else out
+        lse = torch.empty(q.shape[:2])  # (total_q, hq), log2
         for b in range(qo.numel() - 1):
             kb, vb = (_gather(c, indptr, indices, last, b).float() for c in kv)
-            out[qo[b] : qo[b + 1]] = _attend(q[qo[b] : qo[b + 1]], kb, vb, causal, wl, scale * k_scale, cap).to(q.dtype)
+            o, lse[qo[b] : qo[b + 1]] = _attend(q[qo[b] : qo[b + 1]], kb, vb, causal, wl, scale * k_scale, cap, lse=True)
+            out[qo[b] : qo[b + 1]] = o.to(q.dtype)
         out *= v_scale
-        return out
+        return (out, lse) if return_lse else out
 
 
 class _Fp8Decode(_Decode):
-    def run(self, q, kv, k_scale=None, v_scale=None):
+    def run(self, q, kv, k_scale=None, v_scale=None, return_lse=False):
         indptr, indices, last, scale, wl, cap = self.p
-        rows = [
-            _attend(q[b : b + 1], *(_gather(c, indptr, indices, last, b).float() for c in kv), True, wl, scale * k_scale, cap)
+        got = [
+            _attend(q[b : b + 1], *(_gather(c, indptr, indices, last, b).float() for c in kv), True, wl, scale * k_scale, cap, lse=True)
             for b in range(q.shape[0])
         ]
-        return (torch.cat(rows) * v_scale).to(q.dtype)
+        out = (torch.cat([o for o, _ in got]) * v_scale).to(q.dtype)  # (B, hq, d)
+        return (out, torch.cat([lse for _, lse in got])) if return_lse else out
 
 
 def _fi(cls, monkeypatch):
@@ -287,29 +293,32 @@ class Fa3Interface:
         self.descale_shapes: list[tuple] = []
 
     def _one(self, q, k, v, scale, window_size, softcap, q_descale, k_descale, v_descale):
+        """-> bfloat16 ``(Sq, hq, d)`` and the natural-log LSE ``(hq, Sq)``."""
         assert q.dtype == k.dtype == v.dtype == torch.float8_e4m3fn
         self.descale_shapes.append(tuple(q_descale.shape))
         g = q.shape[1] // k.shape[1]
         qd = q.double() * q_descale[0].double().repeat_interleave(g)[None, :, None]
         kd, vd = k.double() * float(k_descale[0, 0]), v.double() * float(v_descale[0, 0])
         left, right = window_size
-        o = _attend(qd, kd, vd, right == 0, left, scale, softcap)  # FA3's (L, 0) is bottom-right causal
+        o, lse = _attend(qd, kd, vd, right == 0, left, scale, softcap, lse=True)  # FA3's (L, 0) is bottom-right causal
         if right > 0 or (right < 0 and left >= 0):
             raise AssertionError(f"stand-in covers (L, 0) and (-1, 0) windows only, got {window_size}")
-        return o.to(torch.bfloat16)
+        return o.to(torch.bfloat16), (lse * math.log(2.0)).transpose(0, 1)
 
-    def flash_attn_func(self, q, k, v, softmax_scale=None, causal=False, window_size=None, softcap=0.0, **d):
-        return torch.stack([self._one(q[b], k[b], v[b], softmax_scale, window_size, softcap, **d) for b in range(q.shape[0])])
+    def flash_attn_func(self, q, k, v, softmax_scale=None, causal=False, window_size=None, softcap=0.0, return_attn_probs=False, **d):
+        got = [self._one(q[b], k[b], v[b], softmax_scale, window_size, softcap, **d) for b in range(q.shape[0])]
+        out = torch.stack([o for o, _ in got])  # (B, Sq, hq, d)
+        return (out, torch.stack([lse for _, lse in got])) if return_attn_probs else out  # lse (B, hq, Sq)
 
     def flash_attn_varlen_func(self, q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale=None, causal=False, window_size=None,
-                               softcap=0.0, **d):  # fmt: skip
-        outs = [
+                               softcap=0.0, return_attn_probs=False, **d):  # fmt: skip
+        got = [
             self._one(
                 q[cu_q[b] : cu_q[b + 1]], k[cu_k[b] : cu_k[b + 1]], v[cu_k[b] : cu_k[b + 1]], softmax_scale, window_size, softcap, **d
             )
             for b in range(cu_q.numel() - 1)
         ]
-        return torch.cat(outs), None
+        return torch.cat([o for o, _ in got]), torch.cat([lse for _, lse in got], dim=1)  # (total_q, hq, d), (hq, total_q)
 
 
 @pytest.mark.parametrize("case", [QKV, GQA], ids=["varlen", "dense-gqa"])

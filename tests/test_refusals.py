@@ -235,7 +235,12 @@ def _setup_fa4(monkeypatch, exc):
 def _setup_xformers(monkeypatch, exc):
     _fake(monkeypatch, "xformers.ops.fmha.attn_bias")
     _fake(monkeypatch, "xformers.ops.fmha.cutlass", FwOp=type("FwOp", (), {"NAME": "cutlassF-pt"}))
-    _fake(monkeypatch, "xformers.ops", memory_efficient_attention_forward=_raiser(exc))
+    _fake(
+        monkeypatch,
+        "xformers.ops",
+        memory_efficient_attention_forward=_raiser(exc),
+        memory_efficient_attention_forward_requires_grad=_raiser(exc),  # the measured call, with the LSE
+    )
     monkeypatch.delenv(xformers.SHIM_ENV, raising=False)
     return _on_cpu(xformers.XformersCutlass), Case(q_lens=(32,), k_lens=(32,), window=Window(None, None), **BF16)
 

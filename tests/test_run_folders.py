@@ -282,3 +282,23 @@ def test_resume_of_a_run_before_the_read_probe_columns_keeps_its_rows(tmp_path, 
     assert reader.fieldnames == COLUMNS and COLUMNS[at : at + 2] == ["read_check", "read_detail"] == list(ADDED_COLUMNS[added : added + 2])
     assert rows[0]["read_check"] == "" and all(rows[0][c] == v for c, v in old[0].items() if not c.startswith("read_"))
     assert rows[1]["read_check"] in ("ok", "n/a") and rows[1]["read_detail"]  # a new row: judged, with its words
+
+
+def test_resume_of_a_run_before_the_lse_columns_keeps_its_rows(tmp_path, capsys):
+    import csv
+
+    from parity.results import ADDED_COLUMNS, COLUMNS, LSE_COLUMNS
+
+    out = tmp_path / "old"
+    assert _run("--out", str(out)) == 0
+    old = _drop_columns(out / "results.csv", set(LSE_COLUMNS))  # as written before them
+    capsys.readouterr()
+    assert _run("--out", str(out), "--resume", "--case", CASE2) == 0
+    assert "before the lse_check, lse_max_abs_err, lse_budget, lse_detail columns: they are left empty" in capsys.readouterr().err
+    with (out / "results.csv").open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+    at, added = COLUMNS.index("lse_check"), ADDED_COLUMNS.index("lse_check")
+    assert reader.fieldnames == COLUMNS and COLUMNS[at : at + 4] == list(LSE_COLUMNS) == list(ADDED_COLUMNS[added : added + 4])
+    assert rows[0]["lse_check"] == "" and all(rows[0][c] == v for c, v in old[0].items() if not c.startswith("lse_"))
+    assert rows[1]["lse_check"] == "pass" and float(rows[1]["lse_budget"]) > 0  # a new row: the reference returns its LSE

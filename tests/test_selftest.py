@@ -49,7 +49,7 @@ def test_quick_profile_flags_planted_bug(bug: PlantedBug):
     det = _detection(bug)
     assert not det.problems, f"planted bug {bug.name} raised instead of computing: {det.problems}"
     assert det.caught, f"{bug.name} ({bug.klass}) ESCAPED the quick profile: passed all {det.cases_run} cases"
-    known = ("max_err", "mean_err", "nan", "nan_masked_rows", "inf", "unwritten", "mask", "gqa", "reads_outside_window")
+    known = ("max_err", "mean_err", "nan", "nan_masked_rows", "inf", "unwritten", "mask", "gqa", "reads_outside_window", "lse")
     assert det.checks and all(c in known for c in det.checks), det.checks
 
 
@@ -72,6 +72,7 @@ def test_detection_table_lists_every_bug(capsys):
         ("bug-paged-reads-every-page", "rows read NaN-poisoned pages outside the window: seq 0 head 0 rows"),
         ("bug-empty-rows-mean-v", "row should see no key but sees every key"),
         ("bug-gqa-head-mapping", "read the wrong kv head"),
+        ("bug-lse-in-log2", "(row, head) LSE values over budget"),
     ],
 )
 def test_detection_names_the_bug(name, words):

@@ -207,8 +207,9 @@ def test_condition_names_sinks_and_chunk():
 # -- the GPU calls, with CPU stand-ins -------------------------------------------------------------
 
 
-def _sink_softmax_attention(q, k, v, scale, sink, ok):
-    """One sequence: q (Sq, hq, d), k / v (Sk, hkv, d), sink (hq,) or None, ok (Sq, Sk): the stand-ins' math."""
+def _sink_softmax_attention(q, k, v, scale, sink, ok, lse=False):
+    """One sequence: q (Sq, hq, d), k / v (Sk, hkv, d), sink (hq,) or None, ok (Sq, Sk): the stand-ins' math;
+    with ``lse`` also the natural-log LSE (hq, Sq) of the normaliser (the sink's term in it)."""
     g = q.shape[1] // k.shape[1]
     kx, vx = k.double().repeat_interleave(g, 1), v.double().repeat_interleave(g, 1)  # (Sk, hq, d)
     s = torch.einsum("qhd,khd->hqk", q.double(), kx) * scale  # (hq, Sq, Sk)
@@ -216,7 +217,8 @@ def _sink_softmax_attention(q, k, v, scale, sink, ok):
     if sink is not None:
         s = torch.cat([s, sink.double()[:, None, None].expand(-1, s.shape[1], 1)], -1)  # (hq, Sq, Sk + 1)
     p = torch.softmax(s, -1).nan_to_num(0.0)[..., : k.shape[0]]  # (hq, Sq, Sk)
-    return torch.einsum("hqk,khd->qhd", p, vx)  # (Sq, hq, d)
+    o = torch.einsum("hqk,khd->qhd", p, vx)  # (Sq, hq, d)
+    return (o, torch.logsumexp(s, -1).float()) if lse else o
 
 
 def _fa3_mask(sq, sk, left, right, causal, chunk):
@@ -241,15 +243,18 @@ class VllmStandIn:
             self.__call__ = self.call  # type: ignore[method-assign]
 
     def call(self, q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu_seqlens_k=None, softmax_scale=None, causal=False,
-             window_size=None, softcap=0.0, out=None, fa_version=3, s_aux=None, attention_chunk=0, **rest):  # fmt: skip
+             window_size=None, softcap=0.0, out=None, fa_version=3, s_aux=None, attention_chunk=0,
+             return_softmax_lse=False, **rest):  # fmt: skip
         assert not rest, rest
         self.calls.append(dict(s_aux=s_aux, attention_chunk=attention_chunk))
         assert s_aux is None or s_aux.dtype == torch.bfloat16
+        lse = torch.empty(q.shape[1], q.shape[0])  # (hq, total_q): vLLM's varlen layout
         for b in range(cu_seqlens_q.numel() - 1):
             q0, q1, k0, k1 = (int(x) for x in (cu_seqlens_q[b], cu_seqlens_q[b + 1], cu_seqlens_k[b], cu_seqlens_k[b + 1]))
             ok = _fa3_mask(q1 - q0, k1 - k0, *window_size, causal, attention_chunk)
-            out[q0:q1] = _sink_softmax_attention(q[q0:q1], k[k0:k1], v[k0:k1], softmax_scale, s_aux, ok).to(out.dtype)
-        return out
+            o, lse[:, q0:q1] = _sink_softmax_attention(q[q0:q1], k[k0:k1], v[k0:k1], softmax_scale, s_aux, ok, lse=True)
+            out[q0:q1] = o.to(out.dtype)
+        return (out, lse) if return_softmax_lse else out
 
 
 def _vllm_backend(monkeypatch, chunk_arg):
@@ -259,9 +264,9 @@ def _vllm_backend(monkeypatch, chunk_arg):
     else:
 
         def fn(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu_seqlens_k=None, softmax_scale=None, causal=False,
-               window_size=None, softcap=0.0, out=None, fa_version=3, s_aux=None):  # fmt: skip
+               window_size=None, softcap=0.0, out=None, fa_version=3, s_aux=None, return_softmax_lse=False):  # fmt: skip
             return stand_in.call(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu_seqlens_k, softmax_scale, causal,
-                                 window_size, softcap, out, fa_version, s_aux)  # fmt: skip
+                                 window_size, softcap, out, fa_version, s_aux, return_softmax_lse=return_softmax_lse)  # fmt: skip
 
     iface = type(sys)("vllm_fa_stand_in")
     iface.flash_attn_varlen_func = fn
@@ -290,12 +295,16 @@ def test_vllm_fa3_without_attention_chunk_is_unsupported_but_takes_sinks(monkeyp
 def test_fa4_passes_learnable_sink_in_bfloat16(monkeypatch):
     seen = {}
 
-    def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(None, None), softcap=0.0, learnable_sink=None):
+    def flash_attn_func(
+        q, k, v, softmax_scale=None, causal=False, window_size=(None, None), softcap=0.0, learnable_sink=None, return_lse=False
+    ):
         seen["sink"] = learnable_sink
         b, sq, hq, d = q.shape
         left, right = (-1 if x is None else x for x in window_size)
         ok = _fa3_mask(sq, k.shape[1], left, right, False, 0)
-        return torch.stack([_sink_softmax_attention(q[i], k[i], v[i], softmax_scale, learnable_sink, ok) for i in range(b)]).to(q.dtype)
+        got = [_sink_softmax_attention(q[i], k[i], v[i], softmax_scale, learnable_sink, ok, lse=True) for i in range(b)]
+        out = torch.stack([o for o, _ in got]).to(q.dtype)  # (B, Sq, hq, d)
+        return (out, torch.stack([x for _, x in got])) if return_lse else out  # lse (B, hq, Sq)
 
     cute = type(sys)("flash_attn.cute")
     cute.flash_attn_func, cute.flash_attn_varlen_func = flash_attn_func, None

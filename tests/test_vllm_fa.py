@@ -118,6 +118,7 @@ class Recorder:
         block_table=None,
         out=None,
         fa_version=2,
+        return_softmax_lse=False,
         **rest,
     ):
         assert (cu_seqlens_k is None) != (seqused_k is None), "cu_seqlens_k or seqused_k, not both"
@@ -131,8 +132,10 @@ class Recorder:
                 paged=block_table is not None,
                 max_q=max_seqlen_q,
                 max_k=max_seqlen_k,
+                lse=return_softmax_lse,
             )
         )
+        lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32)  # (hq, total_q), as vLLM's build returns it
         left, right = window_size
         if causal and self.honour_causal:
             right = 0
@@ -161,7 +164,9 @@ class Recorder:
                 s = softcap * torch.tanh(s / softcap)
             p = torch.softmax(s.masked_fill(~ok, float("-inf")), -1).nan_to_num(0.0)  # a row with no key: 0
             out[q0:q1] = torch.einsum("hqk,khd->qhd", p, vx).to(out.dtype)
-        return out
+            row_lse = torch.logsumexp(s.masked_fill(~ok, float("-inf")), -1)  # (hq, Sq)
+            lse[:, q0:q1] = row_lse.masked_fill(torch.isneginf(row_lse), float("inf"))  # FA2: +inf where no key
+        return (out, lse) if return_softmax_lse else out
 
 
 def _cpu_backend(cls, monkeypatch, fn):

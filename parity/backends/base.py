@@ -19,6 +19,8 @@ A backend is a small class (one file each) with
   is a buffer of that shape filled with :data:`parity.verdict.POISON`; a backend that
   writes its result into ``out`` and returns it lets the harness detect unwritten
   elements, one that returns a fresh tensor is compared as it is;
+* ``run_lse(case, inputs, out)`` (optional, with ``returns_lse = True``): the same call that also
+  returns the log-sum-exp, ``(out, lse)``; see *Log-sum-exp* below;
 * ``workspace_bytes(case)`` (optional): the device memory ``run`` needs beyond inputs and output
   (split-KV buffers, a dense mask, ...), so that rows are placed to fit free memory;
 * ``version()``: the version of what it wraps, for the run's environment;
@@ -45,6 +47,18 @@ each backend file keeps a small tuple of its library's refusal phrases and wraps
 :func:`refusals`. Any other exception (a CUDA fault, a wrong shape, a bug) is re-raised
 unchanged and stays an ``error``; a wrong result stays a ``fail``.
 
+Log-sum-exp. A backend whose library returns the softmax's log-sum-exp sets ``returns_lse = True``
+and implements ``run_lse``, which returns ``(out, lse)``: ``out`` as ``run`` returns it, ``lse``
+in the canonical layout ``(total_q, hq)`` float32, natural log, of the scaled (and softcapped)
+scores over the keys the row sees. Each backend converts from its library's layout and base
+(``(B, H, Sq)``, ``(H, total_q)``, log2...) in its own file. ``lse_empty`` names the values the
+library documents for a row that sees no key (``"-inf"``, ``"+inf"``, ``"0"``, ``"nan"``; see
+docs/lse.md): such a row passes with any of them. The harness calls ``run_lse`` for the measured
+call only (the probes call ``run``), and only where ``run`` is not overridden in a subclass of
+the class that defines ``run_lse`` (:func:`lse_call`): a subclass that changes ``run`` (a planted
+bug, a test's fault) is then measured through its own ``run``, without LSE. Backends without
+it (the default) are recorded ``lse_check = none``; nothing else changes for them.
+
 The canonical :class:`parity.Window` reaches ``run`` inside ``case.window``; each
 backend translates it into its own native arguments in its own file.
 """
@@ -52,7 +66,7 @@ backend translates it into its own native arguments in its own file.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -103,6 +117,10 @@ class Backend:
     supports_grad: bool = False
     #: Why a backend without ``supports_grad`` has no backward (the ``unsupported`` reason).
     no_grad_reason: str = "no backward in this backend (forward only)"
+    #: True when ``run_lse`` returns the log-sum-exp beside the output (see the module docstring).
+    returns_lse: bool = False
+    #: The LSE values the library documents for a row that sees no key (any of them passes).
+    lse_empty: tuple[str, ...] = ("-inf",)
 
     def unavailable_reason(self) -> str | None:
         return None
@@ -132,6 +150,14 @@ class Backend:
             return self.run(case, inputs.with_tensors(q, k, v), torch.empty_like(q))
 
         return autograd_grads(attention, inputs.q, inputs.k, inputs.v, dout)
+
+    def lse_unsupported(self, case: Case) -> str | None:
+        """Why a backend that ``returns_lse`` gives none for this case (a code path without it); None: it does."""
+        return None
+
+    def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``run`` that also returns the LSE ``(total_q, hq)`` float32, natural log (``returns_lse``)."""
+        raise NotImplementedError
 
     def workspace_bytes(self, case: Case) -> int:
         """Device bytes ``run`` allocates for ``case`` beyond its inputs and output (a hint for
@@ -169,6 +195,42 @@ def feature_reason(backend: object, case: Case) -> str | None:
         why = getattr(backend, "no_chunk", "") or "the backend has no chunked local attention"
         return f"chunk={case.chunk}: {why}"
     return None
+
+
+def _definer(cls: type, attr: str) -> type | None:
+    return next((c for c in cls.__mro__ if attr in vars(c)), None)
+
+
+def lse_call(backend: Backend) -> Callable[[Case, Inputs, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None:
+    """``backend.run_lse`` where the backend returns its LSE and ``run`` is not overridden below the class
+    that defines ``run_lse`` (a subclass that changes ``run`` is measured through it); else ``None``."""
+    if not getattr(backend, "returns_lse", False):
+        return None
+    cls = type(backend)
+    run_cls, lse_cls = _definer(cls, "run"), _definer(cls, "run_lse")
+    if lse_cls is None or lse_cls is Backend or run_cls is None:
+        return None
+    if run_cls is not lse_cls and issubclass(run_cls, lse_cls):
+        return None
+    return backend.run_lse
+
+
+def packed_lse(lse: torch.Tensor, q_lens: Sequence[int]) -> torch.Tensor:
+    """A padded ``(B, H, Sq_max)`` LSE -> the canonical ``(total_q, H)`` float32 (copied into repro scripts)."""
+    rows = [lse[b, :, :n].transpose(0, 1) for b, n in enumerate(q_lens)]  # (Sq_b, H) each
+    return torch.cat(rows, dim=0).float()  # (total_q, H)
+
+
+def lse_rows(lse: torch.Tensor, q_lens: Sequence[int], hq: int) -> torch.Tensor:
+    """A library's LSE in either layout flash-style kernels use -> the canonical ``(total_q, hq)`` float32:
+    padded ``(B, hq, Sq_max)`` (dense calls, older varlen builds) or packed ``(hq, total_q)`` (varlen
+    since flash-attn 2.6, FA3, FA4). The base is not changed (natural log in, natural log out)."""
+    total = sum(q_lens)
+    if lse.dim() == 3 and lse.shape[0] == len(q_lens) and lse.shape[1] == hq and lse.shape[2] >= max(q_lens, default=0):
+        return packed_lse(lse, q_lens)  # (total_q, hq)
+    if lse.dim() == 2 and tuple(lse.shape) == (hq, total):
+        return lse.transpose(0, 1).float()  # (total_q, hq)
+    raise BackendError(f"LSE of shape {tuple(lse.shape)}: expected (B, hq, Sq_max) or (hq, total_q) for hq={hq}, total_q={total}")
 
 
 def cuda_unavailable_reason() -> str | None:

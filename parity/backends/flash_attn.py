@@ -25,14 +25,14 @@ from __future__ import annotations
 import torch
 
 from ..case import Case, Inputs, padded_capacity, padded_layout
-from .base import GRAD_REFUSALS, Backend, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
+from .base import GRAD_REFUSALS, Backend, cu_seqlens, cuda_unavailable_reason, import_error_reason, lse_rows, refusals
 from .torch_fa2 import FA2_REFUSALS, fa2_case_reason, fa2_window
 
 #: The flash-attn package (FA2 and FA3) and PyTorch's vendored FA2 share one convention.
 flash_window = fa2_window
 
 
-def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, module="flash_attn", descales=None):
+def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, module="flash_attn", descales=None, return_lse=False):
     """The flash-attn package's ``flash_attn_func`` (``dense``: one ``(Sq, Sk)`` for every sequence) or
     ``flash_attn_varlen_func`` (``cu_seqlens_q`` / ``cu_seqlens_k``) on a packed batch.
 
@@ -41,6 +41,9 @@ def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, d
     stays False. ``module``: ``flash_attn`` (FA2) or ``flash_attn_interface`` (FA3, Hopper). ``descales``:
     fp8 ``q`` / ``k`` / ``v`` (FA3), their per-tensor ``(q_descale, k_descale, v_descale)`` float32 scalars,
     passed expanded to the ``(B, hkv)`` FA3 takes.
+    stays False. ``module``: ``flash_attn`` (FA2) or ``flash_attn_interface`` (FA3, Hopper). ``return_lse``:
+    ``return_attn_probs=True`` (FA2: ``(out, softmax_lse, S_dmask)``; FA3: ``(out, softmax_lse)``) and
+    ``(out, softmax_lse)`` returned, the LSE as it comes (``(B, hq, Sq)`` dense, ``(hq, total_q)`` varlen).
     """
     import importlib
 
@@ -48,6 +51,8 @@ def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, d
     kw = dict(softmax_scale=scale, causal=False, window_size=window_size, softcap=softcap)
     if descales is not None:  # (B, hkv) float32 each, stride 0: one scale per tensor
         kw.update({f"{n}_descale": d.reshape(1, 1).expand(len(q_lens), k.shape[-2]) for n, d in zip("qkv", descales)})
+    if return_lse:
+        kw.update(return_attn_probs=True)
     if dense:
         b, sq, sk = len(q_lens), q_lens[0], k_lens[0]
         o = mod.flash_attn_func(
@@ -67,16 +72,18 @@ def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, d
             max(k_lens),
             **kw,
         )
+    lse = None
     if isinstance(o, tuple):
-        o = o[0]  # FA3 returns (out, lse)
-    return o.reshape(q.shape)  # (total_q, hq, d)
+        o, lse = o[0], o[1]  # FA3 returns (out, lse); FA2 with return_attn_probs (out, lse, S_dmask)
+    return (o.reshape(q.shape), lse) if return_lse else o.reshape(q.shape)  # (total_q, hq, d)
 
 
-def flash_attn_kvcache_attention(q, k_cache, v_cache, q_lens, k_lens, block_table, scale, window_size, softcap):
+def flash_attn_kvcache_attention(q, k_cache, v_cache, q_lens, k_lens, block_table, scale, window_size, softcap, return_lse=False):
     """``flash_attn.flash_attn_with_kvcache``: packed ``q`` ``(total_q, hq, d)`` with one ``Sq`` for every
     sequence against caches ``(B, capacity, hkv, d)`` (``block_table`` None) or paged caches ``(pages,
     page_size, hkv, d)`` with ``block_table`` ``(B, max_pages)`` int32; ``cache_seqlens`` = ``k_lens``.
-    Returns ``(total_q, hq, d)``. ``window_size`` as in :func:`flash_attn_attention`."""
+    Returns ``(total_q, hq, d)``, with ``return_lse`` also ``softmax_lse`` ``(B, hq, Sq)`` (``return_softmax_lse``).
+    ``window_size`` as in :func:`flash_attn_attention`."""
     from flash_attn import flash_attn_with_kvcache
 
     b, sq = len(q_lens), q_lens[0]
@@ -91,7 +98,10 @@ def flash_attn_kvcache_attention(q, k_cache, v_cache, q_lens, k_lens, block_tabl
         causal=False,
         window_size=window_size,
         softcap=softcap,
-    )  # (B, Sq, hq, d)
+        return_softmax_lse=return_lse,
+    )  # (B, Sq, hq, d), or (it, softmax_lse (B, hq, Sq))
+    if return_lse:
+        return o[0].reshape(q.shape), o[1]
     return o.reshape(q.shape)  # (total_q, hq, d)
 
 
@@ -132,14 +142,38 @@ class FlashAttnBackend(Backend):
     def _kw(self, case: Case) -> dict:
         return dict(window_size=flash_window(case.window, case.q_lens, case.k_lens), softcap=case.softcap or 0.0)
 
+    returns_lse = True
+    #: flash-attn 2: +inf for a row with no key (softmax.h, flash_fwd_kernel.h, the split-KV combine)
+    lse_empty: tuple[str, ...] = ("+inf",)
+
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        return self._attend(case, inputs, out, False)
+
+    def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``run`` and the library's ``softmax_lse`` (natural log) in the canonical ``(total_q, hq)``."""
+        out, lse = self._attend(case, inputs, out, True)
+        return out, lse_rows(lse, case.q_lens, case.hq)
+
+    def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, return_lse: bool):
         kw = self._kw(case)
+        if inputs.k_descale is not None:  # fp8 q/k/v (FA3: kv_dtypes): () float32 descales each
+            kw.update(descales=(inputs.q_descale, inputs.k_descale, inputs.v_descale))
         with refusals(FA2_REFUSALS, self.module):
-            o = flash_attn_attention(
-                inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale, dense=case.is_uniform, module=self.module, **kw
+            got = flash_attn_attention(
+                inputs.q,
+                inputs.k,
+                inputs.v,
+                case.q_lens,
+                case.k_lens,
+                case.softmax_scale,
+                dense=case.is_uniform,
+                module=self.module,
+                return_lse=return_lse,
+                **kw,
             )
+        o, lse = got if return_lse else (got, None)
         out.copy_(o)  # (total_q, hq, d)
-        return out
+        return (out, lse) if return_lse else out
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`flash_attn_attention` as ``run`` calls it,
@@ -176,7 +210,7 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
             return f"FA2 paged KV needs page_size % 256 == 0, got {case.page_size}"
         return super().unsupported_reason(case)
 
-    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+    def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, return_lse: bool):
         if case.page_size is not None:
             paged = inputs.paged()
             k_cache, v_cache, table = paged.k_cache, paged.v_cache, paged.block_table  # (pages, ps, hkv, d) x2, (B, P)
@@ -184,11 +218,12 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
             padded = inputs.padded()
             k_cache, v_cache, table = padded.k_cache, padded.v_cache, None  # (B, capacity, hkv, d) x2
         with refusals(FA2_REFUSALS, "flash_attn"):
-            o = flash_attn_kvcache_attention(
-                inputs.q, k_cache, v_cache, case.q_lens, case.k_lens, table, case.softmax_scale, **self._kw(case)
+            got = flash_attn_kvcache_attention(
+                inputs.q, k_cache, v_cache, case.q_lens, case.k_lens, table, case.softmax_scale, return_lse=return_lse, **self._kw(case)
             )
+        o, lse = got if return_lse else (got, None)
         out.copy_(o)  # (total_q, hq, d)
-        return out
+        return (out, lse) if return_lse else out
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`flash_attn_kvcache_attention` as ``run``
@@ -233,14 +268,6 @@ class FlashAttn3Backend(FlashAttnBackend):
             return f"FA3's fp8 path writes bfloat16 output ('For FP8 input, output must have dtype BF16'), not {case.dtype}"
         return super().unsupported_reason(case)
 
-    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        if inputs.k_descale is None:
-            return super().run(case, inputs, out)
-        descales = (inputs.q_descale, inputs.k_descale, inputs.v_descale)  # () float32 each
-        with refusals(FA2_REFUSALS, self.module):
-            o = flash_attn_attention(
-                inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale, dense=case.is_uniform,
-                module=self.module, descales=descales, **self._kw(case),
-            )  # fmt: skip
-        out.copy_(o)  # (total_q, hq, d), bfloat16
-        return out
+    #: FA3 (hopper/): the softmax's finalize writes +inf for a row with no key, the epilogue of a tile with
+    #: no key block and the split-KV combine -inf
+    lse_empty = ("+inf", "-inf")

@@ -44,7 +44,17 @@ import torch
 from ..case import Case, Inputs
 from ..results import HALF_DTYPES
 from ..window import Window
-from .base import GRAD_REFUSALS, Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
+from .base import (
+    GRAD_REFUSALS,
+    Backend,
+    BackendError,
+    Unsupported,
+    cu_seqlens,
+    cuda_unavailable_reason,
+    import_error_reason,
+    lse_rows,
+    refusals,
+)
 
 #: FA4's own words when it declines a configuration; see the module docstring.
 FA4_REFUSALS: tuple[str, ...] = (
@@ -67,7 +77,9 @@ def fa4_window(window: Window, q_lens, k_lens) -> tuple[int | None, int | None]:
     return window.left, window.right
 
 
-def fa4_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, page_table=None, seqused_k=None, learnable_sink=None):
+def fa4_attention(
+    q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, page_table=None, seqused_k=None, learnable_sink=None, return_lse=False
+):
     """FA4 (``flash_attn.cute``) on a packed batch: ``flash_attn_func`` (``dense``: one ``(Sq, Sk)`` for
     every sequence), else ``flash_attn_varlen_func``.
 
@@ -76,12 +88,17 @@ def fa4_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, p
     (``cu_seqlens_k`` then None). Returns ``(total_q, hq, d)``. ``window_size``: ``(left, right)``,
     inclusive, bottom-right aligned, ``None`` = unbounded (not -1); ``causal`` stays False.
     ``learnable_sink``: ``(hq,)`` sink logits (natural-log units), or None.
+    inclusive, bottom-right aligned, ``None`` = unbounded (not -1); ``causal`` stays False. ``return_lse``:
+    FA4's ``return_lse=True``, and ``(out, lse)`` returned, the LSE as it comes (``(B, hq, Sq)`` dense,
+    ``(hq, total_q)`` varlen; natural log).
     """
     from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
 
     kw = dict(softmax_scale=scale, causal=False, window_size=window_size, softcap=softcap)
     if learnable_sink is not None:
         kw["learnable_sink"] = learnable_sink.to(device=q.device, dtype=torch.bfloat16).contiguous()  # (hq,)
+    if return_lse:
+        kw.update(return_lse=True)
     if page_table is not None:
         o = flash_attn_varlen_func(
             q,  # (total_q, hq, d)
@@ -113,9 +130,10 @@ def fa4_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, p
             max_seqlen_k=max(k_lens),
             **kw,
         )
+    lse = None
     if isinstance(o, tuple):
-        o = o[0]  # (out, lse)
-    return o.reshape(q.shape)  # (total_q, hq, d)
+        o, lse = o[0], o[1]  # (out, lse)
+    return (o.reshape(q.shape), lse) if return_lse else o.reshape(q.shape)  # (total_q, hq, d)
 
 
 class Fa4Backend(Backend):
@@ -172,7 +190,21 @@ class Fa4Backend(Backend):
         window = fa4_window(case.window, case.q_lens, case.k_lens)
         return dict(window_size=window, softcap=case.softcap or 0.0, dense=case.is_uniform and not self.always_varlen)
 
+    returns_lse = True
+    #: flash_attn/cute/softmax.py finalize: -inf for a row with no key (row sum 0); seqlen_k == 0: lse.fill_(-inf)
+    lse_empty = ("-inf",)
+
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        return self._attend(case, inputs, out, False)
+
+    def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``run`` with ``return_lse=True``: the LSE in the canonical ``(total_q, hq)``."""
+        out, lse = self._attend(case, inputs, out, True)
+        if lse is None:
+            raise BackendError("flash_attn.cute with return_lse=True returned no LSE")
+        return out, lse_rows(lse, case.q_lens, case.hq)
+
+    def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, return_lse: bool):
         kw = self.native(case)
         k, v = inputs.k, inputs.v  # (total_k, hkv, d)
         if case.page_size is not None:
@@ -182,9 +214,10 @@ class Fa4Backend(Backend):
         if inputs.sinks is not None:
             kw["learnable_sink"] = inputs.sinks  # (hq,)
         with refusals(FA4_REFUSALS, "flash-attn-4"):
-            o = fa4_attention(inputs.q, k, v, case.q_lens, case.k_lens, case.softmax_scale, **kw)
+            got = fa4_attention(inputs.q, k, v, case.q_lens, case.k_lens, case.softmax_scale, return_lse=return_lse, **kw)
+        o, lse = got if return_lse else (got, None)
         out.copy_(o)  # (total_q, hq, d)
-        return out
+        return (out, lse) if return_lse else out
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`fa4_attention` as ``run`` calls it,

@@ -75,6 +75,7 @@ is not a refusal.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import shutil
 from pathlib import Path
@@ -85,6 +86,9 @@ from ..case import Case, Inputs, PagedKV
 from ..results import HALF_DTYPES
 from ..window import Window
 from .base import Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
+
+#: FlashInfer's ``return_lse`` is base 2 (its kernels fold log2(e) into the scale and run exp2); natural log = it x ln 2.
+LN2 = math.log(2.0)
 
 #: Page size the paged backends use for cases that have none (vLLM's default block size).
 DEFAULT_PAGE = 16
@@ -134,20 +138,21 @@ def flashinfer_paged_args(paged: PagedKV) -> tuple[torch.Tensor, torch.Tensor, t
     return flashinfer_csr(paged.block_table, paged.seqlens_k.tolist(), paged.page_size)
 
 
-def flashinfer_prefill_attention(q, k, v, out, q_lens, k_lens, natives, scale, softcap, kv_scales=None):
+def flashinfer_prefill_attention(q, k, v, out, q_lens, k_lens, natives, scale, softcap, kv_scales=None, lse=None):
     """``flashinfer.single_prefill_with_kv_cache``, one call per sequence of a packed batch.
 
     ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)`` (NHD); ``out`` ``(total_q, hq, d)``
     written and returned. ``natives``: per sequence ``(causal, window_left)`` (:func:`flashinfer_window`):
     keys from ``i + Sk - Sq - window_left`` on, ``-1`` = unbounded; causal: up to ``i + Sk - Sq``.
-    ``kv_scales``: fp8 ``k`` / ``v``, their ``(k_scale, v_scale)`` floats.
+    ``kv_scales``: fp8 ``k`` / ``v``, their ``(k_scale, v_scale)`` floats. ``lse`` ``(total_q, hq)`` float32,
+    if given, gets FlashInfer's ``return_lse`` value as it comes: base 2.
     """
     import flashinfer
 
     scales = {} if kv_scales is None else dict(k_scale=kv_scales[0], v_scale=kv_scales[1])
     q0 = k0 = 0
     for (sq, sk), (causal, window_left) in zip(zip(q_lens, k_lens), natives):
-        out[q0 : q0 + sq] = flashinfer.single_prefill_with_kv_cache(
+        o = flashinfer.single_prefill_with_kv_cache(
             q[q0 : q0 + sq],  # (Sq, hq, d)
             k[k0 : k0 + sk],  # (Sk, hkv, d)
             v[k0 : k0 + sk],  # (Sk, hkv, d)
@@ -155,14 +160,32 @@ def flashinfer_prefill_attention(q, k, v, out, q_lens, k_lens, natives, scale, s
             window_left=window_left,
             sm_scale=scale,
             logits_soft_cap=softcap,
+            return_lse=lse is not None,
             **scales,
-        )  # (Sq, hq, d)
+        )  # (Sq, hq, d), or (it, its lse (Sq, hq), log2)
+        if lse is not None:
+            o, lse[q0 : q0 + sq] = o[0], o[1]
+        out[q0 : q0 + sq] = o
         q0, k0 = q0 + sq, k0 + sk
     return out
 
 
 def flashinfer_paged_attention(
-    q, k_cache, v_cache, out, q_lens, block_table, seqlens_k, page_size, scale, window_left, softcap, workspace, causal=None, kv_scales=None
+    q,
+    k_cache,
+    v_cache,
+    out,
+    q_lens,
+    block_table,
+    seqlens_k,
+    page_size,
+    scale,
+    window_left,
+    softcap,
+    workspace,
+    causal=None,
+    kv_scales=None,
+    lse=None,
 ):
     """FlashInfer over a paged cache ``(pages, page_size, hkv, d)`` (NHD) with ``block_table`` ``(B,
     max_pages)`` and ``seqlens_k``: ``BatchPrefillWithPagedKVCacheWrapper`` (plan + run) when ``causal`` is
@@ -171,11 +194,14 @@ def flashinfer_paged_attention(
     ``q`` ``(total_q, hq, d)``; ``out`` ``(total_q, hq, d)`` written and returned. ``workspace``: the
     wrappers' float buffer (uint8). ``window_left``: keys from ``i + Sk - Sq - window_left`` on, ``-1`` =
     unbounded; ``causal``: up to ``i + Sk - Sq``. ``kv_scales``: an fp8 cache (``kv_data_type`` its dtype),
-    its ``(k_scale, v_scale)`` floats, passed to ``run``.
+    its ``(k_scale, v_scale)`` floats, passed to ``run``. ``lse`` ``(total_q, hq)`` float32, if given, gets
+    the wrapper's ``return_lse`` value as it comes: base 2.
     """
     import flashinfer
 
     scales = {} if kv_scales is None else dict(k_scale=kv_scales[0], v_scale=kv_scales[1])
+    lse_kw = dict(return_lse=True) if lse is not None else {}
+
     indptr, indices, last = flashinfer_csr(block_table, seqlens_k, page_size)  # (B + 1,), (pages,), (B,) int32
     hq, hkv, d = q.shape[1], k_cache.shape[2], q.shape[2]
     types = dict(q_data_type=q.dtype, kv_data_type=k_cache.dtype)
@@ -184,7 +210,10 @@ def flashinfer_paged_attention(
         wrapper.plan(
             indptr, indices, last, hq, hkv, d, page_size, window_left=window_left, logits_soft_cap=softcap, sm_scale=scale, **types
         )
-        out.copy_(wrapper.run(q, (k_cache, v_cache), **scales).reshape(out.shape))  # (B, hq, d): one query per sequence
+        o = wrapper.run(q, (k_cache, v_cache), **scales, **lse_kw)  # (B, hq, d): one query per sequence; or (it, lse (B, hq))
+        if lse is not None:
+            o, lse[:] = o[0], o[1]
+        out.copy_(o.reshape(out.shape))
         return out
     wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
     wrapper.plan(
@@ -202,7 +231,9 @@ def flashinfer_paged_attention(
         logits_soft_cap=softcap,
         **types,
     )
-    o = wrapper.run(q, (k_cache, v_cache), out=out, **scales)  # (total_q, hq, d)
+    o = wrapper.run(q, (k_cache, v_cache), out=out, **scales, **lse_kw)  # (total_q, hq, d), or (it, lse (total_q, hq))
+    if lse is not None:
+        o, lse[:] = o[0], o[1]
     if o.data_ptr() != out.data_ptr():
         out.copy_(o)
     return out
@@ -291,7 +322,20 @@ class FlashInferBackend(Backend):
             return str(exc)
         return None
 
+    returns_lse = True
+    #: FlashInfer documents no value for a row with no key; the LSE there is recorded (lse_detail), not judged
+    lse_empty = ("any",)
+
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        return self._attend(case, inputs, out, None)
+
+    def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``run`` with ``return_lse=True``; FlashInfer's LSE is base 2 (log2 e folded into its scale): times ln 2."""
+        lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=inputs.q.device)  # (total_q, hq), log2
+        out = self._attend(case, inputs, out, lse)
+        return out, lse * LN2  # natural log
+
+    def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, lse: torch.Tensor | None) -> torch.Tensor:
         natives = [flashinfer_window(case.window, sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
         with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
             return flashinfer_prefill_attention(
@@ -305,6 +349,7 @@ class FlashInferBackend(Backend):
                 case.softmax_scale,
                 case.softcap or 0.0,
                 kv_scales(inputs),
+                lse,
             )
 
     def repro_call(self, case: Case) -> str:
@@ -366,7 +411,10 @@ class FlashInferPagedBackend(FlashInferBackend):
             return "FlashInfer's AttentionSink variant (BatchAttentionWithAttentionSinkWrapper) has no logits_soft_cap"
         return super().unsupported_reason(case)
 
-    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+    def lse_unsupported(self, case: Case) -> str | None:
+        return "the AttentionSink wrapper is called without return_lse" if case.sinks else None
+
+    def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, lse: torch.Tensor | None) -> torch.Tensor:
         kw = self.native(case)
         paged = self._paged(case, inputs)
         if inputs.sinks is not None:
@@ -384,6 +432,7 @@ class FlashInferPagedBackend(FlashInferBackend):
                 case.softmax_scale,
                 workspace=self._buffer(inputs.q.device),
                 kv_scales=kv_scales(inputs),
+                lse=lse,
                 **kw,
             )
 

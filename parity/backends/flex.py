@@ -106,7 +106,7 @@ def flex_block_mask(bq, bk, band, device):
     return create_block_mask(mod, None, None, bq, bk, device=device)
 
 
-def flex_attention_packed(q, k, v, out, q_lens, k_lens, scale, padded, block_masks, score_mod=None, flex=None, sink_key=False):
+def flex_attention_packed(q, k, v, out, q_lens, k_lens, scale, padded, block_masks, score_mod=None, flex=None, sink_key=False, lse=None):
     """``flex_attention``, one call per sequence of a packed batch.
 
     ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)``; ``out`` ``(total_q, hq, d)`` is
@@ -115,12 +115,22 @@ def flex_attention_packed(q, k, v, out, q_lens, k_lens, scale, padded, block_mas
     (:func:`flex_block_mask`). ``flex``: ``flex_attention`` or a compiled version (None: eager).
     ``sink_key``: a zero key and value row goes in front of each sequence's keys (the learned sink's
     key, scored by :func:`sink_mod`; ``bk`` counts it).
+    ``lse`` ``(total_q, hq)`` float32, if given, gets flex's log-sum-exp (already natural log:
+    flex converts its kernel's log2 value; ``-inf`` on rows that see no key).
     """
     import warnings
 
     from torch.nn.attention.flex_attention import flex_attention
 
     fn = flex or flex_attention
+    aux = {}
+    if lse is not None:
+        try:  # torch >= 2.9: return_aux; return_lse before it (deprecated after)
+            from torch.nn.attention.flex_attention import AuxRequest
+
+            aux = {"return_aux": AuxRequest(lse=True)}
+        except ImportError:
+            aux = {"return_lse": True}
     q0 = k0 = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # eager flex warns that it is unfused
@@ -136,7 +146,12 @@ def flex_attention_packed(q, k, v, out, q_lens, k_lens, scale, padded, block_mas
                 block_mask=block_mask,
                 scale=scale,
                 enable_gqa=q.shape[1] != k.shape[1],
-            )  # (1, hq, bq, d)
+                **aux,
+            )  # (1, hq, bq, d), or (it, its lse or aux) with aux
+            if aux:
+                o, extra = o
+                seq_lse = extra if isinstance(extra, torch.Tensor) else extra.lse  # (1, hq, bq)
+                lse[q0 : q0 + sq] = seq_lse[0, :, :sq].transpose(0, 1)  # (Sq, hq)
             out[q0 : q0 + sq] = o[0, :, :sq].transpose(0, 1)  # (Sq, hq, d)
             q0, k0 = q0 + sq, k0 + sk
     return out
@@ -246,7 +261,17 @@ class FlexBackend(Backend):
             return softcap_score_mod(case.softcap)
         return None
 
+    returns_lse = True
+    lse_empty = ("-inf",)  # m = -inf, l = 0 -> log(l) + m (eager and the Triton template alike)
+
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        return self._attend(case, inputs, out, None)
+
+    def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=inputs.q.device)  # (total_q, hq)
+        return self._attend(case, inputs, out, lse), lse
+
+    def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, lse: torch.Tensor | None) -> torch.Tensor:
         dev = str(inputs.q.device)
         score_mod = self._score_mod(case, inputs, dev)
         sink = inputs.sinks is not None
@@ -264,6 +289,7 @@ class FlexBackend(Backend):
             score_mod,
             _compiled_flex() if self._use_compiled() else None,
             sink,
+            lse,
         )
 
     def repro_call(self, case: Case) -> str:
@@ -309,6 +335,9 @@ class FlexCompiledBackend(FlexBackend):
     cost_hint = 30  # inductor compiles each new shape
     name = "flex-compiled"
     compiled = True
+    #: inductor on the CPU refuses it: "torch.compile on CPU only supports inference and `return_lse` is not
+    #: supported yet" (torch 2.13): the row's LSE is not checked (lse_check none)
+    returns_lse = False
     description = "FlexAttention through torch.compile (CPU inductor here: slow first call)"
 
 

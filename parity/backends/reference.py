@@ -28,12 +28,19 @@ class ReferenceBackend(Backend):
         g = grad_reference(inputs, dout, torch.float64)
         return g["dq"].to(inputs.q.dtype), g["dk"].to(inputs.k.dtype), g["dv"].to(inputs.v.dtype)
 
+    returns_lse = True
+    lse_empty = ("-inf",)  # the reference's own convention
+
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        return self.run_lse(case, inputs, out)[0]
+
+    def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if case.page_size is not None:  # read K/V back through the paged cache: only the pages some row sees
             k, v = inputs.paged().gather([pages_seen(case, case.page_size, b) for b in range(case.batch)])
             inputs = inputs.with_tensors(inputs.q, k, v)
-        out.copy_(attention_reference(inputs, torch.float64))
-        return out
+        lse = torch.empty(inputs.q.shape[:2], dtype=torch.float64, device=inputs.q.device)  # (total_q, hq)
+        out.copy_(attention_reference(inputs, torch.float64, lse=lse))
+        return out, lse.float()
 
     def workspace_bytes(self, case: Case) -> int:
         """The float64 output and one band block's temporaries (scores, masked, exp, weights)."""

@@ -35,7 +35,7 @@ import torch
 from ..case import Case, Inputs
 from ..results import HALF_DTYPES
 from ..window import Window
-from .base import GRAD_REFUSALS, Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, refusals
+from .base import GRAD_REFUSALS, Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, lse_rows, refusals
 
 UNBOUNDED = -1  # FA2's sentinel for "no limit on this side"
 
@@ -78,13 +78,15 @@ def fa2_case_reason(case: Case, softcap_ok: bool = False, max_head_dim: int = 25
     return None
 
 
-def torch_fa2_attention(q, k, v, q_lens, k_lens, scale, window_size_left, window_size_right, dense, op=None):
+def torch_fa2_attention(q, k, v, q_lens, k_lens, scale, window_size_left, window_size_right, dense, op=None, return_lse=False):
     """PyTorch's vendored FlashAttention-2 (``aten._flash_attention_forward``) on a packed batch.
 
     ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)``; returns ``(total_q, hq, d)``.
     ``dense``: every sequence has one ``(Sq, Sk)``: the ``(B, S, H, d)`` layout, else varlen with
     ``cum_seq_q`` / ``cum_seq_k``. Window sides: inclusive, bottom-right aligned, ``-1`` = unbounded.
-    ``op``: the operator (None: ``torch.ops.aten._flash_attention_forward``).
+    ``op``: the operator (None: ``torch.ops.aten._flash_attention_forward``). ``return_lse``: also return
+    its ``logsumexp`` (the op's second output, natural log) as it comes: ``(B, hq, Sq)`` dense; varlen
+    ``(hq, total_q)`` or, in builds before flash-attn 2.6's layout, ``(B, hq, max Sq)``.
     """
     op = op or torch.ops.aten._flash_attention_forward
     kw = dict(scale=scale, window_size_left=window_size_left, window_size_right=window_size_right)
@@ -92,10 +94,12 @@ def torch_fa2_attention(q, k, v, q_lens, k_lens, scale, window_size_left, window
         b, sq, sk = len(q_lens), q_lens[0], k_lens[0]
         qd = q.view(b, sq, *q.shape[1:])  # (B, Sq, hq, d)
         kd, vd = k.view(b, sk, *k.shape[1:]), v.view(b, sk, *v.shape[1:])  # (B, Sk, hkv, d)
-        o = op(qd, kd, vd, None, None, sq, sk, 0.0, False, False, **kw)[0]  # (B, Sq, hq, d)
+        o, lse = op(qd, kd, vd, None, None, sq, sk, 0.0, False, False, **kw)[:2]  # (B, Sq, hq, d), (B, hq, Sq)
     else:
         cu_q, cu_k = cu_seqlens(q_lens, q.device), cu_seqlens(k_lens, q.device)  # (B + 1,) int32
-        o = op(q, k, v, cu_q, cu_k, max(q_lens), max(k_lens), 0.0, False, False, **kw)[0]  # (total_q, hq, d)
+        o, lse = op(q, k, v, cu_q, cu_k, max(q_lens), max(k_lens), 0.0, False, False, **kw)[:2]  # (total_q, hq, d), see above
+    if return_lse:
+        return o.reshape(q.shape), lse
     return o.reshape(q.shape)  # (total_q, hq, d)
 
 
@@ -144,12 +148,26 @@ class TorchFa2Backend(Backend):
         left, right = fa2_window(case.window, case.q_lens, case.k_lens)
         return dict(window_size_left=left, window_size_right=right, dense=case.is_uniform and not self.always_varlen)
 
+    returns_lse = True
+    #: flash-attn 2's softmax.h / flash_fwd_kernel.h: +inf for a row with no key (split-KV's combine too)
+    lse_empty = ("+inf",)
+
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         kw = self.native(case)
         with refusals(FA2_REFUSALS, "FlashAttention-2 (vendored in torch)"):
             o = torch_fa2_attention(inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale, op=flash_forward_op(), **kw)
         out.copy_(o)  # (total_q, hq, d)
         return out
+
+    def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``run`` and the op's ``logsumexp`` (natural log), in the canonical ``(total_q, hq)``."""
+        kw = self.native(case)
+        with refusals(FA2_REFUSALS, "FlashAttention-2 (vendored in torch)"):
+            o, lse = torch_fa2_attention(
+                inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale, op=flash_forward_op(), return_lse=True, **kw
+            )
+        out.copy_(o)  # (total_q, hq, d)
+        return out, lse_rows(lse, case.q_lens, case.hq)
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`torch_fa2_attention` as ``run`` calls it,

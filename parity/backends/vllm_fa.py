@@ -84,7 +84,7 @@ import torch
 from ..case import Case, Inputs
 from ..results import HALF_DTYPES
 from ..window import Window
-from .base import Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
+from .base import Backend, BackendError, Unsupported, cu_seqlens, cuda_unavailable_reason, import_error_reason, lse_rows, refusals
 from .torch_fa2 import FA2_REFUSALS
 
 UNBOUNDED = -1
@@ -130,7 +130,7 @@ def takes_attention_chunk(name: str = "attention_chunk") -> bool:
 
 def vllm_fa_attention(
     q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None, descales=None,
-    s_aux=None, attention_chunk=None,
+    s_aux=None, attention_chunk=None, return_lse=False,
 ):  # fmt: skip
     """``vllm.vllm_flash_attn``'s ``flash_attn_varlen_func`` as vLLM's FlashAttention backend calls it.
 
@@ -140,9 +140,9 @@ def vllm_fa_attention(
     buffer, and returned. ``window_size``: ``(left, right)``, inclusive, bottom-right aligned, ``-1`` =
     unbounded; ``causal=True`` forces ``right = 0``. ``descales``: fp8 inputs (FA3), the per-tensor
     ``(q_descale, k_descale, v_descale)`` float32 scalars, passed as vLLM passes its layer scales:
-    expanded to ``(B, hkv)``.
-    unbounded; ``causal=True`` forces ``right = 0``. ``s_aux``: ``(hq,)`` sink logits (FA3), or None;
-    ``attention_chunk``: chunk size, or None (passed only when given).
+    expanded to ``(B, hkv)``. ``s_aux``: ``(hq,)`` sink logits (FA3), or None; ``attention_chunk``: chunk
+    size, or None (passed only when given). ``return_lse``: ``return_softmax_lse=True``, and
+    ``(out, softmax_lse)`` returned, the LSE as the library gives it (``(hq, total_q)``, natural log).
     """
     import importlib
 
@@ -165,16 +165,19 @@ def vllm_fa_attention(
         kw["s_aux"] = s_aux.to(device=q.device, dtype=torch.bfloat16).contiguous()  # (hq,)
     if attention_chunk is not None:
         kw["attention_chunk"] = attention_chunk
+    if return_lse:
+        kw.update(return_softmax_lse=True)
     if block_table is not None:
         kw.update(seqused_k=seqused_k, block_table=block_table)  # (B,), (B, max_pages) int32
     else:
         kw.update(cu_seqlens_k=cu_seqlens(k_lens, q.device))  # (B + 1,) int32
-    o = fai.flash_attn_varlen_func(q, k, v, **kw)  # (total_q, hq, d)
+    o = fai.flash_attn_varlen_func(q, k, v, **kw)  # (total_q, hq, d), or (it, softmax_lse)
+    lse = None
     if isinstance(o, tuple):
-        o = o[0]
+        o, lse = o[0], o[1]
     if o.data_ptr() != out.data_ptr():
         out.copy_(o.reshape(out.shape))
-    return out
+    return (out, lse) if return_lse else out
 
 
 class VllmFa2Backend(Backend):
@@ -253,7 +256,21 @@ class VllmFa2Backend(Backend):
             kw["attention_chunk"] = case.chunk
         return kw
 
+    returns_lse = True
+    #: FA2's kernels write +inf for a row with no key (softmax.h, flash_fwd_kernel.h, the split-KV combine)
+    lse_empty: tuple[str, ...] = ("+inf",)
+
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        return self._attend(case, inputs, out, False)
+
+    def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``run`` with ``return_softmax_lse=True``: the LSE ``(hq, total_q)`` -> ``(total_q, hq)``."""
+        out, lse = self._attend(case, inputs, out, True)
+        if lse is None:
+            raise BackendError("flash_attn_varlen_func(return_softmax_lse=True) returned no LSE")
+        return out, lse_rows(lse, case.q_lens, case.hq)
+
+    def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, return_lse: bool):
         kw = self.native(case)
         k, v = inputs.k, inputs.v  # (total_k, hkv, d)
         if case.page_size is not None:
@@ -265,7 +282,7 @@ class VllmFa2Backend(Backend):
         if inputs.sinks is not None:
             kw["s_aux"] = inputs.sinks  # (hq,)
         with refusals(VLLM_FA_REFUSALS, f"vllm_flash_attn FA{self.fa_version}"):
-            return vllm_fa_attention(inputs.q, k, v, out, case.q_lens, case.k_lens, case.softmax_scale, **kw)
+            return vllm_fa_attention(inputs.q, k, v, out, case.q_lens, case.k_lens, case.softmax_scale, return_lse=return_lse, **kw)
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`vllm_fa_attention` as ``run`` calls it,
@@ -306,6 +323,9 @@ class VllmFa3Backend(VllmFa2Backend):
     no_sinks = ""
     description = "vllm.vllm_flash_attn flash_attn_varlen_func(fa_version=3, Hopper): cu_seqlens_q, block_table + seqused_k for paged KV"
     install_hint = VllmFa2Backend.install_hint.replace("vllm-fa2-cuda", "vllm-fa3-cuda")
+    #: FA3 (hopper/): the softmax's finalize writes +inf for a row with no key, the epilogue of a tile with
+    #: no key block and the split-KV combine -inf
+    lse_empty = ("+inf", "-inf")
 
     def _gpu_reason(self) -> str | None:
         major, minor = torch.cuda.get_device_capability()

@@ -54,7 +54,17 @@ import torch
 
 from ..case import Case, Inputs
 from ..window import Window
-from .base import GRAD_REFUSALS, Backend, Unsupported, autograd_grads, cuda_unavailable_reason, import_error_reason, refusals
+from .base import (
+    GRAD_REFUSALS,
+    Backend,
+    BackendError,
+    Unsupported,
+    autograd_grads,
+    cuda_unavailable_reason,
+    import_error_reason,
+    packed_lse,
+    refusals,
+)
 
 SHIM_ENV = "PARITY_XFORMERS_SHIM"
 
@@ -136,13 +146,16 @@ def _make_bias(name: str, kw: dict, q_lens, k_lens):
     return eval(bias_expr(name, kw, q_lens, k_lens), {"ab": ab})  # our own constructor text, see bias_expr
 
 
-def xformers_attention(q, k, v, q_lens, k_lens, scale, bias, op_module, packed):
+def xformers_attention(q, k, v, q_lens, k_lens, scale, bias, op_module, packed, return_lse=False):
     """``xformers.ops.memory_efficient_attention_forward`` with operator ``fmha.<op_module>.FwOp`` pinned.
 
     ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)``; returns ``(total_q, hq, d)``.
     ``bias``: the ``attn_bias`` (:func:`bias_expr`). ``packed``: the batch as one row ``(1, total, ...)``
     (block-diagonal masks), else ``(B, S, ...)`` with one ``(Sq, Sk)`` for every sequence. GQA in
     xformers' 5-D layout ``(B, M, G, H, K)``: ``G = hkv`` groups of ``H = hq // hkv`` query heads.
+    ``return_lse``: ``memory_efficient_attention_forward_requires_grad`` instead, and ``(out, lse)``
+    returned, the LSE as the operator gives it (``(B, G, H, M)``, ``M`` padded; varlen padded per
+    sequence or packed; natural log).
     """
     import importlib
 
@@ -155,6 +168,9 @@ def xformers_attention(q, k, v, q_lens, k_lens, scale, bias, op_module, packed):
     qx = q.view(b, sq, hkv, g, d)  # (B, Mq, G, H, K)
     kx = k.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K), stride 0 over H
     vx = v.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K)
+    if return_lse:
+        o, lse = xops.memory_efficient_attention_forward_requires_grad(qx, kx, vx, attn_bias=bias, scale=scale, op=op)
+        return o.reshape(q.shape), lse  # (total_q, hq, d), (B, G, H, M) as the operator gives it
     o = xops.memory_efficient_attention_forward(qx, kx, vx, attn_bias=bias, scale=scale, op=op)  # (B, Mq, G, H, K)
     return o.reshape(q.shape)  # (total_q, hq, d)
 
@@ -177,6 +193,20 @@ def xformers_attention_trained(q, k, v, q_lens, k_lens, scale, bias, op_module, 
     vx = v.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K)
     o = xops.memory_efficient_attention(qx, kx, vx, attn_bias=bias, scale=scale, op=(mod.FwOp, mod.BwOp))  # (B, Mq, G, H, K)
     return o.reshape(q.shape)  # (total_q, hq, d)
+
+
+def xformers_lse_rows(lse: torch.Tensor, q_lens, hq: int) -> torch.Tensor:
+    """An xformers LSE -> the canonical ``(total_q, hq)``: ``(B', G, H, M')``, ``(B', hq, M')`` or ``(hq, M')``
+    (heads ``g * H + h``, as the query's ``(hkv, g)`` view); ``B'`` the sequences (dense, or varlen padded
+    per sequence, ``M' >= max Sq``) or 1 (varlen packed, ``M' >= total_q``)."""
+    rows = lse.flatten(1, 2) if lse.dim() == 4 else (lse[None] if lse.dim() == 2 else lse)  # (B', hq, M')
+    total = sum(q_lens)
+    if rows.dim() == 3 and rows.shape[1] == hq:
+        if rows.shape[0] == len(q_lens) and rows.shape[2] >= max(q_lens):
+            return packed_lse(rows, q_lens)  # (total_q, hq)
+        if rows.shape[0] == 1 and rows.shape[2] >= total:
+            return rows[0, :, :total].transpose(0, 1).float()  # (total_q, hq)
+    raise BackendError(f"xformers LSE of shape {tuple(lse.shape)}: no layout for hq={hq}, q_lens={list(q_lens)}")
 
 
 def apply_shim() -> bool:
@@ -242,7 +272,19 @@ class XformersBackend(Backend):
             return str(exc)
         return None
 
+    returns_lse = True
+    #: xformers documents no LSE for a row with no key: recorded (lse_detail), not judged
+    lse_empty: tuple[str, ...] = ("any",)
+
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        return self._attend(case, inputs, out, False)
+
+    def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``run`` through ``memory_efficient_attention_forward_requires_grad``: its LSE, canonical layout."""
+        out, lse = self._attend(case, inputs, out, True)
+        return out, xformers_lse_rows(lse, case.q_lens, case.hq)
+
+    def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, return_lse: bool):
         apply_shim()
         name, kw = xformers_bias_spec(case.window, case.q_lens, case.k_lens)
         with refusals(XFORMERS_REFUSALS, f"xformers {self._op().NAME} with {name}"):
@@ -257,9 +299,11 @@ class XformersBackend(Backend):
                 bias,
                 self.op_module,
                 packed=name.startswith("BlockDiagonal"),
+                return_lse=return_lse,
             )
+        o, lse = o if return_lse else (o, None)
         out.copy_(o)  # (total_q, hq, d)
-        return out
+        return (out, lse) if return_lse else out
 
     #: The backward: autograd through :func:`xformers_attention_trained` (the operator's ``BwOp``).
     supports_grad = True
@@ -330,3 +374,4 @@ class XformersFlash(XformersBackend):
     name = "xformers-flash-cuda"
     op_module = "flash"
     description = "xformers memory_efficient_attention, op fmha.flash.FwOp (fa2F, PyTorch's FA2 when -pt)"
+    lse_empty = ("+inf",)  # FlashAttention-2's kernels: +inf for a row with no key

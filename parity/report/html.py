@@ -278,6 +278,8 @@ def _worst(run: Run) -> str:
             for k in ("mask_detail", "gqa_detail", "worst_where"):
                 if r.get(k) and (k == "worst_where" or r.get(k.replace("detail", "check")) == "mismatch"):
                     lines.append(f'<div class="small">{escape(k.split("_")[0])}: {escape(r[k])}</div>')
+            if r.get("lse_check") == "fail":
+                lines.append(f'<div class="small">lse: {escape(r.get("lse_detail", "")[:600])}</div>')
             if r.get("verdict") != "fail" and r.get("detail") and r["detail"].strip() != why:
                 lines.append(f'<div class="small">{escape(r["detail"][:600])}</div>')
             if r.get("_same"):
@@ -603,6 +605,10 @@ def _stages(run: Run) -> str:
     )
 
 
+#: The log-sum-exp columns the rows table shows where some row checked an LSE.
+LSE_SHOWN = ("lse_check", "lse_max_abs_err", "lse_budget")
+
+
 def _rows(run: Run) -> str:
     recs = [r for r in records(run) if r["verdict"] != "pass"]
     if not recs:
@@ -623,6 +629,7 @@ def _rows(run: Run) -> str:
             "reasons",
             "expected_id",
             "err_ratio",
+            *(LSE_SHOWN if any(r.get("lse_check") in ("pass", "fail") for r in recs) else ()),
             "detail",
             "repro",
         )

@@ -128,6 +128,8 @@ def _md_failing(run: Run, bad: int) -> list[str]:
                 out.append(f"  - gqa: {md_cell(r['gqa_detail'][:400])}")
             if r.get("read_check") == "mismatch":
                 out.append(f"  - reads: {md_cell(r['read_detail'][:400])}")
+            if r.get("lse_check") == "fail":
+                out.append(f"  - lse: {md_cell(r['lse_detail'][:400])}")
             if r.get("repro"):
                 out += ["", "  ```bash", f"  {r['repro']}", "  ```"]
     for b, s in smallest_failing(run).items():

@@ -205,6 +205,47 @@ class EagerAttention(Backend):
 # -- window width ---------------------------------------------------------------------------------
 
 
+class EagerWithLse(EagerAttention):
+    """:class:`EagerAttention` that also returns its log-sum-exp (``run_lse``): natural log of the
+    scaled, softcapped scores over the keys its own mask lets in, ``-inf`` on rows that see none.
+    Honest; the base of the LSE bugs."""
+
+    name = "selftest-eager-lse"
+    description = "self-test: eager float32 attention returning its log-sum-exp (honest base of the LSE bugs)"
+    returns_lse = True
+    lse_empty = ("-inf",)
+
+    def lse_of(self, s: torch.Tensor) -> torch.Tensor:
+        """Masked scores ``(hq, Sq, Sk)`` -> ``(Sq, hq)`` natural-log LSE (``-inf`` where no key)."""
+        return torch.logsumexp(s, dim=-1).transpose(0, 1)  # (Sq, hq)
+
+    def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.run(case, inputs, out)
+        inputs = self.dequantize(case, inputs)  # fp8: the values the kernel computed on
+        lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32)  # (total_q, hq)
+        for _, q, k, _, qs in inputs.sequences():
+            ok = self.prefill_mask(case, q.shape[0], k.shape[0])  # (Sq, Sk)
+            s = torch.einsum("qhd,khd->hqk", q.float(), self.expand_kv(case, k).float()) * self.scale(case)  # (hq, Sq, Sk)
+            s = self.mask_and_cap(case, s, ok)  # (hq, Sq, Sk)
+            if inputs.sinks is not None:  # the sink's term in the normaliser: one more column
+                col = self.sink_logits(case, inputs.sinks)[:, None, None].expand(-1, s.shape[1], 1)  # (hq, Sq, 1)
+                s = torch.cat([s, col], dim=-1)  # (hq, Sq, Sk + 1)
+            lse[qs] = self.lse_of(s)
+        return out, lse
+
+
+class LseInLog2(EagerWithLse):
+    """The log-sum-exp returned in base 2: ``m * log2(e) + log2(l)``, the value a kernel that folds
+    ``log2(e)`` into the scale and runs ``exp2`` keeps internally. FlashInfer returns exactly that
+    (``return_lse``: "log2-based"); code that reads it as natural log (split-KV merges, the sink and
+    prefix-cache merges of engines) weights the parts wrongly. The output itself is right."""
+
+    name = "bug-lse-in-log2"
+
+    def lse_of(self, s):
+        return super().lse_of(s) / math.log(2.0)
+
+
 class WindowOneWider(EagerAttention):
     """``W = left + 1`` tokens, then ``i - j <= W`` where it must be ``i - j < W``.
 
@@ -632,6 +673,7 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-softmax-no-running-max", "softmax without a running max (overflows on large logits)", SoftmaxWithoutRunningMax),
     PlantedBug("bug-pv-input-dtype-accumulator", "P @ V accumulated in the input dtype, 16 keys a step", PvAccumulatedInInputDtype),
     PlantedBug("bug-edge-wrong-after-first-tile", "window edge wrong from the second 128-row tile on", EdgeWrongFromSecondTile),
+    PlantedBug("bug-lse-in-log2", "log-sum-exp returned in base 2", LseInLog2),
     PlantedBug("bug-fa2-right-side-clamped-to-sk", "Sq > Sk: a side >= Sk (or unbounded) clamped to Sk (FA2)", Fa2RightSideClampedToSk),
     PlantedBug("bug-fp8-descale-twice", "fp8 KV: the V descale applied twice", Fp8DescaleTwice),
     PlantedBug("bug-sink-times-scale", "learned sink multiplied by the softmax scale", SinkTimesScale),

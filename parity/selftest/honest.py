@@ -32,7 +32,7 @@ import torch
 from ..backends.base import Backend
 from ..case import FP8_DTYPES, Case, Inputs, pages_seen
 from ..reference import P_FP8_OFFSET
-from .bugs import EagerAttention
+from .bugs import EagerAttention, EagerWithLse
 
 LOG2E = 1.0 / math.log(2.0)
 
@@ -101,16 +101,37 @@ class _Honest(Backend):
             out[qs] = self.attend(case, q, k, v, pages).to(out.dtype)
         return out
 
+    def attend_lse(self, case: Case, q, k, v, pages) -> tuple[torch.Tensor, torch.Tensor]:
+        """``attend`` and the LSE ``(Sq, hq)``, natural log (variants with ``returns_lse``)."""
+        raise NotImplementedError
+
+    def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32)  # (total_q, hq)
+        if inputs.k_descale is not None:
+            inputs = inputs.dequantized(case.torch_dtype)
+        self._sinks = inputs.sinks  # (hq,) or None
+        for q, k, v, qs, pages in sequences_kv(case, inputs):
+            o, seq_lse = self.attend_lse(case, q, k, v, pages)
+            out[qs], lse[qs] = o.to(out.dtype), seq_lse
+        return out, lse
+
 
 class SplitKV(_Honest):
     """Split-KV (flash-decoding) with a log-sum-exp merge of normalised partial outputs."""
 
     name = "honest-split-kv"
-    description = "self-test: split-KV, per-split softmax, log-sum-exp merge (a learned sink: one more term of the merge)"
+    description = (
+        "self-test: split-KV, per-split softmax, log-sum-exp merge (a learned sink: one more term of the merge); returns the merged LSE"
+    )
     split = 24
     supports_sinks = True  # the sink merged as a split of log-sum-exp ``sink_h`` and output 0, as split-KV engines do
+    returns_lse = True
 
     def attend(self, case, q, k, v, pages):
+        return self.attend_lse(case, q, k, v, pages)[0]
+
+    def attend_lse(self, case, q, k, v, pages) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> output ``(Sq, hq, D)`` and the merged LSE ``(Sq, hq)`` (``-inf`` where no key)."""
         sk = k.shape[0]
         ok = band_mask(case, q.shape[0], sk)  # (Sq, Sk)
         s = self.logits(case, q, k).masked_fill(~ok, float("-inf"))  # (hq, Sq, Sk)
@@ -135,7 +156,8 @@ class SplitKV(_Honest):
         wts = torch.exp(lse - top)  # (splits, hq, Sq, 1); 0 for empty splits
         tot = wts.sum(0)
         o = (wts * torch.stack(outs)).sum(0) / torch.where(tot > 0, tot, torch.ones_like(tot))  # (hq, Sq, D)
-        return o.transpose(0, 1)  # (Sq, hq, D)
+        merged = torch.where(tot > 0, top + torch.log(tot), float("-inf"))[..., 0]  # (hq, Sq)
+        return o.transpose(0, 1), merged.transpose(0, 1)  # (Sq, hq, D), (Sq, hq)
 
 
 class OnlineSoftmaxTiled(_Honest):
@@ -144,8 +166,14 @@ class OnlineSoftmaxTiled(_Honest):
     name = "honest-online-softmax"
     description = "self-test: tiled online softmax, exp2, float32 accumulator"
     tile = 13  # not a divisor of typical lengths: ragged last tiles
+    returns_lse = True
+    lse_empty = ("+inf",)  # flash-attn 2's convention (softmax.h: an empty row's LSE is +inf)
 
     def attend(self, case, q, k, v, pages):
+        return self.attend_lse(case, q, k, v, pages)[0]
+
+    def attend_lse(self, case, q, k, v, pages):
+        """-> ``(Sq, hq, D)`` and ``(Sq, hq)``: the log2-domain ``m + log2(l)`` times ln 2, ``+inf`` where no key."""
         sq, sk = q.shape[0], k.shape[0]
         ok = band_mask(case, sq, sk)
         kx = k.repeat_interleave(case.group, dim=1).float()  # (Sk, hq, D)
@@ -171,7 +199,8 @@ class OnlineSoftmaxTiled(_Honest):
             acc = acc * alpha + p @ vx[j0:j1].transpose(0, 1)
             m = m_new
         o = acc / torch.where(l > 0, l, torch.ones_like(l))
-        return o.transpose(0, 1)
+        lse = torch.where(l > 0, (m + torch.log2(l)) / LOG2E, float("inf"))[..., 0]  # (hq, Sq)
+        return o.transpose(0, 1), lse.transpose(0, 1)
 
 
 class LowPrecisionP(_Honest):
@@ -302,4 +331,5 @@ HONEST: tuple[HonestVariant, ...] = (
     HonestVariant("honest-input-dtype-reversed", "all math in bf16/fp16, reversed keys", LowPrecisionReversed),
     HonestVariant("honest-fp8-tensor-cores", "fp8 cases: FA3's fp8 dtype flow (P * 2**8 in e4m3 for P @ V)", Fp8TensorCores),
     HonestVariant("selftest-eager", "eager fp32, the base of every planted bug", EagerAttention),
+    HonestVariant("selftest-eager-lse", "eager fp32 returning its LSE, the base of the LSE bug", EagerWithLse),
 )

@@ -108,6 +108,8 @@ def detect(
             detail = "reads: " + first["read_detail"]
         elif first.get("grad_check") in ("mismatch", "error"):
             detail = "grad: " + first["grad_detail"]
+        elif first.get("lse_check") == "fail":
+            detail = "lse: " + first["lse_detail"]
         else:
             detail = first.get("worst_where", "")
     return Detection(
