@@ -155,19 +155,25 @@ def backend_attn(
             torch.tensor([0, sq], dtype=torch.int32, device=dev),
             torch.tensor([0, sk], dtype=torch.int32, device=dev),
         )
-        out = torch.full_like(inputs.q, POISON)  # (Sq, hq, d)
-        res = backend.run(case, inputs, out)
-        if not isinstance(res, torch.Tensor) or tuple(res.shape) != tuple(inputs.q.shape):
-            raise BackendError(f"run returned {getattr(res, 'shape', type(res).__name__)}, expected {tuple(inputs.q.shape)}")
-        if res.dtype != tdt:
-            raise BackendError(f"run returned {res.dtype}, expected {tdt}")
-        if res is out and bool((out == POISON).any()):
-            raise BackendError(f"output left unwritten ({int((out == POISON).sum())} elements) in {case.summary()}")
-        if not bool(torch.isfinite(res).all()):
-            raise BackendError(f"non-finite attention output in {case.summary()}")
-        return res.to(q.device)
+        return checked_run(backend, case, inputs).to(q.device)
 
     return attn
+
+
+def checked_run(backend: Backend, case: Case, inputs: Inputs) -> torch.Tensor:
+    """``backend.run`` into a poisoned buffer, its answer checked: :class:`BackendError` for a wrong shape or
+    dtype, an unwritten element or a non-finite value (the decode studies' one call of a backend)."""
+    out = torch.full_like(inputs.q, POISON)  # (total_q, hq, d)
+    res = backend.run(case, inputs, out)
+    if not isinstance(res, torch.Tensor) or tuple(res.shape) != tuple(inputs.q.shape):
+        raise BackendError(f"run returned {getattr(res, 'shape', type(res).__name__)}, expected {tuple(inputs.q.shape)}")
+    if res.dtype != inputs.q.dtype:
+        raise BackendError(f"run returned {res.dtype}, expected {inputs.q.dtype}")
+    if res is out and bool((out == POISON).any()):
+        raise BackendError(f"output left unwritten ({int((out == POISON).sum())} elements) in {case.summary()}")
+    if not bool(torch.isfinite(res).all()):
+        raise BackendError(f"non-finite attention output in {case.summary()}")
+    return res
 
 
 # -- trajectories ---------------------------------------------------------------------------

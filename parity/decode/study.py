@@ -38,14 +38,13 @@ from pathlib import Path
 
 import torch
 
-from ..backends import Backend, BackendError, Unsupported
+from ..backends import Backend, Unsupported
 from ..backends import get as get_backend
 from ..case import DTYPES, Case, Inputs
 from ..errors import UserError
-from ..verdict import POISON
 from ..window import Window
 from . import lm
-from .run import _error_detail, _f, margins, step_errors
+from .run import _error_detail, _f, checked_run, margins, step_errors
 
 COLUMNS = [
     "backend",
@@ -163,17 +162,7 @@ def backend_attn(backend: Backend, dtype: str, hq: int, hkv: int, head_dim: int)
         cu_q = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32, device=dev)
         cu_k = torch.tensor([0, *torch.tensor(k_lens).cumsum(0).tolist()], dtype=torch.int32, device=dev)
         inputs = Inputs(case, q.to(dev, tdt), k.to(dev, tdt), v.to(dev, tdt), cu_q, cu_k)
-        out = torch.full_like(inputs.q, POISON)  # (total_q, hq, d)
-        res = backend.run(case, inputs, out)
-        if not isinstance(res, torch.Tensor) or tuple(res.shape) != tuple(inputs.q.shape):
-            raise BackendError(f"run returned {getattr(res, 'shape', type(res).__name__)}, expected {tuple(inputs.q.shape)}")
-        if res.dtype != tdt:
-            raise BackendError(f"run returned {res.dtype}, expected {tdt}")
-        if res is out and bool((out == POISON).any()):
-            raise BackendError(f"output left unwritten ({int((out == POISON).sum())} elements) in {case.summary()}")
-        if not bool(torch.isfinite(res).all()):
-            raise BackendError(f"non-finite attention output in {case.summary()}")
-        return res.to(q.device)
+        return checked_run(backend, case, inputs).to(q.device)
 
     return attn
 
