@@ -3,11 +3,12 @@
 # ran on the same warm machine (lab/device/README.md):
 #   bash lab/loan/h200_issues.sh thru [LIMIT_S]     # issue 31: benchmarks/throughput.py cold then warm, ALONE on
 #                                                   # the GPU (run it before launch) -> $OUT/thru.tgz
-#   bash lab/loan/h200_issues.sh launch             # the detached jobs below; returns at once
+#   bash lab/loan/h200_issues.sh launch [FEAT_S] [GRAD_S] [GATE_S]  # the detached jobs below; returns at once
 #   bash lab/loan/h200_issues.sh collect LIMIT_S    # wait for them (up to LIMIT_S), $OUT/<job>.tgz each
 # Jobs (lab/device/bg.sh), sharing the one GPU, so their per-row times are not comparable:
 #   features  issue 29: the default profile's sink / chunk / fp8 cases on every GPU backend (FlashInfer included),
-#             then the default profile's first rows on the backends that return an LSE; known divergences applied
+#             known divergences applied
+#   lse       the default profile's first rows on the backends that return an LSE
 #   grad      issue 30: `parity run --grad` on the default profile, the GPU backends with a backward
 #   lm        issue 32: lab/loan/h200_lm_decode.sh (train the language model, then the decode study)
 #   gate      `nox -s gpu` (quick profile), as a GPU runner runs it, at nice 10
@@ -31,8 +32,12 @@ for c in generate(PROFILES['default'], 0):
     --split flashinfer-cuda=2 --split flashinfer-paged-cuda=2 --time-limit "$1" --timeout 240 --shrink 4 -q \
     --compile-cache "$CC" --out "$w/features" > "$w/features.log" 2>&1
   echo "features rc=$?"; grep -v "^  \|^$" "$w/features.log" | tail -n 40 | cut -c1-200
-  timeout 400 python3 -m parity run --backend "$LSE_BACKENDS" --profile default --jobs 6 --time-limit 240 \
-    --timeout 240 --shrink 4 -q --compile-cache "$CC" --out "$w/lse" > "$w/lse.log" 2>&1
+}
+
+lse() {  # LIMIT_S: the default profile's first rows on the backends that return an LSE
+  local w=/tmp/lse; rm -rf "$w"; mkdir -p "$w"
+  timeout $(( $1 + 120 )) python3 -m parity run --backend "$LSE_BACKENDS" --profile default --jobs 6 \
+    --time-limit "$1" --timeout 240 --shrink 4 -q --compile-cache "$CC" --out "$w/run" > "$w/lse.log" 2>&1
   echo "lse rc=$?"; grep -v "^  \|^$" "$w/lse.log" | tail -n 30 | cut -c1-200
 }
 
@@ -51,12 +56,13 @@ case "${1:-}" in
     echo "throughput rc=$?"; tail -n 40 "$w/thru.log" | cut -c1-200
     tar czf "$OUT/thru.tgz" -C /tmp thru ;;
   launch)
-    bg start features --watch /tmp/features -- bash -c "$(declare -f features); CC=$CC LSE_BACKENDS=$LSE_BACKENDS features 360"
-    bg start grad --watch /tmp/grad -- bash -c "$(declare -f grad); CC=$CC GRAD_BACKENDS=$GRAD_BACKENDS grad 360"
+    bg start features --watch /tmp/features -- bash -c "$(declare -f features); CC=$CC features ${2:-330}"
+    bg start lse --watch /tmp/lse -- bash -c "$(declare -f lse); CC=$CC LSE_BACKENDS=$LSE_BACKENDS lse 240"
+    bg start grad --watch /tmp/grad -- bash -c "$(declare -f grad); CC=$CC GRAD_BACKENDS=$GRAD_BACKENDS grad ${3:-330}"
     # the weights (15 MB) stay on the machine: the job returns the model's config and metrics and the study
     bg start lm --watch /tmp/lm-decode -- bash -c "OUT=/tmp/lmout bash '$here/loan/h200_lm_decode.sh' 150 6 165 75;
       cp /tmp/lmout/lm-model/*.json \$OUT/ 2>/dev/null; ls -la /tmp/lmout/lm-model"
-    bg start gate --watch /tmp/gate-green -- nice -n 10 env LIMIT=900 bash "$here/loan/h200_gate.sh" green ;;
+    bg start gate --watch /tmp/gate-green -- nice -n 10 env LIMIT=${4:-600} bash "$here/loan/h200_gate.sh" green ;;
   collect)
     bg collect "${2:-540}"
     nvidia-smi --query-gpu=name,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null ;;
