@@ -10,6 +10,7 @@
 #    kernel) and flex-cuda; PYTHONPATH holds vLLM's and xformers' folders; stopped after STUDY1_S (165).
 # 3. the same with fa4-cuda next to torch-fa2-cuda (flash-attn-4 cannot share xformers' sys.path);
 #    stopped after STUDY2_S (75).
+# LM_MODEL=DIR: study a model trained earlier (h200_native.sh leaves one in /tmp/lm-model), skip step 1.
 # PER_BACKEND_S (default 6) is --time-limit: seconds per backend and dtype after its warm-up (prefill and
 # first decode step, where JIT builds happen); a backend cut there keeps the steps it measured.
 # Each study writes its files after every backend, so a stopped one keeps what it measured.
@@ -24,8 +25,12 @@ study2_s=${4:-75}
 source "$(dirname "$0")/h200_env.sh"  # PYTHONUNBUFFERED, the xformers shim, FA4's folders
 out=${OUT:-/tmp}
 work=/tmp/lm-decode; rm -rf "$work"; mkdir -p "$work"
-python3 -m parity decode-train --preset gpu --device cuda --time-budget-s "$train_s" --out "$out/lm-model" > "$work/train.log" 2>&1
-echo "== decode-train rc=$?"; tail -n 3 "$work/train.log" | cut -c1-300
+if [ -n "${LM_MODEL:-}" ]; then  # a model trained earlier on this machine (h200_native.sh): no training here
+  mkdir -p "$out"; ln -sfn "$LM_MODEL" "$out/lm-model"; echo "== the model in $LM_MODEL (not trained again)"
+else
+  python3 -m parity decode-train --preset gpu --device cuda --time-budget-s "$train_s" --out "$out/lm-model" > "$work/train.log" 2>&1
+  echo "== decode-train rc=$?"; tail -n 3 "$work/train.log" | cut -c1-300
+fi
 study() {  # NAME SECONDS SITE BACKENDS
   PYTHONPATH=$3 timeout -s INT -k 15 "$2" python3 -m parity decode --lm "$out/lm-model" --device cuda \
     --dtype bfloat16 --dtype float16 -b "$4" --prompts 48 --time-limit "$limit" --out "$work/$1" > "$work/$1.log" 2>&1
