@@ -29,6 +29,18 @@ copied functions may use ``torch`` and each other only; they import their librar
 The backend's package is also imported at the top of the backend's part, so a machine without it
 exits 2 before anything runs, as before.
 
+fp8 cases (``case.kv_dtype``): ``KV_DTYPE`` / ``Q_FP8``, ``quantize_fp8`` and ``dequantize_fp8`` copied
+from :mod:`parity.case` and ``round_p_fp8`` from :mod:`parity.reference`; ``backend_inputs()`` quantizes
+as ``make_inputs`` does, the template defines ``attention(q, k, v, descales)`` (:data:`FP8_SIGNATURE`:
+``descales`` = ``(q_descale or None, k_descale, v_descale)``, float32 scalars on ``DEVICE``), the float64
+reference computes on the dequantized values and the same-dtype baseline rounds P to e4m3 (docs/fp8.md).
+
+The read probe (``build_script(..., reads="paged" | "padded")``, rows the harness read-probes):
+:func:`reads_code` copies ``window_pages`` / ``poison_pages`` / ``poison_slots`` and wraps the layout
+function the template calls (``paged_layout`` / ``padded_layout``); ``read_probe`` calls the backend
+once more with NaN where a real engine's cache holds garbage and exits 1 on NaN/Inf, naming the rows
+and the poisoned span.
+
 A row of a ``--grad`` run gets the backward too (``build_script(..., grad=True)``): the backend's
 ``repro_backward(case)`` when it has one (source defining ``attention_grads(q, k, v, dout)``, its
 explicit backward call), else :func:`grad_call`: :func:`parity.grad.autograd_grads` through
@@ -134,7 +146,10 @@ def input_code(case: Case) -> str:
         parts.append(inspect.getsource(paged_layout))
     if case.kv_dtype is not None:
         parts += [inspect.getsource(quantize_fp8), inspect.getsource(dequantize_fp8)]
-        parts.append(f"P_FP8_OFFSET = {P_FP8_OFFSET!r}  # the baseline's fp8 P: P x 2**8 in fp8, as FA3's fp8 P @ V\n\n\n" + inspect.getsource(round_p_fp8))
+        parts.append(
+            f"P_FP8_OFFSET = {P_FP8_OFFSET!r}  # the baseline's fp8 P: P x 2**8 in fp8, as FA3's fp8 P @ V\n\n\n"
+            + inspect.getsource(round_p_fp8)
+        )
     return "\n\n".join(p.rstrip() + "\n" for p in parts)
 
 
@@ -200,6 +215,21 @@ def docstring(meta: dict[str, Any]) -> str:
         "softmax denominator; a query that sees no key outputs 0. Needs torch and the backend's package",
         "only (written by attn-parity's export-repro; it does not import attn-parity).",
     ]
+    lines += feature_lines(meta)
+    if meta.get("grad"):
+        lines += [
+            "",
+            "The backward too (a row of `parity run --grad`): exit 1 also when dq, dk or dv differ from the",
+            "float64 reference gradients beyond their tolerance, hold NaN/Inf, or dk/dv are nonzero for keys",
+            "outside every window.",
+        ]
+    text = "\n".join(lines).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    return f'"""{text}\n"""\n'
+
+
+def feature_lines(meta: dict[str, Any]) -> list[str]:
+    """The docstring's words on the fp8 inputs and the read probe, where the script has them."""
+    lines: list[str] = []
     if meta.get("kv_dtype"):
         quantized = "q, k and v" if meta.get("q_fp8") else "k and v"
         lines += [
@@ -211,7 +241,8 @@ def docstring(meta: dict[str, Any]) -> str:
         ]
     if meta.get("reads"):
         where = (
-            "the pages wholly outside every window of their sequence, the unused tail of each last page and a page no block table references"
+            "the pages wholly outside every window of their sequence, the unused tail of each last page and a page no "
+            "block table references"
             if meta["reads"] == "paged"
             else "the cache slots past each sequence's used length"
         )
@@ -222,15 +253,7 @@ def docstring(meta: dict[str, Any]) -> str:
             "reads only what it needs stays finite; NaN/Inf in the output means it read them (NaN x 0 = NaN): exit 1,",
             "naming the rows and the poisoned span (the harness's reason reads_outside_window).",
         ]
-    if meta.get("grad"):
-        lines += [
-            "",
-            "The backward too (a row of `parity run --grad`): exit 1 also when dq, dk or dv differ from the",
-            "float64 reference gradients beyond their tolerance, hold NaN/Inf, or dk/dv are nonzero for keys",
-            "outside every window.",
-        ]
-    text = "\n".join(lines).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
-    return f'"""{text}\n"""\n'
+    return lines
 
 
 def build_script(case: Case, call: str, device: str, meta: dict[str, Any], grad: str = "", reads: str | None = None) -> str:

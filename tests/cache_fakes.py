@@ -124,22 +124,31 @@ class EagerCache(Backend):
     def repro_call(self, case: Case) -> str:
         left = case.window.left
         if case.kv_dtype is not None:
-            fns, body = [fp8_attention], f"""\
+            fns, body = (
+                [fp8_attention],
+                f"""\
             def attention(q, k, v, descales):
                 return fp8_attention(q, k, v, Q_LENS, K_LENS, {left!r}, SCALE, descales, DTYPE, {self.v_descale_twice!r})
-            """
+            """,
+            )
         elif case.page_size is not None:
-            fns, body = [paged_cache_attention], f"""\
+            fns, body = (
+                [paged_cache_attention],
+                f"""\
             def attention(q, k, v):
                 k_cache, v_cache, table, _ = paged_layout(k, v, K_LENS, PAGE_SIZE, SEED)
                 return paged_cache_attention(q, k_cache, v_cache, table, Q_LENS, K_LENS, PAGE_SIZE, {left!r}, SCALE, {self.read_all!r})
-            """
+            """,
+            )
         else:
-            fns, body = [padded_layout, padded_cache_attention], f"""\
+            fns, body = (
+                [padded_layout, padded_cache_attention],
+                f"""\
             def attention(q, k, v):
                 k_cache, v_cache, _ = padded_layout(k, v, K_LENS, {padded_capacity(case.k_lens)})
                 return padded_cache_attention(q, k_cache, v_cache, Q_LENS, K_LENS, {left!r}, SCALE, {self.read_all!r})
-            """
+            """,
+            )
         return embed([window_attention, *fns], body)
 
 

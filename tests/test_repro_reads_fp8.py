@@ -33,7 +33,9 @@ TWICE = "tests.cache_fakes:EagerCacheDescaleTwice"
 
 DECODE = Case(q_lens=(1, 1), k_lens=(37, 20), hq=4, hkv=2, head_dim=16, dtype="bfloat16", window=Window(7, 0), seed=3)
 PAGED = Case(q_lens=(3, 2), k_lens=(70, 33), hq=4, hkv=1, head_dim=16, dtype="bfloat16", window=Window(19, 0), page_size=16, seed=1)
-FP8 = Case(q_lens=(9, 3), k_lens=(20, 14), hq=4, hkv=2, head_dim=16, dtype="bfloat16", window=Window(5, 0), kv_dtype="float8_e4m3fn", seed=2)
+FP8 = Case(
+    q_lens=(9, 3), k_lens=(20, 14), hq=4, hkv=2, head_dim=16, dtype="bfloat16", window=Window(5, 0), kv_dtype="float8_e4m3fn", seed=2
+)
 FP8_Q = dataclasses.replace(FP8, q_fp8=True, seed=4)
 
 
@@ -87,7 +89,9 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.float().nan_to_num(7.0), b.float().nan_to_num(7.0))
 
 
-@pytest.mark.parametrize("case", [PAGED, DECODE, dataclasses.replace(FP8, page_size=16, q_lens=(3, 1))], ids=["paged", "padded", "fp8-paged"])
+@pytest.mark.parametrize(
+    "case", [PAGED, DECODE, dataclasses.replace(FP8, page_size=16, q_lens=(3, 1))], ids=["paged", "padded", "fp8-paged"]
+)
 def test_the_scripts_poisoned_cache_is_the_harness_probes_bit_for_bit(case):
     """NaN exactly where the harness's read probe puts it (fp8 caches too); the visible keys unchanged."""
     ns = _namespace(dataclasses.replace(case, kv_dtype=None), FAKE) if case.kv_dtype else _namespace(case, FAKE)
@@ -104,7 +108,11 @@ def test_the_scripts_poisoned_cache_is_the_harness_probes_bit_for_bit(case):
         ref = want.padded()
         assert _same(got[0], ref.k_cache) and _same(got[1], ref.v_cache)
     ns["PROBE"]["on"] = False
-    clean = ns["paged_layout"](k, v, ns["K_LENS"], ns["PAGE_SIZE"], ns["SEED"]) if case.page_size else ns["padded_layout"](k, v, ns["K_LENS"], 48)
+    clean = (
+        ns["paged_layout"](k, v, ns["K_LENS"], ns["PAGE_SIZE"], ns["SEED"])
+        if case.page_size
+        else ns["padded_layout"](k, v, ns["K_LENS"], 48)
+    )
     assert not clean[0].float().isnan().any()  # off the probe: the harness's own layout
 
 
@@ -171,14 +179,31 @@ def test_a_template_without_descales_is_a_note_not_a_script(tmp_path, capsys, mo
     assert not list((tmp_path / "r").glob("*.py"))
 
 
-FP8_DENSE = Case(q_lens=(48, 48), k_lens=(64, 64), hq=4, hkv=2, head_dim=64, dtype="bfloat16", window=Window(15, 0), kv_dtype="float8_e4m3fn")
-FP8_PAGED = Case(q_lens=(3, 2), k_lens=(70, 33), hq=4, hkv=1, head_dim=64, dtype="bfloat16", window=Window(19, 0), page_size=16, kv_dtype="float8_e4m3fn")
-FP8_DECODE = Case(q_lens=(1, 1), k_lens=(300, 40), hq=4, hkv=2, head_dim=64, dtype="bfloat16", window=Window(31, 0), page_size=16, kv_dtype="float8_e4m3fn")
+FP8_DENSE = Case(
+    q_lens=(48, 48), k_lens=(64, 64), hq=4, hkv=2, head_dim=64, dtype="bfloat16", window=Window(15, 0), kv_dtype="float8_e4m3fn"
+)
+FP8_PAGED = Case(
+    q_lens=(3, 2), k_lens=(70, 33), hq=4, hkv=1, head_dim=64, dtype="bfloat16", window=Window(19, 0), page_size=16, kv_dtype="float8_e4m3fn"
+)
+FP8_DECODE = Case(
+    q_lens=(1, 1),
+    k_lens=(300, 40),
+    hq=4,
+    hkv=2,
+    head_dim=64,
+    dtype="bfloat16",
+    window=Window(31, 0),
+    page_size=16,
+    kv_dtype="float8_e4m3fn",
+)
 #: the fp8-capable GPU backends, a case each takes, and the call text the template must hold
 FP8_TEMPLATES = [
     ("fa3-cuda", dataclasses.replace(FP8_DENSE, q_fp8=True), "module='flash_attn_interface', descales=descales)"),
-    ("fa3-cuda", Case(q_lens=(5, 1), k_lens=(40, 33), hq=4, hkv=2, head_dim=64, window=Window(4, 0), kv_dtype="float8_e4m3fn", q_fp8=True),
-     "dense=False, module='flash_attn_interface', descales=descales)"),
+    (
+        "fa3-cuda",
+        Case(q_lens=(5, 1), k_lens=(40, 33), hq=4, hkv=2, head_dim=64, window=Window(4, 0), kv_dtype="float8_e4m3fn", q_fp8=True),
+        "dense=False, module='flash_attn_interface', descales=descales)",
+    ),
     ("vllm-fa3-cuda", dataclasses.replace(FP8_DENSE, q_fp8=True), "fa_version=3, descales=descales)"),
     ("vllm-fa3-cuda", dataclasses.replace(FP8_PAGED, q_fp8=True), "seqused_k=seqused_k, descales=descales)"),
     ("flashinfer-cuda", FP8_DENSE, "kv_scales=(float(descales[1]), float(descales[2])))"),

@@ -366,7 +366,8 @@ class FlashInferBackend(Backend):
 
 
             def attention({args}):
-                return flashinfer_prefill_attention(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, NATIVE, SCALE, {case.softcap or 0.0!r}{scales})
+                return flashinfer_prefill_attention(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, NATIVE, SCALE,
+                                                    {case.softcap or 0.0!r}{scales})
             """,
             head="import flashinfer  # noqa: F401 - the backend's package (exit 2 here when it does not import)",
         )
