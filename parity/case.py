@@ -445,7 +445,7 @@ class Inputs:
         in float64 (exact) and rounded once to ``dtype``; descales dropped. Unquantized tensors are cast."""
 
         def value(t: torch.Tensor, d: torch.Tensor | None) -> torch.Tensor:
-            return t.to(dtype) if d is None else (t.to(torch.float64) * d.to(t.device, torch.float64)).to(dtype)
+            return dequantize_fp8(t, d, dtype)
 
         q = value(self.q, self.q_descale)  # (total_q, hq, d)
         k = value(self.k, self.k_descale)  # (total_k, hkv, d)
@@ -454,13 +454,10 @@ class Inputs:
 
 
 def pages_seen(case: Case, page_size: int, b: int) -> torch.Tensor:
-    """Which logical pages of sequence ``b`` some query row's window reaches: bool ``(pages_b,)``."""
+    """Which logical pages of sequence ``b`` some query row's window reaches: bool ``(pages_b,)`` (:func:`window_pages`)."""
     sq, sk = case.q_lens[b], case.k_lens[b]
     lo, hi = case.band(sq, sk)  # (Sq,), (Sq,)
-    start = torch.arange(-(-sk // page_size)) * page_size  # (pages_b,) first key of each page
-    end = (start + page_size).clamp(max=sk) - 1  # (pages_b,) its last key
-    hit = (lo[:, None] <= hi[:, None]) & (lo[:, None] <= end[None, :]) & (hi[:, None] >= start[None, :])  # (Sq, pages_b)
-    return hit.any(0)
+    return window_pages(lo, hi, sk, page_size)
 
 
 #: Physical pages no block table references, added to the pool by :func:`poison_paged`.
@@ -471,18 +468,10 @@ def poison_paged(case: Case, cache: PagedKV) -> PagedKV:
     """``cache`` as a real engine holds it: NaN in pages wholly outside every window of their
     sequence (engines free or reuse them), in the unused tail of each sequence's last page, and in
     :data:`UNREFERENCED_PAGES` extra physical pages the block table does not reference (appended
-    to the pool). Keys some row sees, and the rest of their pages, are unchanged."""
-    ps = cache.page_size
-    k, v = cache.k_cache.clone(), cache.v_cache.clone()  # (pages, ps, hkv, d) each
-    for b, sk in enumerate(case.k_lens):
-        pages = cache.block_table[b, : -(-sk // ps)].long()  # (pages_b,)
-        unseen = pages[~pages_seen(case, ps, b).to(pages.device)]  # (n,) physical pages no row sees
-        k[unseen], v[unseen] = float("nan"), float("nan")
-        if sk % ps and len(pages):
-            k[pages[-1], sk % ps :] = float("nan")
-            v[pages[-1], sk % ps :] = float("nan")
-    extra = torch.full((UNREFERENCED_PAGES, *k.shape[1:]), float("nan"), dtype=k.dtype, device=k.device)  # (1, ps, hkv, d)
-    return dataclasses.replace(cache, k_cache=torch.cat([k, extra]), v_cache=torch.cat([v, extra]))
+    to the pool). Keys some row sees, and the rest of their pages, are unchanged (:func:`poison_pages`)."""
+    seen = [pages_seen(case, cache.page_size, b) for b in range(case.batch)]  # (pages_b,) bool each
+    k, v = poison_pages(cache.k_cache, cache.v_cache, cache.block_table, list(case.k_lens), cache.page_size, seen, UNREFERENCED_PAGES)
+    return dataclasses.replace(cache, k_cache=k, v_cache=v)
 
 
 def padded_capacity(k_lens) -> int:
@@ -495,9 +484,7 @@ def padded_capacity(k_lens) -> int:
 def poison_padded(cache: PaddedKV) -> PaddedKV:
     """``cache`` as a real engine holds it: NaN past each sequence's used length (slots that
     hold another request's or stale keys); the used positions are unchanged."""
-    k, v = cache.k_cache.clone(), cache.v_cache.clone()  # (B, capacity, hkv, d) each
-    for b, n in enumerate(cache.seqlens_k.tolist()):
-        k[b, n:], v[b, n:] = float("nan"), float("nan")
+    k, v = poison_slots(cache.k_cache, cache.v_cache, cache.seqlens_k.tolist())  # (B, capacity, hkv, d) each
     return dataclasses.replace(cache, k_cache=k, v_cache=v)
 
 
@@ -542,9 +529,10 @@ def draw_sinks(seed: int, hq: int) -> torch.Tensor:
 
 
 # -- the two functions standalone scripts copy -------------------------------------------------
-# ``python -m parity export-repro`` writes the source of draw_qkv and paged_layout into its
-# scripts as it is (inspect.getsource), so they use torch and their arguments only: no other
-# name from this package. A new input knob (say, a value "regime") goes into draw_args and
+# ``python -m parity export-repro`` writes the source of draw_qkv and paged_layout (and, where a
+# script needs them, quantize_fp8 / dequantize_fp8, padded_layout and the read probe's window_pages /
+# poison_pages / poison_slots) into its scripts as it is (inspect.getsource), so they use torch and
+# their arguments only: no other name from this package. A new input knob (say, a value "regime") goes into draw_args and
 # draw_qkv, and the scripts reproduce it with no other change.
 
 
@@ -643,3 +631,44 @@ def padded_layout(k, v, k_lens: list, capacity: int):
         v_cache[b, :sk] = v[k0 : k0 + sk]
         k0 += sk
     return k_cache, v_cache, torch.tensor(k_lens, dtype=torch.int32, device=k.device)
+
+
+def dequantize_fp8(x, descale, dtype):
+    """The values ``x`` stands for, in ``dtype``: ``x`` times ``descale`` (a float32 scalar ``()``, or None:
+    ``x`` not quantized, only cast) computed in float64 (exact for an fp8 value) and rounded once to ``dtype``."""
+    if descale is None:
+        return x.to(dtype)
+    return (x.to(torch.float64) * descale.to(x.device, torch.float64)).to(dtype)
+
+
+def window_pages(lo, hi, sk: int, page_size: int):
+    """Which logical pages of a sequence of ``sk`` keys some query row reaches, its rows seeing keys
+    ``lo .. hi`` (``(Sq,)`` each, inclusive; ``lo > hi``: none): bool ``(pages,)``."""
+    start = torch.arange(-(-sk // page_size)) * page_size  # (pages,) first key of each page
+    end = (start + page_size).clamp(max=sk) - 1  # (pages,) its last key
+    hit = (lo[:, None] <= hi[:, None]) & (lo[:, None] <= end[None, :]) & (hi[:, None] >= start[None, :])  # (Sq, pages)
+    return hit.any(0)
+
+
+def poison_pages(k_cache, v_cache, block_table, k_lens: list, page_size: int, seen: list, extra: int):
+    """Copies of paged caches ``(pages, page_size, hkv, d)`` with NaN in each sequence's pages that ``seen[b]``
+    (bool ``(pages_b,)``, its logical pages) leaves out, in the unused tail of its last page, and in ``extra``
+    physical pages appended to the pool that no block table references: ``(k_cache, v_cache)``."""
+    k, v = k_cache.clone(), v_cache.clone()  # (pages, ps, hkv, d) each
+    for b, sk in enumerate(k_lens):
+        pages = block_table[b, : -(-sk // page_size)].long()  # (pages_b,) logical -> physical
+        unseen = pages[~seen[b].to(pages.device)]  # (n,) physical pages no row sees
+        k[unseen], v[unseen] = float("nan"), float("nan")
+        if sk % page_size and len(pages):
+            k[pages[-1], sk % page_size :] = float("nan")
+            v[pages[-1], sk % page_size :] = float("nan")
+    pad = torch.full((extra, *k.shape[1:]), float("nan"), dtype=k.dtype, device=k.device)  # (extra, ps, hkv, d)
+    return torch.cat([k, pad]), torch.cat([v, pad])
+
+
+def poison_slots(k_cache, v_cache, seqlens: list):
+    """Copies of padded caches ``(B, capacity, hkv, d)`` with NaN past each sequence's used length ``seqlens[b]``."""
+    k, v = k_cache.clone(), v_cache.clone()  # (B, capacity, hkv, d) each
+    for b, n in enumerate(seqlens):
+        k[b, n:], v[b, n:] = float("nan"), float("nan")
+    return k, v

@@ -23,6 +23,13 @@ script is ``DIR/<backend>_<case_id>.py`` (default ``DIR`` = ``RUN_DIR/repros``),
 imports torch and the backend's package only. A backend without ``repro_call`` (a plain
 ``module:Class`` plugin, ``reference``) is skipped with a one-line note.
 
+A row the harness read-probes (a paged case on a backend with a paged path; a contiguous case a
+backend reads through a padded cache, ``padded_kv``: :func:`read_probe`) gets the read probe in its
+script: the same cache with NaN where an engine holds garbage. An fp8 case (``kv_dtype``) gets its
+inputs quantized as the harness's, passed with their descales through the template's
+``attention(q, k, v, descales)``; a template without that signature is a note with the row's
+``parity run --case`` line.
+
 Exit codes: 0 scripts written, or nothing to export (a line says so); 2 bad input (no such
 folder, no results.csv, ``--row`` out of range, a backend with no rows in the run), one line.
 """
@@ -143,7 +150,8 @@ def _control_refusal(control: str, case) -> str | None:
 def _write(run, index: int, row: dict[str, Any], spec: str, case, extra: dict[str, str], path: Path) -> Path | None:
     """One script: ``spec``'s own call template on ``case``; ``None`` after a note when it has none."""
     from . import backends
-    from .repro_script import build_script
+    from .backends.base import fp8_reason
+    from .repro_script import FP8_SIGNATURE, build_script
 
     try:
         backend = backends.get(spec)
@@ -155,8 +163,10 @@ def _write(run, index: int, row: dict[str, Any], spec: str, case, extra: dict[st
         _note(f"backend {spec} has no standalone call template (a repro_call(case) method); row {index} skipped")
         return None
     try:
-        why = backend.unsupported_reason(case) or _fp8_reason(backend, case)
+        why = backend.unsupported_reason(case) or fp8_reason(backend, case)
         call = None if why else template(case)
+        if call is not None and case.kv_dtype is not None and FP8_SIGNATURE not in call:
+            why = f"its call template takes no fp8 descales (no {FP8_SIGNATURE}:); rerun the row with: {case.repro(backend.name)}"
     except Exception as exc:  # noqa: BLE001 - a template that cannot express the case: a note, not a traceback
         why = f"{type(exc).__name__}: {exc}"
     if why or call is None:
@@ -166,18 +176,19 @@ def _write(run, index: int, row: dict[str, Any], spec: str, case, extra: dict[st
     meta.update(summary=case.summary(), case_json=case.to_json(), **extra)
     grad = _grad_part(backend, case, row)
     meta["grad"] = bool(grad)
-    path.write_text(build_script(case, call, backend.device, meta, grad))
+    path.write_text(build_script(case, call, backend.device, meta, grad, read_probe(backend, case)))
     print(f"export-repro: wrote {path} ({spec}: {case.summary()})")
     return path
 
 
-def _fp8_reason(backend, case) -> str | None:
-    """fp8 cases have no standalone script yet (the scripts draw and pass unquantized q, k, v)."""
-    from .backends.base import fp8_reason
-
-    if case.kv_dtype is None:
-        return None
-    return fp8_reason(backend, case) or f"fp8 cases have no standalone script yet; rerun the row with: {case.repro(backend.name)}"
+def read_probe(backend, case) -> str | None:
+    """The cache the harness's read probe poisons for ``backend`` on ``case`` (as
+    :func:`parity.execute._run_probes` decides): ``paged`` (a paged case, a backend with a paged path),
+    ``padded`` (a contiguous case it reads through a padded cache, ``padded_kv``), else None (no probe)."""
+    if case.page_size is not None:
+        return "paged" if getattr(backend, "supports_paged", False) else None
+    padded = getattr(backend, "padded_kv", None)
+    return "padded" if callable(padded) and padded(case) else None
 
 
 def _grad_part(backend, case, row: dict[str, Any]) -> str:

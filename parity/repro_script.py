@@ -29,6 +29,18 @@ copied functions may use ``torch`` and each other only; they import their librar
 The backend's package is also imported at the top of the backend's part, so a machine without it
 exits 2 before anything runs, as before.
 
+fp8 cases (``case.kv_dtype``): ``KV_DTYPE`` / ``Q_FP8``, ``quantize_fp8`` and ``dequantize_fp8`` copied
+from :mod:`parity.case` and ``round_p_fp8`` from :mod:`parity.reference`; ``backend_inputs()`` quantizes
+as ``make_inputs`` does, the template defines ``attention(q, k, v, descales)`` (:data:`FP8_SIGNATURE`:
+``descales`` = ``(q_descale or None, k_descale, v_descale)``, float32 scalars on ``DEVICE``), the float64
+reference computes on the dequantized values and the same-dtype baseline rounds P to e4m3 (docs/fp8.md).
+
+The read probe (``build_script(..., reads="paged" | "padded")``, rows the harness read-probes):
+:func:`reads_code` copies ``window_pages`` / ``poison_pages`` / ``poison_slots`` and wraps the layout
+function the template calls (``paged_layout`` / ``padded_layout``); ``read_probe`` calls the backend
+once more with NaN where a real engine's cache holds garbage and exits 1 on NaN/Inf, naming the rows
+and the poisoned span.
+
 A row of a ``--grad`` run gets the backward too (``build_script(..., grad=True)``): the backend's
 ``repro_backward(case)`` when it has one (source defining ``attention_grads(q, k, v, dout)``, its
 explicit backward call), else :func:`grad_call`: :func:`parity.grad.autograd_grads` through
@@ -46,8 +58,25 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import regimes
-from .case import Case, draw_args, draw_qkv, draw_sinks, paged_layout
+from .case import (
+    UNREFERENCED_PAGES,
+    Case,
+    dequantize_fp8,
+    draw_args,
+    draw_qkv,
+    draw_sinks,
+    padded_layout,
+    paged_layout,
+    poison_pages,
+    poison_slots,
+    quantize_fp8,
+    window_pages,
+)
+from .reference import P_FP8_OFFSET, round_p_fp8
 from .verdict import BUDGETS
+
+#: The signature of an fp8 case's ``attention``: the backend's template takes the descales too.
+FP8_SIGNATURE = "def attention(q, k, v, descales)"
 
 
 def embed(functions: Sequence[Callable[..., Any]], attention: str, head: str = "") -> str:
@@ -75,8 +104,8 @@ def grad_call() -> str:
     )
 
 
-def case_constants(case: Case, device: str) -> str:
-    """The case as the script's module constants."""
+def case_constants(case: Case, device: str, reads: str | None = None) -> str:
+    """The case as the script's module constants (``reads``: the read probe's cache layout, or None)."""
     w = case.window
     budget = BUDGETS[case.dtype]
     sinks = draw_sinks(case.seed, case.hq).tolist() if case.sinks else None
@@ -93,6 +122,9 @@ def case_constants(case: Case, device: str) -> str:
         PAGE_SIZE = {case.page_size!r}  # KV page size (None: contiguous)
         CHUNK = {case.chunk!r}  # chunked local attention: key and query position i + Sk - Sq in one chunk of CHUNK keys (None: off)
         SINKS = {sinks!r}  # learned sink logit per query head, natural-log units, unscaled (None: no sinks)
+        KV_DTYPE = {case.kv_dtype!r}  # fp8 KV cache: k and v quantized to it, one per-tensor descale each (None: off)
+        Q_FP8 = {case.q_fp8!r}  # the query quantized too (with KV_DTYPE)
+        READ_PROBE = {reads!r}  # the read probe's cache: 'paged' / 'padded' (NaN where an engine holds garbage); None: not run
         SEED = {case.seed}
         DEVICE = {device!r}
         DRAW_ARGS = {draw_args(case)!r}
@@ -104,14 +136,34 @@ def case_constants(case: Case, device: str) -> str:
 
 
 def input_code(case: Case) -> str:
-    """``draw_qkv`` (and ``paged_layout`` for paged cases), copied from :mod:`parity.case` as they are."""
+    """``draw_qkv`` (and ``paged_layout`` for paged cases; ``quantize_fp8``, ``dequantize_fp8`` and
+    :func:`parity.reference.round_p_fp8` for fp8 cases), copied from :mod:`parity.case` as they are."""
     lines = inspect.getsource(regimes).splitlines()
     body = "\n".join(x for x in lines if x.strip() != "from __future__ import annotations")
     body = body.split('"""', 2)[2] if body.startswith('"""') else body  # the module docstring stays in parity
     parts = [f"# -- input regimes (as in attn-parity's regimes.py) --{body}\napply_regime = apply", inspect.getsource(draw_qkv)]
     if case.page_size is not None:
         parts.append(inspect.getsource(paged_layout))
+    if case.kv_dtype is not None:
+        parts += [inspect.getsource(quantize_fp8), inspect.getsource(dequantize_fp8)]
+        parts.append(
+            f"P_FP8_OFFSET = {P_FP8_OFFSET!r}  # the baseline's fp8 P: P x 2**8 in fp8, as FA3's fp8 P @ V\n\n\n"
+            + inspect.getsource(round_p_fp8)
+        )
     return "\n\n".join(p.rstrip() + "\n" for p in parts)
+
+
+def reads_code(reads: str, call: str) -> str:
+    """The read probe's part of a script (``reads``: ``paged`` or ``padded``, the cache the backend's call
+    builds): :func:`parity.case.window_pages`, :func:`~parity.case.poison_pages`, :func:`~parity.case.poison_slots`
+    copied as they are (``padded_layout`` too where ``call`` lacks it), then :data:`READS`: the layout
+    function wrapped so that, while the probe runs, the cache holds NaN where the harness's probe puts it."""
+    fns: list[Callable[..., Any]] = [window_pages, poison_pages, poison_slots]
+    if reads == "padded" and "def padded_layout" not in call:
+        fns.insert(0, padded_layout)
+    head = f"# -- the read probe, as attn-parity's (poison_paged / poison_padded) --\nUNREFERENCED_PAGES = {UNREFERENCED_PAGES}\n"
+    wrap = READS_PAGED if reads == "paged" else READS_PADDED
+    return "\n\n".join([head, *(inspect.getsource(f).rstrip() + "\n" for f in fns), wrap, READS])
 
 
 def docstring(meta: dict[str, Any]) -> str:
@@ -163,6 +215,7 @@ def docstring(meta: dict[str, Any]) -> str:
         "softmax denominator; a query that sees no key outputs 0. Needs torch and the backend's package",
         "only (written by attn-parity's export-repro; it does not import attn-parity).",
     ]
+    lines += feature_lines(meta)
     if meta.get("grad"):
         lines += [
             "",
@@ -174,18 +227,56 @@ def docstring(meta: dict[str, Any]) -> str:
     return f'"""{text}\n"""\n'
 
 
-def build_script(case: Case, call: str, device: str, meta: dict[str, Any], grad: str = "") -> str:
+def feature_lines(meta: dict[str, Any]) -> list[str]:
+    """The docstring's words on the fp8 inputs and the read probe, where the script has them."""
+    lines: list[str] = []
+    if meta.get("kv_dtype"):
+        quantized = "q, k and v" if meta.get("q_fp8") else "k and v"
+        lines += [
+            "",
+            f"fp8 inputs: {quantized} quantized to {meta['kv_dtype']} with one per-tensor descale each (amax / the fp8",
+            "maximum, as the harness's quantize_fp8), passed to the backend with the descales as the harness passes them;",
+            "the float64 reference computes on the dequantized values (each fp8 value x its descale), and the",
+            "same-dtype baseline rounds the probabilities to e4m3 (P x 2**8) before P @ V, as the harness's budget does.",
+        ]
+    if meta.get("reads"):
+        where = (
+            "the pages wholly outside every window of their sequence, the unused tail of each last page and a page no "
+            "block table references"
+            if meta["reads"] == "paged"
+            else "the cache slots past each sequence's used length"
+        )
+        lines += [
+            "",
+            f"Read probe ({meta['reads']} cache): the call again with NaN in",
+            f"{where}: the positions that hold garbage in a real engine; the visible keys unchanged. A kernel that",
+            "reads only what it needs stays finite; NaN/Inf in the output means it read them (NaN x 0 = NaN): exit 1,",
+            "naming the rows and the poisoned span (the harness's reason reads_outside_window).",
+        ]
+    return lines
+
+
+def build_script(case: Case, call: str, device: str, meta: dict[str, Any], grad: str = "", reads: str | None = None) -> str:
     """The whole script: docstring, imports, the case, inputs, the backend's call, :data:`COMMON`;
     ``grad``: the backward part (:func:`grad_call` or the backend's ``repro_backward``), then
-    :data:`COMMON_GRAD`, whose ``main`` checks the gradients after the forward."""
+    :data:`COMMON_GRAD`, whose ``main`` checks the gradients after the forward; ``reads``: the cache
+    the read probe poisons (``paged``, ``padded``: :func:`reads_code`), or None where the harness has
+    no read probe for the row. An fp8 case's ``call`` defines ``attention(q, k, v, descales)``
+    (:data:`FP8_SIGNATURE`)."""
+    if reads not in (None, "paged", "padded"):
+        raise ValueError(f"reads must be None, 'paged' or 'padded', got {reads!r}")
+    if case.kv_dtype is not None and FP8_SIGNATURE not in call:
+        raise ValueError(f"an fp8 case's call must define {FP8_SIGNATURE}: (the descales as the harness passes them)")
+    meta = {**meta, "reads": reads, "kv_dtype": case.kv_dtype, "q_fp8": case.q_fp8}
     parts = [
         docstring(meta),
         "from __future__ import annotations\n\nimport os\nimport sys\n\nimport torch\n",
-        case_constants(case, device),
+        case_constants(case, device, reads),
         CANNOT_RUN,
         input_code(case),
         COMMON_HELPERS,
         "# -- the backend's call, as the harness makes it --\n" + call.strip() + "\n",
+        *([reads_code(reads, call)] if reads else []),
         COMMON,
     ]
     if grad:
@@ -226,7 +317,34 @@ CU_Q, CU_K = cu(Q_LENS), cu(K_LENS)
 '''
 
 COMMON = '''
-# -- the spec, the float64 reference, the mask probe --
+# -- the inputs as the backend gets them, the spec, the float64 reference, the mask probe --
+
+
+def backend_inputs():
+    """q, k, v as the harness hands them to the backend, on the CPU, and the descales: fp8 cases
+    quantized per tensor (k and v, q where Q_FP8), (q_descale or None, k_descale, v_descale); else None."""
+    q, k, v = draw_qkv(**DRAW_ARGS)  # in DTYPE
+    if KV_DTYPE is None:
+        return q, k, v, None
+    k, kd = quantize_fp8(k, KV_DTYPE)
+    v, vd = quantize_fp8(v, KV_DTYPE)
+    q, qd = quantize_fp8(q, KV_DTYPE) if Q_FP8 else (q, None)
+    return q, k, v, (qd, kd, vd)
+
+
+def values(q, k, v, descales, dtype):
+    """The values the inputs stand for, in ``dtype``: each fp8 tensor x its descale (exact in float64), rounded once."""
+    if descales is None:
+        return q.to(dtype), k.to(dtype), v.to(dtype)
+    return tuple(dequantize_fp8(x, d, dtype) for x, d in zip((q, k, v), descales))
+
+
+def call(q, k, v, descales=None):
+    """The backend's call on DEVICE; an fp8 case's also gets the descales (float32 scalars on DEVICE)."""
+    q, k, v = q.to(DEVICE), k.to(DEVICE), v.to(DEVICE)
+    if descales is None:
+        return attention(q, k, v)
+    return attention(q, k, v, tuple(None if d is None else d.to(DEVICE) for d in descales))
 
 
 def band(sq, sk):
@@ -262,6 +380,8 @@ def reference(q, k, v, dtype):
             if SINKS is not None:  # the sink as one more column of the softmax, dropped after it
                 s = torch.cat([s, torch.full((sq, 1), SINKS[h], dtype=dtype)], dim=-1)  # (Sq, Sk + 1)
             p = torch.softmax(s, dim=-1).nan_to_num(0.0)[:, :sk]  # (Sq, Sk)
+            if KV_DTYPE is not None and dtype != torch.float64:  # an fp8 case's baseline: P as an fp8 P @ V GEMM sees it
+                p = round_p_fp8(p, KV_DTYPE)  # (Sq, Sk)
             out[CU_Q[b] : CU_Q[b + 1], h] = p @ vh  # (Sq, d)
     return out
 
@@ -269,24 +389,26 @@ def reference(q, k, v, dtype):
 MAX_PROBE_PASSES = 64
 
 
-def probe_keys(k):
+def probe_keys(q, k, descales=None):
     """Which keys each (head, row) saw, per sequence as (hq, Sq, Sk) bool; None if too many passes.
 
     q = 0 makes every score 0 (also after a softcap), so softmax is uniform over the keys a row
     sees; V one-hot per key (pass p: key j carries e_(j - p*d) for p*d <= j < (p+1)*d) makes
     output [i, h, c] of pass p non-zero exactly when key p*d + c is visible to row i of head h.
+    fp8 cases: q = 0 and the one-hot V in their fp8 dtype (exact), V's descale 1, as the harness's probe.
     """
     passes = -(-max(K_LENS) // HEAD_DIM)
     if passes > MAX_PROBE_PASSES:
         return None
-    q0 = torch.zeros(CU_Q[-1], HQ, HEAD_DIM, dtype=DTYPE)  # (total_q, hq, d)
+    q0 = torch.zeros_like(q)  # (total_q, hq, d), in q's dtype
+    unit = None if descales is None else (descales[0], descales[1], torch.ones_like(descales[2]))
     outs = []
     for p in range(passes):
         v = torch.zeros(CU_K[-1], HKV, HEAD_DIM, dtype=DTYPE)  # (total_k, hkv, d)
         for b, sk in enumerate(K_LENS):
             for j in range(p * HEAD_DIM, min(sk, (p + 1) * HEAD_DIM)):
                 v[CU_K[b] + j, :, j - p * HEAD_DIM] = 1
-        o = attention(q0.to(DEVICE), k.to(DEVICE), v.to(DEVICE))  # (total_q, hq, d)
+        o = call(q0, k, v.to(k.dtype), unit)  # (total_q, hq, d)
         outs.append(o.detach().to("cpu", torch.float32).nan_to_num(nan=1.0))  # NaN: counted as seen
     seen = []
     for b, (sq, sk) in enumerate(zip(Q_LENS, K_LENS)):
@@ -342,10 +464,10 @@ def report_errors(got, ref, tol, seen, shown=5):
     return over
 
 
-def report_mean(got, ref, q, k, v):
+def report_mean(got, ref, same):
     """The harness's second rule: the mean error against K_MEAN x the same-dtype baseline's + a floor."""
     mean = float((got - ref).abs().nan_to_num(nan=float("inf")).mean())
-    base = float((reference(q, k, v, DTYPE).double() - ref).abs().mean())  # same naive math in DTYPE
+    base = float((same - ref).abs().mean())  # same naive math in DTYPE
     tol = K_MEAN * base + MEAN_FLOOR
     print(f"mean |backend - reference| = {mean:.6g}; mean tolerance {K_MEAN:g} x same-dtype baseline {base:.4g} "
           f"+ floor {MEAN_FLOOR:.4g} = {tol:.4g} ({mean / tol if tol else float('inf'):.3g} of it)")
@@ -379,23 +501,28 @@ def main():
     gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
     print(f"torch {torch.__version__}, device {DEVICE}{gpu}")
     print(f"case: {SUMMARY}")
-    q, k, v = draw_qkv(**DRAW_ARGS)  # on the CPU, in DTYPE
-    got = attention(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE))  # (total_q, hq, d)
+    q, k, v, descales = backend_inputs()  # on the CPU: DTYPE, or fp8 with their descales
+    got = call(q, k, v, descales)  # (total_q, hq, d)
     if tuple(got.shape) != tuple(q.shape):
         print(f"DIFFERS: output shape {tuple(got.shape)}, expected {tuple(q.shape)}")
         return 1
     got = got.detach().to("cpu", torch.float64)
-    ref = reference(q, k, v, torch.float64)  # (total_q, hq, d)
-    baseline = float((reference(q, k, v, DTYPE).double() - ref).abs().max())  # same naive math in DTYPE
+    ref = reference(*values(q, k, v, descales, torch.float64), torch.float64)  # (total_q, hq, d)
+    same = reference(*values(q, k, v, descales, DTYPE), DTYPE).double()  # same naive math in DTYPE
+    baseline = float((same - ref).abs().max())
     floor = max(ABS_FLOOR, 2 * float((ref.to(DTYPE).double() - ref).abs().max()))  # >= twice the rounding
     tol = K_MAX * baseline + floor
     print(f"tolerance = {K_MAX:g} x same-dtype baseline {baseline:.4g} + floor {floor:.4g} = {tol:.4g}")
-    seen = probe_keys(k)
+    seen = probe_keys(q, k, descales)
     over = report_errors(got, ref, tol, seen)
-    mean_over = report_mean(got, ref, q, k, v)
+    mean_over = report_mean(got, ref, same)
     bad = report_mask(seen)
+    reads = read_probe(q, k, v, descales, got) if READ_PROBE else 0
+    if reads:
+        print(f"DIFFERS: READS OUTSIDE THE WINDOW: NaN from the poisoned KV positions reached {reads} (row, head) pairs (exit 1)")
     if over or mean_over or bad:
         print("DIFFERS from the float64 reference (exit 1)")
+    if over or mean_over or bad or reads:
         return 1
     print("AGREES with the float64 reference (exit 0)")
     return 0
@@ -463,4 +590,80 @@ def main_with_grads():
 
 if __name__ == "__main__":
     sys.exit(main_with_grads())
+'''
+
+READS_PAGED = '''
+harness_paged_layout = paged_layout  # the harness's layout, wrapped for the read probe below
+
+
+def paged_layout(k, v, k_lens, page_size, seed):
+    """The harness's paged_layout; while the read probe runs, NaN where an engine's cache holds garbage."""
+    k_cache, v_cache, table, seqlens = harness_paged_layout(k, v, k_lens, page_size, seed)
+    if PROBE["on"]:
+        seen = [window_pages(*band(Q_LENS[b], sk), sk, page_size) for b, sk in enumerate(k_lens)]  # (pages_b,) each
+        k_cache, v_cache = poison_pages(k_cache, v_cache, table, list(k_lens), page_size, seen, UNREFERENCED_PAGES)
+        PROBE["layouts"].append(("paged", page_size))
+    return k_cache, v_cache, table, seqlens
+'''
+
+READS_PADDED = '''
+harness_padded_layout = padded_layout  # the harness's layout, wrapped for the read probe below
+
+
+def padded_layout(k, v, k_lens, capacity):
+    """The harness's padded_layout; while the read probe runs, NaN past each sequence's used length."""
+    k_cache, v_cache, seqlens = harness_padded_layout(k, v, k_lens, capacity)
+    if PROBE["on"]:
+        k_cache, v_cache = poison_slots(k_cache, v_cache, list(k_lens))
+        PROBE["layouts"].append(("padded", capacity))
+    return k_cache, v_cache, seqlens
+'''
+
+READS = '''
+PROBE = {"on": False, "layouts": []}  # set by read_probe: the layout function poisons the cache it builds
+
+
+def poisoned_span(b):
+    """Sequence b's poisoned key positions in words, as the harness's read probe words them."""
+    kind, size = PROBE["layouts"][-1]
+    sk = K_LENS[b]
+    if kind == "padded":
+        return f"slots {sk}..{size - 1} past its used length {sk}"
+    unseen = (~window_pages(*band(Q_LENS[b], sk), sk, size)).nonzero().flatten().tolist()
+    parts = []
+    if unseen:
+        keys = [j for p in unseen for j in range(p * size, min(sk, (p + 1) * size))]
+        parts.append(f"keys {ranges(keys)} on page{'s' if len(unseen) > 1 else ''} {ranges(unseen).replace('..', '-')}")
+    if sk % size:
+        parts.append(f"unused tail {sk}..{-(-sk // size) * size - 1} of page {sk // size}")
+    return "; ".join(parts) if parts else "none of its own: NaN from a page its block table does not reference"
+
+
+def read_probe(q, k, v, descales, got, shown=5):
+    """The call again with the cache as an engine holds it (NaN where it holds garbage); the count of
+    (row, head) pairs whose output is NaN/Inf there and finite in the case's own run (``got``)."""
+    PROBE["on"], PROBE["layouts"] = True, []
+    try:
+        out = call(q, k, v, descales).detach().to("cpu", torch.float32)  # (total_q, hq, d)
+    finally:
+        PROBE["on"] = False
+    if not PROBE["layouts"]:
+        print("read probe not run: the backend's call built no cache through paged_layout / padded_layout")
+        return 0
+    bad = (~torch.isfinite(out)).any(-1) & torch.isfinite(got).all(-1)  # (total_q, hq); NaN already: the error check's
+    if PROBE["layouts"][-1][0] == "paged":
+        what = f"pages outside every window, the tails of last pages and {UNREFERENCED_PAGES} unreferenced page"
+    else:
+        what = "cache slots past each sequence's used length"
+    print(f"read probe: {int(bad.sum())} of {bad.numel()} (row, head) pairs NaN/Inf with NaN in the {what}")
+    words = []
+    for b in range(len(Q_LENS)):
+        hb = bad[CU_Q[b] : CU_Q[b + 1]].T  # (hq, Sq)
+        if hb.any():
+            h = int(hb.any(1).nonzero()[0])
+            rows = ranges(hb[h].nonzero().flatten().tolist())
+            words.append(f"  seq {b} head {h} rows {rows} read NaN-poisoned KV (poisoned {poisoned_span(b)})")
+    for line in words[:shown]:
+        print(line)
+    return int(bad.sum())
 '''

@@ -33,7 +33,9 @@ A backend is a small class (one file each) with
   ``unsupported`` for the gradient check, with the reason;
 * ``repro_call(case)`` (optional): Python source of ``attention(q, k, v)`` for the standalone
   scripts of ``python -m parity export-repro`` (see :mod:`parity.repro_script`); backends
-  without it are skipped there with a note.
+  without it are skipped there with a note. For an fp8 case it defines ``attention(q, k, v,
+  descales)`` and passes the descales as ``run`` does; paged / padded caches through the script's
+  ``paged_layout`` / ``padded_layout``, which the read probe wraps.
 
 The library call itself is a module-level function of the backend's file (plain arguments:
 tensors, the translated window, scale, softcap...; its library imported inside its body, and

@@ -177,17 +177,19 @@ class FlashAttnBackend(Backend):
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`flash_attn_attention` as ``run`` calls it,
-        ``window_size`` from :func:`flash_window`."""
+        ``window_size`` from :func:`flash_window`; fp8 cases (FA3): ``attention(q, k, v, descales)``, the
+        ``(q, k, v)`` descales passed as ``run`` passes them."""
         from ..repro_script import embed
 
         kw = self._kw(case)
+        args, fp8 = ("q, k, v, descales", ", descales=descales") if case.kv_dtype is not None else ("q, k, v", "")
         return embed(
             [cu_seqlens, flash_attn_attention],
             f"""\
-            def attention(q, k, v):
+            def attention({args}):
                 # flash-attn's window_size: (left, right), inclusive, bottom-right aligned; -1 = unbounded
                 return flash_attn_attention(q, k, v, Q_LENS, K_LENS, SCALE, window_size={kw["window_size"]!r},
-                                            softcap={kw["softcap"]!r}, dense={case.is_uniform!r}, module={self.module!r})
+                                            softcap={kw["softcap"]!r}, dense={case.is_uniform!r}, module={self.module!r}{fp8})
             """,
             head=f"import {self.module}  # noqa: F401 - the backend's package (exit 2 here when it does not import)",
         )

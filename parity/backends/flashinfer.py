@@ -358,17 +358,27 @@ class FlashInferBackend(Backend):
         from ..repro_script import embed
 
         natives = [flashinfer_window(case.window, sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
+        args, scales = _fp8_template_args(case)
         return embed(
             [flashinfer_prefill_attention],
             f"""\
             NATIVE = {natives!r}  # per sequence (causal, window_left): keys from i + Sk - Sq - window_left on; -1 = unbounded
 
 
-            def attention(q, k, v):
-                return flashinfer_prefill_attention(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, NATIVE, SCALE, {case.softcap or 0.0!r})
+            def attention({args}):
+                return flashinfer_prefill_attention(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, NATIVE, SCALE,
+                                                    {case.softcap or 0.0!r}{scales})
             """,
             head="import flashinfer  # noqa: F401 - the backend's package (exit 2 here when it does not import)",
         )
+
+
+def _fp8_template_args(case: Case) -> tuple[str, str]:
+    """``(attention's parameters, the call's fp8 keyword)`` of a template: fp8 cases take the ``(q, k, v)``
+    descales and pass ``kv_scales`` = the K and V descales as floats, as ``run`` does (:func:`kv_scales`)."""
+    if case.kv_dtype is None:
+        return "q, k, v", ""
+    return "q, k, v, descales", ", kv_scales=(float(descales[1]), float(descales[2]))"
 
 
 def _paged_template_head(case: Case) -> tuple[str, str]:
@@ -466,11 +476,12 @@ class FlashInferPagedBackend(FlashInferBackend):
 
         kw = self.native(case)
         head, page = _paged_template_head(case)
-        if case.sinks:  # the AttentionSink wrapper, as run calls it
+        args, scales = _fp8_template_args(case)
+        if case.sinks:  # the AttentionSink wrapper, as run calls it (no k_scale / v_scale there)
             return embed(
                 [cu_seqlens, flashinfer_csr, flashinfer_sink_attention],
                 f"""\
-                def attention(q, k, v):
+                def attention({args}):
                     k_cache, v_cache, table, _ = paged_layout(k, v, K_LENS, {page}, SEED)  # (pages, page, hkv, d) x2, (B, P)
                     workspace = torch.empty({WORKSPACE_BYTES}, dtype=torch.uint8, device=q.device)
                     return flashinfer_sink_attention(q, k_cache, v_cache, torch.empty_like(q), Q_LENS, table, K_LENS, {page}, SCALE,
@@ -481,13 +492,13 @@ class FlashInferPagedBackend(FlashInferBackend):
         return embed(
             [cu_seqlens, flashinfer_csr, flashinfer_paged_attention],
             f"""\
-            def attention(q, k, v):
+            def attention({args}):
                 k_cache, v_cache, table, _ = paged_layout(k, v, K_LENS, {page}, SEED)  # (pages, page, hkv, d) x2, (B, P)
                 workspace = torch.empty({WORKSPACE_BYTES}, dtype=torch.uint8, device=q.device)
                 # keys from i + Sk - Sq - window_left on (-1 = unbounded); causal: up to i + Sk - Sq; None: batch decode
                 return flashinfer_paged_attention(q, k_cache, v_cache, torch.empty_like(q), Q_LENS, table, K_LENS, {page}, SCALE,
                                                   window_left={kw["window_left"]}, softcap={kw["softcap"]!r},
-                                                  workspace=workspace, causal={kw["causal"]!r})
+                                                  workspace=workspace, causal={kw["causal"]!r}{scales})
             """,
             head="import flashinfer  # noqa: F401 - the backend's package (exit 2 here when it does not import)\n\n" + head,
         )

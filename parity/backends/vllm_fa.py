@@ -298,13 +298,17 @@ class VllmFa2Backend(Backend):
             pages += ", s_aux=torch.tensor(SINKS, dtype=torch.float32)"
         if case.chunk is not None:
             pages += f", attention_chunk={case.chunk}"
+        args = "q, k, v"
+        if case.kv_dtype is not None:  # fp8 (FA3): the descales as run passes them; the output in DTYPE (bfloat16), not q's fp8
+            args, pages = "q, k, v, descales", pages + ", descales=descales"
         return embed(
             [cu_seqlens, vllm_fa_attention],
             f"""\
-            def attention(q, k, v):
+            def attention({args}):
                 {paged}
                 # window_size: (left, right), inclusive, bottom-right aligned; -1 = unbounded; causal=True forces right = 0
-                return vllm_fa_attention(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, SCALE, causal={kw["causal"]!r},
+                return vllm_fa_attention(q, k, v, torch.empty(q.shape, dtype=DTYPE, device=q.device), Q_LENS, K_LENS, SCALE,
+                                         causal={kw["causal"]!r},
                                          window_size={list(kw["window_size"])!r}, softcap={kw["softcap"]!r},
                                          fa_version={self.fa_version}{pages})
             """,
