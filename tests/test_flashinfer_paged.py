@@ -257,3 +257,14 @@ def test_decode_refuses_prefill_and_float32():
     assert "one query per sequence" in be.unsupported_reason(Case((2,), (9,), 2, 2, 32, "bfloat16", Window(3, 0)))
     assert "float16/bfloat16" in be.unsupported_reason(Case((1,), (9,), 2, 2, 32, "float32", Window(3, 0)))
     assert backends.get("flashinfer-paged-cuda").supports_paged
+
+
+def test_sinks_with_fp8_kv_are_refused_not_run_unscaled():
+    """The AttentionSink wrapper is called without ``k_scale`` / ``v_scale``: an fp8 cache with sinks would run with
+    its descales dropped (a harness bug reported as FlashInfer's), so it is refused; sinks alone and fp8 alone are not."""
+    paged = fi.FlashInferPagedBackend()
+    base = Case((1,), (40,), 4, 2, 64, "bfloat16", Window(8, 0), page_size=16, seed=7)
+    both = Case((1,), (40,), 4, 2, 64, "bfloat16", Window(8, 0), page_size=16, seed=7, sinks=True, kv_dtype="float8_e4m3fn")
+    assert "k_scale" in (paged.unsupported_reason(both) or "")
+    for one in (Case(**{**base.__dict__, "sinks": True}), Case(**{**base.__dict__, "kv_dtype": "float8_e4m3fn"})):
+        assert "k_scale" not in (paged.unsupported_reason(one) or "")
