@@ -180,9 +180,10 @@ def make_grad_baseline(case: Case, inputs: Inputs) -> GradBaseline:
     dout = make_dout(case, inputs.q.device)  # (total_q, hq, d)
     ref = grad_reference(inputs, dout, torch.float64)
     same = grad_reference(inputs, dout, case.torch_dtype)
-    bmax, bmean, rnd = {}, {}, {}
+    bmax, bmean, rnd, bad = {}, {}, {}, {}
     for name in TENSORS:
         r, s = ref[name], same[name]
+        bad[name] = int((~torch.isfinite(s)).sum())  # python's max() would drop a NaN: counted apart
         mx = sm = rd = 0.0
         for r0, r1 in row_chunks(r.shape[0], r[0].numel() if r.shape[0] else 1):
             err = (s[r0:r1].to(torch.float64) - r[r0:r1]).abs()
@@ -192,18 +193,22 @@ def make_grad_baseline(case: Case, inputs: Inputs) -> GradBaseline:
             rd = max(rd, float(rounded.max()) if rounded.numel() else 0.0)
         bmax[name], bmean[name], rnd[name] = mx, sm / r.numel() if r.numel() else 0.0, rd
     unseen, empty = unseen_keys(case).to(inputs.q.device), empty_rows(case).to(inputs.q.device)
-    return GradBaseline(ref, bmax, bmean, rnd, unseen, empty, _unjudgeable(case, ref, bmax))
+    return GradBaseline(ref, bmax, bmean, rnd, unseen, empty, _unjudgeable(case, ref, bmax, bad))
 
 
-def _unjudgeable(case: Case, ref: dict[str, torch.Tensor], bmax: dict[str, float]) -> str:
-    """Why the backward of ``case`` cannot be judged in its dtype, or ``""`` (see :class:`GradBaseline`)."""
+def _unjudgeable(case: Case, ref: dict[str, torch.Tensor], bmax: dict[str, float], nonfinite: dict[str, int]) -> str:
+    """Why the backward of ``case`` cannot be judged in its dtype, or ``""`` (see :class:`GradBaseline`).
+
+    A same-dtype baseline with any NaN or Inf has no budget for those elements (the max and mean of its error
+    would be NaN, and no error exceeds NaN: a check that cannot fail), so such a case is not judged."""
     top = torch.finfo(case.torch_dtype).max
     for name in TENSORS:
         big = float(ref[name].abs().max()) if ref[name].numel() else 0.0
         if big > top:
             return f"the reference {name} reaches {big:.4g}, beyond {case.dtype}'s range ({top:.4g}): not representable"
-        if not math.isfinite(bmax[name]):
-            return f"the same-dtype baseline's {name} overflows {case.dtype} (no finite budget)"
+        if nonfinite[name] or not math.isfinite(bmax[name]):
+            n = nonfinite[name]
+            return f"the same-dtype baseline's {name} overflows {case.dtype} ({n} non-finite values; no finite budget)"
     return ""
 
 

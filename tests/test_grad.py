@@ -331,3 +331,15 @@ def test_a_cpu_grad_script_runs_agrees_and_catches_a_broken_backward(tmp_path):
     )
     res = _run_script(broken, tmp_path)
     assert res.returncode == 1 and "dv nonzero for 7 keys outside every window"  # seq 1: keys 0..6 in res.stdout, res.stdout + res.stderr
+
+
+def test_a_baseline_with_nan_is_not_judged_rather_than_judged_against_nan():
+    """H100, 2026-12-05 (reports/gpu-2026-12-05c): a float16 large-values case whose same-dtype backward overflows
+    (dq NaN everywhere) was judged with a NaN mean budget (no error exceeds NaN) and a max budget of the rounding
+    floor alone (python's max() dropped the NaN): 4 honest rows failed at 1.04-1.34x, others passed unchecked."""
+    case = Case((1,), (257,), 2, 2, 64, "float16", Window(19, 255), scale=0.5, seed=959335823, regime="large_values")
+    base = make_grad_baseline(case, make_inputs(case))
+    assert "dq overflows float16" in base.unjudgeable and "non-finite" in base.unjudgeable, base.unjudgeable
+    row = evaluate("sdpa", case, grad=True)
+    assert row["grad_check"] == "unsupported" and "not judged" in row["grad_detail"], row["grad_detail"]
+    assert "dq_err" not in row["reasons"]

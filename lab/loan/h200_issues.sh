@@ -16,7 +16,7 @@ set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 bg() { bash "$here/device/bg.sh" "$@"; }
 GATE_FLASHINFER=1 source "$here/loan/h200_env.sh"  # worker paths (FlashInfer's too), the xformers shim
-CC=/tmp/parity-cc
+PARITY_CC=/tmp/parity-cc
 GRAD_BACKENDS=sdpa-math-cuda,sdpa-efficient-cuda,sdpa-cudnn-cuda,flex-cuda,torch-fa2-cuda,torch-fa2-varlen-cuda,fa4-cuda,fa4-varlen-cuda,xformers-cutlass-cuda,xformers-flash-cuda,jax-xla-cuda,jax-cudnn-cuda,reference-cuda
 LSE_BACKENDS=flex-cuda,torch-fa2-cuda,torch-fa2-varlen-cuda,fa4-cuda,fa4-varlen-cuda,vllm-fa2-cuda,vllm-fa3-cuda,xformers-cutlass-cuda,xformers-flash-cuda,flashinfer-cuda,sdpa-efficient-cuda,reference-cuda
 
@@ -30,21 +30,21 @@ for c in generate(PROFILES['default'], 0):
   echo "feature cases: $(wc -l < "$w/features.jsonl")"
   timeout $(( $1 + 120 )) python3 -m parity run --backend all-gpu --case-file "$w/features.jsonl" --jobs 8 \
     --split flashinfer-cuda=2 --split flashinfer-paged-cuda=2 --time-limit "$1" --timeout 240 --shrink 4 -q \
-    --compile-cache "$CC" --out "$w/features" > "$w/features.log" 2>&1
+    --compile-cache "$PARITY_CC" --out "$w/features" > "$w/features.log" 2>&1
   echo "features rc=$?"; grep -v "^  \|^$" "$w/features.log" | tail -n 40 | cut -c1-200
 }
 
 lse() {  # LIMIT_S: the default profile's first rows on the backends that return an LSE
   local w=/tmp/lse; rm -rf "$w"; mkdir -p "$w"
   timeout $(( $1 + 120 )) python3 -m parity run --backend "$LSE_BACKENDS" --profile default --jobs 6 \
-    --time-limit "$1" --timeout 240 --shrink 4 -q --compile-cache "$CC" --out "$w/run" > "$w/lse.log" 2>&1
+    --time-limit "$1" --timeout 240 --shrink 4 -q --compile-cache "$PARITY_CC" --out "$w/run" > "$w/lse.log" 2>&1
   echo "lse rc=$?"; grep -v "^  \|^$" "$w/lse.log" | tail -n 30 | cut -c1-200
 }
 
 grad() {  # LIMIT_S
   local w=/tmp/grad; rm -rf "$w"; mkdir -p "$w"
   timeout $(( $1 + 120 )) python3 -m parity run --grad --backend "$GRAD_BACKENDS" --profile default --jobs 6 \
-    --time-limit "$1" --timeout 240 --shrink 6 -q --compile-cache "$CC" --out "$w/run" > "$w/grad.log" 2>&1
+    --time-limit "$1" --timeout 240 --shrink 6 -q --compile-cache "$PARITY_CC" --out "$w/run" > "$w/grad.log" 2>&1
   echo "grad rc=$?"; grep -v "^  \|^$" "$w/grad.log" | tail -n 40 | cut -c1-200
 }
 
@@ -56,9 +56,9 @@ case "${1:-}" in
     echo "throughput rc=$?"; tail -n 40 "$w/thru.log" | cut -c1-200
     tar czf "$OUT/thru.tgz" -C /tmp thru ;;
   launch)
-    bg start features --watch /tmp/features -- bash -c "$(declare -f features); CC=$CC features ${2:-330}"
-    bg start lse --watch /tmp/lse -- bash -c "$(declare -f lse); CC=$CC LSE_BACKENDS=$LSE_BACKENDS lse 240"
-    bg start grad --watch /tmp/grad -- bash -c "$(declare -f grad); CC=$CC GRAD_BACKENDS=$GRAD_BACKENDS grad ${3:-330}"
+    bg start features --watch /tmp/features -- bash -c "$(declare -f features); PARITY_CC=$PARITY_CC features ${2:-330}"
+    bg start lse --watch /tmp/lse -- bash -c "$(declare -f lse); PARITY_CC=$PARITY_CC LSE_BACKENDS=$LSE_BACKENDS lse 240"
+    bg start grad --watch /tmp/grad -- bash -c "$(declare -f grad); PARITY_CC=$PARITY_CC GRAD_BACKENDS=$GRAD_BACKENDS grad ${3:-330}"
     # the weights (15 MB) stay on the machine: the job returns the model's config and metrics and the study
     bg start lm --watch /tmp/lm-decode -- bash -c "OUT=/tmp/lmout bash '$here/loan/h200_lm_decode.sh' 150 6 165 75;
       cp /tmp/lmout/lm-model/*.json \$OUT/ 2>/dev/null; ls -la /tmp/lmout/lm-model"

@@ -12,7 +12,7 @@ set -u
 limit=${1:-500}
 export PYTHONUNBUFFERED=1
 t0=$(date +%s)
-CC=/tmp/parity-cc
+PARITY_CC=/tmp/parity-cc
 run_t=$(( limit - 150 ))  # rows start until then; shrinking and writing follow
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 features() {
@@ -23,17 +23,17 @@ for c in generate(PROFILES['default'], 0):
     if c.sinks or c.chunk is not None or c.kv_dtype is not None:
         print(c.to_json())" > "$w/features.jsonl"
   timeout $(( run_t + 60 )) python3 -m parity run --backend all-gpu --case-file "$w/features.jsonl" --jobs 4 \
-    --time-limit $(( run_t / 2 )) --timeout 120 --shrink 4 -q --compile-cache "$CC" --out "$w/features" > "$w/features.log" 2>&1
+    --time-limit $(( run_t / 2 )) --timeout 120 --shrink 4 -q --compile-cache "$PARITY_CC" --out "$w/features" > "$w/features.log" 2>&1
   echo "features rc=$?" >> "$w/features.log"
   timeout $(( run_t / 2 + 60 )) python3 -m parity run --backend all-gpu --profile default --jobs 4 --time-limit $(( run_t / 2 - 30 )) \
-    --timeout 120 --shrink 4 -q --compile-cache "$CC" --out "$w/lse" > "$w/lse.log" 2>&1
+    --timeout 120 --shrink 4 -q --compile-cache "$PARITY_CC" --out "$w/lse" > "$w/lse.log" 2>&1
   echo "lse rc=$?" >> "$w/lse.log"
 }
 grad() {
   local w=/tmp/grad; mkdir -p "$w"
   timeout $(( run_t + 90 )) python3 -m parity run --grad \
     --backend sdpa-math-cuda,sdpa-efficient-cuda,sdpa-cudnn-cuda,flex-cuda,torch-fa2-cuda,torch-fa2-varlen-cuda,jax-xla-cuda,jax-cudnn-cuda,reference-cuda \
-    --profile default --jobs 4 --time-limit "$run_t" --timeout 120 --shrink 4 -q --compile-cache "$CC" --out "$w/run" > "$w/grad.log" 2>&1
+    --profile default --jobs 4 --time-limit "$run_t" --timeout 120 --shrink 4 -q --compile-cache "$PARITY_CC" --out "$w/run" > "$w/grad.log" 2>&1
   echo "grad rc=$?" >> "$w/grad.log"
 }
 lm() {

@@ -13,7 +13,7 @@ limit=${1:-420}
 here=$(cd "$(dirname "$0")/.." && pwd)
 GATE_FLASHINFER=1 source "$here/loan/h200_env.sh"  # worker paths (FlashInfer's too), the xformers shim
 t0=$(date +%s)
-CC=/tmp/parity-cc
+PARITY_CC=/tmp/parity-cc
 run_t=$(( limit - 150 ))
 STAGED=fa4-cuda,fa4-varlen-cuda,vllm-fa2-cuda,vllm-fa3-cuda,xformers-cutlass-cuda,xformers-flash-cuda,flashinfer-cuda,flashinfer-paged-cuda,flashinfer-decode-cuda
 SPLIT="--split flashinfer-cuda=2 --split flashinfer-paged-cuda=2"
@@ -25,16 +25,16 @@ for c in generate(PROFILES['default'], 0):
     if c.sinks or c.chunk is not None or c.kv_dtype is not None:
         print(c.to_json())" > "$w/features.jsonl"
   timeout $(( run_t / 2 + 90 )) python3 -m parity run --backend "$STAGED" --case-file "$w/features.jsonl" --jobs 6 $SPLIT \
-    --time-limit $(( run_t / 2 )) --timeout 240 --shrink 4 -q --compile-cache "$CC" --out "$w/features" > "$w/features.log" 2>&1
+    --time-limit $(( run_t / 2 )) --timeout 240 --shrink 4 -q --compile-cache "$PARITY_CC" --out "$w/features" > "$w/features.log" 2>&1
   echo "features rc=$?" >> "$w/features.log"
   timeout $(( run_t / 2 + 60 )) python3 -m parity run --backend "$STAGED" --profile default --jobs 6 $SPLIT \
-    --time-limit $(( run_t / 2 - 30 )) --timeout 240 --shrink 4 -q --compile-cache "$CC" --out "$w/lse" > "$w/lse.log" 2>&1
+    --time-limit $(( run_t / 2 - 30 )) --timeout 240 --shrink 4 -q --compile-cache "$PARITY_CC" --out "$w/lse" > "$w/lse.log" 2>&1
   echo "lse rc=$?" >> "$w/lse.log"
 }
 grad() {
   local w=/tmp/staged-grad; mkdir -p "$w"
   timeout $(( run_t + 90 )) python3 -m parity run --grad --backend fa4-cuda,fa4-varlen-cuda,xformers-cutlass-cuda,xformers-flash-cuda \
-    --profile default --jobs 4 --time-limit "$run_t" --timeout 240 --shrink 4 -q --compile-cache "$CC" --out "$w/run" > "$w/grad.log" 2>&1
+    --profile default --jobs 4 --time-limit "$run_t" --timeout 240 --shrink 4 -q --compile-cache "$PARITY_CC" --out "$w/run" > "$w/grad.log" 2>&1
   echo "grad rc=$?" >> "$w/grad.log"
 }
 lm() {
