@@ -19,7 +19,7 @@ def main(runs_root: Path, toml: str, out: Path) -> None:
     from parity.report.runs import load_run
 
     print("parity from", parity.__file__, file=sys.stderr)
-    for folder in sorted({p.parent for p in runs_root.glob("h200-*/**/results.csv*")}):
+    for folder in sorted({p.parent for p in runs_root.glob("h[12]00-*/**/results.csv*")}):
         rel = folder.relative_to(runs_root)
         df = load_run(folder, load([toml]), rejudge=True).df
         dest = out / rel

@@ -21,7 +21,7 @@ from parity.report.runs import load_run
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "reports" / "h200-2026-12-02"
 #: every committed GPU run folder (the sweep, the FA4 paged variants, the compile-cache sweeps)
-GPU_RUNS = sorted({p.parent for p in (ROOT / "reports").glob("h200-*/**/results.csv*")})
+GPU_RUNS = sorted({p.parent for p in (ROOT / "reports").glob("h[12]00-*/**/results.csv*")})
 #: FA4's own refusal (d = 72, paged): the other half of issue 17 records it as unsupported; no entry
 FA4_REFUSAL = "Paged KV does not support irregular head dim"
 #: xformers' own precondition (varlen, a sequence with Sq > Sk): an error in the 2026-12-04 run,
@@ -43,6 +43,15 @@ CONTENDED_TIMEOUT = "no answer within 120 s"
 #: FlashInfer's JIT builds (about 18 s each alone) ran past 240 s while seven jobs shared the GPU and
 #: CPUs on 2026-12-05 (reports/h200-2026-12-05/README.md): the run's contention, no entry
 JIT_CONTENDED_TIMEOUT = "no answer within 240 s"
+
+#: the lab's own bug on the H100 on 2026-12-05 (reports/h100-2026-12-05/README.md): its scripts named the compile
+#: cache CC, the device exports CC, and Inductor ran the cache folder as its C compiler; every flex-cuda row errored.
+#: Fixed since in lab/loan (PARITY_CC), no entry
+LAB_CC = "Permission denied: '/tmp/parity-cc'"
+#: the harness's own bug in the same run: a float16 same-dtype backward baseline with NaN gave a NaN mean budget
+#: and a max budget of the rounding floor alone (4 honest rows missed it by 1.04-1.34x); such a backward is not
+#: judged since (parity.grad._unjudgeable), no entry
+NAN_GRAD_BUDGET = "(budget nan)"
 
 KNOWN = "tests.helpers:EmptyRowsSeeEveryKey"
 KNOWN_PLUS = "tests.helpers:EmptyRowsAndOffByOne"
@@ -234,10 +243,13 @@ def test_committed_gpu_runs_rejudged(folder):
         | bad["detail"].str.contains(STICKY_COLLATERAL)
         | (bad["backend"].eq("vllm-fa2-cuda") & bad["detail"].str.contains(CONTENDED_TIMEOUT, regex=False))
         | (bad["backend"].str.startswith("flashinfer-") & bad["detail"].str.contains(JIT_CONTENDED_TIMEOUT, regex=False))
+        | (bad["backend"].eq("flex-cuda") & bad["detail"].str.contains(LAB_CC, regex=False))
+        | (bad["grad_detail"].fillna("").str.contains(NAN_GRAD_BUDGET, regex=False) & ~bad["reasons"].str.contains("max_err"))
     )
     assert (bad[~refusals]["verdict"] == "expected").all(), bad[~refusals & (bad["verdict"] != "expected")][["backend", "case_id"]]
     sticky = bad["detail"].str.contains(STICKY_COLLATERAL)  # two of them match the head-dim-33 entry (README there)
-    assert bad[refusals & ~sticky]["verdict"].isin(["error", "timeout"]).all()
+    nan_budget = bad["grad_detail"].fillna("").str.contains(NAN_GRAD_BUDGET, regex=False)
+    assert bad[refusals & ~sticky & ~nan_budget]["verdict"].isin(["error", "timeout"]).all()
     assert not (df["verdict"] == "unexpected-pass").any(), df[df["verdict"] == "unexpected-pass"][["backend", "expected_id", "case_id"]]
     assert (df[df["raw_verdict"] == "pass"]["verdict"] == "pass").all()
 

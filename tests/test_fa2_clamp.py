@@ -31,7 +31,7 @@ def clamp_changes_mask(case: Case) -> bool:
 
 def _committed_fa2_rows() -> pd.DataFrame:
     frames = []
-    for path in sorted((ROOT / "reports").glob("h200-*/**/results.csv*")):
+    for path in sorted((ROOT / "reports").glob("h[12]00-*/**/results.csv*")):
         df = pd.read_csv(path, low_memory=False, usecols=["backend", "case_id", "case_json", "verdict", "mask_check"])
         frames.append(df[df["backend"].isin(FA2_FAMILY) & df["mask_check"].isin(["ok", "mismatch"])])
     return pd.concat(frames, ignore_index=True).drop_duplicates(["backend", "case_id"])
