@@ -51,6 +51,7 @@ def collect(extra: dict[str, Any] | None = None) -> dict[str, Any]:
         "gpu": _gpu(),
         "shims": [s for s in os.environ.get("PARITY_SHIMS", "").split(",") if s],
         "command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
+        "argv": [os.path.basename(sys.argv[0]), *sys.argv[1:]],  # the same, unjoined: --resume restores it
     }
     if extra:
         env.update(extra)

@@ -48,7 +48,7 @@ CONSISTENCY = "consistency.csv"
 DECODE = "decode.csv"
 DECODE_STEPS = "decode_steps.csv"
 #: What ``environment.json`` keeps of each earlier, cut-short run into a resumed folder.
-EARLIER_KEEP = ("date_utc", "command", "wall_seconds", "partial", "rows_run", "rows_planned", "jobs", "backends")
+EARLIER_KEEP = ("date_utc", "command", "argv", "wall_seconds", "partial", "rows_run", "rows_planned", "jobs", "backends")
 
 
 @dataclasses.dataclass(frozen=True)

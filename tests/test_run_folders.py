@@ -3,8 +3,10 @@ argparse's errors are one line (issue 19)."""
 
 from __future__ import annotations
 
+import csv
 import datetime
 import os
+import sys
 
 import pytest
 
@@ -302,3 +304,22 @@ def test_resume_of_a_run_before_the_lse_columns_keeps_its_rows(tmp_path, capsys)
     assert reader.fieldnames == COLUMNS and COLUMNS[at : at + 4] == list(LSE_COLUMNS) == list(ADDED_COLUMNS[added : added + 4])
     assert rows[0]["lse_check"] == "" and all(rows[0][c] == v for c, v in old[0].items() if not c.startswith("lse_"))
     assert rows[1]["lse_check"] == "pass" and float(rows[1]["lse_budget"]) > 0  # a new row: the reference returns its LSE
+
+
+def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, monkeypatch, capsys):
+    """`parity run --resume --out DIR` (what a PARTIAL line says to run) continues the recorded run: its backends,
+    cases and flags, not README's default job (H100, 2026-12-05: it ran the CPU backends' `first` profile into a
+    `--grad` run of GPU backends). A flag given with --resume wins over the recorded one."""
+    out = tmp_path / "r"
+    argv = ["__main__.py", "run", "--backend", "reference", "--no-isolate", "--case", CASE, "-q", "--no-report", "--shrink", "0"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out)])
+    assert main(argv[1:] + ["--out", str(out)]) == 0
+    monkeypatch.setattr(sys, "argv", ["__main__.py", "run", "--resume", "--out", str(out)])
+    assert main(["run", "--resume", "--out", str(out)]) == 0
+    assert "continuing `__main__.py run --backend reference" in capsys.readouterr().err
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert [r["backend"] for r in rows] == ["reference"], [r["backend"] for r in rows]
+    monkeypatch.setattr(sys, "argv", ["__main__.py", "run", "--resume", "--out", str(out), "--backend", "sdpa"])
+    assert main(["run", "--resume", "--out", str(out), "--backend", "sdpa"]) == 0
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert sorted(r["backend"] for r in rows) == ["reference", "sdpa"]

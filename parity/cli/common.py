@@ -7,8 +7,13 @@ Not a subcommand (it has no ``add_parser`` / ``run``); bad input raises :class:`
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
+from .. import runfolder
 from ..runfolder import LATEST, RUNS_DIR, check_out_dir, latest_run, new_run_dir, newest_runs
 from ..runner import split_list
 
@@ -26,7 +31,7 @@ __all__ = [
     "split_list",
 ]
 
-from ..errors import EXIT_FAIL, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
+from ..errors import EXIT_FAIL, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, UserError
 
 
 def add_expect_argument(p: argparse.ArgumentParser) -> None:
@@ -45,3 +50,56 @@ def load_expectations(values: Sequence[str] | None):
     from ..expect import load_checked
 
     return load_checked(values)
+
+
+#: Flags a resumed run never takes from the recorded command: where it writes, and how it was asked to resume.
+NOT_RESTORED = ("out", "resume", "force", "list_cases", "command", "_module")
+
+
+def _recorded_args(folder: Path, add_parser: Callable[[Any], argparse.ArgumentParser]) -> tuple[argparse.Namespace, str] | None:
+    """The ``parity run`` flags the run in ``folder`` was started with (environment.json; after earlier resumes,
+    its first entry of ``earlier_runs``), parsed as this command parses them; None when the folder records
+    none (a run from the API or the pytest plugin)."""
+    env = runfolder.read_environment(folder) or {}
+    first = (env.get("earlier_runs") or [env])[0]
+    argv = first.get("argv")
+    if argv is None and first.get("command"):
+        try:
+            argv = shlex.split(str(first["command"]))
+        except ValueError:
+            return None
+    if not isinstance(argv, list) or len(argv) < 2 or argv[1] != "run":
+        return None
+    try:
+        return _run_parser(add_parser).parse_args([str(a) for a in argv[1:]]), " ".join(str(a) for a in argv)
+    except SystemExit:  # argparse's own error: flags this version no longer has
+        raise UserError(f"--resume: {folder}/environment.json records flags this parity cannot parse: {first.get('command')}") from None
+
+
+def _run_parser(add_parser: Callable[[Any], argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    add_parser(parser.add_subparsers(dest="command"))
+    return parser
+
+
+def resumed(args: argparse.Namespace, add_parser: Callable[[Any], argparse.ArgumentParser]) -> argparse.Namespace:
+    """``parity run --resume`` continues the run in the folder as it was started: every flag the user left at its
+    default takes the recorded command's value (backends, profile, cases, --grad, ...); flags given now win.
+    ``add_parser``: :func:`parity.cli.run.add_parser` (passed in: this module sits below it)."""
+    folder = Path(args.out) if args.out is not None else runfolder.latest_run()
+    found = _recorded_args(folder, add_parser)
+    defaults = _run_parser(add_parser).parse_args(["run"])
+    if found is None:
+        return args
+    recorded, command = found
+    out = argparse.Namespace(**vars(args))
+    restored = []
+    for key, value in vars(recorded).items():
+        if key in NOT_RESTORED or not hasattr(args, key):
+            continue
+        if getattr(args, key) == getattr(defaults, key) and value != getattr(defaults, key):
+            setattr(out, key, value)
+            restored.append("--" + key.replace("_", "-"))
+    if restored:
+        print(f"parity: --resume: continuing `{command}` ({', '.join(restored)} as recorded)", file=sys.stderr)
+    return out

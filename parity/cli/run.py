@@ -17,7 +17,7 @@ from ..errors import exit_codes_text
 from ..results import DTYPES
 from ..runner import RunRequest
 from ..runner import run as run_request
-from .common import add_expect_argument
+from .common import add_expect_argument, resumed
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -211,4 +211,6 @@ def request(args: argparse.Namespace) -> RunRequest:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.resume:  # continue the folder's run as it was started (flags left at their defaults as recorded)
+        args = resumed(args, add_parser)
     return run_request(request(args))
