@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import json
 import os
 import sys
 
@@ -323,3 +324,17 @@ def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, monkeypatch,
     assert main(["run", "--resume", "--out", str(out), "--backend", "sdpa"]) == 0
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert sorted(r["backend"] for r in rows) == ["reference", "sdpa"]
+
+
+def test_resume_of_a_folder_whose_command_cannot_be_read_uses_the_flags_given(tmp_path, monkeypatch, capsys):
+    """A run recorded before environment.json kept ``argv`` (its command joined by spaces, a --case JSON split
+    apart): --resume says it cannot read it and runs the flags given, rather than failing."""
+    out = tmp_path / "r"
+    monkeypatch.setattr(sys, "argv", ["__main__.py", "run", "--out", str(out)])
+    assert _run("--out", str(out)) == 0
+    env = json.loads((out / "environment.json").read_text())
+    env.pop("argv")
+    env["command"] = '__main__.py run --case {"q_lens": [3]} --bogus'
+    (out / "environment.json").write_text(json.dumps(env))
+    assert _run("--resume", "--out", str(out)) == 0
+    assert "cannot read the recorded command" in capsys.readouterr().err

@@ -31,7 +31,7 @@ __all__ = [
     "split_list",
 ]
 
-from ..errors import EXIT_FAIL, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, UserError
+from ..errors import EXIT_FAIL, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
 
 
 def add_expect_argument(p: argparse.ArgumentParser) -> None:
@@ -63,7 +63,7 @@ def _recorded_args(folder: Path, add_parser: Callable[[Any], argparse.ArgumentPa
     env = runfolder.read_environment(folder) or {}
     first = (env.get("earlier_runs") or [env])[0]
     argv = first.get("argv")
-    if argv is None and first.get("command"):
+    if argv is None and first.get("command"):  # a run recorded before argv was: its command, split again
         try:
             argv = shlex.split(str(first["command"]))
         except ValueError:
@@ -72,8 +72,9 @@ def _recorded_args(folder: Path, add_parser: Callable[[Any], argparse.ArgumentPa
         return None
     try:
         return _run_parser(add_parser).parse_args([str(a) for a in argv[1:]]), " ".join(str(a) for a in argv)
-    except SystemExit:  # argparse's own error: flags this version no longer has
-        raise UserError(f"--resume: {folder}/environment.json records flags this parity cannot parse: {first.get('command')}") from None
+    except SystemExit:  # argparse's own error: flags this version no longer has, or an old unquoted command
+        print(f"parity: --resume: cannot read the recorded command ({first.get('command')}); using the flags given", file=sys.stderr)
+        return None
 
 
 def _run_parser(add_parser: Callable[[Any], argparse.ArgumentParser]) -> argparse.ArgumentParser:
