@@ -110,6 +110,23 @@ def test_lab_scripts_parse(script):
     assert res.returncode == 0, res.stderr
 
 
+#: variables the device's environment may export and that compilers or build tools read: a lab script that assigns
+#: one changes what its children run (2026-12-05: `CC=/tmp/parity-cc` made Inductor run the cache folder as its C
+#: compiler, and every flex-cuda row errored)
+TOOL_VARIABLES = ("CC", "CXX", "CUDA_HOME", "CPATH", "LD", "CFLAGS", "LDFLAGS", "NVCC", "HOME", "TMPDIR", "PATH")
+
+
+def test_lab_scripts_leave_the_build_tools_variables_alone():
+    # an assignment: at a statement's start (a line, after ; && || or a parenthesis), or after export / env
+    pattern = re.compile(r"(?:^\s*|[;(&|]\s*|\bexport\s+|\benv\s+(?:\w+=\S*\s+)*)(" + "|".join(TOOL_VARIABLES) + r")=")
+    hits = []
+    for script in sorted(LAB.glob("*/*.sh")):
+        for n, line in enumerate(script.read_text().splitlines(), 1):
+            if not line.lstrip().startswith("#") and pattern.search(line) and "PATH=$PATH" not in line.replace('"', ""):
+                hits.append(f"{script.relative_to(LAB)}:{n}: {line.strip()}")
+    assert not hits, "\n".join(hits)
+
+
 def test_lab_paths_point_at_files_that_exist():
     """Every ``lab/...`` or ``benchmarks/...`` path a lab script or README names exists (the tooling moved once)."""
     root = LAB.parent
