@@ -146,6 +146,19 @@ def _make_bias(name: str, kw: dict, q_lens, k_lens):
     return eval(bias_expr(name, kw, q_lens, k_lens), {"ab": ab})  # our own constructor text, see bias_expr
 
 
+def xformers_layout(q, k, v, q_lens, k_lens, packed):
+    """``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)`` in xformers' 5-D GQA layout ``(B, M, G, H, K)``:
+    ``G = hkv`` groups of ``H = hq // hkv`` query heads, K / V expanded over ``H`` with stride 0 (so autograd sums
+    ``dk`` / ``dv`` over a group); ``packed``: the batch as one row ``(1, total, ...)``, else ``(B, S, ...)``."""
+    b, sq, sk = (1, sum(q_lens), sum(k_lens)) if packed else (len(q_lens), q_lens[0], k_lens[0])
+    hkv, d = k.shape[1], k.shape[2]
+    g = q.shape[1] // hkv
+    qx = q.view(b, sq, hkv, g, d)  # (B, Mq, G, H, K)
+    kx = k.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K), stride 0 over H
+    vx = v.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K)
+    return qx, kx, vx
+
+
 def xformers_attention(q, k, v, q_lens, k_lens, scale, bias, op_module, packed, return_lse=False):
     """``xformers.ops.memory_efficient_attention_forward`` with operator ``fmha.<op_module>.FwOp`` pinned.
 
@@ -162,12 +175,7 @@ def xformers_attention(q, k, v, q_lens, k_lens, scale, bias, op_module, packed, 
     import xformers.ops as xops
 
     op = importlib.import_module(f"xformers.ops.fmha.{op_module}").FwOp
-    b, sq, sk = (1, sum(q_lens), sum(k_lens)) if packed else (len(q_lens), q_lens[0], k_lens[0])
-    hkv, d = k.shape[1], k.shape[2]
-    g = q.shape[1] // hkv
-    qx = q.view(b, sq, hkv, g, d)  # (B, Mq, G, H, K)
-    kx = k.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K), stride 0 over H
-    vx = v.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K)
+    qx, kx, vx = xformers_layout(q, k, v, q_lens, k_lens, packed)  # (B, M, G, H, K) each
     if return_lse:
         o, lse = xops.memory_efficient_attention_forward_requires_grad(qx, kx, vx, attn_bias=bias, scale=scale, op=op)
         return o.reshape(q.shape), lse  # (total_q, hq, d), (B, G, H, M) as the operator gives it
@@ -185,12 +193,7 @@ def xformers_attention_trained(q, k, v, q_lens, k_lens, scale, bias, op_module, 
     import xformers.ops as xops
 
     mod = importlib.import_module(f"xformers.ops.fmha.{op_module}")
-    b, sq, sk = (1, sum(q_lens), sum(k_lens)) if packed else (len(q_lens), q_lens[0], k_lens[0])
-    hkv, d = k.shape[1], k.shape[2]
-    g = q.shape[1] // hkv
-    qx = q.view(b, sq, hkv, g, d)  # (B, Mq, G, H, K)
-    kx = k.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K), stride 0 over H
-    vx = v.view(b, sk, hkv, 1, d).expand(b, sk, hkv, g, d)  # (B, Mk, G, H, K)
+    qx, kx, vx = xformers_layout(q, k, v, q_lens, k_lens, packed)  # (B, M, G, H, K) each
     o = xops.memory_efficient_attention(qx, kx, vx, attn_bias=bias, scale=scale, op=(mod.FwOp, mod.BwOp))  # (B, Mq, G, H, K)
     return o.reshape(q.shape)  # (total_q, hq, d)
 
@@ -327,7 +330,7 @@ class XformersBackend(Backend):
 
         name, kw = xformers_bias_spec(case.window, case.q_lens, case.k_lens)
         return embed(
-            [xformers_attention_trained, autograd_grads],
+            [xformers_layout, xformers_attention_trained, autograd_grads],
             f"""\
             def attention_grads(q, k, v, dout):
                 bias = {bias_expr(name, kw, case.q_lens, case.k_lens)}
@@ -345,7 +348,7 @@ class XformersBackend(Backend):
 
         name, kw = xformers_bias_spec(case.window, case.q_lens, case.k_lens)
         return embed(
-            [xformers_attention],
+            [xformers_layout, xformers_attention],
             f"""\
             def attention(q, k, v):
                 bias = {bias_expr(name, kw, case.q_lens, case.k_lens)}
