@@ -160,6 +160,17 @@ def backend_attn(
     return attn
 
 
+def load_backends(specs: Sequence[str]) -> dict[str, Backend | Exception]:
+    """Each backend of ``specs`` loaded once, or the exception loading it raised (recorded as that backend's rows)."""
+    backends: dict[str, Backend | Exception] = {}
+    for spec in specs:
+        try:
+            backends[spec] = get_backend(spec)
+        except Exception as exc:  # noqa: BLE001 - recorded as the backend's rows
+            backends[spec] = exc
+    return backends
+
+
 def checked_run(backend: Backend, case: Case, inputs: Inputs) -> torch.Tensor:
     """``backend.run`` into a poisoned buffer, its answer checked: :class:`BackendError` for a wrong shape or
     dtype, an unwritten element or a non-finite value (the decode studies' one call of a backend)."""
@@ -489,12 +500,7 @@ def _run_decode(specs, cfg: DecodeConfig, out_dir: Path | None, log) -> DecodeRe
         "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    backends: dict[str, Backend | Exception] = {}
-    for spec in specs:
-        try:
-            backends[spec] = get_backend(spec)
-        except Exception as exc:  # noqa: BLE001 - recorded as the backend's rows
-            backends[spec] = exc
+    backends = load_backends(specs)
 
     def flush() -> None:
         if out_dir is not None:

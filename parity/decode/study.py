@@ -39,12 +39,11 @@ from pathlib import Path
 import torch
 
 from ..backends import Backend, Unsupported
-from ..backends import get as get_backend
 from ..case import DTYPES, Case, Inputs
 from ..errors import UserError
 from ..window import Window
 from . import lm
-from .run import _error_detail, _f, checked_run, margins, step_errors
+from .run import _error_detail, _f, checked_run, load_backends, margins, step_errors
 
 COLUMNS = [
     "backend",
@@ -483,12 +482,7 @@ def _run_study(specs: Sequence[str], cfg: StudyConfig, out_dir: Path | None, log
         f"decode: reference decoded {ref.tokens.shape[0]} prompts x {ref.tokens.shape[1]} tokens; "
         f"margin median {meta['reference']['margin_median']:.3g}"
     )
-    backends: dict[str, Backend | Exception] = {}
-    for spec in specs:
-        try:
-            backends[spec] = get_backend(spec)
-        except Exception as exc:  # noqa: BLE001 - recorded as the backend's rows
-            backends[spec] = exc
+    backends = load_backends(specs)
     out = _Out([], [], meta, out_dir, log)
     for dtype in cfg.dtypes:
         meta["dtypes"][dtype] = _dtype_pass(base, ref, list(specs), backends, dtype, device, cfg, out)
