@@ -90,3 +90,15 @@ class EmptyRowsAndOffByOne(EmptyRowsSeeEveryKey):
 
     def seen_window(self, case):
         return one_wider_on_the_left(case.window)
+
+
+class RaisesInDecode(Backend):
+    """Correct prefill, raises on every decode call (Sq = 1)."""
+
+    name = "raises-in-decode"
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        if max(case.q_lens) == 1:
+            raise RuntimeError("planted failure in decode")
+        out.copy_(attention_reference(inputs))
+        return out

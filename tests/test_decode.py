@@ -21,18 +21,6 @@ PROMPTS = (8, 16, 17, 40)  # below, at, one past and well beyond the window
 STEPS = 20
 
 
-class RaisesInDecode(Backend):
-    """Correct prefill, raises on every decode call (Sq = 1)."""
-
-    name = "raises-in-decode"
-
-    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        if max(case.q_lens) == 1:
-            raise RuntimeError("planted failure in decode")
-        out.copy_(attention_reference(inputs))
-        return out
-
-
 class PagedGather(Backend):
     """Reads the paged cache (inputs.paged()), gathers it back and runs the reference."""
 
@@ -57,7 +45,7 @@ BUGGY = ["examples.my_kernel:MyKernelOffByOne", "parity.selftest.bugs:DecodeDrop
 def mistral_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("decode")
     cfg = DecodeConfig(models=("mistral",), dtype="float32", prompt_lens=PROMPTS, steps=STEPS, window=WINDOW)
-    res = run_decode([*HONEST, *BUGGY, "tests.test_decode:RaisesInDecode"], cfg, out)
+    res = run_decode([*HONEST, *BUGGY, "tests.helpers:RaisesInDecode"], cfg, out)
     return res, out
 
 
@@ -109,7 +97,7 @@ def test_window_bug_shows_real_divergence_beyond_the_window(mistral_run, backend
 
 def test_raising_backend_costs_only_its_rows(mistral_run):
     res, _ = mistral_run
-    rows = _rows(res, "tests.test_decode:RaisesInDecode")
+    rows = _rows(res, "tests.helpers:RaisesInDecode")
     assert all(r["verdict"] == "error" and "planted failure in decode" in r["detail"] for r in rows)
     assert all(r["verdict"] == "pass" for r in _rows(res, "reference"))
 

@@ -19,18 +19,6 @@ from parity.reference import attention_reference
 BUG = "parity.selftest.bugs:DecodeDropsWindow"
 
 
-class RaisesInDecode(Backend):
-    """Correct prefill, raises on every decode call (Sq = 1)."""
-
-    name = "raises-in-decode"
-
-    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        if max(case.q_lens) == 1:
-            raise RuntimeError("planted failure in decode")
-        out.copy_(attention_reference(inputs))
-        return out
-
-
 class RefusesBatches(Backend):
     """Refuses every call with more than one sequence."""
 
@@ -62,7 +50,7 @@ def tiny():
 def result(tiny, tmp_path_factory):
     out = tmp_path_factory.mktemp("lm-decode")
     cfg = study.StudyConfig(model="cpu-tiny", dtypes=("bfloat16", "float32"), prompts=6, prompt_len=32, steps=32, time_limit=60)
-    specs = ["sdpa", "reference", BUG, "tests.test_decode_lm:RaisesInDecode", "tests.test_decode_lm:RefusesBatches"]
+    specs = ["sdpa", "reference", BUG, "tests.helpers:RaisesInDecode", "tests.test_decode_lm:RefusesBatches"]
     return study.run_study(specs, cfg, out), out
 
 
@@ -211,7 +199,7 @@ def test_the_planted_window_bug_shows_real_divergences(result):
 
 def test_errors_and_refusals_cost_only_their_rows(result):
     res, _ = result
-    r = _row(res, "tests.test_decode_lm:RaisesInDecode", "float32")
+    r = _row(res, "tests.helpers:RaisesInDecode", "float32")
     assert r["verdict"] == "error" and "planted failure in decode" in r["detail"]
     r = _row(res, "tests.test_decode_lm:RefusesBatches", "bfloat16")
     assert r["verdict"] == "unsupported" and r["detail"] == "one sequence at a time"
