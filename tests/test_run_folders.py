@@ -307,21 +307,24 @@ def test_resume_of_a_run_before_the_lse_columns_keeps_its_rows(tmp_path, capsys)
     assert rows[1]["lse_check"] == "pass" and float(rows[1]["lse_budget"]) > 0  # a new row: the reference returns its LSE
 
 
+def _typed(monkeypatch, *args):
+    """``python -m parity run ARGS`` as typed in a shell: environment.json records sys.argv, which --resume reads."""
+    monkeypatch.setattr(sys, "argv", ["__main__.py", "run", *args])
+    return main(["run", *args])
+
+
 def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, monkeypatch, capsys):
     """`parity run --resume --out DIR` (what a PARTIAL line says to run) continues the recorded run: its backends,
     cases and flags, not README's default job (H100, 2026-12-05: it ran the CPU backends' `first` profile into a
     `--grad` run of GPU backends). A flag given with --resume wins over the recorded one."""
     out = tmp_path / "r"
-    argv = ["__main__.py", "run", "--backend", "reference", "--no-isolate", "--case", CASE, "-q", "--no-report", "--shrink", "0"]
-    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out)])
-    assert main(argv[1:] + ["--out", str(out)]) == 0
-    monkeypatch.setattr(sys, "argv", ["__main__.py", "run", "--resume", "--out", str(out)])
-    assert main(["run", "--resume", "--out", str(out)]) == 0
+    flags = ["--backend", "reference", "--no-isolate", "--case", CASE, "-q", "--no-report", "--shrink", "0"]
+    assert _typed(monkeypatch, *flags, "--out", str(out)) == 0
+    assert _typed(monkeypatch, "--resume", "--out", str(out)) == 0
     assert "continuing `__main__.py run --backend reference" in capsys.readouterr().err
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert [r["backend"] for r in rows] == ["reference"], [r["backend"] for r in rows]
-    monkeypatch.setattr(sys, "argv", ["__main__.py", "run", "--resume", "--out", str(out), "--backend", "sdpa"])
-    assert main(["run", "--resume", "--out", str(out), "--backend", "sdpa"]) == 0
+    assert _typed(monkeypatch, "--resume", "--out", str(out), "--backend", "sdpa") == 0
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert sorted(r["backend"] for r in rows) == ["reference", "sdpa"]
 
@@ -330,7 +333,6 @@ def test_resume_of_a_folder_whose_command_cannot_be_read_uses_the_flags_given(tm
     """A run recorded before environment.json kept ``argv`` (its command joined by spaces, a --case JSON split
     apart): --resume says it cannot read it and runs the flags given, rather than failing."""
     out = tmp_path / "r"
-    monkeypatch.setattr(sys, "argv", ["__main__.py", "run", "--out", str(out)])
     assert _run("--out", str(out)) == 0
     env = json.loads((out / "environment.json").read_text())
     env.pop("argv")
