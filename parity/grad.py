@@ -193,10 +193,10 @@ def make_grad_baseline(case: Case, inputs: Inputs) -> GradBaseline:
             rd = max(rd, float(rounded.max()) if rounded.numel() else 0.0)
         bmax[name], bmean[name], rnd[name] = mx, sm / r.numel() if r.numel() else 0.0, rd
     unseen, empty = unseen_keys(case).to(inputs.q.device), empty_rows(case).to(inputs.q.device)
-    return GradBaseline(ref, bmax, bmean, rnd, unseen, empty, _unjudgeable(case, ref, bmax, bad))
+    return GradBaseline(ref, bmax, bmean, rnd, unseen, empty, _unjudgeable(case, ref, bad))
 
 
-def _unjudgeable(case: Case, ref: dict[str, torch.Tensor], bmax: dict[str, float], nonfinite: dict[str, int]) -> str:
+def _unjudgeable(case: Case, ref: dict[str, torch.Tensor], nonfinite: dict[str, int]) -> str:
     """Why the backward of ``case`` cannot be judged in its dtype, or ``""`` (see :class:`GradBaseline`).
 
     A same-dtype baseline with any NaN or Inf has no budget for those elements (the max and mean of its error
@@ -206,7 +206,7 @@ def _unjudgeable(case: Case, ref: dict[str, torch.Tensor], bmax: dict[str, float
         big = float(ref[name].abs().max()) if ref[name].numel() else 0.0
         if big > top:
             return f"the reference {name} reaches {big:.4g}, beyond {case.dtype}'s range ({top:.4g}): not representable"
-        if nonfinite[name] or not math.isfinite(bmax[name]):
+        if nonfinite[name]:
             n = nonfinite[name]
             return f"the same-dtype baseline's {name} overflows {case.dtype} ({n} non-finite values; no finite budget)"
     return ""
