@@ -89,10 +89,10 @@ def resumed(args: argparse.Namespace, add_parser: Callable[[Any], argparse.Argum
     ``add_parser``: :func:`parity.cli.run.add_parser` (passed in: this module sits below it)."""
     folder = Path(args.out) if args.out is not None else runfolder.latest_run()
     found = _recorded_args(folder, add_parser)
-    defaults = _run_parser(add_parser).parse_args(["run"])
     if found is None:
         return args
     recorded, command = found
+    defaults = _run_parser(add_parser).parse_args(["run"])
     out = argparse.Namespace(**vars(args))
     restored = []
     for key, value in vars(recorded).items():
