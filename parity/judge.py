@@ -228,6 +228,10 @@ def judge(
         verdict = Verdict(raw, raw_verdict=raw, detail=res.get("detail", ""), **_memory(res))
         return Judged(head, verdict, summary=case.summary())
     base = baselines.get(case)
+    if base.unjudgeable:  # recorded, never a pass: the dtype cannot hold this case's baseline
+        return Judged(
+            head, Verdict("unsupported", raw_verdict="unsupported", detail=f"not judged: {base.unjudgeable}"), summary=case.summary()
+        )
     cmp = compare_safely(case, res["output"], base, budgets[case.dtype], res.get("unwritten"))
     reasons = list(cmp.reasons)
     lse = _lse_columns(case, res, base, budgets[case.dtype])

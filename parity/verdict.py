@@ -106,6 +106,7 @@ class Baseline:
     ref_lse: torch.Tensor | None = None  # (total_q, hq) float64 reference LSE; -inf on empty rows
     lse_baseline_max: float = 0.0  # max |same-dtype LSE - reference LSE| over rows that see keys
     lse_rounding: float = 0.0  # max |reference LSE rounded to float32 - reference LSE|
+    unjudgeable: str = ""  # why no budget exists (a non-finite same-dtype baseline); "" when one does
 
 
 #: Elements of one row chunk of the comparison and the baseline (float64 temporaries of that size):
@@ -133,9 +134,11 @@ def make_baseline(
 ) -> Baseline:
     """The budget's figures from the reference and the same-dtype baseline, row chunk by row chunk."""
     base_max = base_sum = rounding = 0.0
+    nonfinite = 0
     for r0, r1 in row_chunks(ref.shape[0], ref[0].numel() if ref.shape[0] else 1):
         r = ref[r0:r1]  # (C, hq, d) float64
         base_err = (same_dtype[r0:r1].to(device=r.device, dtype=torch.float64) - r).abs()  # (C, hq, d)
+        nonfinite += int((~torch.isfinite(base_err)).sum())  # Python's max() would drop a NaN: counted instead
         base_max = max(base_max, float(base_err.max()) if base_err.numel() else 0.0)
         base_sum += float(base_err.sum())
         rnd = (r.to(case.torch_dtype).to(torch.float64) - r).abs()  # (C, hq, d)
@@ -157,7 +160,16 @@ def make_baseline(
         ref_lse=ref_lse,
         lse_baseline_max=lse_base,
         lse_rounding=lse_round,
+        unjudgeable=_unjudgeable(case, nonfinite),
     )
+
+
+def _unjudgeable(case: Case, nonfinite: int) -> str:
+    """Why the forward of ``case`` has no budget in its dtype, or ``""``: a same-dtype baseline with NaN or Inf
+    gives a NaN mean budget (no error exceeds NaN: a check that could not fail), so the row is not judged."""
+    if not nonfinite:
+        return ""
+    return f"the same-dtype baseline overflows {case.dtype} ({nonfinite} non-finite values; no finite budget)"
 
 
 def locate(case: Case, flat_row: int) -> dict[str, Any]:

@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from parity import Case, Window, evaluate
 from parity.results import DTYPES
@@ -60,3 +61,22 @@ def test_budget_overrides_validate(item, match):
 
 def test_budget_override_applies():
     assert budgets_with(["bfloat16.k_max=3"])["bfloat16"].k_max == 3.0
+
+
+def test_a_forward_baseline_with_nan_is_not_judged(monkeypatch):
+    """The forward's same-dtype baseline with a NaN gave a NaN mean budget (no error exceeds NaN) and a max budget
+    that Python's max() computed without the NaN: such a row is not judged, never passed (as the backward's)."""
+    import parity.judge as judge_mod
+
+    real = judge_mod.attention_reference
+
+    def nan_baseline(inputs, compute_dtype=torch.float64, **kw):
+        out = real(inputs, compute_dtype, **kw)  # (total_q, hq, d)
+        if compute_dtype != torch.float64:
+            out[0, 0, 0] = float("nan")
+        return out
+
+    monkeypatch.setattr(judge_mod, "attention_reference", nan_baseline)
+    case = Case((5,), (9,), 2, 1, 16, "float16", Window(3, 0), seed=4)
+    row = evaluate("reference", case)
+    assert row["verdict"] == "unsupported" and "not judged" in row["detail"] and "1 non-finite" in row["detail"], row

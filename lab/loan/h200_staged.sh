@@ -6,7 +6,8 @@
 #   features  the default profile's sink / chunk / fp8 cases on FA4, vLLM FA2/FA3, xformers, FlashInfer; then the
 #             default profile's first rows on them (the LSE check runs on every row of a backend that returns one)
 #   grad      `parity run --grad`, default profile, FA4 and xformers (the staged backends with a backward)
-#   lm        the decode study on the model h200_native.sh trained: xformers-flash, vLLM FA2/FA3, FA4 and the rest
+#   lm        the decode study on the model h200_native.sh trained (or one trained here first when there is none):
+#             xformers-flash, vLLM FA2/FA3, FA4 and the rest
 # $OUT gets staged-features.tgz, staged-grad.tgz, lm-decode.tgz; a short table prints last.
 set -u
 limit=${1:-420}
@@ -34,8 +35,12 @@ grad() {
   echo "grad rc=$?" >> "$w/grad.log"
 }
 lm() {
-  [ -f /tmp/lm-model/config.json ] || { echo "lm: no model in /tmp/lm-model (h200_native.sh trains it)"; return; }
-  OUT=/tmp/lmout LM_MODEL=/tmp/lm-model bash "$here/loan/h200_lm_decode.sh" 0 6 $(( limit - 140 )) 75 > /tmp/lm-staged.log 2>&1
+  if [ -f /tmp/lm-model/config.json ]; then  # h200_native.sh ran first on this machine: study its model
+    OUT=/tmp/lmout LM_MODEL=/tmp/lm-model bash "$here/loan/h200_lm_decode.sh" 0 6 $(( limit - 140 )) 75 > /tmp/lm-staged.log 2>&1
+  else  # no model yet: train one for a quarter of the call, then a shorter study
+    OUT=/tmp/lmout bash "$here/loan/h200_lm_decode.sh" $(( limit / 4 )) 5 $(( limit - limit / 4 - 150 )) 60 > /tmp/lm-staged.log 2>&1
+    cp -r /tmp/lmout/lm-model /tmp/lm-model 2>/dev/null; mkdir -p "$OUT/lm-model"; cp /tmp/lmout/lm-model/*.json "$OUT/lm-model/" 2>/dev/null
+  fi
   cp /tmp/lmout/lm-decode.tgz "$OUT/" 2>/dev/null
 }
 features & fp=$!
