@@ -343,3 +343,47 @@ def test_a_baseline_with_nan_is_not_judged_rather_than_judged_against_nan():
     row = evaluate("sdpa", case, grad=True)
     assert row["grad_check"] == "unsupported" and "not judged" in row["grad_detail"], row["grad_detail"]
     assert "dq_err" not in row["reasons"]
+
+
+def _fake_xformers_0_0_35(monkeypatch):
+    """``xformers.ops.memory_efficient_attention`` as 0.0.35's backward takes it: 4-D ``(B, M, H, K)`` only
+    (the 5-D GQA layout failed every backward row on an H100, 2026-12-05), K / V with as many heads as Q;
+    full attention (the test's window has no bound), computed by torch."""
+    import types
+
+    def memory_efficient_attention(q, k, v, attn_bias=None, scale=None, op=None):
+        if q.ndim != 4 or k.shape[2] != q.shape[2]:
+            raise RuntimeError(f"shape {list(q.shape)} is invalid for the backward (bmk2bmhk)")
+        s = torch.einsum("bmhk,bnhk->bhmn", q, k) * scale  # (B, H, Mq, Mk)
+        return torch.einsum("bhmn,bnhk->bmhk", s.softmax(-1), v)  # (B, Mq, H, K)
+
+    cutlass = types.SimpleNamespace(FwOp=object(), BwOp=object())
+    monkeypatch.setitem(sys.modules, "xformers", types.ModuleType("xformers"))
+    monkeypatch.setitem(sys.modules, "xformers.ops", types.SimpleNamespace(memory_efficient_attention=memory_efficient_attention))
+    monkeypatch.setitem(sys.modules, "xformers.ops.fmha", types.ModuleType("xformers.ops.fmha"))
+    monkeypatch.setitem(sys.modules, "xformers.ops.fmha.cutlass", cutlass)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_xformers_backward_maps_gqa_heads_in_the_layout_its_backward_takes(monkeypatch, packed):
+    """The trained call passes 4-D tensors with K / V repeated per query head; query head h reads kv head
+    h // (hq // hkv) and dk / dv are summed over the group: checked against SDPA's own GQA."""
+    from parity.backends import xformers
+
+    _fake_xformers_0_0_35(monkeypatch)
+    q_lens, k_lens, hq, hkv, d = (5,), (7,), 6, 2, 8
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(n, h, d, generator=gen, dtype=torch.float64) for n, h in ((5, hq), (7, hkv), (7, hkv)))
+    dout = torch.randn(5, hq, d, generator=gen, dtype=torch.float64)  # (total_q, hq, d)
+
+    def ours(q, k, v):
+        return xformers.xformers_attention_trained(q, k, v, q_lens, k_lens, 0.5, None, "cutlass", packed)
+
+    def sdpa(q, k, v):  # (total, h, d) -> SDPA's (1, h, S, d) with enable_gqa
+        o = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(0, 1)[None] for t in (q, k, v)), scale=0.5, enable_gqa=True)
+        return o[0].transpose(0, 1)  # (total_q, hq, d)
+
+    got = xformers.autograd_grads(ours, q, k, v, dout)
+    want = xformers.autograd_grads(sdpa, q, k, v, dout)
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        assert g.shape == w.shape and torch.allclose(g, w), f"{name}: max diff {float((g - w).abs().max()):.3g}"

@@ -22,7 +22,7 @@ LSE_BACKENDS=flex-cuda,torch-fa2-cuda,torch-fa2-varlen-cuda,fa4-cuda,fa4-varlen-
 
 features() {  # LIMIT_S
   local w=/tmp/features; rm -rf "$w"; mkdir -p "$w"
-  python3 lab/loan/feature_cases.py > "$w/features.jsonl"  # run from the repository root
+  PYTHONPATH=. python3 lab/loan/feature_cases.py > "$w/features.jsonl"  # run from the repository root
   echo "feature cases: $(wc -l < "$w/features.jsonl")"
   timeout $(( $1 + 120 )) python3 -m parity run --backend all-gpu --case-file "$w/features.jsonl" --jobs 8 \
     --split flashinfer-cuda=2 --split flashinfer-paged-cuda=2 --time-limit "$1" --timeout 240 --shrink 4 -q \

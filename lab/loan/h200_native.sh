@@ -17,7 +17,7 @@ run_t=$(( limit - 150 ))  # rows start until then; shrinking and writing follow
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 features() {
   local w=/tmp/features; mkdir -p "$w"
-  python3 lab/loan/feature_cases.py > "$w/features.jsonl"  # run from the repository root
+  PYTHONPATH=. python3 lab/loan/feature_cases.py > "$w/features.jsonl"  # run from the repository root
   timeout $(( run_t + 60 )) python3 -m parity run --backend all-gpu --case-file "$w/features.jsonl" --jobs 4 \
     --time-limit $(( run_t / 2 )) --timeout 120 --shrink 4 -q --compile-cache "$PARITY_CC" --out "$w/features" > "$w/features.log" 2>&1
   echo "features rc=$?" >> "$w/features.log"

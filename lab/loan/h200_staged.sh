@@ -20,7 +20,7 @@ STAGED=fa4-cuda,fa4-varlen-cuda,vllm-fa2-cuda,vllm-fa3-cuda,xformers-cutlass-cud
 SPLIT="--split flashinfer-cuda=2 --split flashinfer-paged-cuda=2"
 features() {
   local w=/tmp/staged-features; mkdir -p "$w"
-  python3 lab/loan/feature_cases.py > "$w/features.jsonl"  # run from the repository root
+  PYTHONPATH=. python3 lab/loan/feature_cases.py > "$w/features.jsonl"  # run from the repository root
   timeout $(( run_t / 2 + 90 )) python3 -m parity run --backend "$STAGED" --case-file "$w/features.jsonl" --jobs 6 $SPLIT \
     --time-limit $(( run_t / 2 )) --timeout 240 --shrink 4 -q --compile-cache "$PARITY_CC" --out "$w/features" > "$w/features.log" 2>&1
   echo "features rc=$?" >> "$w/features.log"

@@ -183,18 +183,32 @@ def xformers_attention(q, k, v, q_lens, k_lens, scale, bias, op_module, packed, 
     return o.reshape(q.shape)  # (total_q, hq, d)
 
 
+def xformers_layout_trained(q, k, v, q_lens, k_lens, packed):
+    """``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)`` in the 4-D layout ``(B, M, hq, K)`` that
+    xformers' backward takes: K / V repeated to ``hq`` heads (query head ``h`` reads kv head ``h // (hq // hkv)``),
+    so autograd sums ``dk`` / ``dv`` over a group. xformers 0.0.35's backward refuses the 5-D GQA layout of
+    :func:`xformers_layout` (``bmk2bmhk`` reshapes the 5-D gradient as 3-D; the LSE check wants ``(B, G, H, M)``:
+    measured on an H100, 2026-12-05, every GQA and MHA row), as a trainer would find it."""
+    b, sq, sk = (1, sum(q_lens), sum(k_lens)) if packed else (len(q_lens), q_lens[0], k_lens[0])
+    hq, hkv, d = q.shape[1], k.shape[1], k.shape[2]
+    qx = q.view(b, sq, hq, d)  # (B, Mq, hq, K)
+    kx = k.repeat_interleave(hq // hkv, dim=1).view(b, sk, hq, d)  # (B, Mk, hq, K)
+    vx = v.repeat_interleave(hq // hkv, dim=1).view(b, sk, hq, d)  # (B, Mk, hq, K)
+    return qx, kx, vx
+
+
 def xformers_attention_trained(q, k, v, q_lens, k_lens, scale, bias, op_module, packed):
     """:func:`xformers_attention` through ``xformers.ops.memory_efficient_attention`` (differentiable) with the
     operator pair ``(fmha.<op_module>.FwOp, fmha.<op_module>.BwOp)`` pinned: its backward runs ``BwOp`` with
-    the same ``attn_bias``. The 5-D GQA layout's stride-0 expansion of K/V makes autograd sum ``dk`` / ``dv``
-    over each group's query heads. Same shapes as :func:`xformers_attention`."""
+    the same ``attn_bias``, in the 4-D layout of :func:`xformers_layout_trained`. Same shapes as
+    :func:`xformers_attention`."""
     import importlib
 
     import xformers.ops as xops
 
     mod = importlib.import_module(f"xformers.ops.fmha.{op_module}")
-    qx, kx, vx = xformers_layout(q, k, v, q_lens, k_lens, packed)  # (B, M, G, H, K) each
-    o = xops.memory_efficient_attention(qx, kx, vx, attn_bias=bias, scale=scale, op=(mod.FwOp, mod.BwOp))  # (B, Mq, G, H, K)
+    qx, kx, vx = xformers_layout_trained(q, k, v, q_lens, k_lens, packed)  # (B, M, hq, K) each
+    o = xops.memory_efficient_attention(qx, kx, vx, attn_bias=bias, scale=scale, op=(mod.FwOp, mod.BwOp))  # (B, Mq, hq, K)
     return o.reshape(q.shape)  # (total_q, hq, d)
 
 
@@ -330,7 +344,7 @@ class XformersBackend(Backend):
 
         name, kw = xformers_bias_spec(case.window, case.q_lens, case.k_lens)
         return embed(
-            [xformers_layout, xformers_attention_trained, autograd_grads],
+            [xformers_layout_trained, xformers_attention_trained, autograd_grads],
             f"""\
             def attention_grads(q, k, v, dout):
                 bias = {bias_expr(name, kw, case.q_lens, case.k_lens)}
