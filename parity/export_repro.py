@@ -140,11 +140,14 @@ def _control_refusal(control: str, case) -> str | None:
     """Why ``control`` cannot run ``case`` (its own refusal), or None: a control that refuses the
     case would only show that it refuses (SDPA has no softcap, for one)."""
     from . import backends
+    from .backends.base import feature_reason, fp8_reason
 
     try:
-        return backends.get(control).unsupported_reason(case)
+        b = backends.get(control)
     except backends.BackendSpecError as exc:
         return f"cannot be loaded here: {exc}"
+    # paged KV, sinks, chunk and fp8 are refused at run time, as the sweep does (parity.execute)
+    return b.unsupported_reason(case) or feature_reason(b, case) or fp8_reason(b, case)
 
 
 def _write(run, index: int, row: dict[str, Any], spec: str, case, extra: dict[str, str], path: Path) -> Path | None:
@@ -230,7 +233,8 @@ CONTROLS = {
     "vllm-fa2-cuda": "vllm-fa3-cuda",
 }
 #: controls tried in turn when the preferred one refuses the case (SDPA has no softcap, for one)
-FALLBACK_CONTROLS = ("sdpa-math-cuda", "flex-cuda", "reference-cuda")
+#: (vLLM's FA3 build before the reference: it takes paged KV, learned sinks and fp8 KV, and passed the read probe)
+FALLBACK_CONTROLS = ("sdpa-math-cuda", "flex-cuda", "vllm-fa3-cuda", "reference-cuda")
 #: an error raised while the harness made a case's inputs is never the backend's finding (on the H200
 #: such rows followed a sticky CUDA error in the same worker; see parity.execute.context_lost)
 HARNESS_SIDE = "at case.py:"

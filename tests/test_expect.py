@@ -52,6 +52,10 @@ LAB_CC = "Permission denied: '/tmp/parity-cc'"
 #: and a max budget of the rounding floor alone (4 honest rows missed it by 1.04-1.34x); such a backward is not
 #: judged since (parity.grad._unjudgeable), no entry
 NAN_GRAD_BUDGET = "(budget nan)"
+#: the harness's own bug on the H100 on 2026-12-05 (reports/h100-2026-12-05b/README.md): xformers' backward was called
+#: in the 5-D GQA layout, which xformers 0.0.35's backward refuses; every xformers --grad row errored. Fixed since
+#: (parity.backends.xformers.xformers_layout_trained), no entry
+XFORMERS_5D_GRAD = "is invalid for input of size|Input tensors have incompatible shapes"
 
 KNOWN = "tests.helpers:EmptyRowsSeeEveryKey"
 KNOWN_PLUS = "tests.helpers:EmptyRowsAndOffByOne"
@@ -245,11 +249,13 @@ def test_committed_gpu_runs_rejudged(folder):
         | (bad["backend"].str.startswith("flashinfer-") & bad["detail"].str.contains(JIT_CONTENDED_TIMEOUT, regex=False))
         | (bad["backend"].eq("flex-cuda") & bad["detail"].str.contains(LAB_CC, regex=False))
         | (bad["grad_detail"].fillna("").str.contains(NAN_GRAD_BUDGET, regex=False) & ~bad["reasons"].str.contains("max_err"))
+        | (bad["backend"].str.startswith("xformers-") & bad["grad_detail"].fillna("").str.contains(XFORMERS_5D_GRAD))
     )
     assert (bad[~refusals]["verdict"] == "expected").all(), bad[~refusals & (bad["verdict"] != "expected")][["backend", "case_id"]]
     sticky = bad["detail"].str.contains(STICKY_COLLATERAL)  # two of them match the head-dim-33 entry (README there)
     nan_budget = bad["grad_detail"].fillna("").str.contains(NAN_GRAD_BUDGET, regex=False)
-    assert bad[refusals & ~sticky & ~nan_budget]["verdict"].isin(["error", "timeout"]).all()
+    xf_grad = bad["grad_detail"].fillna("").str.contains(XFORMERS_5D_GRAD)  # rows that fail with grad_error
+    assert bad[refusals & ~sticky & ~nan_budget & ~xf_grad]["verdict"].isin(["error", "timeout"]).all()
     assert not (df["verdict"] == "unexpected-pass").any(), df[df["verdict"] == "unexpected-pass"][["backend", "expected_id", "case_id"]]
     assert (df[df["raw_verdict"] == "pass"]["verdict"] == "pass").all()
 
