@@ -83,3 +83,30 @@ def test_shrink_says_when_it_stopped_at_its_budget(tmp_path, capsys):
     assert note in [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("SHRUNK")][0]
     rec = json.loads((tmp_path / "o" / "shrunk.jsonl").read_text().splitlines()[0])
     assert rec["budget_exhausted"] is True and rec["note"] == note
+
+
+def test_each_kind_of_a_backends_failures_is_shrunk(monkeypatch, tmp_path):
+    """FA4 on the H100 (2026-12-05) failed a paged read first and its backward later; only the first was shrunk.
+    The first row of each (backend, kind) is shrunk now; a second row of a kind already met is not."""
+    from parity.shrink import Shrunk
+    from parity.sweep import shrinking
+    from parity.sweep.options import SweepOptions
+
+    cases = [Case((8 + i,), (8 + i,), 2, 2, 16, "float32", Window(3, 0), seed=i) for i in range(5)]
+    rows = [
+        {"backend": "fa4-cuda", "verdict": "fail", "reasons": "reads_outside_window", "case_json": cases[0].to_json(), "case_id": "a"},
+        {"backend": "fa4-cuda", "verdict": "fail", "reasons": "reads_outside_window", "case_json": cases[1].to_json(), "case_id": "b"},
+        {"backend": "fa4-cuda", "verdict": "fail", "reasons": "dq_err dk_err", "case_json": cases[2].to_json(), "case_id": "c"},
+        {"backend": "fa4-cuda", "verdict": "fail", "reasons": "max_err mask grad_error", "case_json": cases[3].to_json(), "case_id": "d"},
+        {"backend": "fa4-cuda", "verdict": "error", "reasons": "", "detail": "boom", "case_json": cases[4].to_json(), "case_id": "e"},
+    ]
+    seen = []
+
+    def fake(spec, case, row, options, baselines):
+        seen.append(row["case_id"])
+        return Shrunk(case, row, 1, False)
+
+    monkeypatch.setattr(shrinking, "_shrink_one", fake)
+    shrinking.shrink_failures(rows, SweepOptions(shrink_calls=4), tmp_path)
+    assert seen == ["a", "c", "d", "e"]  # reads, backward, mask (its forward is the root), error
+    assert [shrinking.failure_kind(r) for r in rows] == ["reads", "reads", "backward", "mask", "error"]

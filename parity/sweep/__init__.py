@@ -24,7 +24,7 @@ Modules: :mod:`.options` (:class:`SweepOptions`, built once, passed down unchang
 :mod:`parity.judge` (below the sweep: a result -> a :class:`parity.results.Judged` record), :mod:`.lanes` (units,
 lanes, GPUs, executors), :mod:`.timing` (``timing.json``), :mod:`.writers` (``results.csv``,
 ``masks.jsonl``, progress, the summary table), :mod:`.run` (:func:`run_sweep`),
-:mod:`.shrinking` (the first failure of each backend shrunk).
+:mod:`.shrinking` (the first failure of each backend and kind shrunk).
 """
 
 from __future__ import annotations

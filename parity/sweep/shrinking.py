@@ -1,5 +1,22 @@
-"""The first failure of each backend shrunk (:func:`parity.shrink.shrink`) with the sweep's own
-options: its executor (isolation, probes, worker path), budgets and reference device."""
+"""The first failure of each backend and kind shrunk (:func:`parity.shrink.shrink`) with the sweep's own
+options: its executor (isolation, probes, worker path), budgets and reference device.
+
+A backend's failures of different kinds are different findings (FA4 on the H100, 2026-12-05: a paged read
+first, a backward error later; only the first was shrunk), so the first row of each kind is shrunk:
+
+=============  ==============================================================
+kind           a failing row whose reasons include (first match, in order)
+=============  ==============================================================
+``reads``      ``reads_outside_window``
+``mask``       ``mask``, ``gqa``
+``non-finite`` ``nan``, ``nan_masked_rows``, ``inf``
+``values``     ``max_err``, ``mean_err``, ``unwritten``
+``lse``        ``lse``
+``backward``   a backward reason (``dq_err`` ... ``grad_error``) and none above
+=============  ==============================================================
+
+A row that is not ``fail`` (``error``, ``crash``, ``timeout``) is of the kind of its verdict.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..case import Case
+from ..expect import GRAD_REASONS
 from ..judge import BaselineCache, judge
 from ..runfolder import SHRUNK
 from ..shrink import Shrunk, budget_note, shrink
@@ -17,18 +35,18 @@ from .options import SweepOptions
 
 
 def shrink_failures(failures: list[dict[str, Any]], options: SweepOptions, out: Path) -> list[dict[str, Any]]:
-    """Shrink the first of ``failures`` of each backend with at most ``options.shrink_calls`` backend
+    """Shrink the first of ``failures`` of each backend and :func:`failure_kind` with at most ``options.shrink_calls`` backend
     calls; append each to ``OUT/shrunk.jsonl`` (rewritten unless ``options.resume``) and return
     them: ``{backend, from, case, verdict, reasons, calls, repro, budget_exhausted, note}`` (``note``:
     "stopped at the budget of N calls ..." when the budget ended the search) plus ``row`` (the smallest
     failing case's row), ``original`` and ``small`` (the failing case and the smallest one)."""
-    firsts: dict[str, dict[str, Any]] = {}
+    firsts: dict[tuple[str, str], dict[str, Any]] = {}
     for r in failures:
-        firsts.setdefault(r["backend"], r)
+        firsts.setdefault((r["backend"], failure_kind(r)), r)
     baselines = BaselineCache(options.reference_device)
     done = []
     with (out / SHRUNK).open("a" if options.resume else "w") as fh:
-        for spec, row in firsts.items():
+        for (spec, _), row in firsts.items():
             case = Case.from_json(row["case_json"])
             found = _shrink_one(spec, case, row, options, baselines)
             small, small_row, calls = found
@@ -46,6 +64,25 @@ def shrink_failures(failures: list[dict[str, Any]], options: SweepOptions, out: 
             fh.write(json.dumps(rec) + "\n")
             done.append({**rec, "row": small_row, "original": case, "small": small})
     return done
+
+
+#: The kinds of a failing row, in the order they are tried (the module docstring's table).
+KINDS = (
+    ("reads", ("reads_outside_window",)),
+    ("mask", ("mask", "gqa")),
+    ("non-finite", ("nan", "nan_masked_rows", "inf")),
+    ("values", ("max_err", "mean_err", "unwritten")),
+    ("lse", ("lse",)),
+    ("backward", GRAD_REASONS),
+)
+
+
+def failure_kind(row: dict[str, Any]) -> str:
+    """Which kind of failure ``row`` shows (the module docstring's table)."""
+    if row.get("raw_verdict", row["verdict"]) not in ("fail", "expected") or not row.get("reasons"):
+        return str(row.get("raw_verdict") or row["verdict"])
+    reasons = set(str(row["reasons"]).split())
+    return next((kind for kind, names in KINDS if reasons & set(names)), "other")
 
 
 def _shrink_one(spec: str, case: Case, row: dict[str, Any], options: SweepOptions, baselines: BaselineCache) -> Shrunk:
