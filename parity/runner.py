@@ -561,7 +561,7 @@ def _print_failures(failures: list[dict], expectations) -> dict[str, int]:
 
 
 def _shrink_failures(failures: list[dict], options, out: Path) -> None:
-    """Shrink the first failure of each backend and kind (:func:`parity.sweep.shrinking.shrink_failures`); print the smaller reproductions."""
+    """Shrink the first failure of each backend and kind (:func:`parity.sweep.shrinking.shrink_failures`); print the smaller cases."""
     from .sweep.shrinking import shrink_failures
 
     for rec in shrink_failures(failures, options, out):
