@@ -2,7 +2,7 @@
 # One device call, nothing staged (torch, triton and jax as the image has them): issues 29, 30 and 32 on the
 # backends those reach (SDPA kernels, flex-cuda, torch's vendored FA2, JAX, the float64 reference on CUDA).
 # For a loan too short to stage flash-attn-4, xformers, vLLM's FA build and FlashInfer (lab/loan/h200_issues.sh).
-#   bash lab/loan/h200_native.sh [LIMIT_S]      # LIMIT_S (default 500): the whole call's wall clock
+#   [FEATURES=0] bash lab/loan/h200_native.sh [LIMIT_S]      # LIMIT_S (default 500): the whole call's wall clock
 # Three jobs share the GPU at once, so per-row times are not comparable:
 #   features  the default profile's sink / chunk / fp8 cases, and its first rows for every row's LSE, all-gpu
 #   grad      `parity run --grad`, default profile, the backends with a backward
@@ -34,18 +34,23 @@ grad() {
 }
 lm() {
   local w=/tmp/lm; mkdir -p "$w"
-  python3 -m parity decode-train --preset gpu --device cuda --time-budget-s $(( limit / 3 )) --out /tmp/lm-model > "$w/train.log" 2>&1
-  echo "train rc=$?" >> "$w/train.log"; cp /tmp/lm-model/*.json "$w/" 2>/dev/null
+  if [ -f /tmp/lm-model/config.json ]; then  # h200_staged.sh trained one on this machine: study it, longer
+    echo "the model in /tmp/lm-model (not trained again)" > "$w/train.log"
+  else
+    python3 -m parity decode-train --preset gpu --device cuda --time-budget-s $(( limit / 3 )) --out /tmp/lm-model > "$w/train.log" 2>&1
+    echo "train rc=$?" >> "$w/train.log"
+  fi
+  cp /tmp/lm-model/*.json "$w/" 2>/dev/null
   timeout -s INT -k 15 $(( limit - (limit / 3) - 60 )) python3 -m parity decode --lm /tmp/lm-model --device cuda \
     --dtype bfloat16 --dtype float16 --prompts 32 --time-limit 6 --out "$w/study" \
     -b torch-fa2-cuda,parity.selftest.bugs:DecodeDropsWindow,flex-cuda,reference-cuda,parity.selftest.bugs:Fa2CudaWindowOneWider,sdpa-efficient-cuda \
     > "$w/study.log" 2>&1
   echo "study rc=$? (1 expected: planted bugs among the backends)" >> "$w/study.log"
 }
-features & fp=$!
+if [ "${FEATURES:-1}" = 1 ]; then features & fp=$!; else fp=; fi  # FEATURES=0: the feature cases ran already
 grad & gp=$!
 lm & lp=$!
-wait $fp $gp $lp
+wait $fp $gp $lp  # (an empty $fp is no job)
 echo "all jobs done in $(( $(date +%s) - t0 )) s"
 for j in features grad lm; do tar czf "$OUT/$j.tgz" -C /tmp "$j"; done
 tail -n 4 /tmp/features/features.log /tmp/features/lse.log /tmp/grad/grad.log /tmp/lm/train.log | cut -c1-200
