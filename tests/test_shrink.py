@@ -110,3 +110,18 @@ def test_each_kind_of_a_backends_failures_is_shrunk(monkeypatch, tmp_path):
     shrinking.shrink_failures(rows, SweepOptions(shrink_calls=4), tmp_path)
     assert seen == ["a", "c", "d", "e"]  # reads, backward, mask (its forward is the root), error
     assert [shrinking.failure_kind(r) for r in rows] == ["reads", "reads", "backward", "mask", "error"]
+
+
+def test_a_shrunk_backward_failure_repro_asks_for_the_backward(tmp_path):
+    """The SHRUNK line of a `--grad` failure printed a repro without `--grad` (CPU, 2026-12-05): rerunning it ran the
+    forward only, which passes. The shrunk case's repro is its judged row's."""
+    from parity.selftest.bugs import BackwardGqaNotSummed  # noqa: F401 - the spec below imports it
+    from parity.sweep import shrinking
+    from parity.sweep.options import SweepOptions
+
+    spec = "parity.selftest.bugs:BackwardGqaNotSummed"
+    case = Case((6,), (6,), 2, 1, 8, "float32", Window(1, 0), seed=3)
+    row = evaluate(spec, case, grad=True)
+    assert "dv_err" in row["reasons"].split() and row["repro"].endswith(" --grad"), row
+    (rec,) = shrinking.shrink_failures([row], SweepOptions(shrink_calls=6, grad=True), tmp_path)
+    assert rec["repro"].endswith(" --grad") and '"q_lens":[1]' in rec["repro"], rec["repro"]

@@ -57,7 +57,7 @@ def shrink_failures(failures: list[dict[str, Any]], options: SweepOptions, out: 
                 "verdict": small_row["verdict"],
                 "reasons": small_row.get("reasons", ""),
                 "calls": calls,
-                "repro": small.repro(spec),
+                "repro": small_row.get("repro") or small.repro(spec),  # the judged row's: with --grad where it ran the backward
                 "budget_exhausted": found.exhausted,
                 "note": budget_note(calls) if found.exhausted else "",
             }
