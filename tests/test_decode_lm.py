@@ -238,6 +238,25 @@ def test_cli(tiny, tmp_path, capsys):
     assert main([*argv[:2], "/nonexistent-model", *argv[3:], "--out", str(tmp_path / "e")]) == 2
 
 
+class Interrupted(Backend):
+    """The study's `timeout -s INT` arriving while this backend decodes."""
+
+    name = "interrupted"
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        raise KeyboardInterrupt
+
+
+def test_a_study_stopped_mid_dtype_still_states_its_noise(tiny, tmp_path):
+    """H100, 2026-12-05: a study stopped by its time limit inside its first dtype wrote "Noise: ." in the summary
+    beside rows judged with that noise; the dtype's noise is on disk once measured."""
+    cfg = study.StudyConfig(model="cpu-tiny", dtypes=("float32",), prompts=2, prompt_len=32, steps=4)
+    with pytest.raises(KeyboardInterrupt):
+        study.run_study(["sdpa", "tests.test_decode_lm:Interrupted"], cfg, tmp_path)
+    text = (tmp_path / "decode_summary.md").read_text()
+    assert "| float32 | sdpa |" in text and "Noise: float32 " in text and "(threshold " in text, text
+
+
 def test_a_dtype_where_the_model_overflows_judges_nothing(tiny, monkeypatch):
     """Non-finite baseline logits leave no noise to class flips by: the dtype's rows are errors, not passes."""
     exact = lm.dense_attention

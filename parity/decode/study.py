@@ -361,6 +361,7 @@ def _dtype_pass(base, ref: _Ref, specs, backends, dtype: str, device, cfg: Study
         return {"noise": noise, "tie_threshold": None, "reference_steps_within_threshold": None}
     threshold = cfg.tie_factor * noise
     common = {"noise": _f(noise), "tie_threshold": _f(threshold)}
+    out.meta["dtypes"][dtype] = {"noise": noise, "tie_threshold": threshold}  # a study stopped in this dtype still says it
     out.rows.append(
         {
             "backend": BASELINE,
