@@ -2,7 +2,7 @@
 # One device call, nothing staged (torch, triton and jax as the image has them): issues 29, 30 and 32 on the
 # backends those reach (SDPA kernels, flex-cuda, torch's vendored FA2, JAX, the float64 reference on CUDA).
 # For a loan too short to stage flash-attn-4, xformers, vLLM's FA build and FlashInfer (lab/loan/h200_issues.sh).
-#   [FEATURES=0] bash lab/loan/h200_native.sh [LIMIT_S]      # LIMIT_S (default 500): the whole call's wall clock
+#   [FEATURES=0] [LM=0] bash lab/loan/h200_native.sh [LIMIT_S]      # LIMIT_S (default 500): the whole call's wall clock
 # Three jobs share the GPU at once, so per-row times are not comparable:
 #   features  the default profile's sink / chunk / fp8 cases, and its first rows for every row's LSE, all-gpu
 #   grad      `parity run --grad`, default profile, the backends with a backward
@@ -49,7 +49,7 @@ lm() {
 }
 if [ "${FEATURES:-1}" = 1 ]; then features & fp=$!; else fp=; fi  # FEATURES=0: the feature cases ran already
 grad & gp=$!
-lm & lp=$!
+lp=; [ "${LM:-1}" = 1 ] && { lm & lp=$!; }  # LM=0: the decode study gets its own call (h200_lm_decode.sh)
 wait $fp $gp $lp  # (an empty $fp is no job)
 echo "all jobs done in $(( $(date +%s) - t0 )) s"
 for j in features grad lm; do tar czf "$OUT/$j.tgz" -C /tmp "$j"; done

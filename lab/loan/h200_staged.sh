@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The staged backends' share of issues 29, 30 and 32, on the warm machine where h200_native.sh ran (its model in
 # /tmp/lm-model) and the four parts were parked and installed (lab/device/README.md); one device call:
-#   bash lab/device/park.sh p03 && bash lab/device/install.sh && bash lab/loan/h200_staged.sh [LIMIT_S]
+#   bash lab/device/park.sh p03 && bash lab/device/install.sh && [FEATURES=0] [LM=0] bash lab/loan/h200_staged.sh [LIMIT_S]
 # Three jobs share the GPU at once (per-row times are not comparable):
 #   features  the default profile's sink / chunk / fp8 cases on FA4, vLLM FA2/FA3, xformers, FlashInfer; then the
 #             default profile's first rows on them (the LSE check runs on every row of a backend that returns one)
@@ -43,9 +43,10 @@ lm() {
   fi
   cp /tmp/lmout/lm-decode.tgz "$OUT/" 2>/dev/null
 }
-features & fp=$!
+fp=; lp=  # FEATURES=0 / LM=0: leave that job out (it ran already, or gets its own call)
+[ "${FEATURES:-1}" = 1 ] && { features & fp=$!; }
 grad & gp=$!
-lm & lp=$!
+[ "${LM:-1}" = 1 ] && { lm & lp=$!; }
 wait $fp $gp $lp
 echo "all jobs done in $(( $(date +%s) - t0 )) s"
 tar czf "$OUT/staged-features.tgz" -C /tmp staged-features
