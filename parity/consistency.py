@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from .backends.base import Unsupported, fp8_reason
+from .backends.base import Unsupported, refusal_reason
 from .case import Case, Inputs, make_inputs
 from .reference import attention_reference
 from .verdict import BUDGETS, POISON, compare, make_baseline
@@ -53,7 +53,7 @@ def _sub_inputs(full: Inputs, case: Case, q0: int, q1: int, k1: int) -> Inputs:
 
 def _run(backend, inputs: Inputs) -> torch.Tensor:
     case = inputs.case
-    reason = backend.unsupported_reason(case) or fp8_reason(backend, case)
+    reason = refusal_reason(backend, case)
     if reason:
         raise Unsupported(reason)
     out = torch.full(inputs.q.shape, POISON, dtype=case.torch_dtype, device=inputs.q.device)  # (Sq, hq, d)

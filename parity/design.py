@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from .backends.base import feature_reason, fp8_reason
+from .backends.base import refusal_reason
 from .case import Case
 from .coverage import DIMENSIONS, GRID_LENGTHS, GRID_SIDES, TILE, TILE_VALUES
 from .results import HALF_DTYPES
@@ -354,15 +354,11 @@ LADDER: tuple[tuple[str, object], ...] = (
 
 
 def takes(backend: object, case: Case) -> bool:
-    """Would ``backend`` run ``case`` (its own ``unsupported_reason``, paged and fp8 support)?"""
-    if fp8_reason(backend, case):
-        return False
+    """Would ``backend`` run ``case`` (:func:`parity.backends.base.refusal_reason`)?"""
     try:
-        if backend.unsupported_reason(case):  # type: ignore[attr-defined]
-            return False
+        return refusal_reason(backend, case) is None  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - a backend whose check raises gets no siblings
         return False
-    return feature_reason(backend, case) is None
 
 
 def siblings(case: Case, backend: object, have: Sequence[Case]) -> Case | None:

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from . import backends
-from .backends.base import Backend, Unsupported, feature_reason, fp8_reason, lse_call
+from .backends.base import Backend, Unsupported, lse_call, refusal_reason
 from .case import Case, Inputs, make_inputs
 from .grad import TENSORS, make_dout
 from .maskcheck import DEFAULT_MAX_PASSES, passes_per_call, probe_case, run_gqa_probe, run_mask_probe, run_read_probe
@@ -199,10 +199,9 @@ def execute(
 def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeats: int, grad: bool = False) -> dict[str, Any]:
     device = backend.device
     try:
-        reason = backend.unsupported_reason(case)
+        reason = refusal_reason(backend, case)
     except Exception as exc:  # noqa: BLE001
         return {"status": "error", "detail": f"unsupported_reason() raised {type(exc).__name__}: {exc}"}
-    reason = reason or feature_reason(backend, case) or fp8_reason(backend, case)
     if reason:
         return {"status": "unsupported", "detail": reason}
     try:

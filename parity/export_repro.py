@@ -140,20 +140,18 @@ def _control_refusal(control: str, case) -> str | None:
     """Why ``control`` cannot run ``case`` (its own refusal), or None: a control that refuses the
     case would only show that it refuses (SDPA has no softcap, for one)."""
     from . import backends
-    from .backends.base import feature_reason, fp8_reason
+    from .backends.base import refusal_reason
 
     try:
-        b = backends.get(control)
+        return refusal_reason(backends.get(control), case)
     except backends.BackendSpecError as exc:
         return f"cannot be loaded here: {exc}"
-    # paged KV, sinks, chunk and fp8 are refused at run time, as the sweep does (parity.execute)
-    return b.unsupported_reason(case) or feature_reason(b, case) or fp8_reason(b, case)
 
 
 def _write(run, index: int, row: dict[str, Any], spec: str, case, extra: dict[str, str], path: Path) -> Path | None:
     """One script: ``spec``'s own call template on ``case``; ``None`` after a note when it has none."""
     from . import backends
-    from .backends.base import fp8_reason
+    from .backends.base import refusal_reason
     from .repro_script import FP8_SIGNATURE, build_script
 
     try:
@@ -166,7 +164,7 @@ def _write(run, index: int, row: dict[str, Any], spec: str, case, extra: dict[st
         _note(f"backend {spec} has no standalone call template (a repro_call(case) method); row {index} skipped")
         return None
     try:
-        why = backend.unsupported_reason(case) or fp8_reason(backend, case)
+        why = refusal_reason(backend, case)
         call = None if why else template(case)
         if call is not None and case.kv_dtype is not None and FP8_SIGNATURE not in call:
             why = f"its call template takes no fp8 descales (no {FP8_SIGNATURE}:); rerun the row with: {case.repro(backend.name)}"

@@ -91,10 +91,10 @@ def test_honest_variant_never_fails(variant: HonestVariant):
     # every variant has a paged path and chunks: all cases really ran, but learned-sink cases where a variant
     # takes no sinks (recorded unsupported with that reason, never a pass)
     # (and, for the fp8-only variant, every case without fp8 inputs)
-    from parity.backends.base import feature_reason, fp8_reason
+    from parity.backends.base import refusal_reason
 
     be = variant.backend()
-    why = [be.unsupported_reason(c) or feature_reason(be, c) or fp8_reason(be, c) for c in honest_cases()]
+    why = [refusal_reason(be, c) for c in honest_cases()]
     assert {w.split(":")[0] for w in why if w} <= {"learned sinks", "an fp8 emulation"}, set(why)
     assert res.unsupported == sum(w is not None for w in why)
     assert res.worst_budget_frac <= 1.0

@@ -199,6 +199,12 @@ def feature_reason(backend: object, case: Case) -> str | None:
     return None
 
 
+def refusal_reason(backend: Backend, case: Case) -> str | None:
+    """Why ``backend`` does not take ``case``, in the order a sweep asks (:mod:`parity.execute`): its own
+    ``unsupported_reason``, then :func:`feature_reason` and :func:`fp8_reason`; None when it takes it."""
+    return backend.unsupported_reason(case) or feature_reason(backend, case) or fp8_reason(backend, case)
+
+
 def _definer(cls: type, attr: str) -> type | None:
     return next((c for c in cls.__mro__ if attr in vars(c)), None)
 
