@@ -38,7 +38,7 @@ import torch
 
 from .case import Case, Inputs
 from .reference import DEFAULT_BLOCK_BYTES, _row_blocks
-from .verdict import Budget, empty_rows, row_chunks
+from .verdict import Budget, baseline_overflow, empty_rows, row_chunks
 
 #: The gradients, in the order backends return them.
 TENSORS = ("dq", "dk", "dv")
@@ -207,8 +207,7 @@ def _unjudgeable(case: Case, ref: dict[str, torch.Tensor], nonfinite: dict[str, 
         if big > top:
             return f"the reference {name} reaches {big:.4g}, beyond {case.dtype}'s range ({top:.4g}): not representable"
         if nonfinite[name]:
-            n = nonfinite[name]
-            return f"the same-dtype baseline's {name} overflows {case.dtype} ({n} non-finite values; no finite budget)"
+            return baseline_overflow(case, nonfinite[name], name)
     return ""
 
 

@@ -160,16 +160,18 @@ def make_baseline(
         ref_lse=ref_lse,
         lse_baseline_max=lse_base,
         lse_rounding=lse_round,
-        unjudgeable=_unjudgeable(case, nonfinite),
+        unjudgeable=baseline_overflow(case, nonfinite),
     )
 
 
-def _unjudgeable(case: Case, nonfinite: int) -> str:
-    """Why the forward of ``case`` has no budget in its dtype, or ``""``: a same-dtype baseline with NaN or Inf
-    gives a NaN mean budget (no error exceeds NaN: a check that could not fail), so the row is not judged."""
+def baseline_overflow(case: Case, nonfinite: int, tensor: str = "") -> str:
+    """Why ``case`` has no budget in its dtype, or ``""``: a same-dtype baseline (of the output, or of gradient
+    ``tensor``) with ``nonfinite`` NaN or Inf values gives a NaN mean budget (no error exceeds NaN: a check that
+    could not fail), so it is not judged."""
     if not nonfinite:
         return ""
-    return f"the same-dtype baseline overflows {case.dtype} ({nonfinite} non-finite values; no finite budget)"
+    whose = f"the same-dtype baseline's {tensor}" if tensor else "the same-dtype baseline"
+    return f"{whose} overflows {case.dtype} ({nonfinite} non-finite values; no finite budget)"
 
 
 def locate(case: Case, flat_row: int) -> dict[str, Any]:
