@@ -79,9 +79,10 @@ KINDS = (
 
 def failure_kind(row: dict[str, Any]) -> str:
     """Which kind of failure ``row`` shows (the module docstring's table)."""
-    if row.get("raw_verdict", row["verdict"]) not in ("fail", "expected") or not row.get("reasons"):
-        return str(row.get("raw_verdict") or row["verdict"])
-    reasons = set(str(row["reasons"]).split())
+    verdict = str(row.get("raw_verdict") or row["verdict"])  # an `expected` row's own verdict
+    reasons = set(str(row.get("reasons", "")).split())
+    if verdict != "fail" or not reasons:
+        return verdict
     return next((kind for kind, names in KINDS if reasons & set(names)), "other")
 
 
