@@ -239,22 +239,23 @@ def test_committed_gpu_runs_rejudged(folder):
     contradicts a strict entry. (The one exception: FA4's own d = 72 refusal, no entry on purpose.)"""
     df = load_run(folder, load(), rejudge=True).df
     bad = _raw_failing(df)
+    grad_detail = bad["grad_detail"].fillna("")
+    sticky = bad["detail"].str.contains(STICKY_COLLATERAL)  # two of them match the head-dim-33 entry (README there)
+    nan_budget = grad_detail.str.contains(NAN_GRAD_BUDGET, regex=False) & ~bad["reasons"].str.contains("max_err")
+    xf_grad = bad["backend"].str.startswith("xformers-") & grad_detail.str.contains(XFORMERS_5D_GRAD)  # fail, grad_error
     refusals = (
         bad["detail"].str.contains(FA4_REFUSAL, regex=False)
         | bad["detail"].str.contains(XFORMERS_REFUSAL, regex=False)
         | bad["detail"].str.contains(JAX_UNALIGNED, regex=False)
         | bad["detail"].str.contains(FLASHINFER_REFUSAL, regex=False)
-        | bad["detail"].str.contains(STICKY_COLLATERAL)
+        | sticky
         | (bad["backend"].eq("vllm-fa2-cuda") & bad["detail"].str.contains(CONTENDED_TIMEOUT, regex=False))
         | (bad["backend"].str.startswith("flashinfer-") & bad["detail"].str.contains(JIT_CONTENDED_TIMEOUT, regex=False))
         | (bad["backend"].eq("flex-cuda") & bad["detail"].str.contains(LAB_CC, regex=False))
-        | (bad["grad_detail"].fillna("").str.contains(NAN_GRAD_BUDGET, regex=False) & ~bad["reasons"].str.contains("max_err"))
-        | (bad["backend"].str.startswith("xformers-") & bad["grad_detail"].fillna("").str.contains(XFORMERS_5D_GRAD))
+        | nan_budget
+        | xf_grad
     )
     assert (bad[~refusals]["verdict"] == "expected").all(), bad[~refusals & (bad["verdict"] != "expected")][["backend", "case_id"]]
-    sticky = bad["detail"].str.contains(STICKY_COLLATERAL)  # two of them match the head-dim-33 entry (README there)
-    nan_budget = bad["grad_detail"].fillna("").str.contains(NAN_GRAD_BUDGET, regex=False)
-    xf_grad = bad["grad_detail"].fillna("").str.contains(XFORMERS_5D_GRAD)  # rows that fail with grad_error
     assert bad[refusals & ~sticky & ~nan_budget & ~xf_grad]["verdict"].isin(["error", "timeout"]).all()
     assert not (df["verdict"] == "unexpected-pass").any(), df[df["verdict"] == "unexpected-pass"][["backend", "expected_id", "case_id"]]
     assert (df[df["raw_verdict"] == "pass"]["verdict"] == "pass").all()
