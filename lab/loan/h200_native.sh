@@ -47,10 +47,11 @@ lm() {
     > "$w/study.log" 2>&1
   echo "study rc=$? (1 expected: planted bugs among the backends)" >> "$w/study.log"
 }
-if [ "${FEATURES:-1}" = 1 ]; then features & fp=$!; else fp=; fi  # FEATURES=0: the feature cases ran already
+fp=; lp=  # FEATURES=0 / LM=0: leave that job out (it ran already, or gets its own call: h200_lm_decode.sh)
+[ "${FEATURES:-1}" = 1 ] && { features & fp=$!; }
 grad & gp=$!
-lp=; [ "${LM:-1}" = 1 ] && { lm & lp=$!; }  # LM=0: the decode study gets its own call (h200_lm_decode.sh)
-wait $fp $gp $lp  # (an empty $fp is no job)
+[ "${LM:-1}" = 1 ] && { lm & lp=$!; }
+wait $fp $gp $lp
 echo "all jobs done in $(( $(date +%s) - t0 )) s"
 for j in features grad lm; do tar czf "$OUT/$j.tgz" -C /tmp "$j"; done
 tail -n 4 /tmp/features/features.log /tmp/features/lse.log /tmp/grad/grad.log /tmp/lm/train.log | cut -c1-200
