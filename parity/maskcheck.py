@@ -159,7 +159,8 @@ def gqa_probe_inputs(case: Case, device: torch.device | str = "cpu", base: Input
     return probe if str(device) == str(base.q.device) else probe.to(device)
 
 
-def _ranges(keys: list[int]) -> str:
+def key_ranges(keys: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``'0..2, 5'``; ``[]`` -> ``'none'``. Repro scripts embed it."""
     if not keys:
         return "none"
     parts, start, prev = [], keys[0], keys[0]
@@ -271,8 +272,8 @@ def decode_mask(case: Case, outputs: list[torch.Tensor]) -> ProbeResult:
             pk = partial[h, i].nonzero().flatten().tolist()
             lo_i, hi_i = int(lo[i]), int(hi[i])
             spec_txt = f"{lo_i}..{hi_i}" if lo_i <= hi_i else "none"
-            extra = f" (partial weight on {_ranges(pk)})" if pk else ""
-            first = f"seq {b} head {h} row {i} sees keys {_ranges(keys)}{extra}, spec says {spec_txt}"
+            extra = f" (partial weight on {key_ranges(pk)})" if pk else ""
+            first = f"seq {b} head {h} row {i} sees keys {key_ranges(keys)}{extra}, spec says {spec_txt}"
             image = {"seq": b, "head": h, **_image(spec.cpu(), eff[h].cpu(), partial[h].cpu())}
     return _mask_verdict(total_rows, bad_rows, skipped, patterns, first, image)
 
@@ -536,8 +537,8 @@ class MaskStream:
                 keys, pk = e[0].nonzero().flatten().tolist(), pp[0].nonzero().flatten().tolist()
                 lo_i, hi_i = int(lo[0]), int(hi[0])
                 spec_txt = f"{lo_i}..{hi_i}" if lo_i <= hi_i else "none"
-                extra = f" (partial weight on {_ranges(pk)})" if pk else ""
-                first = f"seq {b} head {int(hs[0])} row {int(rs[0])} sees keys {_ranges(keys)}{extra}, spec says {spec_txt}"
+                extra = f" (partial weight on {key_ranges(pk)})" if pk else ""
+                first = f"seq {b} head {int(hs[0])} row {int(rs[0])} sees keys {key_ranges(keys)}{extra}, spec says {spec_txt}"
         b, rs, hs, e, pp = self.picks[-1]
         sk = self.case.k_lens[b]
         j = torch.arange(min(sk, 256))  # (<=256,)
@@ -553,17 +554,23 @@ class MaskStream:
 def poisoned_spans(case: Case, b: int) -> str:
     """Sequence ``b``'s poisoned key positions in words: ``keys 0..31 on pages 0-1; tail 37..39 of page 4``
     (paged), ``slots 37..47 past its used length 37`` (a padded cache)."""
-    ps = case.page_size
-    sk = case.k_lens[b]
+    ps, sk = case.page_size, case.k_lens[b]
     if ps is None:
-        return f"slots {sk}..{padded_capacity(case.k_lens) - 1} past its used length {sk}"
-    unseen = (~pages_seen(case, ps, b)).nonzero().flatten().tolist()
+        return span_words(sk, padded_capacity(case.k_lens), [])
+    return span_words(sk, ps, (~pages_seen(case, ps, b)).nonzero().flatten().tolist(), paged=True)
+
+
+def span_words(sk: int, size: int, unseen: list[int], paged: bool = False) -> str:
+    """The words of :func:`poisoned_spans` for a sequence of ``sk`` keys: ``paged``, pages of ``size`` keys of which
+    ``unseen`` lie outside every window; else a padded cache of capacity ``size``. Repro scripts embed it."""
+    if not paged:
+        return f"slots {sk}..{size - 1} past its used length {sk}"
     parts = []
     if unseen:
-        keys = [j for p in unseen for j in range(p * ps, min(sk, (p + 1) * ps))]
-        parts.append(f"keys {_ranges(keys)} on page{'s' if len(unseen) > 1 else ''} {_ranges(unseen).replace('..', '-')}")
-    if sk % ps:
-        parts.append(f"unused tail {sk}..{-(-sk // ps) * ps - 1} of page {sk // ps}")
+        keys = [j for p in unseen for j in range(p * size, min(sk, (p + 1) * size))]
+        parts.append(f"keys {key_ranges(keys)} on page{'s' if len(unseen) > 1 else ''} {key_ranges(unseen).replace('..', '-')}")
+    if sk % size:
+        parts.append(f"unused tail {sk}..{-(-sk // size) * size - 1} of page {sk // size}")
     return "; ".join(parts) if parts else "none of its own: NaN from a page its block table does not reference"
 
 
@@ -582,7 +589,7 @@ def decode_reads(case: Case, probe: torch.Tensor, output: torch.Tensor | None = 
         hb = bad[cq[b] : cq[b + 1]].T  # (hq, Sq)
         if hb.any():
             h = int(hb.any(1).nonzero()[0])
-            rows = _ranges(hb[h].nonzero().flatten().tolist())
+            rows = key_ranges(hb[h].nonzero().flatten().tolist())
             words.append(f"seq {b} head {h} rows {rows} (poisoned {poisoned_spans(case, b)})")
     n = int(bad.sum())
     where = "pages outside the window" if case.page_size is not None else "cache slots past the used length"

@@ -72,6 +72,7 @@ from .case import (
     quantize_fp8,
     window_pages,
 )
+from .maskcheck import key_ranges, span_words
 from .reference import P_FP8_OFFSET, round_p_fp8
 from .verdict import BUDGETS
 
@@ -156,9 +157,9 @@ def input_code(case: Case) -> str:
 def reads_code(reads: str, call: str) -> str:
     """The read probe's part of a script (``reads``: ``paged`` or ``padded``, the cache the backend's call
     builds): :func:`parity.case.window_pages`, :func:`~parity.case.poison_pages`, :func:`~parity.case.poison_slots`
-    copied as they are (``padded_layout`` too where ``call`` lacks it), then :data:`READS`: the layout
+    and :func:`parity.maskcheck.span_words` copied as they are (``padded_layout`` too where ``call`` lacks it), then :data:`READS`: the layout
     function wrapped so that, while the probe runs, the cache holds NaN where the harness's probe puts it."""
-    fns: list[Callable[..., Any]] = [window_pages, poison_pages, poison_slots]
+    fns: list[Callable[..., Any]] = [window_pages, poison_pages, poison_slots, span_words]
     if reads == "padded" and "def padded_layout" not in call:
         fns.insert(0, padded_layout)
     head = f"# -- the read probe, as attn-parity's (poison_paged / poison_padded) --\nUNREFERENCED_PAGES = {UNREFERENCED_PAGES}\n"
@@ -274,7 +275,7 @@ def build_script(case: Case, call: str, device: str, meta: dict[str, Any], grad:
         case_constants(case, device, reads),
         CANNOT_RUN,
         input_code(case),
-        COMMON_HELPERS,
+        COMMON_HELPERS + "\n\n" + inspect.getsource(key_ranges),
         "# -- the backend's call, as the harness makes it --\n" + call.strip() + "\n",
         *([reads_code(reads, call)] if reads else []),
         COMMON,
@@ -418,26 +419,13 @@ def probe_keys(q, k, descales=None):
     return seen
 
 
-def ranges(keys):
-    """[0, 1, 2, 5] -> '0..2, 5'; [] -> 'none'."""
-    parts, run = [], []
-    for j in keys:
-        if run and j != run[-1] + 1:
-            parts.append(f"{run[0]}..{run[-1]}" if len(run) > 1 else f"{run[0]}")
-            run = []
-        run.append(j)
-    if run:
-        parts.append(f"{run[0]}..{run[-1]}" if len(run) > 1 else f"{run[0]}")
-    return ", ".join(parts) or "none"
-
-
 def keys_text(seen, b, h, i):
     """'sees keys 0..16, spec says 1..16' for row i of head h in sequence b."""
     lo, hi = band(Q_LENS[b], K_LENS[b])
     spec = f"{int(lo[i])}..{int(hi[i])}" if lo[i] <= hi[i] else "none"
     if seen is None:
         return f"spec says keys {spec} (mask probe not run: too many passes)"
-    got = ranges(seen[b][h, i].nonzero().flatten().tolist())
+    got = key_ranges(seen[b][h, i].nonzero().flatten().tolist())
     return f"sees keys {got}, spec says {spec}"
 
 
@@ -624,19 +612,12 @@ PROBE = {"on": False, "layouts": []}  # set by read_probe: the layout function p
 
 
 def poisoned_span(b):
-    """Sequence b's poisoned key positions in words, as the harness's read probe words them."""
+    """Sequence b's poisoned key positions in words, as the harness's read probe words them (span_words)."""
     kind, size = PROBE["layouts"][-1]
     sk = K_LENS[b]
     if kind == "padded":
-        return f"slots {sk}..{size - 1} past its used length {sk}"
-    unseen = (~window_pages(*band(Q_LENS[b], sk), sk, size)).nonzero().flatten().tolist()
-    parts = []
-    if unseen:
-        keys = [j for p in unseen for j in range(p * size, min(sk, (p + 1) * size))]
-        parts.append(f"keys {ranges(keys)} on page{'s' if len(unseen) > 1 else ''} {ranges(unseen).replace('..', '-')}")
-    if sk % size:
-        parts.append(f"unused tail {sk}..{-(-sk // size) * size - 1} of page {sk // size}")
-    return "; ".join(parts) if parts else "none of its own: NaN from a page its block table does not reference"
+        return span_words(sk, size, [])
+    return span_words(sk, size, (~window_pages(*band(Q_LENS[b], sk), sk, size)).nonzero().flatten().tolist(), paged=True)
 
 
 def read_probe(q, k, v, descales, got, shown=5):
@@ -661,7 +642,7 @@ def read_probe(q, k, v, descales, got, shown=5):
         hb = bad[CU_Q[b] : CU_Q[b + 1]].T  # (hq, Sq)
         if hb.any():
             h = int(hb.any(1).nonzero()[0])
-            rows = ranges(hb[h].nonzero().flatten().tolist())
+            rows = key_ranges(hb[h].nonzero().flatten().tolist())
             words.append(f"  seq {b} head {h} rows {rows} read NaN-poisoned KV (poisoned {poisoned_span(b)})")
     for line in words[:shown]:
         print(line)
