@@ -157,8 +157,9 @@ def input_code(case: Case) -> str:
 def reads_code(reads: str, call: str) -> str:
     """The read probe's part of a script (``reads``: ``paged`` or ``padded``, the cache the backend's call
     builds): :func:`parity.case.window_pages`, :func:`~parity.case.poison_pages`, :func:`~parity.case.poison_slots`
-    and :func:`parity.maskcheck.span_words` copied as they are (``padded_layout`` too where ``call`` lacks it), then :data:`READS`: the layout
-    function wrapped so that, while the probe runs, the cache holds NaN where the harness's probe puts it."""
+    and :func:`parity.maskcheck.span_words` copied as they are (``padded_layout`` too where ``call`` lacks it),
+    then :data:`READS`: the layout function wrapped so that, while the probe runs, the cache holds NaN where the
+    harness's probe puts it."""
     fns: list[Callable[..., Any]] = [window_pages, poison_pages, poison_slots, span_words]
     if reads == "padded" and "def padded_layout" not in call:
         fns.insert(0, padded_layout)
