@@ -135,6 +135,25 @@ def test_train_entry_point_writes_a_loadable_folder(tmp_path):
     assert main(["decode-train", "--preset", "gpu", "--out", str(tmp_path / "g")]) == 2  # a time-budget preset needs --time-budget-s
 
 
+def test_a_time_budget_stops_at_the_pass_cap_with_the_schedule_run_out(tmp_path, monkeypatch):
+    """A time budget no longer over-trains the corpus: the steps stop at max_passes (cpu-tiny's 600 kB at 1 kB a step:
+    0.01 passes, about 6 steps) though the budget allows far more, and the cosine schedule reaches its floor there."""
+    from parity.decode import train as tr
+
+    spec = dataclasses.replace(PRESETS["cpu-tiny"], steps=None, max_passes=0.01)
+    assert tr.step_cap(spec, 600_000) == 6 and tr.step_cap(dataclasses.replace(spec, steps=4), 600_000) == 4
+    assert tr.step_cap(dataclasses.replace(spec, max_passes=None), 600_000) is None
+    lrs = []
+    monkeypatch.setattr(tr, "lr_at", lambda s, step, frac: lrs.append(frac) or s.lr)
+    model, extra, metrics = tr.train(spec, "cpu", time_budget=600.0)
+    n = len(tr.load_corpus(spec.max_bytes).train)
+    cap = tr.step_cap(spec, n)
+    assert cap is not None and 5 <= cap <= 8 and metrics["train_steps"] == cap
+    assert metrics["train_passes"] == round(cap * 16 * 64 / n, 3)
+    assert lrs == pytest.approx([i / cap for i in range(cap)], abs=1e-3), lrs  # the schedule runs over the cap, not 600 s
+    assert main(["decode-train", "--preset", "cpu-tiny", "--max-passes", "-1", "--out", str(tmp_path / "x")]) == 2
+
+
 def test_the_command_line_knows_every_preset():
     from parity.cli import decode_train
 

@@ -24,6 +24,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--time-budget-s", type=float, default=None, help="wall-clock training budget in seconds (the gpu preset needs one)")
     p.add_argument("--steps", type=int, default=None, help="a fixed number of steps instead of the preset's")
+    p.add_argument(
+        "--max-passes", type=float, default=None, help="at most this many passes over the training text (0: no cap; default: the preset's)"
+    )
     p.add_argument("--out", type=Path, required=True, help="the model folder to write")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     return p
@@ -36,11 +39,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--steps must be >= 1")
     if args.time_budget_s is not None and args.time_budget_s <= 0:
         raise UserError("--time-budget-s must be > 0")
+    if args.max_passes is not None and args.max_passes < 0:
+        raise UserError("--max-passes must be >= 0 (0: no cap)")
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
-    m = train_and_save(args.preset, args.device, args.out, args.time_budget_s, args.steps, log)
+    m = train_and_save(args.preset, args.device, args.out, args.time_budget_s, args.steps, log, args.max_passes)
     q, below = m["margin_quantiles"], m["margin_share_below"]
     print(
-        f"decode-train {args.preset}: {m['train_steps']} steps in {m['train_seconds']} s; held-out {m['heldout_bits_per_byte']} "
+        f"decode-train {args.preset}: {m['train_steps']} steps ({m['train_passes']} passes) in {m['train_seconds']} s; "
+        f"held-out {m['heldout_bits_per_byte']} "
         f"bits/byte, top-1 accuracy {m['heldout_top1_accuracy']}, margin median {q['0.5']} logits, "
         f"{below['0.1']} of positions below 0.1; wrote {args.out}"
     )
