@@ -3,6 +3,7 @@
 # backends those reach (SDPA kernels, flex-cuda, torch's vendored FA2, JAX, the float64 reference on CUDA).
 # For a loan too short to stage flash-attn-4, xformers, vLLM's FA build and FlashInfer (lab/loan/h200_issues.sh).
 #   [FEATURES=0] [LM=0] bash lab/loan/h200_native.sh [LIMIT_S]      # LIMIT_S (default 500): the whole call's wall clock
+# grad's lanes: JOBS (default 4), SPLIT (e.g. "--split flex-cuda=4": flex compiles a backward kernel per bucket)
 # Three jobs share the GPU at once, so per-row times are not comparable:
 #   features  the default profile's sink / chunk / fp8 cases, and its first rows for every row's LSE, all-gpu
 #   grad      `parity run --grad`, default profile, the backends with a backward
@@ -29,7 +30,8 @@ grad() {
   local w=/tmp/grad; mkdir -p "$w"
   timeout $(( run_t + 90 )) python3 -m parity run --grad \
     --backend sdpa-math-cuda,sdpa-efficient-cuda,sdpa-cudnn-cuda,flex-cuda,torch-fa2-cuda,torch-fa2-varlen-cuda,jax-xla-cuda,jax-cudnn-cuda,reference-cuda \
-    --profile default --jobs 4 --time-limit "$run_t" --timeout 120 --shrink 4 -q --compile-cache "$PARITY_CC" --out "$w/run" > "$w/grad.log" 2>&1
+    --profile default --jobs "${JOBS:-4}" ${SPLIT:-} --time-limit "$run_t" --timeout 120 --shrink 4 -q --compile-cache "$PARITY_CC" \
+    --out "$w/run" > "$w/grad.log" 2>&1
   echo "grad rc=$?" >> "$w/grad.log"
 }
 lm() {
