@@ -92,25 +92,37 @@ class BaselineCache:
     def grad(self, case: Case) -> GradBaseline:
         """``case``'s reference gradients and their budget figures (:mod:`parity.grad`), computed once."""
         with self._lock:
-            hit = self._grads.get(case.case_id)
-            if hit is not None:
-                return hit
-            t0 = time.perf_counter()
-            try:
-                base = make_grad_baseline(case, make_inputs(case, self.device))
-            except Exception as exc:
-                if not is_oom(exc) or self.device == "cpu":
-                    raise
-                _release(self.device)
-                base = make_grad_baseline(case, make_inputs(case, "cpu"))
-                self.cpu_fallbacks += 1
-            held = sum(b.bytes for b in self._grads.values())
-            while self._grads and (len(self._grads) >= self.keep or held + base.bytes > self.max_bytes):
-                held -= self._grads[next(iter(self._grads))].bytes
-                self._grads.pop(next(iter(self._grads)))
-            self._grads[case.case_id] = base
-            self.seconds += time.perf_counter() - t0
-            return base
+            return self._grad(case)
+
+    def ensure_grad(self, case: Case) -> float:
+        """Compute ``case``'s gradient baseline unless cached; the seconds spent computing it (0.0 on a hit)."""
+        with self._lock:
+            before = self.seconds
+            self._grad(case)
+            return self.seconds - before
+
+    def _grad(self, case: Case) -> GradBaseline:
+        hit = self._grads.get(case.case_id)
+        if hit is not None:
+            return hit
+        t0 = time.perf_counter()
+        try:
+            base = make_grad_baseline(case, make_inputs(case, self.device))
+        except Exception as exc:
+            if not is_oom(exc) or self.device == "cpu":
+                raise
+            _release(self.device)
+            base = make_grad_baseline(case, make_inputs(case, "cpu"))
+            self.cpu_fallbacks += 1
+        held = sum(b.bytes for b in self._grads.values())
+        while self._grads and (len(self._grads) >= self.keep or held + base.bytes > self.max_bytes):
+            held -= self._grads[next(iter(self._grads))].bytes
+            self._grads.pop(next(iter(self._grads)))
+        self._grads[case.case_id] = base
+        spent = time.perf_counter() - t0
+        self.stage_seconds["grad_reference"] = self.stage_seconds.get("grad_reference", 0.0) + spent
+        self.seconds += spent
+        return base
 
     def get(self, case: Case) -> Baseline:
         with self._lock:

@@ -95,6 +95,22 @@ def test_every_row_says_where_its_time_went(tmp_path):
     assert head[:3] == ["backend", "rows", "rows/s"] and [r[0] for r in rows] == ["reference", "sdpa"]
 
 
+def test_a_grad_run_says_where_the_backward_and_its_reference_went(tmp_path):
+    """--grad: the backend's backward is its own stage (it was in no stage), and the float64 gradients and their
+    same-dtype baseline are charged to the reference (once per case), not to judging."""
+    out = tmp_path / "g"
+    run_sweep(["reference", "sdpa"], FIXTURE_CASES[:3], out, isolate=False, progress=False, grad=True)
+    lines = [json.loads(ln) for ln in (out / STAGES_FILE).read_text().splitlines()]
+    ran = [ln for ln in lines if ln["status"] == "ok"]
+    assert ran and all(ln["stage_ms"]["backward"] > 0 for ln in ran), [ln["stage_ms"]["backward"] for ln in ran]
+    timing = json.loads((out / "timing.json").read_text())
+    assert timing["reference_stages_s"]["grad_reference"] > 0
+    assert timing["stages"]["sdpa"]["stages_s"]["backward"] > 0
+    head, rows = stage_table(timing)
+    col = head.index("backward")
+    assert [r[col] for r in rows] == [f"{timing['stages'][r[0]]['stages_s']['backward']:.2f}" for r in rows]
+
+
 class SlowFirstCall(ReferenceBackend):
     """Compiles on its first call (sleeps), like a JIT backend; cost hint > 1 marks it a compiling one."""
 

@@ -26,11 +26,13 @@ STAGES = (
     "gqa_backend",
     "read_probe",
     "read_backend",
+    "backward",  # --grad: the backend's backward (autograd or its backward op; a first call compiles here)
     "worker",  # the whole row in the worker process
     "wait",  # what the lane waited on the worker (overlaps judging the previous row)
     "ipc",  # wait not spent in the worker: sending, pickling the answer, process scheduling
     "judge",  # the comparison with the reference (the probes are decoded in the worker)
-    "reference",  # inputs + float64 reference + same-dtype baseline: charged to the first row to meet the case
+    "reference",  # inputs + float64 reference + same-dtype baseline (and, with --grad, their gradients): charged
+    # to the first row to meet the case
 )
 
 _WORKER = {
@@ -45,6 +47,7 @@ _WORKER = {
     "gqa_backend": "gqa_call_s",
     "read_probe": "read_s",
     "read_backend": "read_call_s",
+    "backward": "grad_s",
     "worker": "worker_s",
 }
 
@@ -247,14 +250,29 @@ class SweepTiming:
 def stage_table(timing: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Where each backend's time went, from a ``timing.json``: a header and one row of cells per
     backend (seconds; empty when the run has no stages)."""
-    head = ["backend", "rows", "rows/s", "inputs", "call", "compile", "mask", "(calls)", "gqa", "read", "ipc", "judge", "reference"]
+    head = [
+        "backend",
+        "rows",
+        "rows/s",
+        "inputs",
+        "call",
+        "compile",
+        "mask",
+        "(calls)",
+        "gqa",
+        "read",
+        "backward",
+        "ipc",
+        "judge",
+        "reference",
+    ]
     rows = []
     for spec, st in (timing.get("stages") or {}).items():
         s = st.get("stages_s") or {}
         rate = st.get("rows_per_s")
         cells = [s.get(k, 0.0) for k in ("inputs", "call")] + [st.get("compile_s", 0.0)]
         cells += [s.get(k, 0.0) for k in ("mask_probe",)]
-        tail = [s.get(k, 0.0) for k in ("gqa_probe", "read_probe", "ipc", "judge", "reference")]
+        tail = [s.get(k, 0.0) for k in ("gqa_probe", "read_probe", "backward", "ipc", "judge", "reference")]
         rows.append(
             [spec, str(st.get("rows", 0)), "-" if rate is None else f"{rate:g}"]
             + [f"{v:.2f}" for v in cells]
