@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from .case import Case, Inputs
-from .reference import DEFAULT_BLOCK_BYTES, _row_blocks
+from .reference import DEFAULT_BLOCK_BYTES, _row_blocks, _softmax
 from .verdict import Budget, baseline_overflow, empty_rows, row_chunks
 
 #: The gradients, in the order backends return them.
@@ -75,8 +75,11 @@ def grad_sequence(
     do: torch.Tensor,
     compute_dtype: torch.dtype = torch.float64,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    sinks: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One sequence's ``(dq (Sq, hq, d), dk (Sk, hkv, d), dv (Sk, hkv, d))`` in ``compute_dtype``."""
+    """One sequence's ``(dq (Sq, hq, d), dk (Sk, hkv, d), dv (Sk, hkv, d))`` in ``compute_dtype``. ``sinks``
+    ``(hq,)``: learned sinks in the forward's softmax (the reference's rule); a sink has no value, so it only
+    scales ``P`` (its own gradient is not returned)."""
     sq, hq, dh = q.shape
     sk, hkv, _ = k.shape
     g = hq // hkv
@@ -88,6 +91,7 @@ def grad_sequence(
     lo, hi = case.band(sq, sk)  # (Sq,), (Sq,): the window and the chunk
     elem = torch.finfo(compute_dtype).bits // 8
     scale = case.softmax_scale
+    sink = None if sinks is None else sinks.to(q.device, compute_dtype).view(hkv, g, 1, 1)  # (hkv, g, 1, 1)
     for r0, r1, k0, k1 in _row_blocks(lo, hi, hq, 3 * elem, block_bytes):
         if k1 <= k0:
             continue  # no row of the block sees a key: its dq stays 0, it adds nothing to dk / dv
@@ -102,7 +106,7 @@ def grad_sequence(
         s = t * cap if t is not None and cap is not None else x  # (hkv, g, C, span)
         j = torch.arange(k0, k1, device=q.device)  # (span,)
         visible = (j[None, :] >= lo[r0:r1].to(q.device)[:, None]) & (j[None, :] <= hi[r0:r1].to(q.device)[:, None])  # (C, span)
-        p = _softmax(s.masked_fill(~visible, float("-inf")), compute_dtype)  # (hkv, g, C, span)
+        p = _softmax(s.masked_fill(~visible, float("-inf")), sink, compute_dtype)[0]  # (hkv, g, C, span)
         dp = torch.matmul(dob, vb.transpose(-1, -2))  # (hkv, g, C, span)
         ds = p * (dp - (p * dp).sum(-1, keepdim=True))  # (hkv, g, C, span)
         if t is not None:
@@ -111,17 +115,6 @@ def grad_sequence(
         dk[k0:k1] += torch.matmul(ds.transpose(-1, -2), qb).sum(1).permute(1, 0, 2)  # (span, hkv, d)
         dv[k0:k1] += torch.matmul(p.transpose(-1, -2), dob).sum(1).permute(1, 0, 2)  # (span, hkv, d)
     return dq, dk, dv
-
-
-def _softmax(scores: torch.Tensor, compute_dtype: torch.dtype) -> torch.Tensor:
-    """The forward reference's softmax (rows with no visible key: all 0), in ``compute_dtype``."""
-    if compute_dtype == torch.float64:
-        m = scores.amax(dim=-1, keepdim=True)
-        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-        p = torch.exp(scores - m)
-        denom = p.sum(dim=-1, keepdim=True)
-        return p / torch.where(denom > 0, denom, torch.ones_like(denom))
-    return torch.softmax(scores, dim=-1).nan_to_num(0.0)
 
 
 def grad_reference(
@@ -137,7 +130,7 @@ def grad_reference(
     _, ck = case.cu_seqlens()
     for b, qb, kb, vb, qs in inputs.sequences():
         ks = slice(ck[b], ck[b + 1])
-        dq, dk, dv = grad_sequence(case, qb, kb, vb, dout[qs].to(qb.device), compute_dtype, block_bytes)
+        dq, dk, dv = grad_sequence(case, qb, kb, vb, dout[qs].to(qb.device), compute_dtype, block_bytes, inputs.sinks)
         out["dq"][qs], out["dk"][ks], out["dv"][ks] = dq, dk, dv
     return out
 

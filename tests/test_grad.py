@@ -56,6 +56,44 @@ def test_banded_reference_gradients_equal_autograd_of_the_dense_reference(case):
             assert torch.allclose(got[name], w, atol=1e-12, rtol=1e-10), name
 
 
+SINK_CASES = [
+    Case((5, 7), (9, 3), 4, 2, 8, "float32", Window(2, 1), softcap=3.0, sinks=True),  # varlen, GQA, softcap
+    Case((8,), (3,), 2, 2, 4, "float32", Window(1, 0), sinks=True),  # empty rows: the sink alone, output 0
+    Case((1, 1), (40, 17), 4, 2, 16, "float32", Window(5, 0), scale=0.3, sinks=True),  # decode
+]
+
+
+@pytest.mark.parametrize("case", SINK_CASES, ids=lambda c: c.summary())
+def test_banded_reference_gradients_with_sinks_equal_autograd_of_the_dense_reference(case):
+    want = _autograd_dense(case)
+    without = grad_reference(make_inputs(dataclasses.replace(case, sinks=False)), make_dout(case), torch.float64)
+    for block_bytes in (64 * 2**20, 64):
+        got = grad_reference(make_inputs(case), make_dout(case), torch.float64, block_bytes)
+        for name, w in zip(("dq", "dk", "dv"), want):
+            assert torch.allclose(got[name], w, atol=1e-12, rtol=1e-10), name
+    assert not torch.allclose(without["dv"], want[2])  # the sinks change the gradients: this case tests them
+
+
+@pytest.mark.parametrize("spec", ["reference", "parity.selftest.bugs:EagerAttention", "parity.selftest.honest:SplitKV"])
+@pytest.mark.parametrize("case", SINK_CASES, ids=lambda c: c.summary())
+def test_cpu_backwards_with_sinks_pass_and_a_backward_without_them_fails(spec, case):
+    """dq / dk / dv with learned sinks are judged (they were unsupported): honest backwards pass, one whose
+    softmax leaves the sink out fails in its gradients while its forward passes."""
+    row = evaluate(spec, case, grad=True, baselines=_BASELINES)
+    assert row["verdict"] == "pass" and row["grad_check"] == "ok", row["grad_detail"] or row["reasons"]
+    bad = evaluate("parity.selftest.bugs:BackwardDropsSink", case, grad=True, baselines=_BASELINES)
+    assert bad["grad_check"] == "mismatch" and {"dq_err", "dk_err", "dv_err"} & set(bad["reasons"].split()), bad["grad_detail"]
+    assert bad["mask_check"] == "ok" and float(bad["budget_frac"]) <= 1  # its forward takes the sinks
+
+
+def test_a_backward_not_wired_for_sinks_says_so():
+    from parity import backends
+
+    reason = backends.get("fa4-cuda").grad_unsupported_reason(SINK_CASES[0])
+    assert reason is not None and "learned sinks" in reason and "grad_sinks" in reason
+    assert backends.get("flex-cuda").grad_unsupported_reason(SINK_CASES[0]) is None
+
+
 def test_unseen_keys_are_the_keys_no_row_sees():
     for case in CASES:
         masks = [case.window.mask(sq, sk, "cpu") for sq, sk in zip(case.q_lens, case.k_lens)]  # (Sq, Sk) each
@@ -154,6 +192,7 @@ PLANTS = {
     "bug-grad-edge-after-first-tile": (Case((130,), (130,), 2, 1, 16, "float32", Window(5, 0)), "dq_err"),
     "bug-grad-gqa-not-summed": (Case((9,), (9,), 4, 2, 16, "float32", Window(2, 0)), "dk_err"),
     "bug-grad-empty-rows-nan": (Case((8,), (3,), 2, 2, 16, "float32", Window(1, 0)), "grad_nan"),
+    "bug-grad-sink-dropped": (Case((9,), (9,), 2, 1, 16, "float32", Window(2, 0), sinks=True), "dv_err"),
 }
 
 

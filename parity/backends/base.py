@@ -119,6 +119,9 @@ class Backend:
     supports_grad: bool = False
     #: Why a backend without ``supports_grad`` has no backward (the ``unsupported`` reason).
     no_grad_reason: str = "no backward in this backend (forward only)"
+    #: its backward takes the case's learned sinks (autograd through a forward that scores them): dq / dk / dv are
+    #: judged with sinks; the sinks' own gradient is not (the check has no dsinks yet)
+    grad_sinks: bool = False
     #: True when ``run_lse`` returns the log-sum-exp beside the output (see the module docstring).
     returns_lse: bool = False
     #: The LSE values the library documents for a row that sees no key (any of them passes).
@@ -139,8 +142,8 @@ class Backend:
             return self.no_grad_reason
         if case.page_size is not None:
             return "paged KV is an inference layout: no backward"
-        if case.sinks:
-            return "learned sinks: the backward check does not model the sinks' own gradient yet"
+        if case.sinks and not self.grad_sinks:
+            return "learned sinks: this backend's backward with sinks is not wired to the check (grad_sinks)"
         if case.kv_dtype is not None:
             return "fp8 inputs: an inference layout (FA3 has no fp8 backward); no backward check"
         return None

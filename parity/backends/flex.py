@@ -230,6 +230,7 @@ class FlexBackend(Backend):
     #: so one compiled kernel serves every case of a bucket (see FlexCudaBackend).
     bucketed = False
     supports_grad = True  # the backward: autograd through flex_attention_packed (flex's own backward kernel)
+    grad_sinks = True  # the sink is one more key scored by sink_mod: autograd reaches q, k, v through it
 
     def unavailable_reason(self) -> str | None:
         if self.device == "cuda" and (r := cuda_unavailable_reason()):

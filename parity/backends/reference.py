@@ -21,6 +21,7 @@ class ReferenceBackend(Backend):
     supports_sinks = True
     supports_chunk = True
     supports_grad = True  # the float64 reference gradients (parity.grad), rounded to the dtype
+    grad_sinks = True
 
     def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         from ..grad import grad_reference

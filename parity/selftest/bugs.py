@@ -41,6 +41,7 @@ class EagerAttention(Backend):
     #: the case's learned sink logits ``(hq,)`` of the call in progress (set by :meth:`run`)
     _sinks: torch.Tensor | None = None
     supports_grad = True  # the backward: autograd through run (every path is differentiable)
+    grad_sinks = True
 
     # -- the window, as the kernel sees it ----------------------------------------------------
     def window_size(self, case: Case) -> tuple[int, int]:
@@ -752,6 +753,20 @@ class BackwardNanOnEmptyRows(EagerAttention):
         return dq, dk, dv
 
 
+class BackwardDropsSink(EagerAttention):
+    """The backward recomputes ``P`` without the learned sink (``exp(s) / sum exp(s)``) while the forward divided by
+    ``exp(sink) + sum exp(s)``: a backward kernel that rebuilds the softmax from the scores alone instead of from
+    the forward's saved log-sum-exp, which holds the sink's term."""
+
+    name = "bug-grad-sink-dropped"
+
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if inputs.sinks is None:
+            return super().backward(case, inputs, dout)
+        no_sink = dataclasses.replace(case, sinks=False)
+        return super().backward(no_sink, dataclasses.replace(inputs, case=no_sink, sinks=None), dout)
+
+
 #: The planted backward bugs: each forward is honest (``parity selftest --grad`` runs them).
 GRAD_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-grad-mask-top-left", "backward recomputes the mask top-left (forward bottom-right)", BackwardMaskTopLeft),
@@ -759,6 +774,7 @@ GRAD_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-grad-edge-after-first-tile", "backward's left edge wrong from 128-row tile 2 on", BackwardEdgeWrongFromSecondTile),
     PlantedBug("bug-grad-gqa-not-summed", "dk/dv of a GQA group: first query head's only, not summed", BackwardGqaNotSummed),
     PlantedBug("bug-grad-empty-rows-nan", "rows that see no key: NaN in dq", BackwardNanOnEmptyRows),
+    PlantedBug("bug-grad-sink-dropped", "backward's softmax without the learned sink", BackwardDropsSink),
 )
 
 

@@ -81,6 +81,7 @@ class _Honest(Backend):
     #: the case's learned sink logits ``(hq,)`` of the call in progress (set by :meth:`run`; :class:`SplitKV` uses them)
     _sinks: torch.Tensor | None = None
     supports_grad = True  # the backward: autograd through run, i.e. the variant's own algorithm differentiated
+    grad_sinks = True  # where a variant takes sinks (supports_sinks), its algorithm with them differentiated
 
     def logits(self, case: Case, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """``q`` ``(Sq, hq, D)``, ``k`` ``(Sk, hkv, D)`` -> float32 scaled (softcapped) scores ``(hq, Sq, Sk)``."""
