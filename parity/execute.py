@@ -311,10 +311,14 @@ def _run_probes(
 
 
 def _check_grads(grads: Any, inputs: Inputs) -> tuple[torch.Tensor, ...]:
-    """``backward``'s answer checked against the interface: three tensors shaped, typed and placed as q, k, v."""
-    if not isinstance(grads, (tuple, list)) or len(grads) != 3 or not all(isinstance(g, torch.Tensor) for g in grads):
-        raise BackendFault(f"backward() returned {type(grads).__name__}, expected a tuple (dq, dk, dv) of tensors")
-    for name, g, x in zip(TENSORS, grads, (inputs.q, inputs.k, inputs.v)):
+    """``backward``'s answer checked against the interface: three tensors shaped, typed and placed as q, k, v, and
+    with learned sinks optionally a fourth, ``dsinks``, as the sinks ``(hq,)``."""
+    arity = (3, 4) if inputs.sinks is not None else (3,)
+    if not isinstance(grads, (tuple, list)) or len(grads) not in arity or not all(isinstance(g, torch.Tensor) for g in grads):
+        want = "(dq, dk, dv[, dsinks])" if inputs.sinks is not None else "(dq, dk, dv)"
+        raise BackendFault(f"backward() returned {type(grads).__name__}, expected a tuple {want} of tensors")
+    for name, g, x in zip((*TENSORS, "dsinks"), grads, (inputs.q, inputs.k, inputs.v, inputs.sinks)):
+        assert x is not None  # a fourth tensor only with sinks (arity above)
         if tuple(g.shape) != tuple(x.shape) or g.dtype != x.dtype or g.device.type != x.device.type:
             raise BackendFault(
                 f"backward() returned {name} {tuple(g.shape)} {g.dtype} on {g.device.type}, "
@@ -345,7 +349,7 @@ def run_grad(backend: Backend, case: Case, inputs: Inputs) -> dict[str, Any]:
         if is_oom(exc):
             return {"status": "error", "detail": f"out of memory: {(str(exc).strip().splitlines() or [''])[0][:300]}"}
         return _generic_error(exc)
-    return {"status": "ok", **{name: g.detach().to("cpu") for name, g in zip(TENSORS, grads)}}
+    return {"status": "ok", **{name: g.detach().to("cpu") for name, g in zip((*TENSORS, "dsinks"), grads)}}
 
 
 def _refusal_or_fault(exc: Unsupported, device: str) -> dict[str, Any]:

@@ -83,7 +83,7 @@ REASONS: tuple[str, ...] = (
     "max_err", "mean_err", "nan", "nan_masked_rows", "inf", "unwritten", "mask", "gqa", "reads_outside_window", "lse",
 )  # fmt: skip
 #: Failure reasons of the backward (:mod:`parity.grad`, ``--grad``).
-GRAD_REASONS = ("dq_err", "dk_err", "dv_err", "grad_outside", "grad_nan", "grad_error")
+GRAD_REASONS = ("dq_err", "dk_err", "dv_err", "dsinks_err", "grad_outside", "grad_nan", "grad_error")
 REASONS = (*REASONS, *GRAD_REASONS)
 #: ``grad_check`` values of a row whose backward ran and was judged.
 GRAD_CHECKED = ("ok", "mismatch", "error")

@@ -62,6 +62,18 @@ def autograd_grads(attention, q, k, v, dout):
     return tuple(torch.zeros_like(t) if g is None else g for t, g in zip((q, k, v), grads))
 
 
+def autograd_grads_with_sinks(attention, q, k, v, sinks, dout):
+    """``(dq, dk, dv, dsinks)`` of ``attention(q, k, v, sinks)`` against ``dout`` through autograd, on fresh leaves;
+    ``(dq, dk, dv)`` alone when the graph does not reach ``sinks`` (a forward that copies them into a buffer)."""
+    q, k, v, sinks = (t.detach().clone().requires_grad_(True) for t in (q, k, v, sinks))
+    out = attention(q, k, v, sinks)  # (total_q, hq, d)
+    if not out.requires_grad:
+        raise RuntimeError("the forward's output has no autograd graph: this call is not differentiable")
+    grads = torch.autograd.grad(out, (q, k, v, sinks), dout, allow_unused=True)
+    dq, dk, dv = (torch.zeros_like(t) if g is None else g for t, g in zip((q, k, v), grads[:3]))
+    return (dq, dk, dv) if grads[3] is None else (dq, dk, dv, grads[3])
+
+
 def make_dout(case: Case, device: torch.device | str = "cpu") -> torch.Tensor:
     """:func:`draw_dout` for ``case`` on ``device``."""
     return draw_dout(case.seed, sum(case.q_lens), case.hq, case.head_dim, case.dtype).to(device)  # (total_q, hq, d)
@@ -76,18 +88,20 @@ def grad_sequence(
     compute_dtype: torch.dtype = torch.float64,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     sinks: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One sequence's ``(dq (Sq, hq, d), dk (Sk, hkv, d), dv (Sk, hkv, d))`` in ``compute_dtype``. ``sinks``
-    ``(hq,)``: learned sinks in the forward's softmax (the reference's rule); a sink has no value, so it only
-    scales ``P`` (its own gradient is not returned)."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One sequence's ``(dq (Sq, hq, d), dk (Sk, hkv, d), dv (Sk, hkv, d), dsinks)`` in ``compute_dtype``; ``dsinks``
+    ``(2, hq)`` (the gradient, and the sum of its terms' magnitudes) or None. ``sinks`` ``(hq,)``: learned sinks in
+    the forward's softmax (the reference's rule). A sink has no value: its score's gradient is
+    ``-p_sink x rowsum(P dP)`` (``p_sink = exp(sink - lse)``), summed over the rows of its head."""
     sq, hq, dh = q.shape
     sk, hkv, _ = k.shape
     g = hq // hkv
     dq = torch.zeros(sq, hq, dh, dtype=compute_dtype, device=q.device)  # (Sq, hq, d)
     dk = torch.zeros(sk, hkv, dh, dtype=compute_dtype, device=q.device)  # (Sk, hkv, d)
     dv = torch.zeros(sk, hkv, dh, dtype=compute_dtype, device=q.device)  # (Sk, hkv, d)
+    dsink = None if sinks is None else torch.zeros(2, hkv, g, dtype=compute_dtype, device=q.device)  # (2, hkv, g)
     if sq == 0 or sk == 0:
-        return dq, dk, dv
+        return dq, dk, dv, None if dsink is None else dsink.reshape(2, hq)
     lo, hi = case.band(sq, sk)  # (Sq,), (Sq,): the window and the chunk
     elem = torch.finfo(compute_dtype).bits // 8
     scale = case.softmax_scale
@@ -106,21 +120,28 @@ def grad_sequence(
         s = t * cap if t is not None and cap is not None else x  # (hkv, g, C, span)
         j = torch.arange(k0, k1, device=q.device)  # (span,)
         visible = (j[None, :] >= lo[r0:r1].to(q.device)[:, None]) & (j[None, :] <= hi[r0:r1].to(q.device)[:, None])  # (C, span)
-        p = _softmax(s.masked_fill(~visible, float("-inf")), sink, compute_dtype)[0]  # (hkv, g, C, span)
+        p, lse = _softmax(s.masked_fill(~visible, float("-inf")), sink, compute_dtype)  # (hkv, g, C, span), (hkv, g, C)
         dp = torch.matmul(dob, vb.transpose(-1, -2))  # (hkv, g, C, span)
-        ds = p * (dp - (p * dp).sum(-1, keepdim=True))  # (hkv, g, C, span)
+        rowdot = (p * dp).sum(-1, keepdim=True)  # (hkv, g, C, 1)
+        ds = p * (dp - rowdot)  # (hkv, g, C, span)
+        if dsink is not None and sink is not None:  # rows that see no key: rowdot 0, nothing added
+            terms = torch.exp(sink[..., 0] - lse) * rowdot[..., 0]  # (hkv, g, C)
+            dsink[0] -= terms.sum(-1)  # (hkv, g)
+            dsink[1] += terms.abs().sum(-1)  # (hkv, g): the size of the sum, for its rounding floor
         if t is not None:
             ds = ds * (1 - t * t)
         dq[r0:r1] = (torch.matmul(ds, kb) * scale).permute(2, 0, 1, 3).reshape(c, hq, dh)  # (C, hq, d)
         dk[k0:k1] += torch.matmul(ds.transpose(-1, -2), qb).sum(1).permute(1, 0, 2)  # (span, hkv, d)
         dv[k0:k1] += torch.matmul(p.transpose(-1, -2), dob).sum(1).permute(1, 0, 2)  # (span, hkv, d)
-    return dq, dk, dv
+    return dq, dk, dv, None if dsink is None else dsink.reshape(2, hq)
 
 
 def grad_reference(
     inputs: Inputs, dout: torch.Tensor, compute_dtype: torch.dtype = torch.float64, block_bytes: int = DEFAULT_BLOCK_BYTES
 ) -> dict[str, torch.Tensor]:
-    """Packed ``{"dq": (total_q, hq, d), "dk": (total_k, hkv, d), "dv": (total_k, hkv, d)}`` in ``compute_dtype``."""
+    """Packed ``{"dq": (total_q, hq, d), "dk": (total_k, hkv, d), "dv": (total_k, hkv, d)}`` in ``compute_dtype``;
+    with learned sinks also ``"dsinks"`` ``(hq,)`` and ``"dsinks_terms"`` ``(hq,)``, the sum of the magnitudes of
+    the rows' terms of each head's ``dsinks`` (:func:`make_grad_baseline`'s rounding floor for that sum)."""
     case = inputs.case
     out = {
         "dq": torch.zeros(inputs.q.shape, dtype=compute_dtype, device=inputs.q.device),  # (total_q, hq, d)
@@ -130,8 +151,14 @@ def grad_reference(
     _, ck = case.cu_seqlens()
     for b, qb, kb, vb, qs in inputs.sequences():
         ks = slice(ck[b], ck[b + 1])
-        dq, dk, dv = grad_sequence(case, qb, kb, vb, dout[qs].to(qb.device), compute_dtype, block_bytes, inputs.sinks)
+        dq, dk, dv, dsink = grad_sequence(case, qb, kb, vb, dout[qs].to(qb.device), compute_dtype, block_bytes, inputs.sinks)
         out["dq"][qs], out["dk"][ks], out["dv"][ks] = dq, dk, dv
+        if dsink is not None:
+            acc = out.get("dsinks_terms")
+            out["dsinks_terms"] = dsink if acc is None else acc + dsink  # (2, hq)
+    if inputs.sinks is not None:  # the gradient, and (key dsinks_terms) its terms' magnitudes per head
+        terms = out.pop("dsinks_terms", torch.zeros(2, case.hq, dtype=compute_dtype, device=inputs.q.device))
+        out["dsinks"], out["dsinks_terms"] = terms[0], terms[1]  # (hq,), (hq,)
     return out
 
 
@@ -162,6 +189,8 @@ class GradBaseline:
     #: Why this case's backward cannot be judged in its dtype ("": it can): a reference gradient beyond the
     #: dtype's range, or a same-dtype baseline that overflows (no finite budget). The check is then unsupported.
     unjudgeable: str = ""
+    #: a tensor's floor added to both budgets beyond the forward's rule (dsinks: :func:`_sum_floor`)
+    extra_floor: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def bytes(self) -> int:
@@ -173,8 +202,9 @@ def make_grad_baseline(case: Case, inputs: Inputs) -> GradBaseline:
     dout = make_dout(case, inputs.q.device)  # (total_q, hq, d)
     ref = grad_reference(inputs, dout, torch.float64)
     same = grad_reference(inputs, dout, case.torch_dtype)
+    terms, _ = ref.pop("dsinks_terms", None), same.pop("dsinks_terms", None)
     bmax, bmean, rnd, bad = {}, {}, {}, {}
-    for name in TENSORS:
+    for name in ref:  # TENSORS, and dsinks with learned sinks
         r, s = ref[name], same[name]
         bad[name] = int((~torch.isfinite(s)).sum())  # python's max() would drop a NaN: counted apart
         mx = sm = rd = 0.0
@@ -186,7 +216,17 @@ def make_grad_baseline(case: Case, inputs: Inputs) -> GradBaseline:
             rd = max(rd, float(rounded.max()) if rounded.numel() else 0.0)
         bmax[name], bmean[name], rnd[name] = mx, sm / r.numel() if r.numel() else 0.0, rd
     unseen, empty = unseen_keys(case).to(inputs.q.device), empty_rows(case).to(inputs.q.device)
-    return GradBaseline(ref, bmax, bmean, rnd, unseen, empty, _unjudgeable(case, ref, bad))
+    floor = {} if terms is None else {"dsinks": _sum_floor(case, terms)}
+    return GradBaseline(ref, bmax, bmean, rnd, unseen, empty, _unjudgeable(case, ref, bad), floor)
+
+
+def _sum_floor(case: Case, terms: torch.Tensor) -> float:
+    """The rounding floor of ``dsinks``, one sum over every row of a head: ``sqrt(rows) x eps x sum |terms|``, the
+    usual size of a float sum's accumulated rounding, so that a summation order (autograd's, a kernel's) is not
+    judged against the one order of the same-dtype baseline. A wrong formula (a dropped or flipped term) misses by
+    the order of the sum itself."""
+    rows = sum(case.q_lens)  # every row of a head, in every sequence, adds one term
+    return math.sqrt(max(rows, 1)) * torch.finfo(case.torch_dtype).eps * float(terms.max()) if terms.numel() else 0.0
 
 
 def _unjudgeable(case: Case, ref: dict[str, torch.Tensor], nonfinite: dict[str, int]) -> str:
@@ -195,7 +235,7 @@ def _unjudgeable(case: Case, ref: dict[str, torch.Tensor], nonfinite: dict[str, 
     A same-dtype baseline with any NaN or Inf has no budget for those elements (the max and mean of its error
     would be NaN, and no error exceeds NaN: a check that cannot fail), so such a case is not judged."""
     top = torch.finfo(case.torch_dtype).max
-    for name in TENSORS:
+    for name in ref:
         big = float(ref[name].abs().max()) if ref[name].numel() else 0.0
         if big > top:
             return f"the reference {name} reaches {big:.4g}, beyond {case.dtype}'s range ({top:.4g}): not representable"
@@ -246,8 +286,9 @@ def _where(case: Case, name: str, flat: int) -> str:
 
 def check_tensor(case: Case, name: str, got: torch.Tensor, ref: torch.Tensor, base: GradBaseline, budget: Budget) -> TensorCheck:
     """``got`` against ``ref`` (float64), row chunk by row chunk: errors of finite elements, the non-finite count."""
-    thr_max = budget.k_max * base.baseline_max[name] + max(budget.abs_floor, 2.0 * base.rounding_max[name])
-    thr_mean = budget.k_mean * base.baseline_mean[name] + budget.mean_floor
+    extra = base.extra_floor.get(name, 0.0)
+    thr_max = budget.k_max * base.baseline_max[name] + max(budget.abs_floor, 2.0 * base.rounding_max[name]) + extra
+    thr_mean = budget.k_mean * base.baseline_mean[name] + budget.mean_floor + extra
     mx, total, bad, worst_i = 0.0, 0.0, 0, -1
     for r0, r1 in row_chunks(ref.shape[0], ref[0].numel() if ref.shape[0] else 1):
         g = got[r0:r1].to(device=ref.device, dtype=torch.float64)  # (C, h, d)
@@ -258,7 +299,9 @@ def check_tensor(case: Case, name: str, got: torch.Tensor, ref: torch.Tensor, ba
         if err.numel() and float(err.max()) > mx:
             mx, worst_i = float(err.max()), r0 * ref[0].numel() + int(err.argmax())
     worst = ""
-    if worst_i >= 0:
+    if worst_i >= 0 and ref.dim() == 1:  # dsinks (hq,)
+        worst = f"worst at head {worst_i}: got {float(got[worst_i]):.6g}, want {float(ref[worst_i]):.6g}"
+    elif worst_i >= 0:
         per = ref[0].numel()
         row, h, c = worst_i // per, (worst_i % per) // ref.shape[2], worst_i % ref.shape[2]
         worst = f"worst at {_where(case, name, row)} head {h} dim {c}: got {float(got[row, h, c]):.6g}, want {float(ref[row, h, c]):.6g}"
@@ -296,6 +339,8 @@ def outside_detail(case: Case, name: str, got: torch.Tensor, unseen: torch.Tenso
 
 def nonfinite_detail(case: Case, name: str, got: torch.Tensor, empty: torch.Tensor) -> str:
     """Where a gradient holds NaN / Inf; for ``dq``, how many of those rows see no key."""
+    if got.dim() == 1:  # dsinks (hq,)
+        return f"{name} NaN/Inf in heads {spans(torch.nonzero(~torch.isfinite(got)).flatten().tolist())}"
     rows = (~torch.isfinite(got.to(empty.device))).flatten(1).any(-1)  # (rows,)
     idx = torch.nonzero(rows).flatten().tolist()
     text = f"{name} NaN/Inf in {len(idx)} {'rows' if name == 'dq' else 'keys'} (first at {_where(case, name, idx[0])})"
@@ -308,7 +353,8 @@ def nonfinite_detail(case: Case, name: str, got: torch.Tensor, empty: torch.Tens
 def compare_grads(case: Case, got: dict[str, torch.Tensor], base: GradBaseline, budget: Budget) -> GradComparison:
     """Each gradient against the reference (budget per tensor) and the exact checks; reasons and words."""
     checks, reasons, words = {}, [], []
-    for name in TENSORS:
+    names = [n for n in base.ref if n in got]  # dsinks only where the backward returns it
+    for name in names:
         chk = check_tensor(case, name, got[name], base.ref[name], base, budget)
         checks[name] = chk
         if chk.over:
@@ -321,10 +367,12 @@ def compare_grads(case: Case, got: dict[str, torch.Tensor], base: GradBaseline, 
     if any(outside):
         reasons.append("grad_outside")
         words += [w for w in outside if w]
-    nonfinite = [nonfinite_detail(case, n, got[n], base.empty) for n in TENSORS if checks[n].nonfinite]
+    nonfinite = [nonfinite_detail(case, n, got[n], base.empty) for n in names if checks[n].nonfinite]
     if nonfinite:
         reasons.append("grad_nan")
         words += nonfinite
+    if "dsinks" in base.ref and "dsinks" not in got:
+        words.append("dsinks not checked: this backward returns no gradient for the sinks")
     return GradComparison(checks, reasons, "; ".join(words))
 
 

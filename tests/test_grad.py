@@ -63,15 +63,23 @@ SINK_CASES = [
 ]
 
 
+def _autograd_dense_sinks(case: Case) -> tuple[torch.Tensor, ...]:
+    inp = make_inputs(case)
+    q, k, v, s = (t.double().requires_grad_() for t in (inp.q, inp.k, inp.v, inp.sinks))
+    out = attention_dense_naive(dataclasses.replace(inp.with_tensors(q, k, v), sinks=s), torch.float64)
+    return torch.autograd.grad(out, (q, k, v, s), make_dout(case).double())
+
+
 @pytest.mark.parametrize("case", SINK_CASES, ids=lambda c: c.summary())
 def test_banded_reference_gradients_with_sinks_equal_autograd_of_the_dense_reference(case):
-    want = _autograd_dense(case)
+    want = _autograd_dense_sinks(case)
     without = grad_reference(make_inputs(dataclasses.replace(case, sinks=False)), make_dout(case), torch.float64)
     for block_bytes in (64 * 2**20, 64):
         got = grad_reference(make_inputs(case), make_dout(case), torch.float64, block_bytes)
-        for name, w in zip(("dq", "dk", "dv"), want):
-            assert torch.allclose(got[name], w, atol=1e-12, rtol=1e-10), name
+        for name, w in zip(("dq", "dk", "dv", "dsinks"), want):
+            assert torch.allclose(got[name], w, atol=1e-12, rtol=1e-10), (name, got[name], w)
     assert not torch.allclose(without["dv"], want[2])  # the sinks change the gradients: this case tests them
+    assert float(want[3].abs().max()) > 1e-3 and "dsinks" not in without
 
 
 @pytest.mark.parametrize("spec", ["reference", "parity.selftest.bugs:EagerAttention", "parity.selftest.honest:SplitKV"])
@@ -81,9 +89,33 @@ def test_cpu_backwards_with_sinks_pass_and_a_backward_without_them_fails(spec, c
     softmax leaves the sink out fails in its gradients while its forward passes."""
     row = evaluate(spec, case, grad=True, baselines=_BASELINES)
     assert row["verdict"] == "pass" and row["grad_check"] == "ok", row["grad_detail"] or row["reasons"]
+    assert "dsinks not checked" not in row["grad_detail"]  # each returns dsinks: judged too
     bad = evaluate("parity.selftest.bugs:BackwardDropsSink", case, grad=True, baselines=_BASELINES)
     assert bad["grad_check"] == "mismatch" and {"dq_err", "dk_err", "dv_err"} & set(bad["reasons"].split()), bad["grad_detail"]
     assert bad["mask_check"] == "ok" and float(bad["budget_frac"]) <= 1  # its forward takes the sinks
+
+
+class _NoDsinks(EagerAttention):
+    name = "eager-no-dsinks"
+    grad_dsinks = False
+
+
+class _BadDsinks(EagerAttention):
+    name = "eager-bad-dsinks"
+
+    def backward(self, case, inputs, dout):
+        dq, dk, dv, ds = super().backward(case, inputs, dout)
+        return dq, dk, dv, ds[:1]  # one head's only
+
+
+def test_dsinks_is_judged_where_returned_said_where_not_and_its_shape_checked():
+    case = SINK_CASES[0]
+    row = evaluate(_NoDsinks(), case, grad=True, baselines=_BASELINES)
+    assert row["verdict"] == "pass" and "dsinks not checked: this backward returns no gradient for the sinks" in row["grad_detail"]
+    bad = evaluate(_BadDsinks(), case, grad=True, baselines=_BASELINES)
+    assert bad["reasons"] == "grad_error" and "backward() returned dsinks (1,)" in bad["grad_detail"], bad["grad_detail"]
+    flipped = evaluate(GRAD_BUGS[-1].backend(), case, grad=True, baselines=_BASELINES)
+    assert flipped["reasons"] == "dsinks_err" and "dsinks max|err|" in flipped["grad_detail"] and "worst at head" in flipped["grad_detail"]
 
 
 def test_a_backward_not_wired_for_sinks_says_so():
@@ -193,6 +225,7 @@ PLANTS = {
     "bug-grad-gqa-not-summed": (Case((9,), (9,), 4, 2, 16, "float32", Window(2, 0)), "dk_err"),
     "bug-grad-empty-rows-nan": (Case((8,), (3,), 2, 2, 16, "float32", Window(1, 0)), "grad_nan"),
     "bug-grad-sink-dropped": (Case((9,), (9,), 2, 1, 16, "float32", Window(2, 0), sinks=True), "dv_err"),
+    "bug-grad-dsinks-sign": (Case((9,), (9,), 2, 1, 16, "float32", Window(2, 0), sinks=True), "dsinks_err"),
 }
 
 

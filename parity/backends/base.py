@@ -68,12 +68,13 @@ backend translates it into its own native arguments in its own file.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
 from ..case import Case, Inputs
-from ..grad import autograd_grads
+from ..grad import autograd_grads, autograd_grads_with_sinks
 
 
 class BackendError(RuntimeError):
@@ -120,8 +121,10 @@ class Backend:
     #: Why a backend without ``supports_grad`` has no backward (the ``unsupported`` reason).
     no_grad_reason: str = "no backward in this backend (forward only)"
     #: its backward takes the case's learned sinks (autograd through a forward that scores them): dq / dk / dv are
-    #: judged with sinks; the sinks' own gradient is not (the check has no dsinks yet)
+    #: judged with sinks, and dsinks where the backward returns it
     grad_sinks: bool = False
+    #: with sinks, the default :meth:`backward` also differentiates ``run`` by the sinks (``dsinks``, judged)
+    grad_dsinks: bool = True
     #: True when ``run_lse`` returns the log-sum-exp beside the output (see the module docstring).
     returns_lse: bool = False
     #: The LSE values the library documents for a row that sees no key (any of them passes).
@@ -148,8 +151,15 @@ class Backend:
             return "fp8 inputs: an inference layout (FA3 has no fp8 backward); no backward check"
         return None
 
-    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(dq, dk, dv)`` of ``run``'s output against ``dout`` ``(total_q, hq, d)``: autograd through ``run``."""
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``(dq, dk, dv)`` of ``run``'s output against ``dout`` ``(total_q, hq, d)``: autograd through ``run``;
+        with learned sinks and :attr:`grad_dsinks`, also ``dsinks`` ``(hq,)`` (the sinks as a leaf too)."""
+        if inputs.sinks is not None and self.grad_sinks and self.grad_dsinks:
+
+            def attention_sinks(q, k, v, sinks):
+                return self.run(case, dataclasses.replace(inputs.with_tensors(q, k, v), sinks=sinks), torch.empty_like(q))
+
+            return autograd_grads_with_sinks(attention_sinks, inputs.q, inputs.k, inputs.v, inputs.sinks, dout)
 
         def attention(q, k, v):
             return self.run(case, inputs.with_tensors(q, k, v), torch.empty_like(q))

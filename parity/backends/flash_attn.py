@@ -118,7 +118,7 @@ class FlashAttnBackend(Backend):
     #: Functions; their backward takes the same ``window_size``).
     supports_grad = True
 
-    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, ...]:
         with refusals(FA2_REFUSALS + GRAD_REFUSALS, f"{self.module} backward"):
             return super().backward(case, inputs, dout)
 

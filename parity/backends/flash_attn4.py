@@ -150,7 +150,7 @@ class Fa4Backend(Backend):
     #: configuration, its assert / NotImplementedError words make the gradient check ``unsupported``.
     supports_grad = True
 
-    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, ...]:
         with refusals(FA4_REFUSALS + GRAD_REFUSALS + FA4_GRAD_REFUSALS, "flash-attn-4 backward"):
             return super().backward(case, inputs, dout)
 

@@ -231,13 +231,16 @@ class FlexBackend(Backend):
     bucketed = False
     supports_grad = True  # the backward: autograd through flex_attention_packed (flex's own backward kernel)
     grad_sinks = True  # the sink is one more key scored by sink_mod: autograd reaches q, k, v through it
+    #: dsinks is not asked: the compiled path copies the sinks into a buffer (no recompile per case), which the
+    #: graph does not differentiate
+    grad_dsinks = False
 
     def unavailable_reason(self) -> str | None:
         if self.device == "cuda" and (r := cuda_unavailable_reason()):
             return r
         return import_error_reason("torch.nn.attention.flex_attention")
 
-    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Autograd through :meth:`run` (flex's own backward); its refusal (none on the CPU) is ``unsupported``."""
         with refusals(FLEX_GRAD_REFUSALS, "FlexAttention"):
             return super().backward(case, inputs, dout)

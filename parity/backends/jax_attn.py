@@ -254,7 +254,7 @@ class JaxBackend(Backend):
     #: The backward: ``jax.vjp`` of the same jitted ``dot_product_attention`` (:func:`jax_attention_grads`).
     supports_grad = True
 
-    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, ...]:
         natives = self.natives(case)
         with refusals(JAX_REFUSALS + GRAD_REFUSALS, f"jax ({self.implementation}) backward"):
             return jax_attention_grads(

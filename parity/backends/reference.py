@@ -23,11 +23,14 @@ class ReferenceBackend(Backend):
     supports_grad = True  # the float64 reference gradients (parity.grad), rounded to the dtype
     grad_sinks = True
 
-    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, ...]:
         from ..grad import grad_reference
 
         g = grad_reference(inputs, dout, torch.float64)
-        return g["dq"].to(inputs.q.dtype), g["dk"].to(inputs.k.dtype), g["dv"].to(inputs.v.dtype)
+        dq, dk, dv = g["dq"].to(inputs.q.dtype), g["dk"].to(inputs.k.dtype), g["dv"].to(inputs.v.dtype)
+        if inputs.sinks is None:
+            return dq, dk, dv
+        return dq, dk, dv, g["dsinks"].to(inputs.sinks.dtype)  # (hq,): the sinks' own gradient
 
     returns_lse = True
     lse_empty = ("-inf",)  # the reference's own convention

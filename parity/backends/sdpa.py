@@ -137,7 +137,7 @@ class SdpaBackend(Backend):
         with refusals(self.refusal_phrases, library):
             return sdpa_attention(inputs.q, inputs.k, inputs.v, out, case.q_lens, case.k_lens, case.softmax_scale, **kw)
 
-    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Autograd through :func:`sdpa_attention` (the pinned kernel's own backward, with the same boolean
         mask); a refusal of that kernel (or of its backward) is ``unsupported``."""
         library = f"SDPA kernel {self.kernel} backward" if self.kernel else "SDPA backward"

@@ -347,7 +347,7 @@ class XformersBackend(Backend):
             return f"xformers {op} (BwOp) does not take attn_bias {name}: not in its SUPPORTED_ATTN_BIAS_TYPES"
         return None
 
-    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, ...]:
         apply_shim()
         name, kw = xformers_bias_spec(case.window, case.q_lens, case.k_lens)
         with refusals(XFORMERS_REFUSALS + GRAD_REFUSALS, f"xformers {self.op_module} BwOp with {name}"):

@@ -692,7 +692,7 @@ class BackwardOf(EagerAttention):
 
     backward_forward: type[EagerAttention] = EagerAttention
 
-    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return self.backward_forward().backward(case, inputs, dout)
 
 
@@ -731,12 +731,12 @@ class BackwardGqaNotSummed(EagerAttention):
 
     name = "bug-grad-gqa-not-summed"
 
-    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, ...]:
         g = case.group
         mha = dataclasses.replace(case, hkv=case.hq)
         k, v = inputs.k.repeat_interleave(g, dim=1), inputs.v.repeat_interleave(g, dim=1)  # (total_k, hq, D)
-        dq, dk, dv = super().backward(mha, dataclasses.replace(inputs, case=mha, k=k, v=v), dout)  # dk, dv (total_k, hq, D)
-        return dq, dk[:, ::g].contiguous(), dv[:, ::g].contiguous()  # (total_k, hkv, D): one head of each group
+        dq, dk, dv, *dsinks = super().backward(mha, dataclasses.replace(inputs, case=mha, k=k, v=v), dout)  # dk, dv (total_k, hq, D)
+        return dq, dk[:, ::g].contiguous(), dv[:, ::g].contiguous(), *dsinks  # (total_k, hkv, D): one head of each group
 
 
 class BackwardNanOnEmptyRows(EagerAttention):
@@ -745,12 +745,12 @@ class BackwardNanOnEmptyRows(EagerAttention):
 
     name = "bug-grad-empty-rows-nan"
 
-    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dq, dk, dv = super().backward(case, inputs, dout)
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        dq, dk, dv, *dsinks = super().backward(case, inputs, dout)
         for _, q, k, _, qs in inputs.sequences():
             empty = ~self.prefill_mask(case, q.shape[0], k.shape[0]).any(-1)  # (Sq,) rows with no visible key
             dq[qs][empty] = float("nan")
-        return dq, dk, dv
+        return dq, dk, dv, *dsinks
 
 
 class BackwardDropsSink(EagerAttention):
@@ -760,11 +760,22 @@ class BackwardDropsSink(EagerAttention):
 
     name = "bug-grad-sink-dropped"
 
-    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if inputs.sinks is None:
             return super().backward(case, inputs, dout)
         no_sink = dataclasses.replace(case, sinks=False)
         return super().backward(no_sink, dataclasses.replace(inputs, case=no_sink, sinks=None), dout)
+
+
+class BackwardSinkGradSignFlipped(EagerAttention):
+    """``dsinks`` with its sign flipped (``+p_sink x rowsum(P dP)``): the sink's score gradient written as a key's
+    ``p (dp - rowsum)`` with the sink's ``dp`` taken as ``2 x rowsum`` instead of 0; dq / dk / dv are right."""
+
+    name = "bug-grad-dsinks-sign"
+
+    def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        grads = super().backward(case, inputs, dout)
+        return (*grads[:3], -grads[3]) if len(grads) == 4 else grads
 
 
 #: The planted backward bugs: each forward is honest (``parity selftest --grad`` runs them).
@@ -775,6 +786,7 @@ GRAD_BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-grad-gqa-not-summed", "dk/dv of a GQA group: first query head's only, not summed", BackwardGqaNotSummed),
     PlantedBug("bug-grad-empty-rows-nan", "rows that see no key: NaN in dq", BackwardNanOnEmptyRows),
     PlantedBug("bug-grad-sink-dropped", "backward's softmax without the learned sink", BackwardDropsSink),
+    PlantedBug("bug-grad-dsinks-sign", "the sinks' own gradient with its sign flipped", BackwardSinkGradSignFlipped),
 )
 
 
