@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import torch
 
@@ -24,6 +24,8 @@ from .memory import is_oom
 from .reference import attention_reference
 from .results import Judged, Verdict
 from .verdict import Baseline, Budget, Comparison, compare, compare_lse, make_baseline
+
+_T = TypeVar("_T")
 
 #: Bytes of baselines a cache keeps (their float64 references), oldest evicted first.
 CACHE_BYTES = 4 << 30
@@ -106,18 +108,8 @@ class BaselineCache:
         if hit is not None:
             return hit
         t0 = time.perf_counter()
-        try:
-            base = make_grad_baseline(case, make_inputs(case, self.device))
-        except Exception as exc:
-            if not is_oom(exc) or self.device == "cpu":
-                raise
-            _release(self.device)
-            base = make_grad_baseline(case, make_inputs(case, "cpu"))
-            self.cpu_fallbacks += 1
-        held = sum(b.bytes for b in self._grads.values())
-        while self._grads and (len(self._grads) >= self.keep or held + base.bytes > self.max_bytes):
-            held -= self._grads[next(iter(self._grads))].bytes
-            self._grads.pop(next(iter(self._grads)))
+        base = self._on_device_or_cpu(lambda device: make_grad_baseline(case, make_inputs(case, device)))
+        self._make_room(self._grads, lambda b: b.bytes, base.bytes)
         self._grads[case.case_id] = base
         spent = time.perf_counter() - t0
         self.stage_seconds["grad_reference"] = self.stage_seconds.get("grad_reference", 0.0) + spent
@@ -140,25 +132,33 @@ class BaselineCache:
         if hit is not None:
             return hit
         t0 = time.perf_counter()
-        base = None
-        try:
-            base = compute_baseline(case, self.device, stages=self.stage_seconds)
-        except Exception as exc:
-            if not is_oom(exc) or self.device == "cpu":
-                raise
-        if base is None:  # out of memory on the device (its traceback, and the tensors it held, now gone)
-            _release(self.device)
-            base = compute_baseline(case, "cpu", stages=self.stage_seconds)
-            self.cpu_fallbacks += 1
+        base = self._on_device_or_cpu(lambda device: compute_baseline(case, device, stages=self.stage_seconds))
         self.computed[case.case_id] = self.computed.get(case.case_id, 0) + 1
-        size = base.ref.numel() * base.ref.element_size()
-        while self._cache and (len(self._cache) >= self.keep or self.bytes + size > self.max_bytes):
-            self._cache.pop(next(iter(self._cache)))
+        self._make_room(self._cache, _ref_bytes, _ref_bytes(base))
         self._cache[case.case_id] = base
         spent = time.perf_counter() - t0
         self.case_seconds[case.case_id] = spent
         self.seconds += spent
         return base
+
+    def _on_device_or_cpu(self, make: Callable[[str], _T]) -> _T:
+        """``make(self.device)``; where that runs out of device memory, ``make("cpu")`` (counted in
+        :attr:`cpu_fallbacks`), once the failed attempt's traceback, and the tensors it held, are gone."""
+        try:
+            return make(self.device)
+        except Exception as exc:
+            if not is_oom(exc) or self.device == "cpu":
+                raise
+        _release(self.device)
+        result = make("cpu")
+        self.cpu_fallbacks += 1
+        return result
+
+    def _make_room(self, cache: dict[str, Any], size_of: Callable[[Any], int], incoming: int) -> None:
+        """Evict ``cache``'s oldest entries until it holds fewer than ``keep`` and ``incoming`` more bytes fit."""
+        held = sum(size_of(b) for b in cache.values())
+        while cache and (len(cache) >= self.keep or held + incoming > self.max_bytes):
+            held -= size_of(cache.pop(next(iter(cache))))
 
     @property
     def recomputed(self) -> int:
@@ -168,7 +168,7 @@ class BaselineCache:
     @property
     def bytes(self) -> int:
         """Bytes the cached references hold."""
-        return sum(b.ref.numel() * b.ref.element_size() for b in self._cache.values())
+        return sum(_ref_bytes(b) for b in self._cache.values())
 
 
 def compute_baseline(case: Case, device: str, stages: dict[str, float] | None = None) -> Baseline:
@@ -189,6 +189,10 @@ def compute_baseline(case: Case, device: str, stages: dict[str, float] | None = 
         for k, v in (("inputs", t1 - t0), ("reference", t2 - t1), ("baseline", time.perf_counter() - t2)):
             stages[k] = stages.get(k, 0.0) + v
     return base
+
+
+def _ref_bytes(base: Baseline) -> int:
+    return base.ref.numel() * base.ref.element_size()
 
 
 def _release(device: str) -> None:

@@ -139,6 +139,17 @@ def test_oom_computing_the_baseline_on_the_device_falls_back_to_the_cpu(monkeypa
         cpu.get(SWEEP_CASES[0])
 
 
+def test_oom_computing_the_gradient_baseline_on_the_device_falls_back_to_the_cpu(monkeypatch):
+    real_inputs, real = judging.make_inputs, judging.make_grad_baseline
+    asked: list[str] = []
+    monkeypatch.setattr(judging, "make_inputs", lambda case, device: asked.append(device) or real_inputs(case, "cpu"))
+    monkeypatch.setattr(judging, "make_grad_baseline", lambda case, inputs: _oom() if asked[-1] != "cpu" else real(case, inputs))
+    cache = judging.BaselineCache("elsewhere")  # a device that runs out of memory
+    base = cache.grad(SWEEP_CASES[0])
+    assert cache.cpu_fallbacks == 1 and base.ref["dq"].device.type == "cpu"
+    assert cache.grad(SWEEP_CASES[0]) is base and cache.cpu_fallbacks == 1 and asked == ["elsewhere", "cpu"]  # kept
+
+
 def test_baseline_cache_keeps_to_its_byte_budget():
     cache = judging.BaselineCache("cpu", keep=64, max_bytes=2 * 5 * 2 * 8 * 8)  # two cases' references
     for c in SWEEP_CASES:
