@@ -148,17 +148,16 @@ def grad_reference(
         "dk": torch.zeros(inputs.k.shape, dtype=compute_dtype, device=inputs.q.device),  # (total_k, hkv, d)
         "dv": torch.zeros(inputs.v.shape, dtype=compute_dtype, device=inputs.q.device),  # (total_k, hkv, d)
     }
+    sink = None if inputs.sinks is None else torch.zeros(2, case.hq, dtype=compute_dtype, device=inputs.q.device)  # (2, hq)
     _, ck = case.cu_seqlens()
     for b, qb, kb, vb, qs in inputs.sequences():
         ks = slice(ck[b], ck[b + 1])
         dq, dk, dv, dsink = grad_sequence(case, qb, kb, vb, dout[qs].to(qb.device), compute_dtype, block_bytes, inputs.sinks)
         out["dq"][qs], out["dk"][ks], out["dv"][ks] = dq, dk, dv
-        if dsink is not None:
-            acc = out.get("dsinks_terms")
-            out["dsinks_terms"] = dsink if acc is None else acc + dsink  # (2, hq)
-    if inputs.sinks is not None:  # the gradient, and (key dsinks_terms) its terms' magnitudes per head
-        terms = out.pop("dsinks_terms", torch.zeros(2, case.hq, dtype=compute_dtype, device=inputs.q.device))
-        out["dsinks"], out["dsinks_terms"] = terms[0], terms[1]  # (hq,), (hq,)
+        if sink is not None and dsink is not None:
+            sink += dsink
+    if sink is not None:  # the gradient, and its terms' magnitudes per head
+        out["dsinks"], out["dsinks_terms"] = sink[0], sink[1]  # (hq,), (hq,)
     return out
 
 
