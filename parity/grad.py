@@ -51,27 +51,17 @@ def draw_dout(seed: int, total_q: int, hq: int, head_dim: int, dtype: str):
     return torch.randn(total_q, hq, head_dim, generator=gen).to(getattr(torch, dtype))  # (total_q, hq, d)
 
 
-def autograd_grads(attention, q, k, v, dout):
+def autograd_grads(attention, q, k, v, dout, *extra):
     """``(dq, dk, dv)`` of ``attention(q, k, v)`` against ``dout`` through autograd, on fresh leaves (copied
-    into repro scripts: torch only). A gradient autograd leaves ``None`` (the input was not used) is 0."""
-    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    out = attention(q, k, v)  # (total_q, hq, d)
+    into repro scripts: torch only). A gradient autograd leaves ``None`` (the input was not used) is 0.
+    ``extra``: more inputs of ``attention`` (the learned sinks), their gradients after, ``None`` where the graph
+    does not reach one (a forward that copies it into a buffer)."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v, *extra)]
+    out = attention(*leaves)  # (total_q, hq, d)
     if not out.requires_grad:
         raise RuntimeError("the forward's output has no autograd graph: this call is not differentiable")
-    grads = torch.autograd.grad(out, (q, k, v), dout, allow_unused=True)
-    return tuple(torch.zeros_like(t) if g is None else g for t, g in zip((q, k, v), grads))
-
-
-def autograd_grads_with_sinks(attention, q, k, v, sinks, dout):
-    """``(dq, dk, dv, dsinks)`` of ``attention(q, k, v, sinks)`` against ``dout`` through autograd, on fresh leaves;
-    ``(dq, dk, dv)`` alone when the graph does not reach ``sinks`` (a forward that copies them into a buffer)."""
-    q, k, v, sinks = (t.detach().clone().requires_grad_(True) for t in (q, k, v, sinks))
-    out = attention(q, k, v, sinks)  # (total_q, hq, d)
-    if not out.requires_grad:
-        raise RuntimeError("the forward's output has no autograd graph: this call is not differentiable")
-    grads = torch.autograd.grad(out, (q, k, v, sinks), dout, allow_unused=True)
-    dq, dk, dv = (torch.zeros_like(t) if g is None else g for t, g in zip((q, k, v), grads[:3]))
-    return (dq, dk, dv) if grads[3] is None else (dq, dk, dv, grads[3])
+    grads = torch.autograd.grad(out, leaves, dout, allow_unused=True)
+    return tuple(torch.zeros_like(t) if g is None else g for t, g in zip(leaves[:3], grads[:3])) + tuple(grads[3:])
 
 
 def make_dout(case: Case, device: torch.device | str = "cpu") -> torch.Tensor:

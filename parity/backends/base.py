@@ -74,7 +74,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 
 from ..case import Case, Inputs
-from ..grad import autograd_grads, autograd_grads_with_sinks
+from ..grad import autograd_grads
 
 
 class BackendError(RuntimeError):
@@ -159,7 +159,8 @@ class Backend:
             def attention_sinks(q, k, v, sinks):
                 return self.run(case, dataclasses.replace(inputs.with_tensors(q, k, v), sinks=sinks), torch.empty_like(q))
 
-            return autograd_grads_with_sinks(attention_sinks, inputs.q, inputs.k, inputs.v, inputs.sinks, dout)
+            grads = autograd_grads(attention_sinks, inputs.q, inputs.k, inputs.v, dout, inputs.sinks)
+            return grads if grads[3] is not None else grads[:3]  # dsinks only where the graph reaches the sinks
 
         def attention(q, k, v):
             return self.run(case, inputs.with_tensors(q, k, v), torch.empty_like(q))
