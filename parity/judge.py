@@ -96,13 +96,6 @@ class BaselineCache:
         with self._lock:
             return self._grad(case)
 
-    def ensure_grad(self, case: Case) -> float:
-        """Compute ``case``'s gradient baseline unless cached; the seconds spent computing it (0.0 on a hit)."""
-        with self._lock:
-            before = self.seconds
-            self._grad(case)
-            return self.seconds - before
-
     def _grad(self, case: Case) -> GradBaseline:
         hit = self._grads.get(case.case_id)
         if hit is not None:
@@ -120,11 +113,14 @@ class BaselineCache:
         with self._lock:
             return self._get(case)
 
-    def ensure(self, case: Case) -> float:
-        """Compute ``case``'s baseline unless cached; the seconds spent computing it (0.0 on a hit)."""
+    def ensure(self, case: Case, grad: bool = False) -> float:
+        """Compute ``case``'s baseline (and with ``grad`` its gradient baseline) unless cached; the seconds spent
+        computing them (0.0 on a hit)."""
         with self._lock:
             before = self.seconds
             self._get(case)
+            if grad:
+                self._grad(case)
             return self.seconds - before
 
     def _get(self, case: Case) -> Baseline:

@@ -263,9 +263,8 @@ class Sweep:
         # the baseline is shared by the backends (of a GPU's lanes): whichever meets a case first must not
         # be charged for it (it would make a backend's cases/s depend on the backend order)
         try:
-            baseline_s = ref_s + (baselines.ensure(case) if res.get("status") == "ok" else 0.0)
-            if res.get("status") == "ok" and (res.get("grad") or {}).get("status") == "ok":
-                baseline_s += baselines.ensure_grad(case)  # the backward's reference: charged like the forward's
+            grad_ok = (res.get("grad") or {}).get("status") == "ok"  # its reference is charged like the forward's
+            baseline_s = ref_s + (baselines.ensure(case, grad=grad_ok) if res.get("status") == "ok" else 0.0)
             judged = judge(case, spec, info, res, baselines, self.options.budgets)
         except Exception as exc:  # out of memory in this process (on the device and the CPU): this row only
             if not is_oom(exc):
