@@ -20,6 +20,9 @@ The data lives in ``parity/known_divergences.toml`` (:data:`DEFAULT_FILE`), one
                  the backward's (:data:`GRAD_REASONS`, ``parity run --grad``) make a *backward*
                  entry: it covers only rows whose backward was checked, and only it can
                  explain a row that failed in its backward
+``any_reasons``  optional, for ``fail``: at least one of them must be among the row's ``reasons``
+                 (one backward bug shows in whichever gradients it reaches: ``["dq_err",
+                 "dk_err", "dv_err"]``); backward reasons here make a backward entry too
 ``detail``       optional: a regular expression that must be found in the row's ``detail``
                  (the library's own words of an ``error``, as pytest's ``raises(match=)``)
 ``explanation``  one sentence
@@ -87,7 +90,7 @@ GRAD_REASONS = ("dq_err", "dk_err", "dv_err", "dsinks_err", "grad_outside", "gra
 REASONS = (*REASONS, *GRAD_REASONS)
 #: ``grad_check`` values of a row whose backward ran and was judged.
 GRAD_CHECKED = ("ok", "mismatch", "error")
-FIELDS = ("id", "backend", "versions", "condition", "verdict", "reasons", "detail", "explanation", "upstream", "strict")
+FIELDS = ("id", "backend", "versions", "condition", "verdict", "reasons", "any_reasons", "detail", "explanation", "upstream", "strict")
 REQUIRED = ("id", "backend", "condition", "explanation", "upstream")
 
 
@@ -204,6 +207,7 @@ class Expectation:
     upstream: str
     verdict: str = "fail"
     reasons: tuple[str, ...] = ()
+    any_reasons: tuple[str, ...] = ()  # at least one of them among the row's (empty: no such requirement)
     strict: bool = True
     versions: VersionRange | None = None
     detail: str = ""  # a regular expression searched in the row's detail ("": any)
@@ -220,16 +224,18 @@ class Expectation:
     @property
     def backward(self) -> bool:
         """The entry names a failure of the backward (a reason of :data:`GRAD_REASONS`)."""
-        return any(r in GRAD_REASONS for r in self.reasons)
+        return any(r in GRAD_REASONS for r in (*self.reasons, *self.any_reasons))
 
     def explains(self, row: Mapping[str, Any]) -> bool:
-        """The row's raw verdict is the one expected, with every expected reason among its reasons; a row
-        that failed in its backward only by an entry that names the backward."""
+        """The row's raw verdict is the one expected, with every ``reasons`` and one of ``any_reasons`` (if
+        given) among its reasons; a row that failed in its backward only by an entry that names the backward."""
         raw = row.get("raw_verdict") or row.get("verdict")
         if self.detail and not re.search(self.detail, str(row.get("detail", ""))):
             return False
         reasons = set(str(row.get("reasons", "")).split())
         if reasons & set(GRAD_REASONS) and not self.backward:
+            return False
+        if self.any_reasons and not reasons & set(self.any_reasons):
             return False
         return raw == self.verdict and set(self.reasons) <= reasons
 
@@ -316,6 +322,16 @@ def _text(path: Path, where: str, raw: dict[str, Any], key: str) -> str:
     return v.strip()
 
 
+def _reasons(path: Path, where: str, raw: dict[str, Any], key: str, verdict: str) -> tuple[str, ...]:
+    """``reasons`` / ``any_reasons``: a list of known reasons, for verdict ``fail`` only."""
+    reasons = raw.get(key, [])
+    if not isinstance(reasons, list) or any(r not in REASONS for r in reasons):
+        raise _fail(path, where, f"field {key!r} must be a list of {', '.join(REASONS)}, got {reasons!r}")
+    if reasons and verdict != "fail":
+        raise _fail(path, where, f"field {key!r} only applies to verdict 'fail'")
+    return tuple(reasons)
+
+
 def _entry(path: Path, n: int, raw: Any, builtin: Sequence[str]) -> Expectation:
     where = f"entry #{n}"
     if not isinstance(raw, dict):
@@ -334,11 +350,7 @@ def _entry(path: Path, n: int, raw: Any, builtin: Sequence[str]) -> Expectation:
     verdict = raw.get("verdict", "fail")
     if verdict not in RAW_FAILS:
         raise _fail(path, where, f"field 'verdict' must be one of {', '.join(RAW_FAILS)}, got {verdict!r}")
-    reasons = raw.get("reasons", [])
-    if not isinstance(reasons, list) or any(r not in REASONS for r in reasons):
-        raise _fail(path, where, f"field 'reasons' must be a list of {', '.join(REASONS)}, got {reasons!r}")
-    if reasons and verdict != "fail":
-        raise _fail(path, where, "field 'reasons' only applies to verdict 'fail'")
+    reasons, any_reasons = (_reasons(path, where, raw, key, verdict) for key in ("reasons", "any_reasons"))
     detail = raw.get("detail", "")
     try:
         re.compile(detail) if isinstance(detail, str) else None
@@ -364,7 +376,8 @@ def _entry(path: Path, n: int, raw: Any, builtin: Sequence[str]) -> Expectation:
         explanation=_text(path, where, raw, "explanation"),
         upstream=_text(path, where, raw, "upstream"),
         verdict=verdict,
-        reasons=tuple(reasons),
+        reasons=reasons,
+        any_reasons=any_reasons,
         strict=strict,
         versions=versions,
         detail=detail,
