@@ -18,6 +18,12 @@ each probe, IPC, judging, the reference); then whether any verdict differs betwe
 
 ``--max-rows N``: at most N rows per run (cases evenly spaced over the profile's list, x the
 backends); ``--time-limit S``: each run starts no row after S seconds (partial runs are said so).
+``--summarize``: run nothing; read the runs already in ``OUT`` (say, from a benchmark killed
+during its warm run) and print and write the same figures. Where a later run is partial, the
+per-backend rates of the two runs are over different rows (a partial cold run compiled fewer
+shapes than the warm one meets); the table "on the rows both runs ran" compares like with like:
+per backend, the lane seconds (waiting on the worker and judging, from ``stages.jsonl``) and
+first-use compilation of each run on the same (backend, case) pairs.
 Arguments after ``--`` go to both ``parity run`` calls. Nothing of ``parity`` is imported here:
 ``PYTHONPATH`` picks the checkout measured, so the same script times an older commit.
 """
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import gzip
 import json
 import platform
 import subprocess
@@ -64,6 +71,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ap.add_argument("--time-limit", type=float, default=None, help="seconds per run after which no row starts")
     ap.add_argument("--runs", default="cold,warm", help="which runs, in order (default cold,warm)")
     ap.add_argument("--cache", type=Path, default=None, help="compile cache folder (default OUT/compile-cache, new)")
+    ap.add_argument("--summarize", action="store_true", help="run nothing: the figures of the runs already in OUT")
     args = ap.parse_args(argv)
     runs = [r for r in args.runs.split(",") if r]
     if not runs or len(set(runs)) != len(runs):
@@ -123,9 +131,17 @@ def run_once(name: str, args: argparse.Namespace, specs: list[str], case_file: P
     if done.returncode not in OK_EXITS:
         tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
         sys.exit(f"throughput: {name} run exited {done.returncode}; the end of {log}:\n{tail}")
+    return read_run(name, out, done.returncode, round(wall, 3))
+
+
+def read_run(name: str, out: Path, exit_code: int | None = None, wall: float | None = None) -> dict[str, Any]:
+    """A run's record from its folder (``timing.json``, ``environment.json``); ``exit`` / ``process_wall_s``
+    None where the run was not started here (``--summarize``)."""
+    if not (out / "timing.json").exists():
+        sys.exit(f"throughput: {out} has no timing.json (the run wrote nothing yet)")
     timing = json.loads((out / "timing.json").read_text())
     env = json.loads((out / "environment.json").read_text()) if (out / "environment.json").exists() else {}
-    return {"name": name, "exit": done.returncode, "process_wall_s": round(wall, 3), "timing": timing, "env": env, "folder": str(out)}
+    return {"name": name, "exit": exit_code, "process_wall_s": wall, "timing": timing, "env": env, "folder": str(out)}
 
 
 def per_backend(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -151,9 +167,11 @@ def per_backend(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def verdicts(folder: str) -> dict[tuple[str, str], str]:
     path = Path(folder) / "results.csv"
+    if not path.exists() and path.with_suffix(".csv.gz").exists():
+        path = path.with_suffix(".csv.gz")
     if not path.exists():
         return {}
-    with path.open(newline="") as fh:
+    with gzip.open(path, "rt", newline="") if path.suffix == ".gz" else path.open(newline="") as fh:
         return {(r["backend"], r["case_id"]): r["verdict"] for r in csv.DictReader(fh) if r.get("verdict")}
 
 
@@ -168,15 +186,74 @@ def compare_verdicts(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def lane_seconds(folder: str) -> dict[tuple[str, str], tuple[float, float]]:
+    """(backend, case) -> (lane seconds: waiting on the worker + judging, first-use compilation), from
+    ``stages.jsonl`` (``.gz`` too); empty where the checkout wrote none."""
+    path = Path(folder) / "stages.jsonl"
+    if not path.exists() and path.with_suffix(".jsonl.gz").exists():
+        path = path.with_suffix(".jsonl.gz")
+    if not path.exists():
+        return {}
+    opener = gzip.open if path.suffix == ".gz" else open
+    out = {}
+    with opener(path, "rt") as fh:
+        for line in fh:
+            r = json.loads(line)
+            ms = r.get("stage_ms") or {}
+            out[(r["backend"], r["case_id"])] = ((ms.get("wait", 0.0) + ms.get("judge", 0.0)) / 1e3, ms.get("compile", 0.0) / 1e3)
+    return out
+
+
+def shared_rows(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per later run, per backend: the rows both it and the first run ran, and each run's lane seconds and
+    first-use compilation on exactly those rows (like with like where a run is partial)."""
+    first = lane_seconds(runs[0]["folder"])
+    out: dict[str, Any] = {}
+    for r in runs[1:]:
+        other = lane_seconds(r["folder"])
+        per: dict[str, dict[str, float]] = {}
+        for key in sorted(set(first) & set(other)):
+            f = per.setdefault(key[0], {"rows": 0, "first_s": 0.0, "later_s": 0.0, "first_compile_s": 0.0, "later_compile_s": 0.0})
+            f["rows"] += 1
+            f["first_s"] += first[key][0]
+            f["later_s"] += other[key][0]
+            f["first_compile_s"] += first[key][1]
+            f["later_compile_s"] += other[key][1]
+        out[r["name"]] = {b: {k: round(v, 3) for k, v in f.items()} for b, f in per.items()}
+    return out
+
+
+def shared_table(first: str, name: str, per: dict[str, dict[str, float]]) -> str:
+    head = f"{'on the rows both ran':<26}{'rows':>7}{first + ' s':>12}{name + ' s':>12}{'ratio':>8}"
+    head += f"{first + ' compile':>16}{name + ' compile':>16}"
+    lines = [head, "-" * len(head)]
+    total = {"rows": 0, "first_s": 0.0, "later_s": 0.0, "first_compile_s": 0.0, "later_compile_s": 0.0}
+    for b, f in [*per.items(), ("all", total)]:
+        if b != "all":
+            for k in total:
+                total[k] += f[k]
+        ratio = f"{f['first_s'] / f['later_s']:.1f}x" if f["later_s"] > 0 else "-"
+        lines.append(
+            f"{b:<26}{int(f['rows']):>7}{f['first_s']:>12.1f}{f['later_s']:>12.1f}{ratio:>8}"
+            f"{f['first_compile_s']:>16.1f}{f['later_compile_s']:>16.1f}"
+        )
+    return "\n".join(lines)
+
+
 def summary_line(run: dict[str, Any]) -> str:
     t = run["timing"]
     rows, loop = t.get("rows_run", 0), t.get("wall_s", 0.0) - t.get("startup_s", 0.0)
     cc = (run["env"].get("compile_cache") or {}).get("state", "?")
     part = " PARTIAL" if t.get("partial") else ""
     return (
-        f"{run['name']}: {rows} rows in {t.get('wall_s', 0):.1f} s ({run['process_wall_s']:.1f} s with start-up and writing), "
+        f"{run['name']}: {rows} rows in {t.get('wall_s', 0):.1f} s{_process_wall(run)}, "
         f"{rows / loop if loop > 0 else 0:.2f} rows/s after start-up, cache {cc}, {len(t.get('lanes') or [])} lane(s){part}"
     )
+
+
+def _process_wall(run: dict[str, Any]) -> str:
+    w = run.get("process_wall_s")
+    return "" if w is None else f" ({w:.1f} s with start-up and writing)"
 
 
 def rate_table(runs: list[dict[str, Any]]) -> str:
@@ -230,30 +307,31 @@ def machine() -> str:
     return f"{done.stdout.strip() or '?'} (GPU, torch, CPUs); python {platform.python_version()}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args, extra = parse(list(sys.argv[1:] if argv is None else argv))
-    if args.out.exists() and any(args.out.iterdir()):
-        sys.exit(f"throughput: --out {args.out} is not empty (the cold run needs an empty compile cache): give a new folder")
-    args.out.mkdir(parents=True, exist_ok=True)
-    cache = (args.cache or args.out / "compile-cache").resolve()
-    if cache.exists() and any(cache.iterdir()) and args.runs[0] == "cold":
-        print(f"throughput: note: {cache} already holds files, so the 'cold' run is not cold", file=sys.stderr)
-    specs = backends_of(args.backend or ["all-gpu"])
-    cases = case_list(args, specs, extra)
-    case_file = args.out / "cases.jsonl"
-    case_file.write_text("".join(c + "\n" for c in cases))
-    print(f"throughput: {len(cases)} cases x {len(specs)} backends = {len(cases) * len(specs)} rows per run", file=sys.stderr)
-    runs = [run_once(name, args, specs, case_file, cache, extra) for name in args.runs]
+def machine_of(env: dict[str, Any]) -> str:
+    """The machine a recorded run ran on, from its ``environment.json``."""
+    gpu = env.get("gpu") or {}
+    name = gpu.get("name") if gpu.get("available") else "no GPU"
+    return f"{name or '?'} {env.get('torch', '?')} {env.get('cpu_count', '?')} (GPU, torch, CPUs); python {env.get('python', '?')}"
+
+
+def write_report(args: argparse.Namespace, argv: list[str], specs: list[str], cases: int, runs: list[dict[str, Any]]) -> dict:
+    """``OUT/throughput.json`` for the runs so far (written after each run: a killed later run keeps the earlier)."""
+    env: dict[str, Any] = next((r["env"] for r in runs if r["env"]), {})
     report = {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "argv": sys.argv[1:] if argv is None else argv,
+        "date_utc": env.get("date_utc") if args.summarize else datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_of(env) if args.summarize else machine(),
+        "argv": argv,
         "backends": specs,
-        "cases": len(cases),
+        "cases": cases,
         "runs": {r["name"]: run_record(r) for r in runs},
         "verdicts": compare_verdicts(runs) if len(runs) > 1 else {},
+        "shared_rows": shared_rows(runs) if len(runs) > 1 else {},
     }
     (args.out / "throughput.json").write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def print_report(report: dict, runs: list[dict[str, Any]], out: Path) -> None:
     print(report["machine"])
     for r in runs:
         print(summary_line(r))
@@ -262,10 +340,51 @@ def main(argv: list[str] | None = None) -> int:
     for r in runs:
         print()
         print(stage_table(r))
+    for name, per in report["shared_rows"].items():
+        print()
+        print(shared_table(runs[0]["name"], name, per))
     for name, v in report["verdicts"].items():
         print(f"\nverdicts {runs[0]['name']} vs {name}: {v['shared']} shared rows, {v['differ']} differ")
         print("".join(f"  {e}\n" for e in v["examples"]), end="")
-    print(f"\nthroughput: wrote {args.out / 'throughput.json'}")
+    print(f"\nthroughput: wrote {out / 'throughput.json'}")
+
+
+def recorded(args: argparse.Namespace) -> tuple[list[str], int, list[dict[str, Any]]]:
+    """``--summarize``: the runs already in OUT (those with a ``timing.json``), their backends and cases."""
+    runs = [read_run(n, args.out / n) for n in args.runs if (args.out / n / "timing.json").exists()]
+    if not runs:
+        sys.exit(f"throughput: --summarize: no run of {', '.join(args.runs)} in {args.out} has a timing.json")
+    specs = list(dict.fromkeys(s for r in runs for s in (r["timing"].get("per_backend") or {})))
+    case_file = args.out / "cases.jsonl"
+    if case_file.exists():
+        return specs, sum(1 for ln in case_file.read_text().splitlines() if ln.strip()), runs
+    return specs, int(next((r["env"]["cases"] for r in runs if isinstance(r["env"].get("cases"), int)), 0)), runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, extra = parse(argv)
+    if args.summarize:
+        specs, n_cases, runs = recorded(args)
+        report = write_report(args, argv, specs, n_cases, runs)
+    else:
+        if args.out.exists() and any(args.out.iterdir()):
+            sys.exit(f"throughput: --out {args.out} is not empty (the cold run needs an empty compile cache): give a new folder")
+        args.out.mkdir(parents=True, exist_ok=True)
+        cache = (args.cache or args.out / "compile-cache").resolve()
+        if cache.exists() and any(cache.iterdir()) and args.runs[0] == "cold":
+            print(f"throughput: note: {cache} already holds files, so the 'cold' run is not cold", file=sys.stderr)
+        specs = backends_of(args.backend or ["all-gpu"])
+        cases = case_list(args, specs, extra)
+        case_file = args.out / "cases.jsonl"
+        case_file.write_text("".join(c + "\n" for c in cases))
+        n_cases = len(cases)
+        print(f"throughput: {n_cases} cases x {len(specs)} backends = {n_cases * len(specs)} rows per run", file=sys.stderr)
+        runs = []
+        for name in args.runs:
+            runs.append(run_once(name, args, specs, case_file, cache, extra))
+            report = write_report(args, argv, specs, n_cases, runs)
+    print_report(report, runs, args.out)
     differ = any(v["differ"] for v in report["verdicts"].values())
     return 1 if differ else 0
 

@@ -166,3 +166,49 @@ def test_the_throughput_benchmark_runs_cold_then_warm(tmp_path):
     assert report["verdicts"]["warm"] == {"shared": 3, "differ": 0, "examples": []}
     assert report["runs"]["warm"]["per_backend"]["sdpa-causal"]["rows"] == 3
     assert "rows/s" in done.stdout and "verdicts cold vs warm: 3 shared rows, 0 differ" in done.stdout
+
+
+def _recorded_run(folder: Path, stage_s: dict[tuple[str, str], tuple[float, float]], verdicts: dict, gz: bool) -> None:
+    """A run folder as a sweep leaves it: timing.json, stages.jsonl (gzipped as committed, or not), results.csv."""
+    import gzip
+
+    folder.mkdir(parents=True)
+    lines = [
+        json.dumps({"backend": b, "case_id": c, "stage_ms": {"wait": 1e3 * s, "judge": 0.0, "compile": 1e3 * comp}})
+        for (b, c), (s, comp) in stage_s.items()
+    ]
+    text = "".join(ln + "\n" for ln in lines)
+    if gz:
+        with gzip.open(folder / "stages.jsonl.gz", "wt") as fh:
+            fh.write(text)
+    else:
+        (folder / "stages.jsonl").write_text(text)
+    per = {
+        b: {"cases": sum(1 for k in stage_s if k[0] == b), "exec_s": sum(s for (x, _), (s, _) in stage_s.items() if x == b)}
+        for b, _ in stage_s
+    }
+    timing = {"wall_s": 10.0, "startup_s": 1.0, "rows_run": len(stage_s), "partial": True, "per_backend": per, "lanes": [[*per]]}
+    (folder / "timing.json").write_text(json.dumps(timing))
+    rows = "".join(f"{b},{c},{v}\n" for (b, c), v in verdicts.items())
+    (folder / "results.csv").write_text("backend,case_id,verdict\n" + rows)
+
+
+def test_the_benchmark_summarizes_a_killed_run_on_the_rows_both_ran(tmp_path):
+    """``--summarize`` reads runs already written (the H100's warm run was killed before throughput.json):
+    the like-for-like table sums each run's seconds over the (backend, case) pairs both ran, and only those,
+    and a verdict that differs between the runs is counted and fails the benchmark."""
+    out = tmp_path / "tp"
+    cold = {("a", "c1"): (10.0, 8.0), ("a", "c2"): (6.0, 5.0), ("b", "c1"): (1.0, 0.0), ("b", "c3"): (99.0, 0.0)}
+    warm = {("a", "c1"): (0.5, 0.0), ("a", "c2"): (0.5, 0.1), ("b", "c1"): (1.0, 0.0), ("a", "c4"): (50.0, 40.0)}
+    _recorded_run(out / "cold", cold, {k: "pass" for k in cold}, gz=True)
+    _recorded_run(out / "warm", warm, {**{k: "pass" for k in warm}, ("b", "c1"): "fail"}, gz=False)
+    (out / "cold" / "environment.json").write_text(json.dumps({"gpu": {"available": True, "name": "H100"}, "torch": "2.11"}))
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "throughput.py"), "--out", str(out), "--summarize"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr[-2000:]  # b c1 went pass -> fail
+    report = json.loads((out / "throughput.json").read_text())
+    shared = report["shared_rows"]["warm"]
+    assert shared["a"] == {"rows": 2, "first_s": 16.0, "later_s": 1.0, "first_compile_s": 13.0, "later_compile_s": 0.1}
+    assert shared["b"]["rows"] == 1 and shared["b"]["first_s"] == 1.0  # c3 (cold only) and c4 (warm only) left out
+    assert report["verdicts"]["warm"]["differ"] == 1 and report["machine"].startswith("H100 2.11")
+    assert "all                             3        17.0         2.0    8.5x" in done.stdout, done.stdout
