@@ -3,6 +3,7 @@
 # ran on the same warm machine (lab/device/README.md):
 #   bash lab/loan/h200_issues.sh thru [LIMIT_S]     # issue 31: benchmarks/throughput.py cold then warm, ALONE on
 #                                                   # the GPU (run it before launch) -> $OUT/thru.tgz
+#     [JOBS=N] [RUNS=warm CACHE=DIR]                # lanes; only a warm run, on a cache earlier calls filled
 #   bash lab/loan/h200_issues.sh launch [FEAT_S] [GRAD_S] [GATE_S]  # the detached jobs below; returns at once
 #   bash lab/loan/h200_issues.sh collect LIMIT_S    # wait for them (up to LIMIT_S), $OUT/<job>.tgz each
 # Jobs (lab/device/bg.sh), sharing the one GPU, so their per-row times are not comparable:
@@ -47,10 +48,17 @@ grad() {  # LIMIT_S
 case "${1:-}" in
   thru)
     w=/tmp/thru; rm -rf "$w"; mkdir -p "$w"
+    # each run overruns its --time-limit by the rows in flight and the writing (12-05d: 302 s for 215), so the call
+    # is split in runs + 1 parts; if the timeout still ends the last run, --summarize reads what each wrote
+    nruns=$(echo "${RUNS:-cold,warm}" | tr ',' '\n' | grep -c .)
     timeout "${2:-240}" python3 "$here/../benchmarks/throughput.py" --out "$w/new" --profile default --backend all-gpu \
-      --jobs 8 --time-limit $(( (${2:-240} - 30) / 2 )) > "$w/thru.log" 2>&1
-    echo "throughput rc=$?"; tail -n 40 "$w/thru.log" | cut -c1-200
-    tar czf "$OUT/thru.tgz" -C /tmp thru ;;
+      --jobs "${JOBS:-8}" --time-limit $(( (${2:-240} - 60) / (nruns + 1) )) --runs "${RUNS:-cold,warm}" ${CACHE:+--cache "$CACHE"} \
+      > "$w/thru.log" 2>&1
+    rc=$?; echo "throughput rc=$rc"; tail -n 40 "$w/thru.log" | cut -c1-200
+    [ "$rc" = 124 ] && python3 "$here/../benchmarks/throughput.py" --out "$w/new" --runs "${RUNS:-cold,warm}" --summarize \
+      > "$w/summary.txt" 2>&1
+    # the compile cache (330 MB on 12-05d) and the bulky per-row files stay on the machine: a call returns 16 MiB
+    tar czf "$OUT/thru.tgz" -C /tmp --exclude=compile-cache --exclude=results.json --exclude=masks.jsonl thru ;;
   launch)
     bg start features --watch /tmp/features -- bash -c "$(declare -f features); PARITY_CC=$PARITY_CC features ${2:-330}"
     bg start lse --watch /tmp/lse -- bash -c "$(declare -f lse); PARITY_CC=$PARITY_CC LSE_BACKENDS=$LSE_BACKENDS lse 240"
