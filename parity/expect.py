@@ -37,7 +37,8 @@ match; the row's own verdict is kept in ``raw_verdict``, its reasons stay in ``r
 raw verdict                 entries that cover the row             verdict            expected_id
 ==========================  =====================================  =================  ===========
 fail / error / crash /      one whose ``verdict`` is the row's and  ``expected``       its id
-timeout                     whose ``reasons`` the row has
+timeout                     whose ``reasons`` the row has (and
+                            one of ``any_reasons``, if given)
 fail / error / ...          only ones describing another failure    unchanged          ""
 pass                        a strict one                            ``unexpected-pass`` its id
 pass                        only non-strict ones                    ``pass``           ""
