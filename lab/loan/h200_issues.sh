@@ -6,6 +6,9 @@
 #     [JOBS=N] [RUNS=warm CACHE=DIR]                # lanes; only a warm run, on a cache earlier calls filled
 #   bash lab/loan/h200_issues.sh launch [FEAT_S] [GRAD_S] [GATE_S]  # the detached jobs below; returns at once
 #   bash lab/loan/h200_issues.sh collect LIMIT_S    # wait for them (up to LIMIT_S), $OUT/<job>.tgz each
+#   bash lab/loan/h200_issues.sh resume-grad LIMIT_S  # issue 30: continue the committed --grad runs of
+#                                                   # reports/h100-2026-12-05d, both at once, for LIMIT_S; again
+#                                                   # on the same machine until complete -> $OUT/native.tgz, staged.tgz
 # Jobs (lab/device/bg.sh), sharing the one GPU, so their per-row times are not comparable:
 #   features  issue 29: the default profile's sink / chunk / fp8 cases on every GPU backend (FlashInfer included),
 #             known divergences applied
@@ -67,8 +70,19 @@ case "${1:-}" in
     bg start lm --watch /tmp/lm-decode -- bash -c "OUT=/tmp/lmout bash '$here/loan/h200_lm_decode.sh' 150 6 165 75;
       cp /tmp/lmout/lm-model/*.json \$OUT/ 2>/dev/null; ls -la /tmp/lmout/lm-model"
     bg start gate --watch /tmp/gate-green -- nice -n 10 env LIMIT=${4:-600} bash "$here/loan/h200_gate.sh" green ;;
+  resume-grad)
+    lim=${2:-400}
+    for r in grad-native grad-staged; do  # the first call copies the committed folder; later calls continue it
+      [ -d "/tmp/$r" ] || cp -r "$here/../reports/h100-2026-12-05d/$r" "/tmp/$r"
+    done
+    common="--resume --time-limit $lim -q"
+    bg start native --watch /tmp/grad-native -- python3 -m parity run $common --out /tmp/grad-native --jobs 4
+    bg start staged --watch /tmp/grad-staged -- python3 -m parity run $common --out /tmp/grad-staged --jobs 10 \
+      --split flex-cuda=4
+    bg collect $(( lim + 100 )) native staged
+    for r in grad-native grad-staged; do echo "$r: $(grep -h 'PARTIAL\|rows ran\|complete' "/tmp/bg/${r#grad-}/log" | tail -n 1)"; done ;;
   collect)
     bg collect "${2:-540}"
     nvidia-smi --query-gpu=name,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null ;;
-  *) echo "usage: bash lab/loan/h200_issues.sh thru [LIMIT_S] | launch | collect LIMIT_S" >&2; exit 2 ;;
+  *) echo "usage: bash lab/loan/h200_issues.sh thru [LIMIT_S] | launch | collect LIMIT_S | resume-grad LIMIT_S" >&2; exit 2 ;;
 esac
