@@ -330,6 +330,21 @@ def _old_run(tmp_path: Path) -> Path:
     return d
 
 
+def test_rewrite_results_refuses_a_run_without_its_environment(tmp_path, capsys):
+    """Judged anew without environment.json, no versioned entry can match: --rewrite-results would turn the
+    rows the run itself found expected into failures (it did, once, to a benchmark's warm run). It refuses,
+    naming why, and leaves results.csv as the run wrote it."""
+    old = _old_run(tmp_path)
+    (old / "environment.json").unlink()
+    before = (old / "results.csv").read_bytes()
+    assert main(["report", str(old), "--expect", "default", "--rewrite-results"]) == 2
+    err = capsys.readouterr().err
+    assert "has no environment.json" in err and "results.csv is not rewritten" in err
+    assert (old / "results.csv").read_bytes() == before
+    assert main(["report", str(old), "--expect", "default"]) == 0  # the reports alone: written, with a warning
+    assert "warning:" in capsys.readouterr().err
+
+
 def test_report_renders_an_old_run_known_vs_new_and_leaves_results_csv(tmp_path, capsys):
     old = _old_run(tmp_path)
     before = (old / "results.csv").read_bytes()
