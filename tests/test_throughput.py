@@ -212,3 +212,33 @@ def test_the_benchmark_summarizes_a_killed_run_on_the_rows_both_ran(tmp_path):
     assert shared["b"]["rows"] == 1 and shared["b"]["first_s"] == 1.0  # c3 (cold only) and c4 (warm only) left out
     assert report["verdicts"]["warm"]["differ"] == 1 and report["machine"].startswith("H100 2.11")
     assert "all                             3        17.0         2.0    8.5x" in done.stdout, done.stdout
+
+
+class _VariantCounter(ReferenceBackend):
+    """The reference, counting which variant each call takes (a compiling backend builds one per variant)."""
+
+    name = "variant-counter"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = {"run": 0, "run_lse": 0}
+
+    def run(self, case, inputs, out):
+        self.calls["run"] += 1
+        return super().run(case, inputs, out)
+
+    def run_lse(self, case, inputs, out):
+        self.calls["run_lse"] += 1
+        return super().run_lse(case, inputs, out)
+
+
+def test_the_probes_call_the_variant_the_row_was_judged_on():
+    """A backend that returns its LSE is called through ``run_lse`` for the row; its mask, GQA and read probes
+    take the same variant, so a compiling backend builds one kernel per shape, not two (flex on the CPU: 153
+    dynamo compiles for 195 cases with the probes on ``run``, 76 on ``run_lse``), and the probes check the
+    kernel whose output is judged."""
+    case = FIXTURE_CASES[3]  # paged: the mask, GQA and read probes all run
+    backend = _VariantCounter()
+    result = execute(backend, case)
+    assert result["status"] == "ok" and result["mask"]["status"] == "ok" and result["reads"]["status"] == "ok"
+    assert backend.calls["run"] == 0 and backend.calls["run_lse"] >= 3, backend.calls
