@@ -40,7 +40,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 #: ``parity run`` exit codes a measured run may end with: rows all passing, some failing, partial
 OK_EXITS = (0, 1, 3)
@@ -165,13 +165,20 @@ def per_backend(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def open_run_file(folder: str, name: str) -> IO[str] | None:
+    """``folder/name`` opened as text, or ``folder/name.gz`` (a committed run keeps it gzipped); None if neither."""
+    path = Path(folder) / name
+    if path.exists():
+        return path.open(newline="")
+    packed = path.with_name(name + ".gz")
+    return gzip.open(packed, "rt", newline="") if packed.exists() else None
+
+
 def verdicts(folder: str) -> dict[tuple[str, str], str]:
-    path = Path(folder) / "results.csv"
-    if not path.exists() and path.with_suffix(".csv.gz").exists():
-        path = path.with_suffix(".csv.gz")
-    if not path.exists():
+    fh = open_run_file(folder, "results.csv")
+    if fh is None:
         return {}
-    with gzip.open(path, "rt", newline="") if path.suffix == ".gz" else path.open(newline="") as fh:
+    with fh:
         return {(r["backend"], r["case_id"]): r["verdict"] for r in csv.DictReader(fh) if r.get("verdict")}
 
 
@@ -189,14 +196,11 @@ def compare_verdicts(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def lane_seconds(folder: str) -> dict[tuple[str, str], tuple[float, float]]:
     """(backend, case) -> (lane seconds: waiting on the worker + judging, first-use compilation), from
     ``stages.jsonl`` (``.gz`` too); empty where the checkout wrote none."""
-    path = Path(folder) / "stages.jsonl"
-    if not path.exists() and path.with_suffix(".jsonl.gz").exists():
-        path = path.with_suffix(".jsonl.gz")
-    if not path.exists():
+    fh = open_run_file(folder, "stages.jsonl")
+    if fh is None:
         return {}
-    opener = gzip.open if path.suffix == ".gz" else open
     out = {}
-    with opener(path, "rt") as fh:
+    with fh:
         for line in fh:
             r = json.loads(line)
             ms = r.get("stage_ms") or {}
@@ -227,11 +231,9 @@ def shared_table(first: str, name: str, per: dict[str, dict[str, float]]) -> str
     head = f"{'on the rows both ran':<26}{'rows':>7}{first + ' s':>12}{name + ' s':>12}{'ratio':>8}"
     head += f"{first + ' compile':>16}{name + ' compile':>16}"
     lines = [head, "-" * len(head)]
-    total = {"rows": 0, "first_s": 0.0, "later_s": 0.0, "first_compile_s": 0.0, "later_compile_s": 0.0}
+    keys = ("rows", "first_s", "later_s", "first_compile_s", "later_compile_s")
+    total = {k: sum(f[k] for f in per.values()) for k in keys}
     for b, f in [*per.items(), ("all", total)]:
-        if b != "all":
-            for k in total:
-                total[k] += f[k]
         ratio = f"{f['first_s'] / f['later_s']:.1f}x" if f["later_s"] > 0 else "-"
         lines.append(
             f"{b:<26}{int(f['rows']):>7}{f['first_s']:>12.1f}{f['later_s']:>12.1f}{ratio:>8}"
