@@ -58,7 +58,8 @@ def _pytest(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tu
         full_env.pop("PARITY_EXPECT", None)
     proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
-    last = out.splitlines()[-1] if out else ""
+    # the summary is stdout's last line; a plugin's warning on stderr (pytest-benchmark's under xdist) comes after it
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|xfailed|xpassed|skipped|errors?)\b", last)}
     return proc.returncode, out, counts, junit
 
