@@ -77,8 +77,10 @@ case "${1:-}" in
     done
     common="--resume --time-limit $lim -q"
     bg start native --watch /tmp/grad-native -- python3 -m parity run $common --out /tmp/grad-native --jobs 4
-    bg start staged --watch /tmp/grad-staged -- python3 -m parity run $common --out /tmp/grad-staged --jobs 10 \
-      --split flex-cuda=4
+    # FA4 split in 3 each: on 12-05d one lane per FA4 backend ran 132 rows in three calls (866 s), its CuTe compiles
+    # bound by the CPU, so the 353 left each would need ~2300 s; a split keeps each configuration on one worker
+    bg start staged --watch /tmp/grad-staged -- python3 -m parity run $common --out /tmp/grad-staged --jobs 12 \
+      --split flex-cuda=4 --split fa4-cuda=3 --split fa4-varlen-cuda=3
     bg collect $(( lim + 100 )) native staged
     for r in grad-native grad-staged; do echo "$r: $(grep -h 'PARTIAL\|rows ran\|complete' "/tmp/bg/${r#grad-}/log" | tail -n 1)"; done ;;
   collect)
