@@ -229,6 +229,10 @@ CONTROLS = {
     "flashinfer-paged-cuda": "sdpa-math-cuda",
     "flashinfer-decode-cuda": "sdpa-math-cuda",
     "vllm-fa2-cuda": "vllm-fa3-cuda",
+    # the CPU backends: SDPA's MATH kernel, pinned (``sdpa`` runs PyTorch's CPU flash-attention kernel)
+    "sdpa": "sdpa-math",
+    "sdpa-causal": "sdpa-math",
+    "flex": "sdpa-math",
 }
 #: controls tried in turn when the preferred one refuses the case (SDPA has no softcap, for one)
 #: (vLLM's FA3 build before the reference: it takes paged KV, learned sinks and fp8 KV, and passed the read probe)
@@ -266,20 +270,20 @@ def read_index(path: Path | None) -> dict[str, str]:
 
 def pick(runs, keep: dict[str, str] | None = None) -> dict[str, tuple[Any, int, dict[str, Any]]]:
     """entry id -> (run, row index, row) of the smallest row it explains (fewest query x key elements x
-    heads) in ``runs`` (judged with the known-divergence file); for an entry in ``keep`` (entry -> script
-    name ``BACKEND_CASEID.py``), the row whose exported case is that script's, and no other."""
+    heads of the case written: the shrunk one where the run has it) in ``runs`` (judged with the
+    known-divergence file); for an entry in ``keep`` (entry -> script name ``BACKEND_CASEID.py``), the row
+    whose exported case is that script's, and no other."""
     from .case import Case
 
     best: dict[str, tuple[tuple[int, int], Any, int, dict[str, Any]]] = {}
     for run in runs:
         df = run.df
-        smaller = {k: Case.from_dict(e["case"]).case_id for k, e in shrunk_cases(run).items()}
+        smaller = {k: Case.from_dict(e["case"]) for k, e in shrunk_cases(run).items()}
         rows = df[(df["verdict"] == "expected") & ~df["detail"].str.contains(HARNESS_SIDE, regex=False)]
         for i, r in rows.iterrows():
-            c = Case.from_json(r["case_json"])
+            c = smaller.get((r["backend"], r["case_id"])) or Case.from_json(r["case_json"])  # the case that is written
             kept = (keep or {}).get(r["expected_id"])
-            exported = smaller.get((r["backend"], r["case_id"]), r["case_id"])  # the shrunk case is the one written
-            size = (0 if kept == f"{_safe(r['backend'])}_{exported}.py" else 1, sum(q * k for q, k in zip(c.q_lens, c.k_lens)) * c.hq)
+            size = (0 if kept == f"{_safe(r['backend'])}_{c.case_id}.py" else 1, sum(q * k for q, k in zip(c.q_lens, c.k_lens)) * c.hq)
             if kept and size[0]:
                 continue  # a kept entry takes its own row only
             if r["expected_id"] not in best or size < best[r["expected_id"]][0]:

@@ -20,8 +20,10 @@ from parity.report.runs import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "reports" / "h200-2026-12-02"
-#: every committed GPU run folder (the sweep, the FA4 paged variants, the compile-cache sweeps)
-_RUN_FOLDERS = sorted({p.parent for p in (ROOT / "reports").glob("h[12]00-*/**/results.csv*")})
+#: every committed GPU run folder (the sweep, the FA4 paged variants, the compile-cache sweeps), and the CPU
+#: runs that found divergences of their own (the backward of SDPA's CPU kernel)
+RUN_GLOBS = ("h[12]00-*/**/results.csv*", "cpu-grad-*/**/results.csv*")
+_RUN_FOLDERS = sorted({p.parent for g in RUN_GLOBS for p in (ROOT / "reports").glob(g)})
 #: runs without environment.json: their backends' versions are unknown, so no entry (each has a version range)
 #: can match their rows. The timeout recheck has no failing row and is judged; the benchmark's warm run (killed
 #: by its device call's timeout) is not. Named here so that a new one is not skipped unnoticed.

@@ -382,3 +382,24 @@ def test_a_cuda_script_on_a_machine_without_one_exits_2_not_1(spec, tmp_path):
     res = run_script(path, tmp_path)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "CANNOT RUN on this machine (exit 2)" in res.stdout, res.stdout + res.stderr
+
+
+CPU_GRAD = Path(__file__).resolve().parents[1] / "reports" / "cpu-grad-2026-12-05"
+
+
+@pytest.mark.parametrize("script", ["sdpa_1e26f8bf6155", "sdpa_960e893e5cc1"])
+def test_cpu_backward_findings_show_in_their_scripts_and_not_in_their_controls(script, tmp_path, capsys):
+    """The scripts of two CPU findings (SDPA's CPU flash kernel): the GQA decode case, whose dv is the query heads'
+    summed in float16 one at a time (the script's baseline must sum the group as the harness's does, not through
+    autograd's per-head adds, or the script forgives it), and the large-values case (dq ~1e30 for 0); each exits 1,
+    its control (SDPA's MATH kernel) 0."""
+    runs = [str(CPU_GRAD / d) for d in ("seed0", "shrunk-large-values")]
+    assert cli.main(["export-repro", "--known", "--runs", *runs, "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    env = {**os.environ, "PYTHONPATH": ""}
+    got = {}
+    for name in (script, script.replace("sdpa_", "sdpa-math_") + ".control"):
+        res = subprocess.run([sys.executable, str(tmp_path / f"{name}.py")], env=env, capture_output=True, text=True, timeout=300)
+        got[name] = (res.returncode, res.stdout[-600:])
+    codes = [c for c, _ in got.values()]
+    assert codes == [1, 0], got

@@ -33,6 +33,7 @@ TOP_LEFT = Case(q_lens=(40,), k_lens=(40,), hq=4, hkv=2, head_dim=64, dtype="bfl
 CALLS = {
     "sdpa": (sdpa.sdpa_attention, DENSE),
     "sdpa-causal": (sdpa.sdpa_attention, TOP_LEFT),
+    "sdpa-math": (sdpa.sdpa_attention, DENSE),
     "sdpa-math-cuda": (sdpa.sdpa_attention, DENSE),
     "sdpa-efficient-cuda": (sdpa.sdpa_attention, DECODE),
     "sdpa-cudnn-cuda": (sdpa.sdpa_attention, DENSE),

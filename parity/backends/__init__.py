@@ -28,6 +28,7 @@ BUILTIN: dict[str, str] = {
     "reference": ".reference:ReferenceBackend",
     "sdpa": ".sdpa:SdpaBackend",
     "sdpa-causal": ".sdpa:SdpaCausalBackend",
+    "sdpa-math": ".sdpa:SdpaMath",
     "flex": ".flex:FlexBackend",
     "flex-compiled": ".flex:FlexCompiledBackend",
     # CUDA

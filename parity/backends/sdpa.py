@@ -171,6 +171,15 @@ class SdpaCausalBackend(SdpaBackend):
     causal_path = True
 
 
+class SdpaMath(SdpaBackend):
+    """SDPA's MATH kernel pinned on the CPU (``sdpa`` lets PyTorch choose: its CPU flash-attention kernel
+    where it accepts the case). Not in the default sweep: the control of the CPU findings' repro scripts."""
+
+    name = "sdpa-math"
+    kernel = "MATH"
+    description = "SDPA math kernel on the CPU, boolean mask (the CPU flash kernel's control)"
+
+
 # -- CUDA variants, one SDPA kernel each ---------------------------------------------------------
 
 
