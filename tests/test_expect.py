@@ -17,12 +17,12 @@ from parity import Case, Window, expect
 from parity.cli import main
 from parity.expect import ExpectationError, Expectations, VersionRange, load, load_file
 from parity.report.runs import load_run
+from tests.fixtures.make_known_runs import RUN_GLOBS
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "reports" / "h200-2026-12-02"
 #: every committed GPU run folder (the sweep, the FA4 paged variants, the compile-cache sweeps), and the CPU
 #: runs that found divergences of their own (the backward of SDPA's CPU kernel)
-RUN_GLOBS = ("h[12]00-*/**/results.csv*", "cpu-grad-*/**/results.csv*")
 _RUN_FOLDERS = sorted({p.parent for g in RUN_GLOBS for p in (ROOT / "reports").glob(g)})
 #: runs without environment.json: their backends' versions are unknown, so no entry (each has a version range)
 #: can match their rows. The timeout recheck has no failing row and is judged; the benchmark's warm run (killed
