@@ -18,11 +18,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from parity import Backend, Case, Window
 from parity.backends.reference import ReferenceBackend
-from parity.sweep import COLUMNS, run_sweep
+from parity.sweep import COLUMNS, run_sweep, split_line
 
 ROOT = Path(__file__).resolve().parents[1]
 ME = "tests.test_faults"
@@ -252,3 +253,22 @@ def test_resume_drops_a_row_torn_by_a_kill_mid_write(tmp_path):
     assert [int(r["seed"]) for r in res.rows] == [2]  # only the torn row ran again
     rows = list(csv.DictReader(path.open(newline="")))
     assert [int(r["seed"]) for r in rows] == [0, 1, 2] and all(r["verdict"] == "pass" for r in rows)
+
+
+def test_resume_keeps_the_earlier_calls_timing(tmp_path):
+    """A run spread over calls (--time-limit, then --resume) says what it cost in all: timing.json keeps each
+    earlier call's headline and sums every call, the current one included."""
+    out = tmp_path / "out"
+    run_sweep(["reference"], SLOW_CASES[:2], out_dir=out, isolate=False, progress=False)
+    first = json.loads((out / "timing.json").read_text())
+    assert "earlier_calls" not in first and first["rows_run"] == 2  # a fresh run has one call
+    run_sweep(["reference"], SLOW_CASES[:3], out_dir=out, isolate=False, resume=True, progress=False)
+    run_sweep(["reference"], SLOW_CASES[:3], out_dir=out, isolate=False, resume=True, progress=False)  # nothing left
+    timing = json.loads((out / "timing.json").read_text())
+    calls = timing["earlier_calls"]
+    assert [c["rows_run"] for c in calls] == [2, 1] and timing["rows_run"] == 0, calls
+    assert calls[0]["wall_s"] == first["wall_s"]
+    total = timing["all_calls"]
+    assert total["calls"] == 3 and total["rows_run"] == 3, total
+    assert total["wall_s"] == pytest.approx(sum(c["wall_s"] for c in calls) + timing["wall_s"], abs=0.01), total
+    assert "3 calls (--resume)" in split_line(timing) and "3 rows in all" in split_line(timing)

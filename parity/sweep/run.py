@@ -20,12 +20,12 @@ from ..judge import BaselineCache, apply_expectations, harness_oom_row, judge, u
 from ..maskcheck import mask_passes
 from ..memory import MemoryEstimate, estimate, is_oom
 from ..results import FAIL_VERDICTS, Judged
-from ..runfolder import ResultsWriter
+from ..runfolder import ResultsWriter, read_timing
 from .eta import Eta, case_cost, clock
 from .lanes import LanePlan, make_executor, plan, run_lanes, save_costs
 from .memgate import MemoryGate, device_budget
 from .options import SweepOptions
-from .timing import SweepTiming, split_line, write_timing
+from .timing import SweepTiming, earlier_calls, split_line, write_timing
 from .writers import Progress
 
 #: One line per row: where its time went (:data:`parity.sweep.timing.STAGES`, in milliseconds).
@@ -105,6 +105,7 @@ class Sweep:
         self.timing.jobs, self.timing.lanes, self.timing.parts = options.jobs, self.plan.lanes, dict(self.plan.splits)
         self.timing.unit_gpu = dict(self.plan.gpu_of)
         self.timing.shard = dict(options.shard) if options.shard else None
+        self.timing.earlier = earlier_calls(read_timing(out_dir)) if options.resume and out_dir else []
         self.bar = Progress(len(self.specs) * len(cases), enabled=options.progress)
         self.eta = Eta(_planned(self.specs, cases)) if options.progress else None
         self.ratios: dict[str, list[float]] = {}  # per backend: seconds waited / the reference's seconds, rows that ran

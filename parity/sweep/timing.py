@@ -10,7 +10,17 @@ from typing import Any
 from ..case import Case
 from ..runfolder import read_timing, write_timing
 
-__all__ = ["STAGES", "SweepTiming", "merged_timing", "row_stages", "split_line", "stage_table", "write_timing"]
+__all__ = [
+    "STAGES",
+    "SweepTiming",
+    "all_calls",
+    "earlier_calls",
+    "merged_timing",
+    "row_stages",
+    "split_line",
+    "stage_table",
+    "write_timing",
+]
 
 #: The stages of one row, in seconds (``*_calls``: a count), as ``stages.jsonl`` and ``timing.json`` give them:
 #: the worker's (inputs .. worker), then the sweep's (wait .. reference).
@@ -59,6 +69,25 @@ def row_stages(res: dict[str, Any], wait_s: float, judge_s: float, reference_s: 
     worker = out["worker"]
     out.update(wait=wait_s, ipc=max(0.0, wait_s - worker) if worker else 0.0, judge=judge_s, reference=reference_s)
     return out
+
+
+#: What ``timing.json`` keeps of each earlier call of a run continued with ``--resume``.
+CALL_KEYS = ("wall_s", "startup_s", "rows_run", "backend_calls_s", "reference_s", "jobs", "partial")
+
+
+def earlier_calls(previous: dict[str, Any]) -> list[dict[str, Any]]:
+    """The calls a folder's ``timing.json`` already records, oldest first: its own ``earlier_calls`` and then
+    its headline (:data:`CALL_KEYS`). ``[]`` for an absent or empty file (a fresh run)."""
+    if not previous or "wall_s" not in previous:
+        return []
+    calls = [c for c in previous.get("earlier_calls") or [] if isinstance(c, dict)]
+    return [*calls, {k: previous.get(k) for k in CALL_KEYS}]
+
+
+def all_calls(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sums over every call of a resumed run (earlier ones and this one): what the whole run cost."""
+    total = {k: round(sum(float(c.get(k) or 0.0) for c in calls), 3) for k in ("wall_s", "startup_s", "backend_calls_s", "reference_s")}
+    return {"calls": len(calls), **total, "rows_run": sum(int(c.get("rows_run") or 0) for c in calls)}
 
 
 def _median(xs: list[float]) -> float | None:
@@ -116,6 +145,7 @@ class SweepTiming:
         self.first_rows: dict[str, int] = {}  # per backend: rows that were the first of their configuration in a worker
         self.reference_stages: dict[str, float] = {}  # the baselines' inputs / reference / baseline seconds
         self.reference_recomputed = 0  # baselines computed again after being evicted
+        self.earlier: list[dict[str, Any]] = []  # --resume: the earlier calls' headlines (:func:`earlier_calls`)
 
     def add(
         self,
@@ -244,7 +274,17 @@ class SweepTiming:
             "stages": self.stage_summary(),
             "reference_stages_s": {k: round(v, 4) for k, v in self.reference_stages.items()},
             "reference_recomputed": self.reference_recomputed,
+            **self._resumed(wall, reference_s, rows, calls),
         }
+
+    def _resumed(self, wall: float, reference_s: float, rows: float, calls: float) -> dict[str, Any]:
+        """``earlier_calls`` and ``all_calls`` for a run continued with ``--resume`` (nothing for a fresh run):
+        each call's headline is kept, so a run spread over several calls says what it cost in all."""
+        if not self.earlier:
+            return {}
+        this = {"wall_s": round(wall, 3), "startup_s": round(self.startup_s, 3), "rows_run": int(rows)}
+        this.update(backend_calls_s=round(calls, 3), reference_s=round(reference_s, 3), jobs=self.jobs)
+        return {"earlier_calls": self.earlier, "all_calls": all_calls([*self.earlier, this])}
 
 
 def stage_table(timing: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -308,7 +348,8 @@ def merged_timing(dirs: list[Path]) -> dict[str, Any] | None:
 
 def split_line(timing: dict[str, Any]) -> str:
     """How the work of a run was split, in one line (from its timing.json): the shard, the lanes and
-    the GPUs they ran on (of each merged run, for a merged folder); empty for one lane on no GPU."""
+    the GPUs they ran on (of each merged run, for a merged folder), and the calls of a resumed run; empty
+    for one call of one lane on no GPU."""
     if timing.get("merged"):
         each = [
             f"{(r['shard'] or {}).get('k', '?')}/{(r['shard'] or {}).get('n', '?')}: {r['rows_run']} rows, "
@@ -327,4 +368,7 @@ def split_line(timing: dict[str, Any]) -> str:
         parts.append(f"{len(lanes)} lane(s) on {len(per_gpu)} GPU(s) ({gpus})")
     elif len(lanes) > 1:
         parts.append(f"{len(lanes)} lanes on the CPU")
+    total = timing.get("all_calls")
+    if total:  # a run continued with --resume
+        parts.append(f"{total['calls']} calls (--resume): {total['wall_s']:g} s and {total['rows_run']} rows in all")
     return "work split: " + "; ".join(parts) if parts else ""
