@@ -247,9 +247,11 @@ def summary_line(run: dict[str, Any]) -> str:
     rows, loop = t.get("rows_run", 0), t.get("wall_s", 0.0) - t.get("startup_s", 0.0)
     cc = (run["env"].get("compile_cache") or {}).get("state", "?")
     part = " PARTIAL" if t.get("partial") else ""
+    total = t.get("all_calls")  # a run continued with --resume: this call's figures, then every call's
+    every = f"; {total['calls']} calls in all: {total['rows_run']} rows in {total['wall_s']:.1f} s" if total else ""
     return (
         f"{run['name']}: {rows} rows in {t.get('wall_s', 0):.1f} s{_process_wall(run)}, "
-        f"{rows / loop if loop > 0 else 0:.2f} rows/s after start-up, cache {cc}, {len(t.get('lanes') or [])} lane(s){part}"
+        f"{rows / loop if loop > 0 else 0:.2f} rows/s after start-up, cache {cc}, {len(t.get('lanes') or [])} lane(s){part}{every}"
     )
 
 

@@ -242,3 +242,20 @@ def test_the_probes_call_the_variant_the_row_was_judged_on():
     result = execute(backend, case)
     assert result["status"] == "ok" and result["mask"]["status"] == "ok" and result["reads"]["status"] == "ok"
     assert backend.calls["run"] == 0 and backend.calls["run_lse"] >= 3, backend.calls
+
+
+def test_the_benchmark_line_of_a_resumed_run_says_what_every_call_cost():
+    """A cold run spread over several device calls (--time-limit, then --resume): the benchmark's line gives this
+    call's figures and then every call's (timing.json's ``all_calls``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("throughput_bench", ROOT / "benchmarks" / "throughput.py")
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    timing = {"rows_run": 40, "wall_s": 50.0, "startup_s": 10.0, "lanes": [["a"]]}
+    run = {"name": "cold", "timing": timing, "env": {}, "process_wall_s": None}
+    assert "in all" not in bench.summary_line(run)  # one call
+    timing["all_calls"] = {"calls": 3, "rows_run": 900, "wall_s": 1234.5}
+    line = bench.summary_line(run)
+    assert line.startswith("cold: 40 rows in 50.0 s") and line.endswith("; 3 calls in all: 900 rows in 1234.5 s"), line
