@@ -24,6 +24,7 @@ import torch
 from parity import Backend, Case, Window
 from parity.backends.reference import ReferenceBackend
 from parity.sweep import COLUMNS, run_sweep, split_line
+from parity.sweep.timing import stage_table
 
 ROOT = Path(__file__).resolve().parents[1]
 ME = "tests.test_faults"
@@ -272,3 +273,6 @@ def test_resume_keeps_the_earlier_calls_timing(tmp_path):
     assert total["calls"] == 3 and total["rows_run"] == 3, total
     assert total["wall_s"] == pytest.approx(sum(c["wall_s"] for c in calls) + timing["wall_s"], abs=0.01), total
     assert "3 calls (--resume)" in split_line(timing) and "3 rows in all" in split_line(timing)
+    stages = total["stages"]["reference"]  # the stage table of the whole run: each call's rows, summed
+    assert stages["rows"] == 3 and stages["stages_s"]["call"] > 0, stages
+    assert stage_table(timing)[1][0][:2] == ["reference", "3"]

@@ -72,7 +72,7 @@ def row_stages(res: dict[str, Any], wait_s: float, judge_s: float, reference_s: 
 
 
 #: What ``timing.json`` keeps of each earlier call of a run continued with ``--resume``.
-CALL_KEYS = ("wall_s", "startup_s", "rows_run", "backend_calls_s", "reference_s", "jobs", "partial")
+CALL_KEYS = ("wall_s", "startup_s", "rows_run", "backend_calls_s", "reference_s", "jobs", "partial", "stages")
 
 
 def earlier_calls(previous: dict[str, Any]) -> list[dict[str, Any]]:
@@ -87,7 +87,25 @@ def earlier_calls(previous: dict[str, Any]) -> list[dict[str, Any]]:
 def all_calls(calls: list[dict[str, Any]]) -> dict[str, Any]:
     """The sums over every call of a resumed run (earlier ones and this one): what the whole run cost."""
     total = {k: round(sum(float(c.get(k) or 0.0) for c in calls), 3) for k in ("wall_s", "startup_s", "backend_calls_s", "reference_s")}
-    return {"calls": len(calls), **total, "rows_run": sum(int(c.get("rows_run") or 0) for c in calls)}
+    rows = sum(int(c.get("rows_run") or 0) for c in calls)
+    return {"calls": len(calls), **total, "rows_run": rows, "stages": _sum_stages([c.get("stages") or {} for c in calls])}
+
+
+def _sum_stages(each: list[dict[str, Any]]) -> dict[str, Any]:
+    """:meth:`SweepTiming.stage_summary` records of several calls, summed per backend (rows/s over the sums)."""
+    out: dict[str, Any] = {}
+    for stages in each:
+        for spec, st in stages.items():
+            o = out.setdefault(spec, {"stages_s": {}, "compile_s": 0.0, "first_config_rows": 0, "rows": 0})
+            for k, v in (st.get("stages_s") or {}).items():
+                o["stages_s"][k] = round(o["stages_s"].get(k, 0) + v, 4)
+            o["compile_s"] = round(o["compile_s"] + float(st.get("compile_s") or 0.0), 4)
+            o["first_config_rows"] += int(st.get("first_config_rows") or 0)
+            o["rows"] += int(st.get("rows") or 0)
+    for o in out.values():
+        busy = sum(o["stages_s"].get(k, 0.0) for k in ("wait", "judge", "reference"))
+        o["rows_per_s"] = round(o["rows"] / busy, 2) if busy > 0 else None
+    return out
 
 
 def _median(xs: list[float]) -> float | None:
@@ -282,14 +300,14 @@ class SweepTiming:
         each call's headline is kept, so a run spread over several calls says what it cost in all."""
         if not self.earlier:
             return {}
-        this = {"wall_s": round(wall, 3), "startup_s": round(self.startup_s, 3), "rows_run": int(rows)}
-        this.update(backend_calls_s=round(calls, 3), reference_s=round(reference_s, 3), jobs=self.jobs)
+        this: dict[str, Any] = {"wall_s": round(wall, 3), "startup_s": round(self.startup_s, 3), "rows_run": int(rows)}
+        this.update(backend_calls_s=round(calls, 3), reference_s=round(reference_s, 3), jobs=self.jobs, stages=self.stage_summary())
         return {"earlier_calls": self.earlier, "all_calls": all_calls([*self.earlier, this])}
 
 
 def stage_table(timing: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Where each backend's time went, from a ``timing.json``: a header and one row of cells per
-    backend (seconds; empty when the run has no stages)."""
+    backend (seconds; empty when the run has no stages). A resumed run's: every call's (``all_calls``)."""
     head = [
         "backend",
         "rows",
@@ -307,7 +325,7 @@ def stage_table(timing: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "reference",
     ]
     rows = []
-    for spec, st in (timing.get("stages") or {}).items():
+    for spec, st in ((timing.get("all_calls") or {}).get("stages") or timing.get("stages") or {}).items():
         s = st.get("stages_s") or {}
         rate = st.get("rows_per_s")
         cells = [s.get(k, 0.0) for k in ("inputs", "call")] + [st.get("compile_s", 0.0)]
