@@ -145,8 +145,11 @@ def read_run(name: str, out: Path, exit_code: int | None = None, wall: float | N
 
 
 def per_backend(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per backend: rows, rows/s (rows / its lanes' seconds on them) and its stages (when recorded)."""
+    """Per backend: rows, rows/s (rows / its lanes' seconds on them) and its stages (when recorded). A run
+    continued with ``--resume``: every call's, from the summed stages (``all_calls``; call_s not kept per call)."""
     t = run["timing"]
+    if (t.get("all_calls") or {}).get("stages"):
+        return _per_backend_all_calls(t["all_calls"]["stages"])
     stages = t.get("stages") or {}
     out = {}
     for spec, p in (t.get("per_backend") or {}).items():
@@ -162,6 +165,17 @@ def per_backend(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "first_config_rows": st.get("first_config_rows"),
             "stages_s": st.get("stages_s"),
         }
+    return out
+
+
+def _per_backend_all_calls(stages: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for spec, st in stages.items():
+        s = st.get("stages_s") or {}
+        busy = sum(s.get(k, 0.0) for k in ("wait", "judge", "reference"))
+        out[spec] = {"rows": int(st.get("rows", 0)), "rows_per_s": st.get("rows_per_s"), "busy_s": round(busy, 3)}
+        out[spec].update(call_s=None, probe_call_s=None, compile_s=st.get("compile_s"), first_config_rows=st.get("first_config_rows"))
+        out[spec]["stages_s"] = s
     return out
 
 

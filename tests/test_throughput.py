@@ -259,3 +259,9 @@ def test_the_benchmark_line_of_a_resumed_run_says_what_every_call_cost():
     timing["all_calls"] = {"calls": 3, "rows_run": 900, "wall_s": 1234.5}
     line = bench.summary_line(run)
     assert line.startswith("cold: 40 rows in 50.0 s") and line.endswith("; 3 calls in all: 900 rows in 1234.5 s"), line
+    timing["per_backend"] = {"a": {"cases": 40, "exec_s": 20.0, "judge_s": 0.0, "baseline_s": 0.0}}
+    assert bench.per_backend(run)["a"]["rows"] == 40  # no summed stages: this call's figures
+    stages = {"stages_s": {"wait": 900.0, "judge": 0.0, "reference": 0.0, "call": 700.0}, "compile_s": 600.0, "rows": 900}
+    timing["all_calls"]["stages"] = {"a": {**stages, "first_config_rows": 30, "rows_per_s": 1.0}}
+    every = bench.per_backend(run)["a"]
+    assert every["rows"] == 900 and every["busy_s"] == 900.0 and every["compile_s"] == 600.0, every
