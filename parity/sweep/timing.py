@@ -75,13 +75,18 @@ def row_stages(res: dict[str, Any], wait_s: float, judge_s: float, reference_s: 
 CALL_KEYS = ("wall_s", "startup_s", "rows_run", "backend_calls_s", "reference_s", "jobs", "partial", "stages")
 
 
+def _headline(timing: dict[str, Any]) -> dict[str, Any]:
+    """One call's record (:data:`CALL_KEYS`) from its :meth:`SweepTiming.summary` / ``timing.json``."""
+    return {k: timing.get(k) for k in CALL_KEYS}
+
+
 def earlier_calls(previous: dict[str, Any]) -> list[dict[str, Any]]:
     """The calls a folder's ``timing.json`` already records, oldest first: its own ``earlier_calls`` and then
     its headline (:data:`CALL_KEYS`). ``[]`` for an absent or empty file (a fresh run)."""
     if not previous or "wall_s" not in previous:
         return []
     calls = [c for c in previous.get("earlier_calls") or [] if isinstance(c, dict)]
-    return [*calls, {k: previous.get(k) for k in CALL_KEYS}]
+    return [*calls, _headline(previous)]
 
 
 def all_calls(calls: list[dict[str, Any]]) -> dict[str, Any]:
@@ -103,9 +108,14 @@ def _sum_stages(each: list[dict[str, Any]]) -> dict[str, Any]:
             o["first_config_rows"] += int(st.get("first_config_rows") or 0)
             o["rows"] += int(st.get("rows") or 0)
     for o in out.values():
-        busy = sum(o["stages_s"].get(k, 0.0) for k in ("wait", "judge", "reference"))
-        o["rows_per_s"] = round(o["rows"] / busy, 2) if busy > 0 else None
+        o["rows_per_s"] = _rows_per_s(o["rows"], o["stages_s"])
     return out
+
+
+def _rows_per_s(rows: int, stages_s: dict[str, float]) -> float | None:
+    """Rows per second of the lane's time on a backend: waiting on its worker, judging, the reference."""
+    busy = sum(stages_s.get(k, 0.0) for k in ("wait", "judge", "reference"))
+    return round(rows / busy, 2) if busy > 0 else None
 
 
 def _median(xs: list[float]) -> float | None:
@@ -207,13 +217,12 @@ class SweepTiming:
         out: dict[str, Any] = {}
         for spec, tot in self.stages.items():
             rows = int(self.per.get(spec, {}).get("cases", 0))
-            busy = tot["wait"] + tot["judge"] + tot["reference"]
             out[spec] = {
                 "stages_s": {k: round(v, 4) if not k.endswith("_calls") else int(v) for k, v in tot.items()},
                 "compile_s": round(tot["compile"], 4),
                 "first_config_rows": self.first_rows.get(spec, 0),
                 "rows": rows,
-                "rows_per_s": round(rows / busy, 2) if busy > 0 else None,
+                "rows_per_s": _rows_per_s(rows, tot),
             }
         return out
 
@@ -271,7 +280,7 @@ class SweepTiming:
         rows = sum(t["cases"] for t in self.per.values())
         loop = wall - self.startup_s
         serial = self.jobs <= 1  # with lanes running at once, backend calls overlap and wall - calls means nothing
-        return {
+        out = {
             "jobs": self.jobs,
             "lanes": self.lanes,
             "worker_threads": self.worker_threads,
@@ -292,17 +301,10 @@ class SweepTiming:
             "stages": self.stage_summary(),
             "reference_stages_s": {k: round(v, 4) for k, v in self.reference_stages.items()},
             "reference_recomputed": self.reference_recomputed,
-            **self._resumed(wall, reference_s, rows, calls),
         }
-
-    def _resumed(self, wall: float, reference_s: float, rows: float, calls: float) -> dict[str, Any]:
-        """``earlier_calls`` and ``all_calls`` for a run continued with ``--resume`` (nothing for a fresh run):
-        each call's headline is kept, so a run spread over several calls says what it cost in all."""
-        if not self.earlier:
-            return {}
-        this: dict[str, Any] = {"wall_s": round(wall, 3), "startup_s": round(self.startup_s, 3), "rows_run": int(rows)}
-        this.update(backend_calls_s=round(calls, 3), reference_s=round(reference_s, 3), jobs=self.jobs, stages=self.stage_summary())
-        return {"earlier_calls": self.earlier, "all_calls": all_calls([*self.earlier, this])}
+        if self.earlier:  # a run continued with --resume: each call's headline, and every call summed
+            out.update(earlier_calls=self.earlier, all_calls=all_calls([*self.earlier, _headline(out)]))
+        return out
 
 
 def stage_table(timing: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
