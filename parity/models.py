@@ -73,10 +73,12 @@ class ModelAttention:
     kinds: tuple[LayerKind, ...]
     source: str = ""
     notes: tuple[str, ...] = ()
+    sinks: bool = False  # learned attention sinks (one logit per query head): every call's Case.sinks
 
     def describe(self) -> str:
         kinds = ", ".join(f"{k.name} x{len(k.layers)}" + (f" (window {k.window})" if k.window else "") for k in self.kinds)
         extra = (f", scale {self.scale:g}" if self.scale else "") + (f", softcap {self.softcap:g}" if self.softcap else "")
+        extra += ", learned sinks" if self.sinks else ""
         return f"{self.name}: {self.hq}/{self.hkv} heads, d{self.head_dim}{extra}; {kinds}"
 
 
@@ -177,12 +179,12 @@ def parse_config(cfg: Any, name: str, where: str | None = None, source: str = ""
     qpas = _positive(cfg, "query_pre_attn_scalar", where)
     scale = None if qpas is None or math.isclose(qpas, d) else qpas**-0.5
     notes = []
-    if cfg.get("model_type") == "gpt_oss" or "sinks" in str(cfg.get("attention_type", "")):
-        notes.append("learned attention sinks are not expressible in a Case yet: these calls run without them")
+    # gpt-oss's attention has a learned sink logit per head (its config has no key for it: the model type says so)
+    sinks = cfg.get("model_type") == "gpt_oss" or "sinks" in str(cfg.get("attention_type", ""))
     kinds = _kinds(_layer_windows(cfg, n, where))
     if not any(k.window for k in kinds):
         notes.append("no sliding-window layer (sliding_window null or use_sliding_window false): global layers only")
-    return ModelAttention(name, hq, hkv, d, scale, _positive(cfg, "attn_logit_softcapping", where), kinds, source, tuple(notes))
+    return ModelAttention(name, hq, hkv, d, scale, _positive(cfg, "attn_logit_softcapping", where), kinds, source, tuple(notes), sinks)
 
 
 def load_config(path: Path | str) -> ModelAttention:
@@ -285,7 +287,7 @@ TABLE: dict[str, tuple[dict[str, Any], str]] = {
         _m("gpt_oss", 64, 8, 24, 128, head_dim=64),
         f"{_TF}/gpt_oss/configuration_gpt_oss.py defaults: 64/8 heads, head_dim 64, sliding_window 128, layers "
         "alternate sliding/full from layer 0; 24 layers for gpt-oss-20b (36 is the 120b default; 24 not "
-        "confirmed here). Learned attention sinks: not expressible yet, run without them",
+        "confirmed here). Learned attention sinks (GptOssAttention.sinks, one logit per query head): every call has them",
     ),
     "command-r7b": (
         _m("cohere2", 32, 8, 32, 4096, hidden=4096, sliding_window_pattern=4),
@@ -379,6 +381,7 @@ def model_cases(
                         page_size=call.page_size,
                         seed=s,
                         regime=call.regime,
+                        sinks=model.sinks,
                         model=model.name,
                         layer=kind.name,
                     )

@@ -166,9 +166,11 @@ def test_model_run_on_the_cpu_end_to_end(tmp_path, capsys):
     )
     printed = capsys.readouterr().out
     assert code == 0
-    assert "models at REDUCED lengths" in printed and "attention sinks" in printed
+    assert "models at REDUCED lengths" in printed
     with (out / "results.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
+    # gpt-oss's learned sinks reach every one of its calls, and no other model's
+    assert {r["model"] for r in rows if json.loads(r["case_json"]).get("sinks")} == {"gpt-oss-20b"}
     assert {(r["model"], r["layer"]) for r in rows} == {
         ("tiny", "local"),
         ("tiny", "global"),
