@@ -253,3 +253,22 @@ def test_is_oom_knows_the_spellings():
 def test_rows_record_their_estimate_and_no_peak_on_the_cpu():
     row = sweep_run.run_sweep(["reference"], SWEEP_CASES[:1], isolate=False, progress=False).rows[0]
     assert float(row["est_mem_mb"]) > 0 and row["peak_mem_mb"] == ""
+
+
+def test_dense_backends_tell_the_gate_what_their_scores_take():
+    """SDPA's MATH kernel and JAX's XLA path materialize (hq, Sq, Sk) scores: at a 32k prefill of 32 heads
+    that is far beyond any card, and the memory gate must know it to run such a row alone; the
+    memory-efficient kernel holds only its (Sq, Sk) mask, and the float64 reference one band block."""
+    from parity.backends.jax_attn import JaxXla
+    from parity.backends.sdpa import SdpaCudaEfficient, SdpaCudaMath
+    from parity.execute import workspace_hint
+
+    big = Case(q_lens=(32768,), k_lens=(32768,), hq=32, hkv=8, head_dim=128, dtype="bfloat16", window=Window.tokens(4096))
+    gib = 2**30
+    assert SdpaCudaMath().workspace_bytes(big) >= 3 * 32 * 32768 * 32768 * 4  # 384 GiB of float32 scores
+    assert JaxXla().workspace_bytes(big) >= 2 * 32 * 32768 * 32768 * 4
+    efficient = SdpaCudaEfficient().workspace_bytes(big)
+    assert 5 * gib <= efficient < 8 * gib  # the mask and its float bias, kv heads repeated: no (hq, Sq, Sk)
+    assert workspace_hint(ReferenceBackend(), big) < 2 * gib
+    # and the estimate the gate reads carries the hint
+    assert estimate(big, workspace=SdpaCudaMath().workspace_bytes(big)).device_bytes > 300 * gib

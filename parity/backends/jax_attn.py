@@ -318,6 +318,12 @@ class JaxXla(JaxBackend):
     implementation = "xla"
     description = "jax.nn.dot_product_attention(implementation='xla') with local_window_size"
 
+    def workspace_bytes(self, case: Case) -> int:
+        """XLA's implementation is dense, one call per sequence (the largest counts): float32 scores and
+        weights ``(hq, Sq, Sk)`` and the boolean window mask ``(Sq, Sk)``. JAX allocates outside torch's
+        allocator, so a row's ``peak_mem_mb`` does not show it: this hint is what the memory gate knows."""
+        return max(2 * case.hq * sq * sk * 4 + sq * sk for sq, sk in zip(case.q_lens, case.k_lens))
+
 
 class JaxCudnn(JaxBackend):
     cost_hint = 4  # cuDNN builds a graph per shape

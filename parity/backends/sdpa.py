@@ -144,6 +144,21 @@ class SdpaBackend(Backend):
         with refusals(self.refusal_phrases + GRAD_REFUSALS, library):
             return super().backward(case, inputs, dout)
 
+    def workspace_bytes(self, case: Case) -> int:
+        """Per sequence (one call each; the largest counts): the boolean mask ``(Sq, Sk)`` and the additive
+        float32 bias SDPA may turn it into; the MATH kernel's float32 scores and weights ``(hq, Sq, Sk)``
+        (two of them live at once, and the masked copy); the kv heads repeated to ``hq`` where it does."""
+        itemsize = torch.empty((), dtype=getattr(torch, case.dtype)).element_size()
+        most = 0
+        for sq, sk in zip(case.q_lens, case.k_lens):
+            need = 0 if self.causal_path else sq * sk * (1 + 4)  # (Sq, Sk) bool, then (Sq, Sk) float32
+            if self.kernel == "MATH":
+                need += 3 * case.hq * sq * sk * 4  # (hq, Sq, Sk) float32: scores, masked, softmax
+            if not self.gqa_native and case.hq != case.hkv:
+                need += 2 * case.hq * sk * case.head_dim * itemsize  # (hq, Sk, d) k and v repeated
+            most = max(most, need)
+        return most
+
     def unavailable_reason(self) -> str | None:
         return cuda_unavailable_reason() if self.device == "cuda" else None
 
