@@ -272,3 +272,22 @@ def test_dense_backends_tell_the_gate_what_their_scores_take():
     assert workspace_hint(ReferenceBackend(), big) < 2 * gib
     # and the estimate the gate reads carries the hint
     assert estimate(big, workspace=SdpaCudaMath().workspace_bytes(big)).device_bytes > 300 * gib
+
+
+class OomAlwaysCounted(OomAlways):
+    calls = 0
+
+    def run(self, case, inputs, out):
+        if case.case_id == SWEEP_CASES[1].case_id:
+            type(self).calls += 1
+        return super().run(case, inputs, out)
+
+
+def test_worker_oom_of_a_row_that_already_ran_alone_is_not_run_again(monkeypatch):
+    """A row whose estimate exceeds the gate's budget runs alone the first time: its OOM is final (a retry
+    alone would repeat the same attempt, and hold every lane of its GPU once more)."""
+    monkeypatch.setattr(sweep_run.Sweep, "_make_gates", lambda self: self.gates.update({None: MemoryGate(0)}))
+    res = sweep_run.run_sweep([f"{__name__}:OomAlwaysCounted"], SWEEP_CASES, isolate=False, progress=False)
+    row = next(r for r in res.rows if r["case_id"] == SWEEP_CASES[1].case_id)
+    assert row["verdict"] == "error" and "ran alone" in row["detail"] and "retried alone" not in row["detail"]
+    assert OomAlwaysCounted.calls == 1

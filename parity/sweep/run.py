@@ -213,7 +213,7 @@ class Sweep:
         limit = self._limit(case, spec, unit)
         res = failed if failed is not None else ex.collect(timeout=limit)
         if res.get("oom") and self._gate(unit).budget is not None:
-            res = self._retry_alone(case, unit, pending, res)
+            res = self._retry_alone(case, unit, pending, res) if not self._ran_alone(case, unit) else self._alone_oom(res)
         if self.stop.is_set():  # interrupted: this answer may be the worker being shut down
             return False
         res["est_mem_mb"] = est.mb
@@ -424,6 +424,17 @@ class Sweep:
             gate, held = self.held.pop((unit, case.case_id), (None, 0))
         if gate is not None:
             gate.release(held)
+
+    def _ran_alone(self, case: Case, unit: str) -> bool:
+        """Whether ``case`` held its whole gate (an estimate over the budget runs alone): a retry alone would repeat it."""
+        with self.lock:
+            gate, held = self.held.get((unit, case.case_id), (None, 0))
+        return gate is not None and gate.budget is not None and held >= gate.budget
+
+    @staticmethod
+    def _alone_oom(res: dict[str, Any]) -> dict[str, Any]:
+        res["detail"] = f"{res.get('detail', '')} (ran alone: its estimate exceeds what the lanes may hold; not retried)"
+        return res
 
     def _retry_alone(self, case: Case, unit: str, pending: list[Pending], res: dict[str, Any]) -> dict[str, Any]:
         """A worker's out-of-memory row, run once more alone on its GPU (nothing else holds memory there)."""
