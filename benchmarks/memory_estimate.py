@@ -2,6 +2,12 @@
 
     python benchmarks/memory_estimate.py                       # CPU: the reference backend, lengths / 16
     python benchmarks/memory_estimate.py --backend sdpa-cuda --scale 1   # on a GPU: real peaks
+    python benchmarks/memory_estimate.py --run reports/RUN               # a run's rows: peak vs estimate
+
+``--run`` reads a run folder's ``results.csv`` (or ``.csv.gz``): each row's estimate (``est_mem_mb``, what
+the memory gate held for it) against the worker's measured peak (``peak_mem_mb``), per backend and per
+model (``parity run --profile models`` on a GPU gives the real-scale figures). A ratio under 1 is a row
+whose worker took more than the gate reserved.
 
 Cases: the attention calls of real sliding-window models (Mistral-7B-like 32/8 heads d128 window 4096,
 Gemma-2-like 16/8 d256 window 4096 softcap 50, Phi-3-mini-like 32/32 d96 window 2047) at 8k-32k keys,
@@ -125,8 +131,38 @@ def row(name: str, case: Case, backend, probes: bool, ref_dev: str) -> str:
     )
 
 
+def _run_rows(folder: Path) -> list[dict[str, str]]:
+    import csv
+    import gzip
+    import io
+
+    plain, packed = folder / "results.csv", folder / "results.csv.gz"
+    text = plain.read_text() if plain.exists() else gzip.decompress(packed.read_bytes()).decode()
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def summarize_run(folder: Path) -> None:
+    """Per backend, then per model: rows measured, the largest peak, est/peak (median, lowest), rows over."""
+    import statistics
+
+    rows = [r for r in _run_rows(folder) if r.get("peak_mem_mb") and r.get("est_mem_mb")]
+    print(f"{folder}: {len(rows)} rows with a measured peak (the worker's torch allocations; JAX's are not seen)")
+    for key in ("backend", "model"):
+        groups: dict[str, list[tuple[float, float]]] = {}
+        for r in rows:
+            groups.setdefault(r.get(key) or "-", []).append((float(r["est_mem_mb"]), float(r["peak_mem_mb"])))
+        print(f"\n{key:<26} {'rows':>5} {'max peak MiB':>13} {'est/peak med':>13} {'lowest':>8} {'peak>est':>9}")
+        for name, pairs in sorted(groups.items()):
+            ratios = [e / p for e, p in pairs if p > 0]
+            over = sum(p > e for e, p in pairs)
+            med = f"{statistics.median(ratios):.2f}" if ratios else "-"
+            low = f"{min(ratios):.2f}" if ratios else "-"
+            print(f"{name:<26} {len(pairs):>5} {max(p for _, p in pairs):>13.0f} {med:>13} {low:>8} {over:>9}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", type=Path, help="a run folder: its rows' estimate against their measured peak, nothing run")
     ap.add_argument("--backend", default="reference")
     ap.add_argument("--scale", type=int, default=None, help="divide lengths and windows by this (default: 1 on CUDA, 16 on the CPU)")
     ap.add_argument("--dtype", default="bfloat16")
@@ -134,6 +170,9 @@ def main() -> int:
     ap.add_argument("--no-probes", action="store_true")
     ap.add_argument("--only", default="", help="substring of the row names to run")
     a = ap.parse_args()
+    if a.run is not None:
+        summarize_run(a.run)
+        return 0
     backend = backends.get(a.backend)
     dev = backend.device
     ref_dev = a.reference_device or dev

@@ -291,3 +291,31 @@ def test_worker_oom_of_a_row_that_already_ran_alone_is_not_run_again(monkeypatch
     row = next(r for r in res.rows if r["case_id"] == SWEEP_CASES[1].case_id)
     assert row["verdict"] == "error" and "ran alone" in row["detail"] and "retried alone" not in row["detail"]
     assert OomAlwaysCounted.calls == 1
+
+
+def test_memory_benchmark_reads_a_run_folder(tmp_path):
+    """``benchmarks/memory_estimate.py --run DIR``: per backend and model, est/peak and the rows whose
+    worker took more than the gate held (here one of gpu-b's two)."""
+    import csv
+    import gzip
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rows = [
+        {"backend": "gpu-a", "model": "m1", "est_mem_mb": "1000", "peak_mem_mb": "500"},
+        {"backend": "gpu-b", "model": "m1", "est_mem_mb": "1000", "peak_mem_mb": "1250"},
+        {"backend": "gpu-b", "model": "m2", "est_mem_mb": "4000", "peak_mem_mb": "1000"},
+        {"backend": "cpu", "model": "m2", "est_mem_mb": "10", "peak_mem_mb": ""},  # no peak on the CPU: not counted
+    ]
+    with gzip.open(tmp_path / "results.csv.gz", "wt", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_estimate.py"
+    out = subprocess.run([sys.executable, str(script), "--run", str(tmp_path)], capture_output=True, text=True, check=True).stdout
+    assert "3 rows with a measured peak" in out
+    lines = {ln.split()[0]: ln.split()[1:] for ln in out.splitlines() if ln.startswith(("gpu-", "m1", "m2"))}
+    assert lines["gpu-a"] == ["1", "500", "2.00", "2.00", "0"]
+    assert lines["gpu-b"] == ["2", "1250", "2.40", "0.80", "1"]
+    assert lines["m2"] == ["1", "1000", "4.00", "4.00", "0"]
