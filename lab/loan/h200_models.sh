@@ -20,9 +20,9 @@ case "${1:-}" in
       >> /tmp/models-run.log 2>&1
     echo "models rc=$?"; grep -v "^  \|^$" /tmp/models-run.log | tail -n 45 | cut -c1-220
     nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
-    python3 "$here/../benchmarks/memory_estimate.py" --run "$d" > /tmp/models/memory.txt 2>&1; head -n 40 /tmp/models/memory.txt
+    python3 "$here/../benchmarks/memory_estimate.py" --run "$d" > /tmp/models-memory.txt 2>&1; head -n 40 /tmp/models-memory.txt
     excl=(--exclude=results.json); [ "$(stat -c %s "$d/masks.jsonl" 2>/dev/null || echo 0)" -gt 12000000 ] && excl+=(--exclude=masks.jsonl)
-    tar czf "$OUT/models.tgz" -C /tmp "${excl[@]}" models models-run.log ;;
+    tar czf "$OUT/models.tgz" -C /tmp "${excl[@]}" models models-run.log models-memory.txt ;;
   mem)
     lim=${2:-300}; : > /tmp/mem.txt
     for b in reference-cuda sdpa-efficient-cuda flex-cuda torch-fa2-cuda vllm-fa2-cuda flashinfer-cuda; do
