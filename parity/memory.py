@@ -27,7 +27,7 @@ import torch
 
 from .case import Case
 from .maskcheck import CPU_DECODE_ELEMENTS, STREAM_ELEMENTS, mask_passes, passes_per_call
-from .reference import DEFAULT_BLOCK_BYTES
+from .reference import DEFAULT_BLOCK_BYTES, block_kv_bytes
 from .verdict import CHUNK_ELEMENTS
 
 MIB = 2**20
@@ -103,8 +103,9 @@ def estimate(case: Case, probes: bool = True, max_passes: int = 64, workspace: i
         "output": out * (e + 1),
         "workspace": max(0, int(workspace)),
         "probes": _probe_bytes(case, max_passes) if probes else 0,
-        "reference": out * 8 + (out + 2 * kv) * (e + 4) + BLOCK_TEMPORARIES * block,  # inputs: drawn in float32, cast
-        "baseline": out * e + BLOCK_TEMPORARIES * block // 2 + out * e + chunk,
+        # inputs drawn in float32, then cast; a block's K / V copies in the compute dtype
+        "reference": out * 8 + (out + 2 * kv) * (e + 4) + BLOCK_TEMPORARIES * block + block_kv_bytes(case, 8),
+        "baseline": out * e + BLOCK_TEMPORARIES * block // 2 + out * e + chunk + block_kv_bytes(case, e),
     }
     return MemoryEstimate(parts, harness_on_device)
 

@@ -71,6 +71,20 @@ def _row_blocks(lo: torch.Tensor, hi: torch.Tensor, hq: int, elem: int, block_by
         r0 = r1
 
 
+def block_kv_bytes(case: Case, elem: int) -> int:
+    """The most bytes one block of :func:`attention_sequence` holds besides its scores: K and V of its key
+    span cast to the compute dtype (``elem`` bytes), and the copy ``matmul`` makes of one of them broadcast
+    over the ``g`` query heads of each kv head. The span is bounded by the window and a block's rows (at
+    most 1024); an unbounded side spans every key (a decode row over 128k keys: 6 GiB in float64 at 32/8
+    heads, d 128, measured 7.0 GiB on an H100 on 2026-12-06)."""
+    w = case.window
+    most = 0
+    for sq, sk in zip(case.q_lens, case.k_lens):
+        span = sk if w.left is None or w.right is None else min(sk, w.left + w.right + 1 + min(sq, 1024))
+        most = max(most, span * case.head_dim * elem * (2 * case.hkv + case.hq))
+    return most
+
+
 def attention_sequence(
     case: Case,
     q: torch.Tensor,

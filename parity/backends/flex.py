@@ -245,6 +245,13 @@ class FlexBackend(Backend):
         with refusals(FLEX_GRAD_REFUSALS, "FlexAttention"):
             return super().backward(case, inputs, dout)
 
+    def workspace_bytes(self, case: Case) -> int:
+        """``create_block_mask`` evaluates the mask_mod over every (query, key) pair of a sequence's padded
+        grid: an int64 index intermediate and a bool mask ``(bq, bk)`` (measured 2026-12-06 on an H100: a
+        32k prefill peaked at 10.9 GiB, and one asked for 8 GiB at once); the largest sequence counts."""
+        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks)
+        return max(bq * bk * (8 + 2) for bq, bk, _ in seqs)
+
     def _use_compiled(self) -> bool:
         return self.compiled if self.compiled is not None else self.device == "cuda"
 

@@ -154,6 +154,8 @@ class SdpaBackend(Backend):
             need = 0 if self.causal_path else sq * sk * (1 + 4)  # (Sq, Sk) bool, then (Sq, Sk) float32
             if self.kernel == "MATH":
                 need += 3 * case.hq * sq * sk * 4  # (hq, Sq, Sk) float32: scores, masked, softmax
+                # k and v repeated to hq heads and upcast to float32 (a decode row over 128k keys: 8 GiB)
+                need += 2 * case.hq * sk * case.head_dim * (itemsize + 4) + case.hq * sq * case.head_dim * 4
             if not self.gqa_native and case.hq != case.hkv:
                 need += 2 * case.hq * sk * case.head_dim * itemsize  # (hq, Sk, d) k and v repeated
             most = max(most, need)
