@@ -288,6 +288,9 @@ def test_committed_gpu_runs_rejudged(folder):
         | (bad["backend"].eq("flex-cuda") & bad["detail"].str.contains(LAB_CC, regex=False))
         | nan_budget
         | xf_grad
+        # a backend's row that ran out of device memory at a real model's length (h100-2026-12-06-models: dense
+        # SDPA MATH / XLA scores at 32k, XLA's autotuner): the card's limit, recorded with its estimate, no divergence
+        | bad["detail"].str.startswith("out of memory: ")
     )
     assert (bad[~refusals]["verdict"] == "expected").all(), bad[~refusals & (bad["verdict"] != "expected")][["backend", "case_id"]]
     assert bad[refusals & ~sticky & ~nan_budget & ~xf_grad]["verdict"].isin(["error", "timeout"]).all()
