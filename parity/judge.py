@@ -20,7 +20,7 @@ import torch
 
 from .case import Case, make_inputs
 from .grad import GradBaseline, compare_grads, grad_columns, make_grad_baseline
-from .memory import is_oom
+from .memory import LARGE_ROW_BYTES, estimate, is_oom
 from .reference import attention_reference
 from .results import Judged, Verdict
 from .verdict import Baseline, Budget, Comparison, compare, compare_lse, make_baseline
@@ -129,6 +129,10 @@ class BaselineCache:
             return hit
         t0 = time.perf_counter()
         base = self._on_device_or_cpu(lambda device: compute_baseline(case, device, stages=self.stage_seconds))
+        if estimate(case, probes=False).harness_bytes >= LARGE_ROW_BYTES:
+            # as a worker does after a large row: the caching allocator's freed blocks go back to the card, which
+            # the lanes' workers share (h100-2026-12-06-models: a process of 17 GiB beside a worker's OOM)
+            _release(self.device)
         self.computed[case.case_id] = self.computed.get(case.case_id, 0) + 1
         self._make_room(self._cache, _ref_bytes, _ref_bytes(base))
         self._cache[case.case_id] = base

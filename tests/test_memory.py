@@ -346,3 +346,20 @@ def test_every_measured_gpu_peak_of_the_models_run_is_within_its_estimate():
         if est.mb < float(r["peak_mem_mb"]):
             short.append(f"{r['backend']} {case.summary()}: estimated {est.mb:.0f} MiB, measured {r['peak_mem_mb']} MiB")
     assert not short, "\n".join(short)
+
+
+def test_the_harness_releases_its_cached_blocks_after_a_large_baseline(monkeypatch):
+    """A baseline whose harness estimate reaches LARGE_ROW_BYTES gives the caching allocator's blocks back to the
+    card afterwards (as a worker does after a large row); a smaller one does not pay for it."""
+    small, large = sorted(SWEEP_CASES[:3], key=lambda c: estimate(c, probes=False).harness_bytes)[::2]
+    assert estimate(small, probes=False).harness_bytes < estimate(large, probes=False).harness_bytes
+    released = []
+    real = judging.compute_baseline
+    monkeypatch.setattr(judging, "_release", lambda device: released.append(device))
+    monkeypatch.setattr(judging, "compute_baseline", lambda case, device, **_: real(case, "cpu"))
+    monkeypatch.setattr(judging, "LARGE_ROW_BYTES", estimate(large, probes=False).harness_bytes)
+    cache = judging.BaselineCache("cuda:0")
+    cache.get(small)
+    assert released == []
+    cache.get(large)
+    assert released == ["cuda:0"]
