@@ -145,8 +145,9 @@ def summarize_run(folder: Path) -> None:
     """Per backend, then per model: rows measured, the largest peak, est/peak (median, lowest), rows over."""
     import statistics
 
-    rows = [r for r in _run_rows(folder) if r.get("peak_mem_mb") and r.get("est_mem_mb")]
-    print(f"{folder}: {len(rows)} rows with a measured peak (the worker's torch allocations; JAX's are not seen)")
+    rows = [r for r in _run_rows(folder) if r.get("est_mem_mb") and float(r.get("peak_mem_mb") or 0) > 0]
+    print(f"{folder}: {len(rows)} rows with a measured peak (the worker's torch allocations; JAX's are not seen;")
+    print("a row that allocated nothing, such as a refusal, is left out)")
     for key in ("backend", "model"):
         groups: dict[str, list[tuple[float, float]]] = {}
         for r in rows:

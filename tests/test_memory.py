@@ -307,6 +307,7 @@ def test_memory_benchmark_reads_a_run_folder(tmp_path):
         {"backend": "gpu-b", "model": "m1", "est_mem_mb": "1000", "peak_mem_mb": "1250"},
         {"backend": "gpu-b", "model": "m2", "est_mem_mb": "4000", "peak_mem_mb": "1000"},
         {"backend": "cpu", "model": "m2", "est_mem_mb": "10", "peak_mem_mb": ""},  # no peak on the CPU: not counted
+        {"backend": "gpu-a", "model": "m1", "est_mem_mb": "10", "peak_mem_mb": "0"},  # a refusal allocated nothing: not counted
     ]
     with gzip.open(tmp_path / "results.csv.gz", "wt", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
