@@ -27,12 +27,10 @@ import torch
 
 from .case import Case
 from .maskcheck import CPU_DECODE_ELEMENTS, STREAM_ELEMENTS, mask_passes, passes_per_call
-from .reference import DEFAULT_BLOCK_BYTES, block_kv_bytes
+from .reference import BLOCK_TEMPORARIES, band_block_bytes, block_kv_bytes, reference_workspace_bytes
 from .verdict import CHUNK_ELEMENTS
 
 MIB = 2**20
-#: Temporaries of one band block of the reference (scores, masked scores, exp, weights).
-BLOCK_TEMPORARIES = 4
 #: float64 temporaries of one row chunk of the comparison / baseline.
 CHUNK_TEMPORARIES = 4
 #: Bytes of a row at which a worker releases its cached blocks afterwards (``torch.cuda.empty_cache``).
@@ -96,16 +94,15 @@ def estimate(case: Case, probes: bool = True, max_passes: int = 64, workspace: i
     out = tq * case.hq * case.head_dim
     kv = tk * case.hkv * case.head_dim
     inputs = (out + 2 * kv) * e * (2 if case.page_size is None else 3)  # the worker's copy, a paged cache or repeats
-    block = min(DEFAULT_BLOCK_BYTES, case.hq * max(case.q_lens, default=0) * max(case.k_lens, default=0) * 8)
+    block = band_block_bytes(case)
     chunk = min(CHUNK_ELEMENTS, out) * 8 * CHUNK_TEMPORARIES
     parts = {
         "inputs": inputs,
         "output": out * (e + 1),
         "workspace": max(0, int(workspace)),
         "probes": _probe_bytes(case, max_passes) if probes else 0,
-        # inputs drawn in float32, then cast; a block's K / V copies in the compute dtype
-        "reference": out * 8 + (out + 2 * kv) * (e + 4) + BLOCK_TEMPORARIES * block + block_kv_bytes(case, 8),
-        "baseline": out * e + BLOCK_TEMPORARIES * block // 2 + out * e + chunk + block_kv_bytes(case, e),
+        "reference": (out + 2 * kv) * (e + 4) + reference_workspace_bytes(case),  # inputs: drawn in float32, cast
+        "baseline": out * e + BLOCK_TEMPORARIES * block // 2 + out * e + chunk + block_kv_bytes(case, e),  # its K / V copies: e
     }
     return MemoryEstimate(parts, harness_on_device)
 

@@ -71,6 +71,22 @@ def _row_blocks(lo: torch.Tensor, hi: torch.Tensor, hq: int, elem: int, block_by
         r0 = r1
 
 
+#: Temporaries of one band block that live at once: the scores, their masked copy, exp, the weights.
+BLOCK_TEMPORARIES = 4
+
+
+def band_block_bytes(case: Case, elem: int = 8) -> int:
+    """The scores of one band block of :func:`attention_sequence`: at most ``DEFAULT_BLOCK_BYTES``."""
+    return min(DEFAULT_BLOCK_BYTES, case.hq * max(case.q_lens, default=0) * max(case.k_lens, default=0) * elem)
+
+
+def reference_workspace_bytes(case: Case) -> int:
+    """What the float64 reference allocates beyond its inputs: the output, one band block's temporaries
+    (:data:`BLOCK_TEMPORARIES`) and that block's K / V copies (:func:`block_kv_bytes`)."""
+    out = sum(case.q_lens) * case.hq * case.head_dim
+    return out * 8 + BLOCK_TEMPORARIES * band_block_bytes(case) + block_kv_bytes(case, 8)
+
+
 def block_kv_bytes(case: Case, elem: int) -> int:
     """The most bytes one block of :func:`attention_sequence` holds besides its scores: K and V of its key
     span cast to the compute dtype (``elem`` bytes), and the copy ``matmul`` makes of one of them broadcast

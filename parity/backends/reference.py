@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..case import FP8_DTYPES, Case, Inputs, pages_seen
-from ..reference import DEFAULT_BLOCK_BYTES, attention_reference, block_kv_bytes
+from ..reference import attention_reference, reference_workspace_bytes
 from .base import Backend, cuda_unavailable_reason
 
 
@@ -47,11 +47,8 @@ class ReferenceBackend(Backend):
         return out, lse.float()
 
     def workspace_bytes(self, case: Case) -> int:
-        """The float64 output, one band block's temporaries (scores, masked, exp, weights) and its float64
-        K / V copies (:func:`parity.reference.block_kv_bytes`)."""
-        out = sum(case.q_lens) * case.hq * case.head_dim
-        block = min(DEFAULT_BLOCK_BYTES, case.hq * max(case.q_lens) * max(case.k_lens) * 8)
-        return out * 8 + 4 * block + block_kv_bytes(case, 8)
+        """The float64 output, one band block's temporaries and its K / V copies (:func:`reference_workspace_bytes`)."""
+        return reference_workspace_bytes(case)
 
 
 class ReferenceCudaBackend(ReferenceBackend):

@@ -148,7 +148,7 @@ class SdpaBackend(Backend):
         """Per sequence (one call each; the largest counts): the boolean mask ``(Sq, Sk)`` and the additive
         float32 bias SDPA may turn it into; the MATH kernel's float32 scores and weights ``(hq, Sq, Sk)``
         (two of them live at once, and the masked copy); the kv heads repeated to ``hq`` where it does."""
-        itemsize = torch.empty((), dtype=getattr(torch, case.dtype)).element_size()
+        itemsize = torch.finfo(case.torch_dtype).bits // 8
         most = 0
         for sq, sk in zip(case.q_lens, case.k_lens):
             need = 0 if self.causal_path else sq * sk * (1 + 4)  # (Sq, Sk) bool, then (Sq, Sk) float32
