@@ -169,13 +169,21 @@ def per_backend(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _per_backend_all_calls(stages: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """:func:`per_backend` from ``all_calls.stages``; busy = waited + judged + the reference, as the sweep's
+    own rows/s counts it (parity.sweep.timing, not imported here: see the module docstring)."""
     out = {}
     for spec, st in stages.items():
         s = st.get("stages_s") or {}
-        busy = sum(s.get(k, 0.0) for k in ("wait", "judge", "reference"))
-        out[spec] = {"rows": int(st.get("rows", 0)), "rows_per_s": st.get("rows_per_s"), "busy_s": round(busy, 3)}
-        out[spec].update(call_s=None, probe_call_s=None, compile_s=st.get("compile_s"), first_config_rows=st.get("first_config_rows"))
-        out[spec]["stages_s"] = s
+        out[spec] = {
+            "rows": int(st.get("rows", 0)),
+            "rows_per_s": st.get("rows_per_s"),
+            "busy_s": round(sum(s.get(k, 0.0) for k in ("wait", "judge", "reference")), 3),
+            "call_s": None,
+            "probe_call_s": None,
+            "compile_s": st.get("compile_s"),
+            "first_config_rows": st.get("first_config_rows"),
+            "stages_s": s,
+        }
     return out
 
 
