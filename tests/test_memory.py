@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 
 import pytest
 import torch
@@ -364,3 +365,25 @@ def test_the_harness_releases_its_cached_blocks_after_a_large_baseline(monkeypat
     assert released == []
     cache.get(large)
     assert released == ["cuda:0"]
+
+
+def test_a_row_that_needs_the_card_drains_it_instead_of_waiting_for_the_end():
+    """While a row over the budget (or a retry alone) waits for the card to empty, rows that would still
+    fit are not admitted: otherwise the lanes keep refilling the card and the big row waits until they
+    run out of rows."""
+    gate, stop = MemoryGate(100), threading.Event()
+    assert gate.try_acquire(60)
+    admitted: list[int | None] = []
+    big = threading.Thread(target=lambda: admitted.append(gate.acquire(500, stop)), daemon=True)
+    big.start()
+    try:
+        time.sleep(0.3)  # the big row is waiting now
+        assert not gate.try_acquire(10)  # fits beside the 60, but the big row is waiting
+        gate.release(60)
+        big.join(5)
+        assert admitted == [500]
+        assert not gate.try_acquire(10)  # the big row holds the card
+        gate.release(500)
+        assert gate.try_acquire(10)
+    finally:
+        stop.set()

@@ -2,7 +2,18 @@
 (:func:`parity.memory.estimate`) fits what was free when the sweep started. A row holds its
 estimate from the moment it is sent to its worker until it is judged; a row larger than the
 whole budget runs alone (it waits until nothing else holds memory, and holds the gate meanwhile).
-Without CUDA there is no budget and the gate admits everything."""
+While such a row waits, no other row is admitted: the card drains for it, instead of the lanes
+refilling it while the big row waits for the end of the run. Without CUDA there is no budget and the
+gate admits everything.
+
+=========================  ===========  ====================================  ==========
+request                    held now     a row that needs the card waits       admitted
+=========================  ===========  ====================================  ==========
+fits (used + need <= b)    any          no                                    yes
+fits                       any          yes                                   no (waits)
+over the budget / alone    0            (itself)                              yes
+over the budget / alone    > 0          (itself)                              no (waits)
+=========================  ===========  ====================================  =========="""
 
 from __future__ import annotations
 
@@ -27,10 +38,14 @@ class MemoryGate:
     def __init__(self, budget: int | None):
         self.budget = budget
         self.used = 0
+        self.draining = 0  # requests waiting for the card to empty (alone, or over the budget)
         self._cond = threading.Condition()
 
     def _fits(self, need: int) -> bool:
-        return self.budget is None or self.used == 0 or self.used + need <= self.budget
+        return self.budget is None or (not self.draining and (self.used == 0 or self.used + need <= self.budget))
+
+    def _needs_card(self, need: int, alone: bool) -> bool:
+        return self.budget is not None and (alone or need > self.budget)
 
     def try_acquire(self, need: int) -> bool:
         with self._cond:
@@ -43,10 +58,15 @@ class MemoryGate:
         """Wait until ``need`` fits (``alone``: until nothing else holds memory, then hold the whole
         budget); the bytes held, to :meth:`release`; None when ``stop`` was set meanwhile."""
         with self._cond:
-            while not (self.used == 0 if alone else self._fits(need)):
-                if stop.is_set():
-                    return None
-                self._cond.wait(0.2)
+            drain = self._needs_card(need, alone)
+            self.draining += drain
+            try:
+                while not (self.used == 0 if drain else self._fits(need)):
+                    if stop.is_set():
+                        return None
+                    self._cond.wait(0.2)
+            finally:
+                self.draining -= drain
             held = max(need, self.budget or 0) if alone else need
             self.used += held
             return held
