@@ -268,6 +268,10 @@ def test_dense_backends_tell_the_gate_what_their_scores_take():
     gib = 2**30
     assert SdpaCudaMath().workspace_bytes(big) >= 3 * 32 * 32768 * 32768 * 4  # 384 GiB of float32 scores
     assert JaxXla().workspace_bytes(big) >= 2 * 32 * 32768 * 32768 * 4
+    # a bottom-right decode row is padded to Sk queries (jax_window): as dense as the prefill
+    decode = dataclasses.replace(big, q_lens=(1, 5), k_lens=(32768, 20000))
+    assert JaxXla().workspace_bytes(decode) >= 2 * 32 * 32768 * 32768 * 4
+    assert JaxXla().workspace_bytes(dataclasses.replace(decode, window=Window.tokens(4096, align="top_left"))) < gib
     efficient = SdpaCudaEfficient().workspace_bytes(big)
     assert 5 * gib <= efficient < 8 * gib  # the mask and its float bias, kv heads repeated: no (hq, Sq, Sk)
     assert workspace_hint(ReferenceBackend(), big) < 2 * gib

@@ -320,9 +320,13 @@ class JaxXla(JaxBackend):
 
     def workspace_bytes(self, case: Case) -> int:
         """XLA's implementation is dense, one call per sequence (the largest counts): float32 scores and
-        weights ``(hq, Sq, Sk)`` and the boolean window mask ``(Sq, Sk)``. JAX allocates outside torch's
-        allocator, so a row's ``peak_mem_mb`` does not show it: this hint is what the memory gate knows."""
-        return max(2 * case.hq * sq * sk * 4 + sq * sk for sq, sk in zip(case.q_lens, case.k_lens))
+        weights ``(hq, T, Sk)`` and the boolean window mask ``(T, Sk)``, where ``T`` is the query length after
+        :func:`jax_window`'s padding (a bottom-right window with Sq < Sk pads the queries to Sk: a decode row
+        over 32k keys is a 32k x 32k call; XLA's GEMM autotuner asked for 128 GiB there on the H100,
+        reports/h100-2026-12-06b-models). JAX allocates outside torch's allocator, so a row's ``peak_mem_mb``
+        does not show it: this hint is what the memory gate knows."""
+        rows = [(sk if case.window.align == "bottom_right" and sq < sk else sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
+        return max(2 * case.hq * t * sk * 4 + t * sk for t, sk in rows)
 
 
 class JaxCudnn(JaxBackend):
