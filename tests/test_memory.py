@@ -6,6 +6,7 @@ estimate (and, on CUDA, its peak)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 
@@ -391,3 +392,16 @@ def test_a_row_that_needs_the_card_drains_it_instead_of_waiting_for_the_end():
         assert gate.try_acquire(10)
     finally:
         stop.set()
+
+
+def test_jax_workers_give_memory_back_unless_the_user_chose_otherwise(monkeypatch):
+    """JAX's default BFC pool keeps all it grew to: a lane that ran one dense row would hold that memory for
+    the rest of the run, unseen by the memory gate. The backend asks for the platform allocator and no
+    pre-allocation before JAX is imported, without overriding a user's own setting."""
+    from parity.backends import jax_attn
+
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_ALLOCATOR", raising=False)
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
+    jax_attn._prepare_jax()
+    assert os.environ["XLA_PYTHON_CLIENT_ALLOCATOR"] == "platform"
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"  # the user's
