@@ -3,6 +3,7 @@
 # lengths), resumed over calls until complete. After the four parts are parked and `bash lab/device/install.sh` ran
 # on the same warm machine (lab/device/README.md):
 #   bash lab/loan/h200_models.sh run [LIMIT_S] [JOBS]  # the first call starts /tmp/models, later calls --resume it
+#   SEED=reports/h100-2026-12-06b-models/run bash lab/loan/h200_models.sh run ...  # first call: resume that run
 #   bash lab/loan/h200_models.sh mem [LIMIT_S]         # benchmarks/memory_estimate.py at scale 1, a few backends
 # Each call leaves $OUT/models.tgz: the run folder (masks.jsonl only while small: a call returns 16 MiB) and its log.
 set -u
@@ -12,6 +13,8 @@ d=/tmp/models
 case "${1:-}" in
   run)
     lim=${2:-420}
+    # SEED=reports/RUN/run: on a fresh machine, go on from a committed partial run (its .gz files unpacked)
+    if [ ! -d "$d" ] && [ -n "${SEED:-}" ]; then cp -r "$here/../$SEED" "$d" && gunzip -f "$d"/*.gz; fi
     resume=(); [ -f "$d/results.csv" ] && resume=(--resume)
     # rows in flight finish after --time-limit (a 32k prefill with its mask probe takes a while): the call's timeout
     # leaves them 140 s; the compile cache stays on the machine for the next call
