@@ -407,3 +407,19 @@ def test_jax_workers_give_memory_back_unless_the_user_chose_otherwise(monkeypatc
     jax_attn._prepare_jax()
     assert os.environ["XLA_PYTHON_CLIENT_ALLOCATOR"] == "platform"
     assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"  # the user's
+
+
+def test_the_summary_says_how_many_new_failures_are_out_of_memory():
+    """A row too large for its card is an ``error`` (issue 27): the summary counts it among the new failures,
+    and says how many of those are out of memory, so a reader tells the card's limit from a divergence."""
+    from parity.sweep import known_vs_new
+
+    rows = [
+        {"verdict": "error", "detail": "out of memory: CUDA out of memory. Tried to allocate 128.00 GiB; estimated 400064 MiB"},
+        {"verdict": "error", "detail": "RuntimeError: head_dim must be 64"},
+        {"verdict": "fail", "detail": ""},
+        {"verdict": "pass", "detail": "out of memory"},
+    ]
+    lines = known_vs_new(rows)
+    assert any(line.startswith("new failures: 3 rows") and "1 of them out of memory" in line for line in lines), lines
+    assert not any("out of memory" in line for line in known_vs_new(rows[1:]))

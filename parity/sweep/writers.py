@@ -74,13 +74,14 @@ def known_vs_new(rows: Iterable[dict[str, Any]]) -> list[str]:
     """Lines saying how many failing rows are known divergences, how many are new, and which
     strict entries passed (empty when there is nothing to say)."""
     by_id: dict[str, dict[str, int]] = {}
-    new = 0
+    new = oom = 0
     for r in rows:
         if r["verdict"] in ("expected", "unexpected-pass"):
             n = by_id.setdefault(r.get("expected_id") or "?", {"expected": 0, "unexpected-pass": 0})
             n[r["verdict"]] += 1
         elif r["verdict"] in RAW_FAIL_VERDICTS:
             new += 1
+            oom += r["verdict"] == "error" and str(r.get("detail") or "").startswith("out of memory")
     expected = {k: v["expected"] for k, v in by_id.items() if v["expected"]}
     xpass = {k: v["unexpected-pass"] for k, v in by_id.items() if v["unexpected-pass"]}
     out = []
@@ -89,7 +90,8 @@ def known_vs_new(rows: Iterable[dict[str, Any]]) -> list[str]:
             f"known divergences: {sum(expected.values())} rows expected"
             + (" (" + ", ".join(f"{k} {n}" for k, n in expected.items()) + ")" if expected else "")
         )
-        out.append(f"new failures: {new} rows (failing, no known divergence explains them)")
+        too_big = f"; {oom} of them out of memory: each row's detail says what it was estimated to need and what was free" if oom else ""
+        out.append(f"new failures: {new} rows (failing, no known divergence explains them{too_big})")
     if xpass:
         out.append(
             f"unexpected passes: {sum(xpass.values())} rows covered by strict entries that passed ("
