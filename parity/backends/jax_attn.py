@@ -146,8 +146,7 @@ def jax_attention(q, k, v, out, q_lens, k_lens, natives, implementation, scale, 
     ``pad_q`` zero query rows go in front, their outputs dropped. ``jitted``: :func:`jax_attention_fn` or a
     cache of it.
     """
-    _prepare_jax()  # JAX shares the GPU with torch
-    import jax
+    import jax  # JAX_ENV is set before: by the backend (_prepare_jax), or by a repro script's head
 
     if q.is_cuda:
         torch.cuda.synchronize()  # torch's stream must be done before JAX reads the buffers
@@ -185,8 +184,7 @@ _grad_fn = functools.lru_cache(maxsize=4096)(jax_grad_fn)
 def jax_attention_grads(q, k, v, dout, q_lens, k_lens, natives, implementation, scale, jitted):
     """``(dq, dk, dv)`` of :func:`jax_attention` against ``dout`` ``(total_q, hq, d)``, per sequence, through
     DLPack; ``jitted``: :func:`jax_grad_fn` or a cache of it. Shapes as ``q``, ``k``, ``v``."""
-    _prepare_jax()  # JAX shares the GPU with torch
-    import jax
+    import jax  # JAX_ENV is set before: by the backend (_prepare_jax), or by a repro script's head
 
     if q.is_cuda:
         torch.cuda.synchronize()  # torch's stream must be done before JAX reads the buffers
@@ -260,6 +258,7 @@ class JaxBackend(Backend):
 
     def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, ...]:
         natives = self.natives(case)
+        _prepare_jax()
         with refusals(JAX_REFUSALS + GRAD_REFUSALS, f"jax ({self.implementation}) backward"):
             return jax_attention_grads(
                 inputs.q, inputs.k, inputs.v, dout, case.q_lens, case.k_lens, natives, self.implementation, case.softmax_scale, _grad_fn
@@ -271,6 +270,7 @@ class JaxBackend(Backend):
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         natives = self.natives(case)
+        _prepare_jax()
         with refusals(JAX_REFUSALS, f"jax ({self.implementation})"):
             return jax_attention(
                 inputs.q, inputs.k, inputs.v, out, case.q_lens, case.k_lens, natives, self.implementation, case.softmax_scale, _attention_fn
@@ -308,11 +308,14 @@ class JaxBackend(Backend):
                 return jax_attention(q, k, v, torch.empty_like(q), Q_LENS, K_LENS, NATIVE, {self.implementation!r}, SCALE,
                                      jax_attention_fn)
             """,
-            head="""\
-            import os
-
-            os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares the GPU with torch
-            import jax  # noqa: F401, E402 - the backend's package (exit 2 here when it does not import)""",
+            head="\n".join(
+                [
+                    "import os",
+                    "",
+                    *(f"os.environ.setdefault({k!r}, {v!r})  # JAX shares the GPU with torch" for k, v in JAX_ENV.items()),
+                    "import jax  # noqa: F401, E402 - the backend's package (exit 2 here when it does not import)",
+                ]
+            ),
         )
 
 
