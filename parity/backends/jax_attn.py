@@ -332,8 +332,14 @@ class JaxXla(JaxBackend):
         over 32k keys is a 32k x 32k call; XLA's GEMM autotuner asked for 128 GiB there on the H100,
         reports/h100-2026-12-06b-models). JAX allocates outside torch's allocator, so a row's ``peak_mem_mb``
         does not show it: this hint is what the memory gate knows."""
-        rows = [(sk if case.window.align == "bottom_right" and sq < sk else sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
-        return max(2 * case.hq * t * sk * 4 + t * sk for t, sk in rows)
+
+        def queries(sq: int, sk: int) -> int:  # jax_window's padded query rows; a refused sequence as it is
+            try:
+                return jax_window(case.window, sq, sk, self.causal_with_window)[0] + sq
+            except Unsupported:
+                return sq
+
+        return max(2 * case.hq * queries(sq, sk) * sk * 4 + queries(sq, sk) * sk for sq, sk in zip(case.q_lens, case.k_lens))
 
 
 class JaxCudnn(JaxBackend):
