@@ -4,6 +4,13 @@
 #   bash lab/loan/h200_issues.sh thru [LIMIT_S]     # issue 31: benchmarks/throughput.py cold then warm, ALONE on
 #                                                   # the GPU (run it before launch) -> $OUT/thru.tgz
 #     [JOBS=N] [RUNS=warm CACHE=DIR]                # lanes; only a warm run, on a cache earlier calls filled
+#     [RUN_ARGS="--split auto"]                     # more `parity run` options for every run
+#   bash lab/loan/h200_issues.sh cold LIMIT_S       # issue 31's cold run of the whole default profile into
+#                                                   # /tmp/tp/cold (cache /tmp/tp/cc), --resume'd by each later call
+#                                                   # until complete -> $OUT/cold.tgz; then `thru` with RUNS=warm
+#                                                   # CACHE=/tmp/tp/cc for the warm figure
+#   bash lab/loan/h200_issues.sh vdiff LIMIT_S      # old code (.stage/old-6ac94c6, carried) against new on CASES
+#                                                   # cases, both on the cold run's cache -> $OUT/vdiff.tgz
 #   bash lab/loan/h200_issues.sh launch [FEAT_S] [GRAD_S] [GATE_S]  # the detached jobs below; returns at once
 #   bash lab/loan/h200_issues.sh collect LIMIT_S    # wait for them (up to LIMIT_S), $OUT/<job>.tgz each
 #   bash lab/loan/h200_issues.sh resume-grad LIMIT_S  # issue 30: continue the committed --grad runs of
@@ -56,12 +63,29 @@ case "${1:-}" in
     nruns=$(echo "${RUNS:-cold,warm}" | tr ',' '\n' | grep -c .)
     timeout "${2:-240}" python3 "$here/../benchmarks/throughput.py" --out "$w/new" --profile default --backend all-gpu \
       --jobs "${JOBS:-8}" --time-limit $(( (${2:-240} - 60) / (nruns + 1) )) --runs "${RUNS:-cold,warm}" ${CACHE:+--cache "$CACHE"} \
-      > "$w/thru.log" 2>&1
+      ${RUN_ARGS:+-- $RUN_ARGS} > "$w/thru.log" 2>&1
     rc=$?; echo "throughput rc=$rc"; tail -n 40 "$w/thru.log" | cut -c1-200
     [ "$rc" = 124 ] && python3 "$here/../benchmarks/throughput.py" --out "$w/new" --runs "${RUNS:-cold,warm}" --summarize \
       > "$w/summary.txt" 2>&1
     # the compile cache (330 MB on 12-05d) and the bulky per-row files stay on the machine: a call returns 16 MiB
     tar czf "$OUT/thru.tgz" -C /tmp --exclude=compile-cache --exclude=results.json --exclude=masks.jsonl thru ;;
+  cold)
+    w=/tmp/tp; mkdir -p "$w"; lim=${2:-400}
+    more=""; [ -f "$w/cold/progress.jsonl" ] || [ -f "$w/cold/results.csv" ] && more="--resume"
+    # no timeout kill before the run writes: rows in flight finish after --time-limit (FlashInfer builds 18 s each)
+    t0=$(date +%s)
+    timeout $(( lim + 150 )) python3 -m parity run $more --profile default --backend all-gpu --jobs "${JOBS:-12}" \
+      ${RUN_ARGS:-} --shrink 0 --no-report -q --compile-cache "$w/cc" --out "$w/cold" --time-limit "$lim" >> "$w/cold.log" 2>&1
+    echo "cold rc=$? in $(( $(date +%s) - t0 )) s ($more): $(( $(wc -l < "$w/cold/results.csv") - 1 )) rows"; grep -v "^  \|^$" "$w/cold.log" | tail -n 12 | cut -c1-200
+    du -sh "$w/cc" 2>/dev/null
+    tar czf "$OUT/cold.tgz" -C "$w" --exclude=results.json --exclude=masks.jsonl cold cold.log ;;
+  vdiff)
+    # the old code has no FLASHINFER_WORKSPACE_BASE of its own: give it the cold run's builds too
+    export FLASHINFER_WORKSPACE_BASE=/tmp/tp/cc/flashinfer
+    timeout "${2:-400}" bash "$here/loan/verdict_diff.sh" run /tmp/vd all-gpu default -- --jobs "${JOBS:-12}" \
+      --compile-cache /tmp/tp/cc ${RUN_ARGS:-} > /tmp/vd.log 2>&1
+    echo "vdiff rc=$?"; tail -n 8 /tmp/vd.log | cut -c1-200
+    tar czf "$OUT/vdiff.tgz" -C /tmp --exclude=results.json --exclude=masks.jsonl vd vd.log ;;
   launch)
     bg start features --watch /tmp/features -- bash -c "$(declare -f features); PARITY_CC=$PARITY_CC features ${2:-330}"
     bg start lse --watch /tmp/lse -- bash -c "$(declare -f lse); PARITY_CC=$PARITY_CC LSE_BACKENDS=$LSE_BACKENDS lse 240"
@@ -86,5 +110,5 @@ case "${1:-}" in
   collect)
     bg collect "${2:-540}"
     nvidia-smi --query-gpu=name,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null ;;
-  *) echo "usage: bash lab/loan/h200_issues.sh thru [LIMIT_S] | launch | collect LIMIT_S | resume-grad LIMIT_S" >&2; exit 2 ;;
+  *) echo "usage: bash lab/loan/h200_issues.sh thru [LIMIT_S] | cold LIMIT_S | vdiff LIMIT_S | launch | collect LIMIT_S | resume-grad LIMIT_S" >&2; exit 2 ;;
 esac
