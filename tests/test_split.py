@@ -10,7 +10,8 @@ import pytest
 from parity import Case, Window
 from parity.backends.reference import ReferenceBackend
 from parity.strategies import generate, profile
-from parity.sweep import _safe, config_key, plan_lanes, run_sweep, split_cases
+from parity.sweep import SweepOptions, _safe, config_key, plan_lanes, run_sweep, split_cases
+from parity.sweep.lanes import auto_splits, plan
 
 
 def _cases() -> list[Case]:
@@ -101,3 +102,30 @@ def test_split_refuses_what_it_cannot_do():
         run_sweep(["reference"], cases, jobs=2, splits={"reference": 2}, isolate=False, progress=False)
     with pytest.raises(ValueError, match="K must be >= 1"):
         run_sweep(["reference"], cases, splits={"reference": 0}, progress=False)
+
+
+def test_auto_splits_splits_the_backends_above_an_even_share_of_the_lanes():
+    five = dict.fromkeys("abc", 5)
+    assert auto_splits({"a": 10, "b": 1, "c": 1}, five, 2) == {"a": 2}  # M = 6: only a is above it
+    assert auto_splits({"a": 10, "b": 1, "c": 1}, five, 4) == {"a": 4}  # M = 3: ceil(10 / 3)
+    assert auto_splits({"a": 10, "b": 1, "c": 1}, five, 8) == {"a": 5}  # ceil(10 / 1.5) = 7, 5 configurations
+    assert auto_splits({"a": 10, "b": 1, "c": 1}, {**five, "a": 1}, 4) == {}  # one configuration: one part
+    assert auto_splits({"a": 6, "b": 5, "c": 1}, five, 3) == {"a": 2, "b": 2}  # M = 4
+    assert auto_splits({"a": 2, "b": 1, "c": 1}, five, 2) == {}  # a load equal to M stays whole
+    assert auto_splits({"a": 10, "b": 1, "c": 1}, five, 1) == {}  # one lane
+
+
+def test_plan_splits_by_measured_cost_where_auto_is_asked_and_it_can(tmp_path):
+    cases = _cases()  # 5 configurations
+    specs = ["reference", "sdpa", "flex"]  # cost hints 1, 1, 10
+    p = plan(specs, cases, SweepOptions(jobs=2, auto_split=True))
+    assert p.splits == p.auto == {"flex": 2} and sorted(map(len, p.lanes)) == [2, 2]
+    assert p.auto_line() == "--split auto: flex into 2 parts"
+    costs = tmp_path / "lane_costs.json"  # earlier runs measured sdpa the heavy one: it splits, flex does not
+    costs.write_text(json.dumps({"seconds_per_row": {"reference": 0.01, "sdpa": 0.5, "flex": 0.02}}))
+    assert plan(specs, cases, SweepOptions(jobs=4, auto_split=True, cost_file=str(costs))).auto == {"sdpa": 4}
+    explicit = plan(specs, cases, SweepOptions(jobs=4, auto_split=True, splits={"flex": 1, "sdpa": 2}))
+    assert explicit.splits == {"sdpa": 2} and explicit.auto == {}  # --split B=K wins for B, even K = 1
+    for off in (SweepOptions(jobs=2), SweepOptions(jobs=1, auto_split=True), SweepOptions(jobs=2, auto_split=True, isolate=False)):
+        p = plan(specs, cases, off)
+        assert p.splits == {} and p.auto is None and p.auto_line() == "", off

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import statistics
 import threading
@@ -23,7 +24,9 @@ from .options import SweepOptions
 __all__ = [
     "THREAD_VARS",
     "LanePlan",
+    "auto_splits",
     "check_splits",
+    "chosen_splits",
     "config_key",
     "lane_costs",
     "lane_thread_env",
@@ -125,6 +128,43 @@ def check_splits(splits: dict[str, int] | None, specs: list[str], jobs: int, iso
     return out
 
 
+def auto_splits(loads: Mapping[str, float], configs: Mapping[str, int], jobs: int) -> dict[str, int]:
+    """``--split auto``: the backends worth splitting, each with its number of parts K >= 2 (a backend
+    left out is not split).
+
+    ``loads``: each backend's expected lane time (its cases x its cost per row, :func:`lane_costs`);
+    ``configs``: its distinct configurations (:func:`config_key`) among the cases. M = sum(loads) / jobs
+    is a lane's load were the work spread evenly; a backend whose load exceeds M gets K = ceil(load / M)
+    parts, at most its configurations (:func:`split_cases` keeps a configuration in one part) and at
+    most ``jobs`` (each part needs a lane of its own; load / M never exceeds jobs, so a guard only):
+
+    ===============  ===========  ====  ============  ==========================================
+    loads            configs      jobs  result        why
+    ===============  ===========  ====  ============  ==========================================
+    a=10 b=1 c=1     5 each       2     {a: 2}        M = 6, ceil(10 / 6) = 2
+    a=10 b=1 c=1     5 each       4     {a: 4}        M = 3, ceil(10 / 3) = 4
+    a=10 b=1 c=1     5 each       8     {a: 5}        M = 1.5, ceil(10 / 1.5) = 7 > 5 configurations
+    a=10 b=1 c=1     a: 1         4     {}            one configuration: one part
+    a=6 b=5 c=1      5 each       3     {a: 2, b: 2}  M = 4: both above it
+    a=2 b=1 c=1      5 each       2     {}            M = 2: a load equal to M is not above it
+    anything         any          1     {}            one lane
+    ===============  ===========  ====  ============  ==========================================
+
+    Worker processes and lanes are the caller's to check: :func:`plan` asks only with isolation on
+    and more than one lane (``--no-isolate`` or ``--jobs 1``: nothing is split).
+    """
+    total = sum(loads.values())
+    if jobs <= 1 or total <= 0:
+        return {}
+    mean = total / jobs
+    out: dict[str, int] = {}
+    for spec, load in loads.items():
+        k = min(jobs, configs.get(spec, 1), math.ceil(load / mean - 1e-9))  # 1e-9: a load equal to M is not split
+        if k > 1:
+            out[spec] = k
+    return out
+
+
 def split_cases(cases: list[Case], parts: int) -> dict[str, int]:
     """Case id -> part (0 .. parts-1) for a backend split over ``parts`` workers (``--split``).
 
@@ -175,11 +215,19 @@ class LanePlan:
     splits: dict[str, int]
     thread_env: dict[str, str]  # CPU threads per worker (lanes share the CPUs)
     note: str = ""  # GPUs left idle, said once
+    auto: dict[str, int] | None = None  # --split auto: the parts it chose per backend (None: not asked)
 
     def runs(self, unit: str, case: Case) -> bool:
         """Does ``unit`` run ``case``? (A part of a split backend runs its own configurations only.)"""
         spec, part = self.units[unit]
         return part is None or self.part_of[spec][case.case_id] == part
+
+    def auto_line(self) -> str:
+        """What ``--split auto`` chose, in one line ("" where it did not run: not asked, one lane, no isolation)."""
+        if self.auto is None:
+            return ""
+        chosen = ", ".join(f"{s} into {k} parts" for s, k in self.auto.items())
+        return f"--split auto: {chosen or 'none split (no backend left to it costs more than an even share of the lanes)'}"
 
     def worker_env(self, unit: str) -> dict[str, str]:
         env = dict(self.thread_env)
@@ -191,15 +239,15 @@ class LanePlan:
 def plan(specs: Sequence[str], cases: list[Case], options: SweepOptions) -> LanePlan:
     """The sweep's units, lanes and their GPUs, before any worker starts: lanes from the backends'
     cost hints (:func:`parity.shard.cost_hints`), or their seconds per row measured by earlier runs
-    (``options.cost_file``, :func:`lane_costs`), over their parts, placed on ``options.gpus``
-    by :func:`parity.shard.unit_gpus`."""
-    splits = check_splits(dict(options.splits), list(specs), options.jobs, options.isolate)
+    (``options.cost_file``, :func:`lane_costs`), over their parts (:func:`chosen_splits`), placed on
+    ``options.gpus`` by :func:`parity.shard.unit_gpus`."""
+    # one lane: nothing to balance
+    hints = lane_costs(shard.cost_hints(specs), measured_costs(options.cost_file)) if options.jobs > 1 else {}
+    splits, auto = chosen_splits(specs, cases, options, hints)
     units: dict[str, tuple[str, int | None]] = {}
     for s in specs:
         parts = splits.get(s)
         units.update({f"{s}#{i + 1}": (s, i) for i in range(parts)} if parts else {s: (s, None)})
-    # one lane: nothing to balance
-    hints = lane_costs(shard.cost_hints(specs), measured_costs(options.cost_file)) if options.jobs > 1 else {}
     costs = {u: hints.get(s, 1.0) / splits.get(s, 1) for u, (s, _) in units.items()}
     if options.jobs <= 1:
         lanes = [list(units)]
@@ -211,9 +259,23 @@ def plan(specs: Sequence[str], cases: list[Case], options: SweepOptions) -> Lane
         idle = ", ".join(options.gpus[len(lanes) :])
         note = f"{len(lanes)} lane(s) for {len(options.gpus)} GPUs: GPU {idle} left idle (--jobs {len(options.gpus)} uses them all)"
     gpu_of = {u: env["CUDA_VISIBLE_DEVICES"] for u, env in shard.unit_gpus(lanes, costs, gpus).items()} if gpus else {}
-    return LanePlan(
-        units, {s: split_cases(cases, k) for s, k in splits.items()}, lanes, gpu_of, splits, lane_thread_env(options.jobs, len(units)), note
-    )
+    part_of = {s: split_cases(cases, k) for s, k in splits.items()}
+    return LanePlan(units, part_of, lanes, gpu_of, splits, lane_thread_env(options.jobs, len(units)), note, auto)
+
+
+def chosen_splits(
+    specs: Sequence[str], cases: list[Case], options: SweepOptions, costs: Mapping[str, float]
+) -> tuple[dict[str, int], dict[str, int] | None]:
+    """The backends split (K > 1) and those :func:`auto_splits` chose (``options.auto_split``; None where
+    not asked, or where parts would get no worker processes or lanes: ``isolate`` off, ``jobs`` 1).
+    ``--split B=K`` wins for B; auto loads each backend with its cases x ``costs`` (its cost per row)."""
+    splits = check_splits(dict(options.splits), list(specs), options.jobs, options.isolate)
+    if not (options.auto_split and options.isolate and options.jobs > 1):
+        return splits, None
+    loads = {s: len(cases) * costs.get(s, 1.0) for s in specs}
+    configs = dict.fromkeys(specs, len({config_key(c) for c in cases}))
+    auto = {s: k for s, k in auto_splits(loads, configs, options.jobs).items() if s not in options.splits}
+    return {**splits, **auto}, auto
 
 
 def run_lanes(lanes: list[list[str]], lane: Callable[[list[str]], None], stop: threading.Event, on_interrupt: Callable[[], None]) -> None:

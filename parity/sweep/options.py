@@ -38,6 +38,7 @@ class SweepOptions:
     jobs: int = 1  # lanes that run at once
     time_limit: float | None = None
     splits: Mapping[str, int] = dataclasses.field(default_factory=dict)  # backend -> workers (--split)
+    auto_split: bool = False  # --split auto: split the other backends by their measured cost (lanes.auto_splits)
     expectations: Expectations | None = None
     gpus: tuple[str, ...] = ()
     shrink_calls: int = 0  # backend calls the shrinker may spend per failing backend (0: off)

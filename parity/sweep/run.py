@@ -104,6 +104,7 @@ class Sweep:
         self.timing = SweepTiming()
         self.timing.jobs, self.timing.lanes, self.timing.parts = options.jobs, self.plan.lanes, dict(self.plan.splits)
         self.timing.unit_gpu = dict(self.plan.gpu_of)
+        self.timing.auto_split = self.plan.auto
         self.timing.shard = dict(options.shard) if options.shard else None
         self.timing.earlier = earlier_calls(read_timing(out_dir)) if options.resume and out_dir else []
         self.bar = Progress(len(self.specs) * len(cases), enabled=options.progress)
@@ -120,8 +121,9 @@ class Sweep:
         self.deadline = None if options.time_limit is None else self.t0 + options.time_limit
 
     def run(self) -> SweepResult:
-        if self.plan.note and self.options.progress:
-            print(f"parity: {self.plan.note}", file=sys.stderr)
+        for line in (self.plan.note, self.plan.auto_line()):
+            if line and self.options.progress:
+                print(f"parity: {line}", file=sys.stderr)
         try:
             self._start_executors()
             self.t_rows = time.perf_counter()
@@ -543,6 +545,7 @@ def run_sweep(
     ``time_limit``: seconds after which no new row is started; the result is then ``partial`` and
     ``resume=True`` on the same folder runs the rest. ``splits``: ``{backend: K}`` runs that backend
     in K workers at once, each in its own lane, each taking the cases of its own configurations
-    (:func:`parity.sweep.lanes.split_cases`). Rows are the same whatever the lanes."""
+    (:func:`parity.sweep.lanes.split_cases`); ``auto_split`` picks K for the other backends by their
+    cost (:func:`parity.sweep.lanes.auto_splits`). Rows are the same whatever the lanes."""
     options = dataclasses.replace(options or SweepOptions(), **fields) if fields else options or SweepOptions()
     return Sweep(specs, cases, options, out_dir, on_row).run()

@@ -150,7 +150,8 @@ class SweepTiming:
 
     ``gpus`` / ``per_gpu`` (``--gpus``): per GPU, its lanes, their units, the rows they wrote, the
     longest of its lanes' wall times and their backends' call time; ``shard``: the ``--shard``
-    record of the run (``parity merge`` writes each merged run's in its ``timing.json``).
+    record of the run (``parity merge`` writes each merged run's in its ``timing.json``);
+    ``auto_split`` (``--split auto`` only, where it ran): ``{backend: parts}`` it chose.
     """
 
     KEYS = ("cases", "exec_s", "judge_s", "baseline_s", "call_s", "probe_call_s", "probe_s", "gen_s")
@@ -164,6 +165,7 @@ class SweepTiming:
         self.worker_threads: int | None = None  # OMP_NUM_THREADS given to each worker (lanes), None: their default
         self.small_times: dict[str, list[float]] = {}  # per backend: each S <= 4096 case's exec_s + judge_s
         self.parts: dict[str, int] = {}  # split backends: number of parts
+        self.auto_split: dict[str, int] | None = None  # --split auto: the parts it chose (None: it did not run)
         self.part_small: dict[str, dict[int, float]] = {}  # split backends: per part, the sum of small_times
         self.unit_calls: dict[str, float] = {}  # per lane unit (a backend or one part): call_s + probe_call_s
         self.unit_rows: dict[str, int] = {}  # per lane unit: rows written (unavailable ones included)
@@ -302,6 +304,8 @@ class SweepTiming:
             "reference_stages_s": {k: round(v, 4) for k, v in self.reference_stages.items()},
             "reference_recomputed": self.reference_recomputed,
         }
+        if self.auto_split is not None:
+            out["auto_split"] = dict(self.auto_split)
         if self.earlier:  # a run continued with --resume: each call's headline, and every call summed
             out.update(earlier_calls=self.earlier, all_calls=all_calls([*self.earlier, _headline(out)]))
         return out
@@ -388,6 +392,11 @@ def split_line(timing: dict[str, Any]) -> str:
         parts.append(f"{len(lanes)} lane(s) on {len(per_gpu)} GPU(s) ({gpus})")
     elif len(lanes) > 1:
         parts.append(f"{len(lanes)} lanes on the CPU")
+    auto = timing.get("auto_split")
+    split = {s: t["parts"] for s, t in (timing.get("per_backend") or {}).items() if t.get("parts")}
+    if split or auto is not None:
+        each = ", ".join(f"{s} in {k} parts" + (" (--split auto)" if s in (auto or {}) else "") for s, k in split.items())
+        parts.append(each or "--split auto split no backend")
     total = timing.get("all_calls")
     if total:  # a run continued with --resume
         parts.append(f"{total['calls']} calls (--resume): {total['wall_s']:g} s and {total['rows_run']} rows in all")
