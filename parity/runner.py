@@ -195,15 +195,22 @@ def left_out(prof, n_cases: int) -> str:
     )
 
 
-def _splits(items: Sequence[str] | None) -> dict[str, int]:
-    """``--split BACKEND=K`` items as ``{BACKEND: K}`` (checked against the run by :func:`sweep.check_splits`)."""
+def _splits(items: Sequence[str] | None) -> tuple[dict[str, int], bool]:
+    """``--split BACKEND=K`` items as ``{BACKEND: K}`` (checked against the run by :func:`sweep.check_splits`),
+    and whether ``--split auto`` was among them."""
     out: dict[str, int] = {}
+    auto = False
     for item in items or []:
         name, sep, k = item.partition("=")
+        if name.strip() == "auto":
+            if sep:
+                raise UsageError(f"--split {item}: auto takes no K (it picks each backend's K from its cost); give --split auto")
+            auto = True
+            continue
         if not sep or not name or not k.strip().isdigit():
-            raise UsageError(f"--split wants BACKEND=K (K a whole number), got {item!r}")
+            raise UsageError(f"--split wants BACKEND=K (K a whole number) or auto, got {item!r}")
         out[name] = int(k)
-    return out
+    return out, auto
 
 
 def _run_specs(req: RunRequest) -> tuple[list[str], list[str]]:
@@ -225,8 +232,9 @@ def _run_specs(req: RunRequest) -> tuple[list[str], list[str]]:
     return specs, explicit
 
 
-def _check_run_args(req: RunRequest, specs: list[str]) -> tuple[dict, dict[str, int]]:
-    """The run's numeric arguments checked; its error budgets and its ``--split`` parts."""
+def _check_run_args(req: RunRequest, specs: list[str]) -> tuple[dict, dict[str, int], bool]:
+    """The run's numeric arguments checked; its error budgets, its ``--split`` parts (as given: ``B=1``
+    keeps B whole under ``--split auto``) and whether ``--split auto`` was given."""
     from .sweep import check_splits
     from .verdict import budgets_with
 
@@ -241,11 +249,12 @@ def _check_run_args(req: RunRequest, specs: list[str]) -> tuple[dict, dict[str, 
         raise UsageError(f"--timeout must be > 0 seconds, got {req.timeout:g}")
     if req.time_limit is not None and req.time_limit <= 0:
         raise UsageError(f"--time-limit must be > 0 seconds, got {req.time_limit:g}")
+    splits, auto = _splits(req.split)
     try:  # before any case is generated: a bad --split costs nothing
-        splits = check_splits(_splits(req.split), specs, req.jobs, not req.no_isolate)
+        check_splits(splits, specs, req.jobs, not req.no_isolate)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return budgets, splits
+    return budgets, splits, auto
 
 
 def _reference_device(choice: str) -> str:
@@ -312,7 +321,7 @@ def run(req: RunRequest) -> int:
     if req.last_failed:
         req = _last_failed(req)
     specs, explicit = _run_specs(req)
-    budgets, splits = _check_run_args(req, specs)
+    budgets, splits, auto_split = _check_run_args(req, specs)
     gpus = read_gpus(req.gpus, not req.no_isolate)  # before any case is generated: a bad --gpus costs nothing
     expectations = load_checked(req.expect)
     cases, design, req = load_cases(req, specs)
@@ -332,6 +341,7 @@ def run(req: RunRequest) -> int:
         req,
         budgets=budgets,
         splits=splits,
+        auto_split=auto_split,
         expectations=expectations,
         reference_device=ref_dev,
         shard=shard_rec,

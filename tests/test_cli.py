@@ -69,6 +69,8 @@ def test_repro_command_from_csv_reruns_the_case(tmp_path):
         (["run", "--backend", "reference", "--split", "reference=0"], "K must be >= 1"),
         (["run", "--backend", "reference", "--split", "reference=3", "--jobs", "2"], "needs --jobs 3"),
         (["run", "--backend", "reference", "--split", "reference=2", "--jobs", "2", "--no-isolate"], "--no-isolate"),
+        (["run", "--backend", "reference", "--split", "auto=3", "--jobs", "3"], "--split auto=3: auto takes no K"),
+        (["run", "--backend", "reference", "--split", "foo"], "BACKEND=K (K a whole number) or auto, got 'foo'"),
     ],
 )
 def test_usage_errors_exit_2_without_traceback(args, needle, capsys):

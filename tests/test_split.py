@@ -129,3 +129,32 @@ def test_plan_splits_by_measured_cost_where_auto_is_asked_and_it_can(tmp_path):
     for off in (SweepOptions(jobs=2), SweepOptions(jobs=1, auto_split=True), SweepOptions(jobs=2, auto_split=True, isolate=False)):
         p = plan(specs, cases, off)
         assert p.splits == {} and p.auto is None and p.auto_line() == "", off
+
+
+def test_split_auto_runs_the_rows_of_an_unsplit_run(tmp_path, capsys):
+    from parity.cli import main
+
+    (tmp_path / "cases.jsonl").write_text("".join(c.to_json() + "\n" for c in _cases()))
+    common = ["run", "--backend", "reference,sdpa,flex", "--case-file", str(tmp_path / "cases.jsonl"), "--jobs", "2"]
+    common += ["--no-report", "--shrink", "0", "-q"]
+    assert main([*common, "--out", str(tmp_path / "whole")]) == 0
+    assert main([*common, "--split", "auto", "--out", str(tmp_path / "auto")]) == 0
+    assert "work split: 2 lanes on the CPU; flex in 2 parts (--split auto)" in capsys.readouterr().out
+
+    def rows(folder: Path) -> dict:
+        with (folder / "results.csv").open(newline="") as fh:
+            return {(r["backend"], r["case_id"]): (r["verdict"], r["max_abs_err"]) for r in csv.DictReader(fh)}
+
+    assert rows(tmp_path / "auto") == rows(tmp_path / "whole") and len(rows(tmp_path / "auto")) == 3 * len(_cases())
+    timing = json.loads((tmp_path / "auto" / "timing.json").read_text())
+    assert timing["auto_split"] == {"flex": 2} and timing["per_backend"]["flex"]["parts"] == 2
+    assert {"flex_1.log", "flex_2.log"} <= {p.name for p in (tmp_path / "auto" / "logs").iterdir()}
+
+
+def test_resume_restores_split_auto(tmp_path):
+    from parity import cli
+    from parity.cli.common import resumed
+
+    (tmp_path / "environment.json").write_text(json.dumps({"argv": ["__main__.py", "run", "--split", "auto", "--jobs", "2"]}))
+    args = resumed(cli.build_parser().parse_args(["run", "--resume", "--out", str(tmp_path)]), cli.run.add_parser)
+    assert args.split == ["auto"] and args.jobs == 2

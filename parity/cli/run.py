@@ -159,9 +159,12 @@ def _lanes_and_output(r: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--split",
         action="append",
-        metavar="BACKEND=K",
+        metavar="BACKEND=K|auto",
         help="run BACKEND in K worker processes at once, each taking the cases of its own configurations "
-        "(for backends that compile per configuration on the host: flex, JAX, cuDNN); needs --jobs >= K",
+        "(for backends that compile per configuration on the host: flex, JAX, cuDNN); needs --jobs >= K. "
+        "'auto': split every backend whose cases x cost per row (measured by earlier runs with --compile-cache, "
+        "else its cost hint) exceed an even share of the N lanes into ceil(its load / share) parts, at most "
+        "its configurations; BACKEND=K wins for BACKEND; splits nothing with --jobs 1 or --no-isolate",
     )
     r.add_argument(
         "--time-limit",
