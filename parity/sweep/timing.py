@@ -395,8 +395,8 @@ def split_line(timing: dict[str, Any]) -> str:
     auto = timing.get("auto_split")
     split = {s: t["parts"] for s, t in (timing.get("per_backend") or {}).items() if t.get("parts")}
     if split or auto is not None:
-        each = ", ".join(f"{s} in {k} parts" + (" (--split auto)" if s in (auto or {}) else "") for s, k in split.items())
-        parts.append(each or "--split auto split no backend")
+        told = ", ".join(f"{s} in {k} parts" + (" (--split auto)" if s in (auto or {}) else "") for s, k in split.items())
+        parts.append(told or "--split auto split no backend")
     total = timing.get("all_calls")
     if total:  # a run continued with --resume
         parts.append(f"{total['calls']} calls (--resume): {total['wall_s']:g} s and {total['rows_run']} rows in all")
