@@ -398,6 +398,7 @@ def backend_info(spec: str) -> dict[str, Any]:
         "description": getattr(backend, "description", ""),
         "unavailable": reason,
         "version": version,
+        "first_use_compile": bool(getattr(backend, "first_use_compile", False)),
     }
 
 

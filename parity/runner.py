@@ -47,6 +47,7 @@ class RunRequest:
     no_probes: bool = False
     max_mask_passes: int = 64
     timeout: float | None = None
+    compile_grace: float = 900.0
     no_isolate: bool = False
     budget: tuple[str, ...] = ()
     reference_device: str = "auto"
@@ -247,6 +248,8 @@ def _check_run_args(req: RunRequest, specs: list[str]) -> tuple[dict, dict[str, 
             raise UsageError(f"{flag} must be >= 1, got {value}")
     if req.timeout is not None and req.timeout <= 0:
         raise UsageError(f"--timeout must be > 0 seconds, got {req.timeout:g}")
+    if req.compile_grace < 0:
+        raise UsageError(f"--compile-grace must be >= 0 seconds, got {req.compile_grace:g}")
     if req.time_limit is not None and req.time_limit <= 0:
         raise UsageError(f"--time-limit must be > 0 seconds, got {req.time_limit:g}")
     splits, auto = _splits(req.split)
@@ -389,6 +392,7 @@ def sweep_options(req: RunRequest, **checked):
         probes=not req.no_probes,
         max_passes=req.max_mask_passes,
         timeout=req.timeout,
+        compile_grace=req.compile_grace,
         repeats=req.repeats,
         resume=req.resume,
         progress=not req.quiet,

@@ -4,6 +4,7 @@ left printed with the progress."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -44,6 +45,52 @@ class Hangs(ReferenceBackend):
     def run(self, case, inputs, out):
         time.sleep(600)
         return super().run(case, inputs, out)
+
+
+class BuildsOnFirstUse(ReferenceBackend):
+    """Right; the first call of each configuration in a worker sleeps PARITY_TEST_SLEEP seconds (a JIT
+    build); with PARITY_TEST_HANG set, its case of seed 5 hangs (after any build)."""
+
+    name = "builds-on-first-use"
+    first_use_compile = True
+    built: set = set()
+
+    def run(self, case, inputs, out):
+        from parity.shard import config_key
+
+        key = config_key(case)
+        if key not in self.built:
+            self.built.add(key)
+            time.sleep(float(os.environ["PARITY_TEST_SLEEP"]))
+        if os.environ.get("PARITY_TEST_HANG") and case.seed == 5:
+            time.sleep(600)
+        return super().run(case, inputs, out)
+
+
+OTHER_CONFIG = dataclasses.replace(CASE, head_dim=16, seed=1)
+
+
+@pytest.mark.parametrize("grace", [4.0, 0.0])
+def test_a_first_row_that_builds_its_kernel_gets_the_compile_grace(tmp_path, monkeypatch, capsys, grace):
+    """Three rows, two configurations, a fixed 1 s limit, a 2 s build. With the grace no row times out. With
+    none (--compile-grace 0) every row does, its retry too: each kill loses the build and the restarted
+    worker starts it again (FlashInfer's SM90 prefill modules on the H100 of 2026-12-06c, four times)."""
+    monkeypatch.setenv("PARITY_TEST_SLEEP", "2")
+    cases = [CASE, dataclasses.replace(CASE, seed=5), OTHER_CONFIG]
+    res = run_sweep([f"{ME}:BuildsOnFirstUse"], cases, progress=False, probes=False, timeout=1.0, compile_grace=grace)
+    assert [r["verdict"] for r in res.rows] == ["pass" if grace else "timeout"] * 3, [r["detail"] for r in res.rows]
+    assert capsys.readouterr().err.count("gave no answer within 1 s") == (0 if grace else 3)
+
+
+def test_a_built_configuration_gets_no_grace_and_its_hang_is_found_at_the_plain_limit(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PARITY_TEST_SLEEP", "0")
+    monkeypatch.setenv("PARITY_TEST_HANG", "1")
+    cases = [CASE, dataclasses.replace(CASE, seed=5)]
+    res = run_sweep([f"{ME}:BuildsOnFirstUse"], cases, progress=False, probes=False, timeout=1.0, compile_grace=2.0)
+    assert [r["verdict"] for r in res.rows] == ["pass", "timeout"]
+    # the hang's own limit is the plain 1 s; its retry, in a restarted worker that built nothing, has the grace
+    assert "gave no answer within 1 s" in capsys.readouterr().err
+    assert "nor within 3 s when retried alone" in res.rows[1]["detail"]
 
 
 def test_a_slow_but_right_backend_is_retried_alone_and_passes(tmp_path, monkeypatch, capsys):

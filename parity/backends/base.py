@@ -112,6 +112,10 @@ class Backend:
     #: Rough relative cost of one sweep case (compile-bound backends are high); ``--jobs``
     #: lanes are balanced on it.
     cost_hint: float = 1.0
+    #: True when the first call of a configuration (:func:`parity.shard.config_key`) builds a kernel on the
+    #: host (a JIT or graph compiler): that row's time limit gets ``--compile-grace`` on top (a build can take
+    #: minutes on a busy machine; a worker killed mid-build loses it, and the next row starts it again).
+    first_use_compile: bool = False
     #: fp8 dtypes of a KV cache ``run`` reads (see the module docstring); () = none.
     kv_dtypes: tuple[str, ...] = ()
     #: True when ``run`` also takes an fp8 query (``case.q_fp8``: ``inputs.q`` fp8, ``inputs.q_descale``).

@@ -137,7 +137,8 @@ def fa4_attention(
 
 
 class Fa4Backend(Backend):
-    cost_hint = 8  # relative sweep cost, for --jobs lanes: CuTe DSL compiles each new kernel configuration
+    cost_hint = 18  # relative sweep cost, for --jobs lanes: CuTe DSL compiles each new kernel configuration
+    first_use_compile = True  # (cold on the H100 of 2026-12-06c: 7.0 s per row, flex-cuda 11.5: hints 18 and 30)
     name = "fa4-cuda"
     device = "cuda"
     supports_paged = True

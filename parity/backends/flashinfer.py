@@ -293,6 +293,8 @@ def kv_scales(inputs: Inputs) -> tuple[float, float] | None:
 
 class FlashInferBackend(Backend):
     name = "flashinfer-cuda"
+    cost_hint = 10  # nvcc JIT-builds each kernel configuration: decode's 16 took 549 s, cold, on the H100 of 12-06c
+    first_use_compile = True  # an SM90 prefill module took over 4 minutes with 14 lanes compiling (12-06c)
     no_grad_reason = "FlashInfer is an inference library (forward only): no backward"
     device = "cuda"
     kv_dtypes = ("float8_e4m3fn",)  # kv_data_type / k_scale / v_scale; the query stays in the case's dtype

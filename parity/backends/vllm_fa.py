@@ -182,6 +182,8 @@ def vllm_fa_attention(
 
 class VllmFa2Backend(Backend):
     name = "vllm-fa2-cuda"
+    cost_hint = 8  # first calls of its configurations: 329 s over 38, cold, on the H100 of 2026-12-06c
+    first_use_compile = True  # its very first call took 185 s on the H100 of 2026-12-05d
     no_grad_reason = "vLLM's flash_attn_varlen_func is an inference kernel (forward only): no backward"
     device = "cuda"
     supports_paged = True
@@ -320,6 +322,8 @@ class VllmFa2Backend(Backend):
 
 class VllmFa3Backend(VllmFa2Backend):
     name = "vllm-fa3-cuda"
+    cost_hint = 1
+    first_use_compile = False  # 0.38 s of first calls over 149 configurations (12-06c)
     fa_version = 3
     kv_dtypes = ("float8_e4m3fn",)  # q_descale / k_descale / v_descale, an fp8 query with it (unsupported_reason)
     fp8_queries = True

@@ -110,6 +110,14 @@ def _how_it_runs(r: argparse.ArgumentParser) -> None:
         "reference's time on the case x the backend's calls per row); a row that times out is retried once, alone",
     )
     r.add_argument(
+        "--compile-grace",
+        type=float,
+        default=900.0,
+        metavar="SECONDS",
+        help="added to the limit of the first row of a configuration in a worker of a backend that builds kernels "
+        "on first use (FlashInfer, FA4, flex, JAX, vLLM FA2), until one answers (default 900; 0: none)",
+    )
+    r.add_argument(
         "--no-isolate",
         action="store_true",
         help="run backends in this process (faster; a crash ends the run, a sticky CUDA error ends it partial)",

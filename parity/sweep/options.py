@@ -29,6 +29,7 @@ class SweepOptions:
     timeout_floor: float = 120.0  # scaled limit: floor + timeout_scale x the reference's seconds on the case x the
     timeout_scale: float = 10.0  # backend's calls per row (1 + mask probe passes, or its measured ratio, the larger)
     retry_scale: float = 3.0  # a row that timed out is retried alone with its limit x this (a fixed --timeout: the same)
+    compile_grace: float = 900.0  # --compile-grace: added to the limit of a compiling backend's first row of a configuration
     repeats: int = 1  # timed calls per case (the median is reported)
     budgets: Mapping[str, Budget] = dataclasses.field(default_factory=lambda: dict(BUDGETS))
     reference_device: str = "cpu"  # where the float64 reference runs ("cuda": the lane's GPU, when gpus are given)
@@ -55,6 +56,8 @@ class SweepOptions:
         object.__setattr__(self, "gpus", tuple(str(g) for g in self.gpus or ()))
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {self.timeout:g}")
+        if self.compile_grace < 0:
+            raise ValueError(f"compile grace must be >= 0 seconds, got {self.compile_grace:g}")
         if self.gpus and not self.isolate and len(self.gpus) > 1:
             raise ValueError("several GPUs need one worker process per lane: drop --no-isolate or give one GPU")
 

@@ -111,6 +111,7 @@ class Sweep:
         self.eta = Eta(_planned(self.specs, cases)) if options.progress else None
         self.ratios: dict[str, list[float]] = {}  # per backend: seconds waited / the reference's seconds, rows that ran
         self.retries: list[Pending] = []  # rows that timed out once: retried alone after the lanes
+        self.built: dict[str, set[tuple[Any, ...]]] = {}  # per unit: configurations its worker answered (compiled)
         self.lock = threading.RLock()  # rows, writer, progress bar, timing
         self.stop, self.timed_out, self.failed_fast = threading.Event(), threading.Event(), threading.Event()
         self.lost_context = ""  # --no-isolate: "BACKEND on CASE" that left this process's CUDA context unusable
@@ -214,6 +215,7 @@ class Sweep:
         baseline_s = self._reference_now(case, unit) if failed is None and self.options.isolate else 0.0
         limit = self._limit(case, spec, unit)
         res = failed if failed is not None else ex.collect(timeout=limit)
+        self._note_built(case, unit, res)
         if res.get("oom") and self._gate(unit).budget is not None:
             res = self._retry_alone(case, unit, pending, res) if not self._ran_alone(case, unit) else self._alone_oom(res)
         if self.stop.is_set():  # interrupted: this answer may be the worker being shut down
@@ -327,10 +329,41 @@ class Sweep:
     def _reference_s_of(self, case: Case, unit: str) -> float:
         return self._baselines(unit).case_seconds.get(case.case_id, 0.0)
 
-    def _limit(self, case: Case, spec: str, unit: str) -> float:
-        """The row's time limit: ``--timeout``, else ``floor + scale x`` the reference's seconds on the
-        case ``x`` the backend's calls per row (1 + mask probe passes, or the median ratio of its rows
-        so far of seconds waited to the reference's seconds, the larger)."""
+    def _limit(self, case: Case, spec: str, unit: str, scale: float = 1.0) -> float:
+        """The row's time limit: its base (:meth:`_base_limit`) ``x scale`` (a retry's), plus the compile
+        grace of a first row of its configuration in a compiling backend's worker (:meth:`_grace`)."""
+        return self._base_limit(case, spec, unit) * scale + self._grace(case, unit)
+
+    def _grace(self, case: Case, unit: str) -> float:
+        """``--compile-grace`` where ``unit``'s backend builds kernels on first use (``first_use_compile``) and
+        its worker has not answered a row of ``case``'s configuration yet; else 0.
+
+        ====================  ===========================================  ======================
+        first_use_compile     the worker's earlier rows of the config       grace
+        ====================  ===========================================  ======================
+        False                 any                                          0
+        True                  none, or only timeouts / crashes since        --compile-grace
+        True                  one answered (ok) since its last restart      0
+        ====================  ===========================================  ======================
+        """
+        if not self.options.compile_grace or not self.unit_infos.get(unit, {}).get("first_use_compile"):
+            return 0.0
+        with self.lock:
+            return 0.0 if shard.config_key(case) in self.built.get(unit, ()) else self.options.compile_grace
+
+    def _note_built(self, case: Case, unit: str, res: dict[str, Any]) -> None:
+        """An answered row built its configuration in the worker; a timeout or crash restarts the worker, so
+        what it built in memory is gone (its disk cache stays, but a build killed halfway is lost)."""
+        with self.lock:
+            if res.get("status") in ("timeout", "crash"):
+                self.built.pop(unit, None)
+            elif res.get("status") == "ok":
+                self.built.setdefault(unit, set()).add(shard.config_key(case))
+
+    def _base_limit(self, case: Case, spec: str, unit: str) -> float:
+        """``--timeout``, else ``floor + scale x`` the reference's seconds on the case ``x`` the backend's
+        calls per row (1 + mask probe passes, or the median ratio of its rows so far of seconds waited to
+        the reference's seconds, the larger)."""
         o = self.options
         if o.timeout is not None:
             return o.timeout
@@ -349,7 +382,7 @@ class Sweep:
                 self.retries.append((case, unit, info, res, wait_s, ref_s, limit))
                 continue  # not recorded: the run is partial, --resume runs the row again
             spec = self.plan.units[unit][0]
-            longer = limit if self.options.timeout is not None else limit * self.options.retry_scale
+            longer = self._limit(case, spec, unit, 1.0 if self.options.timeout is not None else self.options.retry_scale)
             print(
                 f"parity: {spec} gave no answer within {limit:.0f} s on {case.summary()}; retrying it alone with {longer:.0f} s",
                 file=sys.stderr,
