@@ -93,6 +93,25 @@ def test_a_built_configuration_gets_no_grace_and_its_hang_is_found_at_the_plain_
     assert "nor within 3 s when retried alone" in res.rows[1]["detail"]
 
 
+def test_the_compile_grace_ends_with_the_time_limit(tmp_path, monkeypatch):
+    """A 30 s build, a 1 s limit, 60 s of grace and a 6 s --time-limit: the build is killed about 1 s past the
+    time limit and its row is left to --resume (not a timeout), instead of the run waiting 30 s for it."""
+    monkeypatch.setenv("PARITY_TEST_SLEEP", "30")
+    t0 = time.perf_counter()
+    res = run_sweep(
+        [f"{ME}:BuildsOnFirstUse"],
+        [CASE],
+        out_dir=tmp_path / "out",
+        progress=False,
+        probes=False,
+        timeout=1.0,
+        compile_grace=60.0,
+        time_limit=6.0,
+    )
+    assert time.perf_counter() - t0 < 20
+    assert res.partial and res.rows == []
+
+
 def test_a_slow_but_right_backend_is_retried_alone_and_passes(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PARITY_TEST_MARK", str(tmp_path / "slept"))
     monkeypatch.setenv("PARITY_TEST_SLEEP", "4")

@@ -331,8 +331,13 @@ class Sweep:
 
     def _limit(self, case: Case, spec: str, unit: str, scale: float = 1.0) -> float:
         """The row's time limit: its base (:meth:`_base_limit`) ``x scale`` (a retry's), plus the compile
-        grace of a first row of its configuration in a compiling backend's worker (:meth:`_grace`)."""
-        return self._base_limit(case, spec, unit) * scale + self._grace(case, unit)
+        grace of a first row of its configuration in a compiling backend's worker (:meth:`_grace`). The grace
+        ends with ``--time-limit``: a build still running then is killed at its base limit past it, and the
+        row is left to ``--resume`` (not recorded), so a limited run ends soon after its limit."""
+        grace = self._grace(case, unit)
+        if grace and self.deadline is not None:
+            grace = min(grace, max(0.0, self.deadline - time.perf_counter()))
+        return self._base_limit(case, spec, unit) * scale + grace
 
     def _grace(self, case: Case, unit: str) -> float:
         """``--compile-grace`` where ``unit``'s backend builds kernels on first use (``first_use_compile``) and
