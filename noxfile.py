@@ -78,9 +78,11 @@ def gpu(session: nox.Session) -> None:
         *shlex.split(os.environ.get("PARITY_PYTEST_ARGS", "")),
         success_codes=[0, 5],
     )
-    # lanes: compile-bound backends (flex, FA4, JAX XLA) run beside the rest instead of holding them up
+    # lanes: compile-bound backends (flex, FA4, JAX XLA, FlashInfer) run beside the rest instead of holding them up,
+    # split over several lanes where their cost (measured into the cache by earlier runs, else their hints) says so
     jobs = os.environ.get("PARITY_GPU_JOBS", "4")
-    session.run(python, "-m", "parity", "run", "--backend", backends, "--jobs", jobs, "--compile-cache", cache, *expect, *session.posargs)
+    lanes = ["--jobs", jobs, "--split", "auto"]
+    session.run(python, "-m", "parity", "run", "--backend", backends, *lanes, "--compile-cache", cache, *expect, *session.posargs)
 
 
 @nox.session

@@ -8,7 +8,8 @@
 #   bash lab/loan/h200_issues.sh cold LIMIT_S       # issue 31's cold run of the whole default profile into
 #                                                   # /tmp/tp/cold (cache /tmp/tp/cc), --resume'd by each later call
 #                                                   # until complete -> $OUT/cold.tgz; then `thru` with RUNS=warm
-#                                                   # CACHE=/tmp/tp/cc for the warm figure
+#                                                   # CACHE=/tmp/tp/cc for the warm figure; [RUN_ARGS=...] replaces
+#                                                   # its default `--split auto`
 #   bash lab/loan/h200_issues.sh vdiff LIMIT_S      # old code (.stage/old-6ac94c6, carried) against new on CASES
 #                                                   # cases, both on the cold run's cache -> $OUT/vdiff.tgz
 #   bash lab/loan/h200_issues.sh launch [FEAT_S] [GRAD_S] [GATE_S]  # the detached jobs below; returns at once
@@ -75,7 +76,7 @@ case "${1:-}" in
     # no timeout kill before the run writes: rows in flight finish after --time-limit (FlashInfer builds 18 s each)
     t0=$(date +%s)
     timeout $(( lim + 150 )) python3 -m parity run $more --profile default --backend all-gpu --jobs "${JOBS:-12}" \
-      ${RUN_ARGS:-} --shrink 0 --no-report -q --compile-cache "$w/cc" --out "$w/cold" --time-limit "$lim" >> "$w/cold.log" 2>&1
+      ${RUN_ARGS---split auto} --shrink 0 --no-report -q --compile-cache "$w/cc" --out "$w/cold" --time-limit "$lim" >> "$w/cold.log" 2>&1
     echo "cold rc=$? in $(( $(date +%s) - t0 )) s ($more): $(( $(wc -l < "$w/cold/results.csv") - 1 )) rows"; grep -v "^  \|^$" "$w/cold.log" | tail -n 12 | cut -c1-200
     du -sh "$w/cc" 2>/dev/null
     tar czf "$OUT/cold.tgz" -C "$w" --exclude=results.json --exclude=masks.jsonl cold cold.log ;;
