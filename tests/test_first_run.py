@@ -110,6 +110,7 @@ def test_the_compile_grace_ends_with_the_time_limit(tmp_path, monkeypatch):
     )
     assert time.perf_counter() - t0 < 20
     assert res.partial and res.rows == []
+    assert "(--time-limit 6 s reached: a build in flight then was cut)" in res.stopped_by
 
 
 def test_a_slow_but_right_backend_is_retried_alone_and_passes(tmp_path, monkeypatch, capsys):

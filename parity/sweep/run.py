@@ -512,7 +512,10 @@ class Sweep:
     def _stopped_by(self) -> str:
         """Why the run stopped before every row ran; "" when it did not."""
         if self.retries:
-            return f"{len(self.retries)} row(s) that timed out were not retried before the run stopped"
+            why = (
+                f" (--time-limit {self.options.time_limit:g} s reached: a build in flight then was cut)" if self.timed_out.is_set() else ""
+            )
+            return f"{len(self.retries)} row(s) that timed out were not retried before the run stopped{why}"
         if self.lost_context:
             return f"CUDA context lost in {self.lost_context} (--no-isolate)"
         if self.failed_fast.is_set():
