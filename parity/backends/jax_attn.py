@@ -340,7 +340,8 @@ class JaxXla(JaxBackend):
             except Unsupported:
                 return sq
 
-        return max(2 * case.hq * queries(sq, sk) * sk * 4 + queries(sq, sk) * sk for sq, sk in zip(case.q_lens, case.k_lens))
+        rows = [(queries(sq, sk), sk) for sq, sk in zip(case.q_lens, case.k_lens)]
+        return max(2 * case.hq * t * sk * 4 + t * sk for t, sk in rows)
 
 
 class JaxCudnn(JaxBackend):
