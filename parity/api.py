@@ -216,6 +216,9 @@ def miss_lines(record: Verdict | Judged | dict[str, Any]) -> list[str]:
         lines.append(f"grad: {v.grad_detail}")
     if v.lse_check == "fail":
         lines.append(f"lse: {v.lse_detail}")
+    if v.unconfirmed_id:
+        why = f"the known divergence {v.unconfirmed_id} would explain it, but the mask probe did not run"
+        lines.append(f"no mask evidence: {why} ({v.mask_detail})")
     if v.verdict != "fail" and v.detail:
         lines.append(v.detail)
     return lines

@@ -25,6 +25,14 @@ The data lives in ``parity/known_divergences.toml`` (:data:`DEFAULT_FILE`), one
                  "dk_err", "dv_err"]``); backward reasons here make a backward entry too
 ``detail``       optional: a regular expression that must be found in the row's ``detail``
                  (the library's own words of an ``error``, as pytest's ``raises(match=)``)
+``mask_detail``  optional: a regular expression that must be found in the row's ``mask_detail``
+                 (the mask probe's words: ``"wider on the right|sees every key"``; an exact mask
+                 says ``"see exactly the spec's keys"``). It, or ``mask`` among ``reasons``, makes
+                 the entry ask for **mask evidence** (below)
+``read_detail``  optional: a regular expression that must be found in the row's ``read_detail``
+                 (the read probe's words: ``"unused tail"``, ``"poisoned keys"``)
+``features``     optional: mechanism features of the case (:data:`FEATURES`, :func:`case_features`),
+                 ``{name = value or [values]}``, matched as ``condition`` is
 ``explanation``  one sentence
 ``upstream``     an issue URL, or ``"not reported"``
 ``strict``       default true: a row the entry covers that *passes* is ``unexpected-pass``
@@ -33,22 +41,34 @@ The data lives in ``parity/known_divergences.toml`` (:data:`DEFAULT_FILE`), one
 How a row is judged (:meth:`Expectations.judge`; ``covers`` = backend, versions and condition
 match; the row's own verdict is kept in ``raw_verdict``, its reasons stay in ``reasons``):
 
-==========================  =====================================  =================  ===========
-raw verdict                 entries that cover the row             verdict            expected_id
-==========================  =====================================  =================  ===========
-fail / error / crash /      one whose ``verdict`` is the row's and  ``expected``       its id
+==========================  =====================================  ===================  ===========  ==============
+raw verdict                 entries that cover the row             verdict              expected_id  unconfirmed_id
+==========================  =====================================  ===================  ===========  ==============
+fail / error / crash /      one whose ``verdict`` is the row's,    ``expected``         its id       ""
 timeout                     whose ``reasons`` the row has (and
-                            one of ``any_reasons``, if given)
-fail / error / ...          only ones describing another failure    unchanged          ""
-pass                        a strict one                            ``unexpected-pass`` its id
-pass                        only non-strict ones                    ``pass``           ""
-any                         none                                    unchanged          ""
-unsupported / unavailable   (never covered)                         unchanged          ""
-==========================  =====================================  =================  ===========
+                            one of ``any_reasons``, if given) and
+                            whose regular expressions match
+fail                        none explains it; one asks for mask    ``fail``             ""           its id
+                            evidence, the row's mask probe did
+                            not run, the row failed on values and
+                            the rest of the entry matches
+fail / error / ...          only ones describing another failure   unchanged            ""           ""
+pass                        a strict one                           ``unexpected-pass``  its id       ""
+pass                        only non-strict ones                   ``pass``             ""           ""
+any                         none                                   unchanged            ""           ""
+unsupported / unavailable   (never covered)                        unchanged            ""           ""
+==========================  =====================================  ===================  ===========  ==============
 
 The first entry in file order wins. ``expected`` is never a pass and never a failure: a run
 whose only non-passing rows are ``expected`` exits 0; ``unexpected-pass`` makes it exit 1
 (pytest's strict xfail), so a fix upstream is noticed and the entry retired.
+
+**Mask evidence.** An entry whose mechanism is a mask (``mask`` among its ``reasons``) or an exact mask
+(``mask_detail``, e.g. numerics "with exact masks") explains a row only with the mask probe's words. Where the
+probe could not run (``mask_check`` ``not_run``: too many passes at that length), a value failure
+(:data:`VALUE_REASONS`) of a case the entry covers is not silently expected: the row stays a failure, and
+``unconfirmed_id`` names the entry that would explain it (:meth:`Expectation.explains_but_for_mask`); the
+summary counts such rows apart ("failures an entry would explain but no mask evidence").
 
 Which files (:func:`load`): ``--expect FILE`` (repeatable; it replaces the default file;
 ``default`` names it, ``none`` alone disables), else ``$PARITY_EXPECT`` (files separated by
@@ -67,7 +87,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .case import Case
+from .case import Case, pages_seen
 from .coverage import DIMENSIONS, GRID_CELLS, matches
 from .errors import UserError
 from .results import RAW_FAIL_VERDICTS
@@ -91,7 +111,30 @@ GRAD_REASONS = ("dq_err", "dk_err", "dv_err", "dsinks_err", "grad_outside", "gra
 REASONS = (*REASONS, *GRAD_REASONS)
 #: ``grad_check`` values of a row whose backward ran and was judged.
 GRAD_CHECKED = ("ok", "mismatch", "error")
-FIELDS = ("id", "backend", "versions", "condition", "verdict", "reasons", "any_reasons", "detail", "explanation", "upstream", "strict")
+FIELDS = (
+    "id", "backend", "versions", "condition", "features", "verdict", "reasons", "any_reasons", "detail", "mask_detail", "read_detail",
+    "explanation", "upstream", "strict",
+)  # fmt: skip
+#: The regular-expression fields: each is searched in the row's column of the same name.
+PATTERN_FIELDS = ("detail", "mask_detail", "read_detail")
+#: Reasons of a failure on values (forward or backward): what a missing mask probe leaves unexplained.
+VALUE_REASONS = ("max_err", "mean_err", "nan", "inf", "nan_masked_rows", "dq_err", "dk_err", "dv_err", "dsinks_err", "grad_nan")
+#: ``mask_check`` of a row whose mask probe could not run (too many passes at its length).
+MASK_NOT_RUN = "not_run"
+#: Mechanism features of a case (``features``), :func:`case_features`; not coverage-model dimensions (no kernel
+#: branches on them), but what a paged-read finding is caused by:
+#:
+#: ========================  ==================================================================================
+#: feature                   ``yes`` when
+#: ========================  ==================================================================================
+#: ``pages_outside_window``  a paged case where some sequence has a page no query row's window reaches (what an
+#:                           engine frees or reuses: the read probe poisons it)
+#: ``last_page_tail``        a paged case where some sequence's ``Sk`` is not a multiple of the page size (its
+#:                           last page has unused positions past ``Sk``)
+#: ========================  ==================================================================================
+#:
+#: Both are ``no`` for a contiguous (unpaged) case.
+FEATURES: dict[str, tuple[str, ...]] = {"pages_outside_window": ("no", "yes"), "last_page_tail": ("no", "yes")}
 REQUIRED = ("id", "backend", "condition", "explanation", "upstream")
 
 
@@ -197,6 +240,16 @@ class VersionRange:
 # ---------------------------------------------------------------- entries
 
 
+def case_features(case: Case) -> dict[str, str]:
+    """The case's :data:`FEATURES` (the table there says when each is ``yes``)."""
+    ps = case.page_size
+    if ps is None:
+        return {name: "no" for name in FEATURES}
+    outside = any(not bool(pages_seen(case, ps, b).all()) for b in range(case.batch))
+    tail = any(sk % ps for sk in case.k_lens)
+    return {"pages_outside_window": "yes" if outside else "no", "last_page_tail": "yes" if tail else "no"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Expectation:
     """One ``[[divergence]]`` entry (see the module docstring for the fields)."""
@@ -212,39 +265,83 @@ class Expectation:
     strict: bool = True
     versions: VersionRange | None = None
     detail: str = ""  # a regular expression searched in the row's detail ("": any)
+    mask_detail: str = ""  # ... in the row's mask_detail (the mask probe's words)
+    read_detail: str = ""  # ... in the row's read_detail (the read probe's words)
+    features: tuple[tuple[str, tuple[str, ...]], ...] = ()  # FEATURES: (name, values)
     source: str = ""
 
     def covers(self, spec: str, case: Case, version_text: str = "", torch_version: str = "") -> bool:
-        """The entry speaks about this row: backend glob, version range and condition all match."""
+        """The entry speaks about this row: backend glob, version range, condition and features all match."""
         if not fnmatch.fnmatchcase(spec, self.backend):
             return False
         if self.versions is not None and not self.versions.admits(version_text, torch_version):
             return False
-        return matches(case, {dim: list(values) for dim, values in self.condition})
+        if not matches(case, {dim: list(values) for dim, values in self.condition}):
+            return False
+        have = case_features(case) if self.features else {}
+        return all(have[name] in values for name, values in self.features)
 
     @property
     def backward(self) -> bool:
         """The entry names a failure of the backward (a reason of :data:`GRAD_REASONS`)."""
         return any(r in GRAD_REASONS for r in (*self.reasons, *self.any_reasons))
 
+    @property
+    def needs_mask(self) -> bool:
+        """The entry asks for mask evidence: ``mask`` among its reasons, or the mask probe's words."""
+        return "mask" in self.reasons or bool(self.mask_detail)
+
     def explains(self, row: Mapping[str, Any]) -> bool:
         """The row's raw verdict is the one expected, with every ``reasons`` and one of ``any_reasons`` (if
-        given) among its reasons; a row that failed in its backward only by an entry that names the backward."""
-        raw = row.get("raw_verdict") or row.get("verdict")
-        if self.detail and not re.search(self.detail, str(row.get("detail", ""))):
+        given) among its reasons and every regular expression found in its column; a row that failed in its
+        backward only by an entry that names the backward."""
+        if self.mask_detail and not re.search(self.mask_detail, str(row.get("mask_detail") or "")):
             return False
+        return self._explains_without_mask(row, set(self.reasons))
+
+    def explains_but_for_mask(self, row: Mapping[str, Any]) -> bool:
+        """The entry asks for mask evidence, the row's mask probe did not run, the row failed on values, and
+        everything else the entry asks for holds: the row it would explain had the probe run (``unconfirmed``).
+
+        ==================  =====================  =======================  =========================  ======
+        entry needs mask    row's ``mask_check``    a :data:`VALUE_REASONS`  rest of :meth:`explains`    result
+        ==================  =====================  =======================  =========================  ======
+        no                  any                     any                      any                        False
+        yes                 other than not_run      any                      any                        False
+        yes                 not_run                 none                     any                        False
+        yes                 not_run                 one or more              no                         False
+        yes                 not_run                 one or more              yes                        True
+        ==================  =====================  =======================  =========================  ======
+        """
+        if not self.needs_mask or str(row.get("mask_check") or "") != MASK_NOT_RUN:
+            return False
+        if not set(str(row.get("reasons", "")).split()) & set(VALUE_REASONS):
+            return False
+        return self._explains_without_mask(row, set(self.reasons) - {"mask"})
+
+    def _explains_without_mask(self, row: Mapping[str, Any], wanted: set[str]) -> bool:
+        """:meth:`explains` but for ``mask_detail``, with ``wanted`` the reasons the row must have."""
+        raw = row.get("raw_verdict") or row.get("verdict")
+        for name in ("detail", "read_detail"):
+            pattern = getattr(self, name)
+            if pattern and not re.search(pattern, str(row.get(name) or "")):
+                return False
         reasons = set(str(row.get("reasons", "")).split())
         if reasons & set(GRAD_REASONS) and not self.backward:
             return False
         if self.any_reasons and not reasons & set(self.any_reasons):
             return False
-        return raw == self.verdict and set(self.reasons) <= reasons
+        return raw == self.verdict and wanted <= reasons
 
     def describe(self) -> str:
         return f"{self.id}: {self.explanation}"
 
     def condition_text(self) -> str:
-        return ", ".join(f"{d}={'|'.join(v)}" for d, v in self.condition)
+        """The condition and features, then the probe words asked for: ``paged=yes, pages_outside_window=yes;
+        read_detail ~ poisoned keys``."""
+        text = ", ".join(f"{d}={'|'.join(v)}" for d, v in (*self.condition, *self.features))
+        words = [f"{name} ~ {getattr(self, name)}" for name in ("mask_detail", "read_detail") if getattr(self, name)]
+        return "; ".join([text, *words])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,10 +360,11 @@ class Expectations:
     def judge(self, row: dict[str, Any], version_text: str = "", torch_version: str = "", case: Case | None = None) -> dict[str, Any]:
         """``row`` judged against the entries (the module docstring's table); a new dict.
 
-        The verdict is recomputed from ``raw_verdict`` (or ``verdict`` where that is empty)."""
+        The verdict is recomputed from ``raw_verdict`` (or ``verdict`` where that is empty); the row's
+        ``reasons``, ``detail``, ``mask_check``, ``mask_detail`` and ``read_detail`` are what the entries read."""
         out = dict(row)
         raw = row.get("raw_verdict") or row.get("verdict", "")
-        out.update(raw_verdict=raw, verdict=raw, expected_id="")
+        out.update(raw_verdict=raw, verdict=raw, expected_id="", unconfirmed_id="")
         if raw not in (*RAW_FAILS, "pass") or not self.entries:
             return out
         spec = str(row.get("backend", ""))
@@ -284,6 +382,10 @@ class Expectations:
         hit = next((e for e in covering if e.explains(out)), None)
         if hit:
             out.update(verdict=EXPECTED, expected_id=hit.id)
+            return out
+        unconfirmed = next((e for e in covering if e.explains_but_for_mask(out)), None)
+        if unconfirmed:
+            out.update(unconfirmed_id=unconfirmed.id)
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -333,6 +435,49 @@ def _reasons(path: Path, where: str, raw: dict[str, Any], key: str, verdict: str
     return tuple(reasons)
 
 
+def _pattern(path: Path, where: str, raw: dict[str, Any], key: str, verdict: str) -> str:
+    """A regular-expression field (:data:`PATTERN_FIELDS`); the probes' words exist only on a ``fail`` row."""
+    pattern = raw.get(key, "")
+    if not isinstance(pattern, str):
+        raise _fail(path, where, f"field {key!r} must be a string (a regular expression), got {pattern!r}")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise _fail(path, where, f"field {key!r} is not a regular expression ({exc})") from None
+    if pattern and key != "detail" and verdict != "fail":
+        raise _fail(path, where, f"field {key!r} only applies to verdict 'fail' (only a row that ran has the probes' words)")
+    return pattern
+
+
+def _features(path: Path, where: str, raw: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``features``: a table of :data:`FEATURES` names = value or [values]."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or not raw:
+        raise _fail(path, where, f"field 'features' must be a non-empty table of feature = value or [values] ({', '.join(FEATURES)})")
+    out = []
+    for name, want in raw.items():
+        if name not in FEATURES:
+            raise _fail(path, where, f"field 'features': unknown feature {name!r} (known: {', '.join(FEATURES)})")
+        values = [want] if isinstance(want, str) else want
+        if not isinstance(values, list) or not values or any(v not in FEATURES[name] for v in values):
+            known = ", ".join(FEATURES[name])
+            raise _fail(path, where, f"field 'features': {name!r} must be one of {known} or a list of them, got {want!r}")
+        out.append((name, tuple(values)))
+    return tuple(out)
+
+
+def _versions(path: Path, where: str, raw: dict[str, Any]) -> VersionRange | None:
+    if "versions" not in raw:
+        return None
+    if not isinstance(raw["versions"], str):
+        raise _fail(path, where, "field 'versions' must be a string such as 'xformers>=0.0.35,<0.0.36'")
+    try:
+        return VersionRange.parse(raw["versions"])
+    except ValueError as exc:
+        raise _fail(path, where, f"field 'versions': {exc}") from None
+
+
 def _entry(path: Path, n: int, raw: Any, builtin: Sequence[str]) -> Expectation:
     where = f"entry #{n}"
     if not isinstance(raw, dict):
@@ -352,24 +497,10 @@ def _entry(path: Path, n: int, raw: Any, builtin: Sequence[str]) -> Expectation:
     if verdict not in RAW_FAILS:
         raise _fail(path, where, f"field 'verdict' must be one of {', '.join(RAW_FAILS)}, got {verdict!r}")
     reasons, any_reasons = (_reasons(path, where, raw, key, verdict) for key in ("reasons", "any_reasons"))
-    detail = raw.get("detail", "")
-    try:
-        re.compile(detail) if isinstance(detail, str) else None
-    except re.error as exc:
-        raise _fail(path, where, f"field 'detail' is not a regular expression ({exc})") from None
-    if not isinstance(detail, str):
-        raise _fail(path, where, f"field 'detail' must be a string (a regular expression), got {detail!r}")
+    patterns = {key: _pattern(path, where, raw, key, verdict) for key in PATTERN_FIELDS}
     strict = raw.get("strict", True)
     if not isinstance(strict, bool):
         raise _fail(path, where, f"field 'strict' must be true or false, got {strict!r}")
-    versions = None
-    if "versions" in raw:
-        if not isinstance(raw["versions"], str):
-            raise _fail(path, where, "field 'versions' must be a string such as 'xformers>=0.0.35,<0.0.36'")
-        try:
-            versions = VersionRange.parse(raw["versions"])
-        except ValueError as exc:
-            raise _fail(path, where, f"field 'versions': {exc}") from None
     return Expectation(
         id=_text(path, where, raw, "id"),
         backend=backend,
@@ -380,9 +511,10 @@ def _entry(path: Path, n: int, raw: Any, builtin: Sequence[str]) -> Expectation:
         reasons=reasons,
         any_reasons=any_reasons,
         strict=strict,
-        versions=versions,
-        detail=detail,
+        versions=_versions(path, where, raw),
+        features=_features(path, where, raw.get("features")),
         source=str(path),
+        **patterns,
     )
 
 

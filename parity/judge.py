@@ -342,9 +342,13 @@ def expect_verdict(
         "detail": verdict.detail,
         "case_json": case_json,
         "grad_check": verdict.grad_check,
+        "mask_check": verdict.mask_check,
+        "mask_detail": verdict.mask_detail,
+        "read_detail": verdict.read_detail,
     }
     out = expectations.judge(row, version, torch_version, case)
-    return dataclasses.replace(verdict, verdict=out["verdict"], raw_verdict=out["raw_verdict"], expected_id=out["expected_id"])
+    ids = {k: out.get(k, "") for k in ("expected_id", "unconfirmed_id")}
+    return dataclasses.replace(verdict, verdict=out["verdict"], raw_verdict=out["raw_verdict"], **ids)
 
 
 def apply_expectations(judged: Judged, expectations: Any, version: str, case: Case) -> Judged:

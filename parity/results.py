@@ -88,6 +88,7 @@ COLUMNS = [
     "dv_max_abs_err",
     "grad_budget_frac",  # the largest of the three max errors / its budget; <= 1 passes
     "grad_detail",  # the backward's words: each tensor over budget, keys outside every window, NaN, the refusal or error
+    "unconfirmed_id",  # a failing row's known divergence that would explain it but for the mask probe's words (parity.expect)
 ]
 
 VERDICTS = ("pass", "fail", "error", "crash", "timeout", "expected", "unexpected-pass", "unsupported", "unavailable")
@@ -106,6 +107,7 @@ LSE_TEXT = ("lse_check", "lse_detail")
 ADDED_COLUMNS: tuple[str, ...] = (*EXPECT_COLUMNS, "gpu", "model", "layer", "est_mem_mb", "peak_mem_mb", "read_check", "read_detail")
 ADDED_COLUMNS = (*ADDED_COLUMNS, *LSE_COLUMNS)
 ADDED_COLUMNS = (*ADDED_COLUMNS, "grad_check", "dq_max_abs_err", "dk_max_abs_err", "dv_max_abs_err", "grad_budget_frac", "grad_detail")
+ADDED_COLUMNS = (*ADDED_COLUMNS, "unconfirmed_id")
 #: Columns that hold numbers (the report loader adds a float column ``<name>_f`` for each).
 NUMERIC = (
     "max_abs_err",
@@ -172,6 +174,7 @@ class Verdict:
     reasons: tuple[str, ...] = ()
     detail: str = ""
     expected_id: str = ""
+    unconfirmed_id: str = ""  # a known divergence that would explain this failure had the mask probe run
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     mean_abs_err: float | None = None
@@ -225,6 +228,7 @@ class Verdict:
             "detail": self.detail,
             "raw_verdict": self.raw_verdict,
             "expected_id": self.expected_id,
+            "unconfirmed_id": self.unconfirmed_id,
         }
         for name, fmt in FORMATS.items():
             v = getattr(self, name)
@@ -249,6 +253,7 @@ class Verdict:
                 "raw_verdict",
                 "detail",
                 "expected_id",
+                "unconfirmed_id",
                 "worst_where",
                 "mask_check",
                 "mask_detail",

@@ -628,6 +628,7 @@ def _rows(run: Run) -> str:
             "window_right",
             "reasons",
             "expected_id",
+            *(("unconfirmed_id",) if any(r.get("unconfirmed_id") for r in recs) else ()),
             "err_ratio",
             *(LSE_SHOWN if any(r.get("lse_check") in ("pass", "fail") for r in recs) else ()),
             "detail",

@@ -213,7 +213,7 @@ def judge_run(run: Run, expectations: Expectations, rejudge: bool = False) -> Ru
                 versions.get(r["backend"], ""),
                 torch_version,
             )
-            r.update(verdict=v.verdict, raw_verdict=v.raw_verdict, expected_id=v.expected_id)
+            r.update(verdict=v.verdict, raw_verdict=v.raw_verdict, expected_id=v.expected_id, unconfirmed_id=v.unconfirmed_id)
     df = pd.DataFrame(recs, columns=run.df.columns) if recs else run.df
     return dataclasses.replace(run, df=df, expectations=expectations)
 

@@ -124,6 +124,8 @@ def _md_failing(run: Run, bad: int) -> list[str]:
             out.append(line)
             if r.get("mask_check") == "mismatch":
                 out.append(f"  - mask: {md_cell(r['mask_detail'][:400])}")
+            if r.get("unconfirmed_id"):
+                out.append(f"  - no mask evidence: `{md_cell(r['unconfirmed_id'])}` would explain it, but the mask probe did not run")
             if r.get("gqa_check") == "mismatch":
                 out.append(f"  - gqa: {md_cell(r['gqa_detail'][:400])}")
             if r.get("read_check") == "mismatch":

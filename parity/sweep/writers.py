@@ -71,9 +71,11 @@ def summary_table(result: Any) -> str:
 
 
 def known_vs_new(rows: Iterable[dict[str, Any]]) -> list[str]:
-    """Lines saying how many failing rows are known divergences, how many are new, and which
-    strict entries passed (empty when there is nothing to say)."""
+    """Lines saying how many failing rows are known divergences, how many are new (of which how many an
+    entry would explain but for the mask probe's words: ``unconfirmed_id``), and which strict entries passed
+    (empty when there is nothing to say)."""
     by_id: dict[str, dict[str, int]] = {}
+    unconfirmed: dict[str, int] = {}
     new = oom = 0
     for r in rows:
         if r["verdict"] in ("expected", "unexpected-pass"):
@@ -82,6 +84,8 @@ def known_vs_new(rows: Iterable[dict[str, Any]]) -> list[str]:
         elif r["verdict"] in RAW_FAIL_VERDICTS:
             new += 1
             oom += r["verdict"] == "error" and str(r.get("detail") or "").startswith("out of memory")
+            if r.get("unconfirmed_id"):
+                unconfirmed[r["unconfirmed_id"]] = unconfirmed.get(r["unconfirmed_id"], 0) + 1
     expected = {k: v["expected"] for k, v in by_id.items() if v["expected"]}
     xpass = {k: v["unexpected-pass"] for k, v in by_id.items() if v["unexpected-pass"]}
     out = []
@@ -92,6 +96,11 @@ def known_vs_new(rows: Iterable[dict[str, Any]]) -> list[str]:
         )
         too_big = f"; {oom} of them out of memory: each row's detail says what it was estimated to need and what was free" if oom else ""
         out.append(f"new failures: {new} rows (failing, no known divergence explains them{too_big})")
+    if unconfirmed:
+        out.append(
+            f"no mask evidence: {sum(unconfirmed.values())} of the new failures an entry would explain but no mask evidence "
+            "(their mask probe did not run; the entry asks for its words): " + ", ".join(f"{k} {n}" for k, n in unconfirmed.items())
+        )
     if xpass:
         out.append(
             f"unexpected passes: {sum(xpass.values())} rows covered by strict entries that passed ("
