@@ -6,19 +6,27 @@ The committed runs re-judged with the rewritten file: tests/test_expect.py."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from parity import Case, Window
 from parity.api import evaluate_record, failure_message
 from parity.cli import main
+from parity.coverage import case_cells
 from parity.expect import ExpectationError, case_features, load, load_file
 from tests.test_expect import EMPTY_ROWS, FAKE_TOML, KNOWN, NO_EMPTY_ROWS, _entry, _row, _toml
 
+ROOT = Path(__file__).resolve().parents[1]
+MODELS_B = ROOT / "reports" / "h100-2026-12-06b-models" / "run"
 #: issue 48: the read probe's NaN-page read by FlashInfer's paged prefill at flashinfer#4972's shape (qo_len 300,
 #: kv_len 4096, 8/2 heads, d128, page 16, window_left 333, non-causal: a 334-key band at the last row) ...
 ISSUE_4972 = Case((300,), (4096,), 8, 2, 128, "bfloat16", Window(333, None), page_size=16, seed=4972)
 #: ... and its paged decode path with a 256-key window over 700 keys
 DECODE_700 = Case((1,), (700,), 8, 2, 128, "bfloat16", Window(255, 0), page_size=16, seed=700)
+#: a backend that loads every page of the block table and masks late: the mechanism of those rows
+READS_EVERY_PAGE = "parity.selftest.bugs:PagedReadsEveryPage"
 
 
 # ---------------------------------------------------------------- the new fields: bad input
@@ -117,6 +125,38 @@ def test_features_and_read_detail_decide_a_read_entry(tmp_path):
     assert j(pages_case, words) == ("expected", "fake-page-reader")
     assert j(pages_case, tail_only) == ("fail", "")  # the words of another mechanism
     assert j(aligned_all_seen, words) == ("fail", "")  # the case has no page outside the window: not covered
+
+
+# ---------------------------------------------------------------- the flashinfer rows of issue 48
+
+
+def _flashinfer_version(backend: str) -> tuple[str, str]:
+    env = json.loads((MODELS_B / "environment.json").read_text())
+    return env["backends"][backend]["version"], env["torch"]
+
+
+@pytest.mark.parametrize(
+    "case, backend, entry",
+    [
+        (ISSUE_4972, "flashinfer-paged-cuda", "flashinfer-paged-prefill-reads-pages-outside-window"),
+        (DECODE_700, "flashinfer-paged-cuda", "flashinfer-paged-prefill-reads-pages-outside-window"),
+        (DECODE_700, "flashinfer-decode-cuda", "flashinfer-decode-paged-reads-outside-window"),
+    ],
+    ids=["prefill-334-key-band", "paged-decode-700-keys", "decode-wrapper-700-keys"],
+)
+def test_flashinfer_page_reads_below_1024_keys_are_expected(case, backend, entry):
+    """The rows issue 48 saw come out new (the entry said long = yes): the read probe's words of a kernel that
+    loads every page (the harness's own probe on a planted CPU backend), as a FlashInfer 0.7.2 row of the
+    12-06b run, are now the entry's; the band is under 1024 keys, so no length condition could have held."""
+    assert case_cells(case)["long"] == frozenset({"no"})
+    row = dict(evaluate_record(READS_EVERY_PAGE, case).row)
+    assert row["raw_verdict"] == "fail" and row["reasons"] == "reads_outside_window", row
+    assert "poisoned keys 0.." in row["read_detail"] and row["mask_check"] == "ok", row["read_detail"]
+    version, torch_version = _flashinfer_version(backend)
+    judged = load().judge({**row, "backend": backend}, version, torch_version)
+    assert (judged["verdict"], judged["expected_id"]) == ("expected", entry)
+    # out of the entry's versions (a FlashInfer upgrade) the same row is a failure again
+    assert load().judge({**row, "backend": backend}, "flashinfer 0.8.0", torch_version)["verdict"] == "fail"
 
 
 # ---------------------------------------------------------------- no mask evidence
