@@ -1,6 +1,6 @@
 """Known divergences matched by mechanism (issue 48, item 2; parity/expect.py): the probe-word fields
-(``mask_detail``, ``read_detail``), the case ``features`` and the "no mask evidence" outcome (``unconfirmed_id``)
-where the mask probe could not run.
+(``mask_detail``, ``read_detail``), the case ``features``, the "no mask evidence" outcome (``unconfirmed_id``)
+where the mask probe could not run, and the entries ``parity report`` says matched nothing.
 
 The committed runs re-judged with the rewritten file: tests/test_expect.py."""
 
@@ -229,3 +229,71 @@ def test_a_run_whose_mask_probe_did_not_run_says_so(tmp_path, capsys):
         rows = list(csv.DictReader(fh))
     assert [(r["verdict"], r["mask_check"], r["unconfirmed_id"]) for r in rows] == [("fail", "not_run", "fake-empty-rows")] * 2
     assert "unconfirmed_id" in (out / "report.html").read_text()
+
+
+# ---------------------------------------------------------------- entries that matched nothing
+
+UNMATCHED_TOML = (
+    FAKE_TOML
+    + """
+[[divergence]]
+id = "fake-float16-only"
+backend = "tests.helpers:EmptyRows*"
+versions = "torch>=2.5"
+condition = { dtype = "float16" }
+reasons = ["max_err"]
+explanation = "Never seen in this run: its cases are float16."
+upstream = "not reported"
+strict = false
+
+[[divergence]]
+id = "fake-old-torch"
+backend = "tests.helpers:EmptyRowsSee*"
+versions = "torch<2.0"
+condition = { empty_rows = "yes" }
+reasons = ["mask"]
+explanation = "A torch this run did not have."
+upstream = "not reported"
+
+[[divergence]]
+id = "fake-backward"
+backend = "tests.helpers:EmptyRows*"
+versions = "torch>=2.5"
+condition = { empty_rows = "yes" }
+reasons = ["dq_err"]
+explanation = "A backward entry: this run checked no backward."
+upstream = "not reported"
+
+[[divergence]]
+id = "fake-other-backend"
+backend = "sdpa"
+versions = "torch>=2.5"
+condition = { empty_rows = "yes" }
+reasons = ["mask"]
+explanation = "A backend this run did not ask for."
+upstream = "not reported"
+"""
+)
+
+
+def test_the_report_names_the_entries_that_matched_nothing(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["run", "--no-isolate", "-q", "--shrink", "0", "--out", str(out), "--expect", str(_toml(tmp_path, UNMATCHED_TOML))]
+    args += ["--backend", KNOWN, *[a for c in (*EMPTY_ROWS, NO_EMPTY_ROWS) for a in ("--case", c.to_json())]]
+    assert main(args) == 0
+    capsys.readouterr()
+    md = (out / "summary.md").read_text()
+    want = (
+        "entries that matched nothing: 2 of the 3 known divergences for this run's backends matched no row: "
+        "fake-float16-only, fake-old-torch (version outside torch<2.0)"
+    )
+    assert want in md, md
+    html = (out / "report.html").read_text()
+    part = html[html.index('id="known-unmatched"') :]
+    part = part[: part.index("</div>")]
+    assert "<code>fake-float16-only</code>" in part and "<code>fake-old-torch</code>" in part and "version outside torch&lt;2.0" in part
+    assert "fake-empty-rows" not in part and "fake-backward" not in part and "fake-other-backend" not in part
+    # re-rendered with only the entry that matched: every entry for the run matched, no such line
+    assert main(["report", str(out), "--expect", str(_toml(tmp_path, FAKE_TOML, "only.toml"))]) == 0
+    assert "entries that matched nothing" not in (out / "summary.md").read_text()
+    assert "Every one of the 1 known divergences for this run" in (out / "report.html").read_text()

@@ -7,12 +7,14 @@ Markdown and JUnit); neither renderer imports the other, both import this.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import math
 from typing import Any
 
 from .. import coverage
 from ..backends import marker_for
+from ..expect import GRAD_CHECKED
 from .runs import FAILING, Run, case_text, partial_words
 
 WORST_PER_BACKEND = 5
@@ -112,6 +114,42 @@ def known_rows(run: Run) -> list[dict[str, Any]]:
             d = out.setdefault(k, {"id": k, "entry": None, "expected": 0, "unexpected": 0})
             d["expected" if r["verdict"] == "expected" else "unexpected"] += 1
     return list(out.values())
+
+
+def unmatched_entries(run: Run) -> tuple[int, list[dict[str, Any]]]:
+    """How many loaded entries are for this run, and those of them that matched no row: ``{"entry", "why"}``
+    each, in file order. An entry is for the run when its backend glob names a backend with a row that ran
+    (a backward entry: one whose backward was checked); it matched when a row names it in ``expected_id``
+    (expected, unexpected pass) or ``unconfirmed_id``. ``why`` says where the run's version of every such
+    backend lies outside the entry's range ("" otherwise: in range, the failure did not show).
+
+    ======================================  ==============  ==============================
+    entry                                   rows naming it  listed
+    ======================================  ==============  ==============================
+    for no backend that ran here            any             no (another run's backends)
+    backward, no backward checked here      any             no
+    for a backend that ran here             one or more     no
+    for a backend that ran here             none            yes
+    ======================================  ==============  ==============================
+    """
+    if not run.expectations:
+        return 0, []
+    df = run.df
+    ran = df[df["verdict"].isin(coverage.RAN)]
+    backends = set(ran["backend"])
+    graded = set(ran.loc[ran["grad_check"].isin(GRAD_CHECKED), "backend"])
+    named = set(df["expected_id"]) | set(df["unconfirmed_id"])
+    versions = {k: str(v.get("version") or "") for k, v in (run.env.get("backends") or {}).items() if isinstance(v, dict)}
+    torch_version = str(run.env.get("torch") or "")
+    out, n = [], 0
+    for e in run.expectations.entries:
+        mine = [b for b in (graded if e.backward else backends) if fnmatch.fnmatchcase(b, e.backend)]
+        n += bool(mine)
+        if not mine or e.id in named:
+            continue
+        outside = e.versions is not None and not any(e.versions.admits(versions.get(b, ""), torch_version) for b in mine)
+        out.append({"entry": e, "why": f"version outside {e.versions.text}" if outside and e.versions else ""})
+    return n, out
 
 
 def _finite_or(v: float, default: float) -> float:

@@ -36,6 +36,7 @@ from .data import (
     smallest_failing,
     stage_rows,
     status_line,
+    unmatched_entries,
     why_text,
     work_split,
     worst_rows,
@@ -326,7 +327,25 @@ def _known(run: Run) -> str:
         f"<th>{h}</th>"
         for h in ("entry", "backend", "condition", "expected rows", "unexpected passes", "strict", "explanation", "upstream")
     )
-    return intro + f'<table id="known-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return intro + f'<table id="known-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>' + _unmatched(run)
+
+
+def _unmatched(run: Run) -> str:
+    """The entries for this run's backends that matched no row (:func:`parity.report.data.unmatched_entries`)."""
+    n, unmatched = unmatched_entries(run)
+    if not n:
+        return ""
+    if not unmatched:
+        return f'<p id="known-unmatched" class="small">Every one of the {n} known divergences for this run\'s backends matched a row.</p>'
+    items = "".join(
+        f"<li><code>{escape(u['entry'].id)}</code> ({escape(u['entry'].backend)}){escape(' — ' + u['why'] if u['why'] else '')}</li>"
+        for u in unmatched
+    )
+    return (
+        f'<div id="known-unmatched"><p>Entries that matched nothing: {len(unmatched)} of the {n} known divergences for this '
+        "run's backends matched no row (a backward entry counts only where a backward was checked; an entry for a "
+        f"backend not in the run is not listed):</p><ul>{items}</ul></div>"
+    )
 
 
 def _point_title(r: dict[str, Any]) -> str:

@@ -35,6 +35,7 @@ from .data import (
     reduced_note,
     smallest_failing,
     status_line,
+    unmatched_entries,
     verdict_words,
     why_text,
     work_split,
@@ -84,7 +85,7 @@ def markdown_summary(run: Run) -> str:
         worst = fmt(ratios.max()) if ratios.notna().any() else "–"
         counts = [(f"**{c.get(v, 0)}**" if v in FAILING and c.get(v, 0) else str(c.get(v, 0))) for v in VERDICTS]
         out.append(f"| `{md_cell(b)}` | " + " | ".join(counts) + f" | {worst} |")
-    glance = known_vs_new(records(run))
+    glance = known_vs_new(records(run)) + unmatched_line(run)
     if glance:
         out += [""] + [f"- {md_cell(line)}" for line in glance]
     if bad:
@@ -174,6 +175,15 @@ def _md_extras(run: Run) -> list[str]:
             parts.append(f"`{md_cell(b)}` {c.get('pass', 0)}/{sum(c.values())}{extra}")
         out += ["", "Decode / chunked-prefill consistency (pass / rows): " + ", ".join(parts) + "."]
     return out
+
+
+def unmatched_line(run: Run) -> list[str]:
+    """One line naming the entries for this run's backends that matched no row (none: no line)."""
+    n, unmatched = unmatched_entries(run)
+    if not unmatched:
+        return []
+    names = ", ".join(f"{u['entry'].id}" + (f" ({u['why']})" if u["why"] else "") for u in unmatched)
+    return [f"entries that matched nothing: {len(unmatched)} of the {n} known divergences for this run's backends matched no row: {names}"]
 
 
 def _known_details(run: Run) -> list[str]:
