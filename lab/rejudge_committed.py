@@ -1,27 +1,50 @@
-"""Re-judge every committed H200 run folder with one known-divergences file, using the ``parity``
-package found first on ``sys.path`` (the tree under test), and write ``OUT/<run>/results.csv`` (and
-its ``environment.json``) for ``parity diff``: how issue 33 checked that the redesign changed no
-verdict (reports/redesign-verdicts-2026-12-05/README.md).
+"""Re-judge every committed run folder with known-divergence files, using the ``parity`` package found first on
+``sys.path`` (the tree under test).
+
+One file: write ``OUT/<run>/results.csv`` (and its ``environment.json``) for ``parity diff``: how issue 33 checked
+that the redesign changed no verdict (reports/redesign-verdicts-2026-12-05/README.md)::
 
     PYTHONPATH=TREE python lab/rejudge_committed.py REPORTS_DIR KNOWN_DIVERGENCES_TOML OUT
+
+Two files (``--compare``): judge every row with both, write the rows whose verdict, ``expected_id`` or
+``unconfirmed_id`` differ to ``OUT.csv`` (one line each, with the words that decided it), and print the counts by
+(before -> after): how issue 48 checked matching by mechanism (reports/rejudge-mechanism-2026-12-06/README.md)::
+
+    PYTHONPATH=TREE python lab/rejudge_committed.py --compare REPORTS_DIR OLD_TOML NEW_TOML OUT.csv
+
+The folders: every ``results.csv[.gz]`` under ``REPORTS_DIR/h[12]00-*/`` (the GPU runs) and ``cpu-grad-*/`` (the CPU
+runs with entries of their own), as tests/test_expect.py re-judges them.
 """
 
 from __future__ import annotations
 
+import csv
 import shutil
 import sys
+from collections import Counter
 from pathlib import Path
 
+GLOBS = ("h[12]00-*/**/results.csv*", "cpu-grad-*/**/results.csv*")
+#: what a changed row shows, beside its keys and its two judgements
+SHOWN = ("raw_verdict", "reasons", "mask_check", "mask_detail", "read_check", "read_detail", "err_ratio")
+JUDGED = ("verdict", "expected_id", "unconfirmed_id")
 
-def main(runs_root: Path, toml: str, out: Path) -> None:
-    import parity
+
+def folders(runs_root: Path) -> list[Path]:
+    return sorted({p.parent for g in GLOBS for p in runs_root.glob(g)})
+
+
+def judged(folder: Path, toml: str):
     from parity.expect import load
     from parity.report.runs import load_run
 
-    print("parity from", parity.__file__, file=sys.stderr)
-    for folder in sorted({p.parent for p in runs_root.glob("h[12]00-*/**/results.csv*")}):
+    return load_run(folder, load([toml]), rejudge=True).df
+
+
+def write_one(runs_root: Path, toml: str, out: Path) -> None:
+    for folder in folders(runs_root):
         rel = folder.relative_to(runs_root)
-        df = load_run(folder, load([toml]), rejudge=True).df
+        df = judged(folder, toml)
         dest = out / rel
         dest.mkdir(parents=True, exist_ok=True)
         df[[c for c in df.columns if not c.endswith("_f")]].to_csv(dest / "results.csv", index=False)
@@ -33,5 +56,48 @@ def main(runs_root: Path, toml: str, out: Path) -> None:
         print(rel, len(df), df["verdict"].value_counts().to_dict(), file=sys.stderr)
 
 
+def outcome(row: dict) -> str:
+    """``expected: ID``, ``fail (no mask evidence: ID)``, or the verdict alone."""
+    if row["verdict"] in ("expected", "unexpected-pass"):
+        return f"{row['verdict']}: {row['expected_id']}"
+    if row.get("unconfirmed_id"):
+        return f"{row['verdict']} (no mask evidence: {row['unconfirmed_id']})"
+    return str(row["verdict"])
+
+
+def changed_rows(folder: Path, runs_root: Path, old: str, new: str) -> list[dict]:
+    """The rows of ``folder`` whose judgement (:data:`JUDGED`) differs between ``old`` and ``new``: the run, the
+    row's keys, both outcomes (:func:`outcome`) and the words that decided it (:data:`SHOWN`)."""
+    a, b = judged(folder, old), judged(folder, new)
+    out = []
+    for ra, rb in zip(a.to_dict("records"), b.to_dict("records")):
+        assert (ra["backend"], ra["case_id"]) == (rb["backend"], rb["case_id"])
+        if all(ra.get(k, "") == rb.get(k, "") for k in JUDGED):
+            continue
+        keys = {"run": folder.relative_to(runs_root).as_posix(), "backend": ra["backend"], "case_id": ra["case_id"]}
+        out.append({**keys, "before": outcome(ra), "after": outcome(rb), **{k: str(rb.get(k, ""))[:400] for k in SHOWN}})
+    return out
+
+
+def compare(runs_root: Path, old: str, new: str, out_csv: Path) -> Counter:
+    """The rows whose judgement differs between ``old`` and ``new``, written to ``out_csv``; counts by change."""
+    rows = [r for folder in folders(runs_root) for r in changed_rows(folder, runs_root, old, new)]
+    with out_csv.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["run", "backend", "case_id", "before", "after", *SHOWN])
+        w.writeheader()
+        w.writerows(rows)
+    changes = Counter((r["before"], r["after"]) for r in rows)
+    print(f"{len(folders(runs_root))} folders; {len(rows)} rows changed", file=sys.stderr)
+    for (before, after), n in sorted(changes.items()):
+        print(f"{n:5d}  {before}  ->  {after}", file=sys.stderr)
+    return changes
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]))
+    import parity
+
+    print("parity from", parity.__file__, file=sys.stderr)
+    if sys.argv[1] == "--compare":
+        compare(Path(sys.argv[2]), sys.argv[3], sys.argv[4], Path(sys.argv[5]))
+    else:
+        write_one(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]))

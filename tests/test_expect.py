@@ -313,6 +313,42 @@ def test_committed_gpu_runs_rejudged(folder):
     assert (df[df["raw_verdict"] == "pass"]["verdict"] == "pass").all()
 
 
+#: issue 48's comparison (lab/rejudge_committed.py --compare): the known-divergence file before matching by mechanism,
+#: and every committed row whose judgement it changed, with the words that decided it
+MECHANISM = ROOT / "reports" / "rejudge-mechanism-2026-12-06"
+
+
+def _lab_rejudge():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rejudge_committed", ROOT / "lab" / "rejudge_committed.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow  # every committed run judged twice (about 60 s on a 2-core machine)
+@pytest.mark.parametrize("folder", _RUN_FOLDERS, ids=lambda p: str(p.relative_to(ROOT / "reports")))
+def test_the_committed_mechanism_rejudge_is_what_the_code_gives(folder):
+    """reports/rejudge-mechanism-2026-12-06/changes.csv lists, for this run, exactly the rows whose judgement the
+    file before (before.toml) and today's file give differently; and no row that was expected is a failure now
+    without its reason: each such row names the entry that would explain it (no mask evidence)."""
+    import csv
+
+    lab = _lab_rejudge()
+    got = lab.changed_rows(folder, ROOT / "reports", str(MECHANISM / "before.toml"), str(expect.DEFAULT_FILE))
+    rel = folder.relative_to(ROOT / "reports").as_posix()
+    with (MECHANISM / "changes.csv").open(newline="") as fh:
+        want = [r for r in csv.DictReader(fh) if r["run"] == rel]
+    assert [(r["backend"], r["case_id"], r["before"], r["after"]) for r in got] == [
+        (r["backend"], r["case_id"], r["before"], r["after"]) for r in want
+    ]
+    for r in got:
+        if r["before"].startswith("expected") and not r["after"].startswith("expected"):
+            assert r["after"].startswith("fail (no mask evidence: ") and r["mask_check"] == "not_run", r
+
+
 #: a few committed rows per known divergence (tests/fixtures/make_known_runs.py): the row each entry's repro
 #: script is made from, a passing row of the same backend and run, FA4's own refusal; rows.tsv says the verdict
 KNOWN_RUNS = ROOT / "tests" / "fixtures" / "known-runs"
