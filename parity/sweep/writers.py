@@ -18,8 +18,10 @@ __all__ = ["Progress", "ResultsWriter", "known_vs_new", "summary_table"]
 class Progress:
     """A one-line progress bar on a terminal, periodic lines otherwise."""
 
-    def __init__(self, total: int, stream=sys.stderr, enabled: bool = True):
-        self.total, self.n, self.stream = total, 0, stream
+    def __init__(self, total: int, stream=None, enabled: bool = True):
+        # stderr as it is now (a default of sys.stderr would be the stream of whoever first imported this module:
+        # under pytest a capture that closes with its test, and the next run's progress line raised)
+        self.total, self.n, self.stream = total, 0, sys.stderr if stream is None else stream
         self.enabled = enabled
         self.tty = enabled and hasattr(stream, "isatty") and stream.isatty()
         self.t0 = time.monotonic()
