@@ -221,13 +221,15 @@ def _compiled_flex(dynamic: bool = False):
     return torch.compile(flex_attention, dynamic=dynamic)
 
 
-def dynamo_graphs() -> int | None:
-    """Graphs Dynamo compiled in this process so far (its ``unique_graphs`` counter); None where unreadable."""
+def inductor_builds() -> int | None:
+    """Graphs inductor lowered and compiled in this process so far (FX graph cache misses and bypasses; a
+    cache hit loads a kernel another process built, and Dynamo's tracing, which every process repeats, is
+    not a build); None where the counters cannot be read."""
     try:
         from torch._dynamo.utils import counters
 
-        return int(counters["stats"]["unique_graphs"])
-    except Exception:  # noqa: BLE001 - a torch without the counter
+        return int(counters["inductor"]["fxgraph_cache_miss"]) + int(counters["inductor"]["fxgraph_cache_bypass"])
+    except Exception:  # noqa: BLE001 - a torch without these counters
         return None
 
 
@@ -285,8 +287,8 @@ class FlexBackend(Backend):
         return (*key, shapes)
 
     def kernels_built(self) -> int | None:
-        """Graphs compiled in this worker so far (Dynamo's count)."""
-        return dynamo_graphs() if self._use_compiled() else None
+        """Graphs inductor built in this worker so far (:func:`inductor_builds`)."""
+        return inductor_builds() if self._use_compiled() else None
 
     def _score_mod(self, case: Case, inputs: Inputs, dev: str):
         if inputs.sinks is not None and self.bucketed:

@@ -47,8 +47,9 @@ from .options import SweepOptions
 
 #: A pre-pass row estimated above this many device bytes is left to the lanes (many pre-pass rows run at once).
 MAX_ROW_BYTES = 2 << 30
-#: Environment of a pre-pass worker: one compile thread each (the CPUs are shared by ``procs`` of them).
-WORKER_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "MAX_JOBS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: Environment of a pre-pass worker, over the lanes' own (:attr:`LanePlan.thread_env`: a kernel built for
+#: another CPU thread count is another cache entry): one compile thread each, the CPUs shared by ``procs`` of them.
+WORKER_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "MAX_JOBS": "1"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +142,11 @@ def _build(
     return out
 
 
-def run_precompile(plan: PrecompilePlan, options: SweepOptions, log_dir: Path | None, deadline: float | None) -> dict[str, Any]:
-    """Build ``plan``'s keys, ``plan.procs[spec]`` workers per backend, all at once; ``timing.json``'s record of it."""
+def run_precompile(
+    plan: PrecompilePlan, options: SweepOptions, log_dir: Path | None, deadline: float | None, lane_env: Mapping[str, str]
+) -> dict[str, Any]:
+    """Build ``plan``'s keys, ``plan.procs[spec]`` workers per backend, all at once, each with the lanes' thread
+    environment ``lane_env`` and :data:`WORKER_ENV`; ``timing.json``'s record of it."""
     t0 = time.perf_counter()
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in plan.tasks}
     gpus = list(options.gpus)
@@ -150,7 +154,7 @@ def run_precompile(plan: PrecompilePlan, options: SweepOptions, log_dir: Path | 
     for spec, reps in plan.tasks.items():
         n = plan.procs[spec]
         for i in range(n):
-            env = dict(WORKER_ENV)
+            env = {**lane_env, **WORKER_ENV}
             if gpus:
                 env["CUDA_VISIBLE_DEVICES"] = gpus[len(jobs) % len(gpus)]
             log = log_dir / f"precompile-{spec.replace(':', '_').replace('/', '_')}-{i + 1}.log" if log_dir else None

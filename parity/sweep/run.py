@@ -156,7 +156,7 @@ class Sweep:
         logs = self.out_dir / "logs" if self.out_dir else None
         if logs:
             logs.mkdir(parents=True, exist_ok=True)
-        self.timing.precompile = precompile.run_precompile(pre, self.options, logs, self.deadline)
+        self.timing.precompile = precompile.run_precompile(pre, self.options, logs, self.deadline, self.plan.thread_env)
         if self.options.progress:
             print(f"parity: {precompile.line(self.timing.precompile)}", file=sys.stderr)
 
