@@ -74,6 +74,16 @@ def test_each_key_of_two_rows_or_more_is_built_once_before_the_lanes_and_the_lan
     assert {r["verdict"] for r in res.rows} == {"pass"}
 
 
+def test_a_rerun_on_the_same_cache_builds_nothing_in_its_pre_pass(tmp_path, cache):
+    run_sweep([f"{ME}:DiskBuild"], CASES, out_dir=tmp_path / "cold", timeout=60, progress=False, jobs=2)
+    assert json.loads((cache / "precompiled.json").read_text())["keys"][f"{ME}:DiskBuild"] == [f"({d},)" for d in (16, 24, 32, 40, 8)]
+    t0 = time.perf_counter()
+    run_sweep([f"{ME}:DiskBuild"], CASES, out_dir=tmp_path / "warm", timeout=60, progress=False, jobs=2)
+    assert json.loads((tmp_path / "warm" / "timing.json").read_text())["precompile"] is None  # every key recorded as built
+    assert time.perf_counter() - t0 < 60
+    assert _rows(tmp_path / "cold") == _rows(tmp_path / "warm")
+
+
 def test_the_pre_pass_builds_keys_at_once_and_changes_no_row(tmp_path, cache, monkeypatch):
     with_pre = run_sweep([f"{ME}:DiskBuild"], CASES, out_dir=tmp_path / "pre", timeout=60, progress=False, jobs=2)
     timing = json.loads((tmp_path / "pre" / "timing.json").read_text())["precompile"]

@@ -23,7 +23,10 @@ times out costs nothing but its time: the lanes meet the same key again and repo
 ``on``                 workers isolated (a usage error without)         every key of >= 2 rows
 =====================  ===============================================  =========================
 
-A key of one row is left to that row (building it twice would cost more than it saves). Keys whose
+A key of one row is left to that row (building it twice would cost more than it saves); so is a key the
+cache folder already holds by its record (:data:`RECORD`: the keys earlier runs on this GPU model and torch
+built there, written after each run), so a warm rerun or a ``--resume`` spends nothing on it. The record
+only saves time: a key listed there whose files are gone is rebuilt by its row, as without a pre-pass. Keys whose
 smallest case is estimated above :data:`MAX_ROW_BYTES` of device memory are left to the lanes (their
 memory gate places such rows); ``timing.json`` (``precompile``) says per backend how many keys were
 built, left out, failed, and the seconds it took.
@@ -32,11 +35,13 @@ built, left out, failed, and the seconds it took.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import threading
 import time
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +50,8 @@ from ..memory import estimate
 from .lanes import backend_object, make_executor, unit_key
 from .options import SweepOptions
 
+#: The file in the compile cache folder listing, per backend, the kernel keys built there (and for what).
+RECORD = "precompiled.json"
 #: A pre-pass row estimated above this many device bytes is left to the lanes (many pre-pass rows run at once).
 MAX_ROW_BYTES = 2 << 30
 #: Environment of a pre-pass worker, over the lanes' own (:attr:`LanePlan.thread_env`: a kernel built for
@@ -77,9 +84,47 @@ def _elements(case: Case) -> int:
     return case.hq * sum(q * k for q, k in zip(case.q_lens, case.k_lens))
 
 
-def representatives(spec: str, cases: list[Case], options: SweepOptions) -> tuple[list[Case], int]:
-    """``spec``'s cases to build, one per kernel key of two rows or more (its smallest case that the backend
-    takes), and how many such keys are left to the lanes for their size."""
+def key_text(key: tuple[Any, ...]) -> str:
+    """A kernel key (:func:`parity.execute.kernel_key`) as ``timing.json`` and :data:`RECORD` write it."""
+    return repr(key[1:])
+
+
+def _fingerprint() -> dict[str, str]:
+    """What a cache's kernels were built for, as far as this process can tell: torch and the GPU model."""
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    return {"torch": torch.__version__, "gpu": gpu}
+
+
+def recorded(root: Path | None) -> dict[str, set[str]]:
+    """Per backend, the kernel keys :data:`RECORD` in ``root`` lists for this torch and GPU (empty: none)."""
+    try:
+        doc = json.loads((root / RECORD).read_text()) if root else {}
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict) or doc.get("for") != _fingerprint():
+        return {}
+    return {str(s): set(map(str, keys)) for s, keys in (doc.get("keys") or {}).items()}
+
+
+def remember(root: Path | None, keys: Mapping[str, set[str]]) -> None:
+    """Add ``keys`` (per backend) to :data:`RECORD` in ``root``; a folder that cannot be written is left as it is."""
+    if root is None or not any(keys.values()):
+        return
+    have = recorded(root)
+    for spec, ks in keys.items():
+        have.setdefault(spec, set()).update(ks)
+    doc = {"for": _fingerprint(), "keys": {s: sorted(ks) for s, ks in sorted(have.items())}}
+    try:
+        (root / RECORD).write_text(json.dumps(doc, indent=1) + "\n")
+    except OSError:
+        pass
+
+
+def representatives(spec: str, cases: list[Case], options: SweepOptions, built: AbstractSet[str] = frozenset()) -> tuple[list[Case], int]:
+    """``spec``'s cases to build, one per kernel key of two rows or more that is not ``built`` already (its
+    smallest case that the backend takes), and how many such keys are left to the lanes for their size."""
     be = backend_object(spec)
     if be is None or not getattr(be, "first_use_compile", False):
         return [], 0
@@ -91,8 +136,8 @@ def representatives(spec: str, cases: list[Case], options: SweepOptions) -> tupl
         if takes(be, c):
             groups.setdefault(key(c), []).append(c)
     chosen, left = [], 0
-    for members in groups.values():
-        if len(members) < 2:
+    for k, members in groups.items():
+        if len(members) < 2 or key_text(k) in built:
             continue
         small = min(members, key=lambda c: (_elements(c), c.case_id))
         if estimate(small, options.probes, options.max_passes).device_bytes > MAX_ROW_BYTES:
@@ -102,13 +147,16 @@ def representatives(spec: str, cases: list[Case], options: SweepOptions) -> tupl
     return chosen, left
 
 
-def plan_precompile(cases_of: Mapping[str, list[Case]], options: SweepOptions, cpus: int | None = None) -> PrecompilePlan:
-    """The pre-pass of a sweep whose backends have ``cases_of[spec]`` rows still to run: its keys per backend,
-    and worker processes dealt to the backends by their keys x cost hint (at least one each that has keys),
-    ``cpus`` (default: this machine's) in all."""
+def plan_precompile(
+    cases_of: Mapping[str, list[Case]], options: SweepOptions, cpus: int | None = None, built: Mapping[str, set[str]] | None = None
+) -> PrecompilePlan:
+    """The pre-pass of a sweep whose backends have ``cases_of[spec]`` rows still to run: its keys per backend
+    (less those ``built`` already, :func:`recorded`), and worker processes dealt to the backends by their keys x
+    cost hint (at least one each that has keys), ``cpus`` (default: this machine's) in all."""
     tasks, left = {}, {}
+    built = built or {}
     for spec, cases in cases_of.items():
-        reps, n_left = representatives(spec, cases, options)
+        reps, n_left = representatives(spec, cases, options, built.get(spec, set()))
         if reps:
             tasks[spec] = reps
         if n_left:
@@ -131,12 +179,15 @@ def _build(
         if ex.info.get("unavailable"):  # its rows say why; nothing to build
             return out
         for case in chunk:
-            if stop is not None and time.perf_counter() >= stop:
+            now = time.perf_counter()
+            if stop is not None and now >= stop:
                 break
-            t0 = time.perf_counter()
-            res = ex.run(case)
+            # a build still running at the run's time limit is killed soon after it (30 s on): its row builds it again
+            wait = limit if stop is None else max(30.0, min(limit, stop - now + 30.0))
+            res = ex.submit(case) or ex.collect(wait)
             timing = res.get("timing") or {}
-            out.append({"status": res.get("status"), "s": time.perf_counter() - t0, "built": timing.get("kernels_built")})
+            key = timing.get("kernel_key")
+            out.append({"status": res.get("status"), "s": time.perf_counter() - now, "built": timing.get("kernels_built"), "key": key})
     finally:
         ex.close()
     return out
@@ -149,6 +200,7 @@ def run_precompile(
     environment ``lane_env`` and :data:`WORKER_ENV`; ``timing.json``'s record of it."""
     t0 = time.perf_counter()
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in plan.tasks}
+    root = cache_root()
     gpus = list(options.gpus)
     jobs: list[tuple[str, list[Case], Path | None, dict[str, str]]] = []
     for spec, reps in plan.tasks.items():
@@ -171,7 +223,19 @@ def run_precompile(
         t.start()
     for t in threads:
         t.join()
+    remember(root, built_keys(results))
     return _record(plan, results, time.perf_counter() - t0)
+
+
+def cache_root() -> Path | None:
+    from ..compile_cache import ENV_VAR
+
+    return Path(os.environ[ENV_VAR]) if os.environ.get(ENV_VAR) else None
+
+
+def built_keys(results: Mapping[str, list[dict[str, Any]]]) -> dict[str, set[str]]:
+    """Per backend, the keys its pre-pass rows built (answered ``ok``)."""
+    return {s: {str(r["key"]) for r in got if r.get("status") == "ok" and r.get("key")} for s, got in results.items()}
 
 
 def _record(plan: PrecompilePlan, results: dict[str, list[dict[str, Any]]], wall: float) -> dict[str, Any]:

@@ -150,7 +150,7 @@ class Sweep:
             return
         done = self.writer.done if self.writer else set()
         todo = {s: [c for c in self.cases if (s, c.case_id) not in done] for s in self.specs}
-        pre = precompile.plan_precompile(todo, self.options)
+        pre = precompile.plan_precompile(todo, self.options, built=precompile.recorded(precompile.cache_root()))
         if not pre.keys:
             return
         logs = self.out_dir / "logs" if self.out_dir else None
@@ -555,6 +555,7 @@ class Sweep:
             write_timing(self.out_dir, summary)
         if self.options.cost_file:  # what the next run plans its lanes by
             save_costs(self.options.cost_file, summary["per_backend"])
+        precompile.remember(precompile.cache_root(), self.timing.kernel_keys)  # what the next pre-pass may skip
         ids = {c.case_id for c in self.cases}
         already = sum(1 for b, c in self.writer.done if b in self.specs and c in ids) if self.writer else 0
         return SweepResult(
