@@ -1,7 +1,7 @@
 import csv
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
