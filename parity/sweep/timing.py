@@ -72,7 +72,7 @@ def row_stages(res: dict[str, Any], wait_s: float, judge_s: float, reference_s: 
 
 
 #: What ``timing.json`` keeps of each earlier call of a run continued with ``--resume``.
-CALL_KEYS = ("wall_s", "startup_s", "rows_run", "backend_calls_s", "reference_s", "jobs", "partial", "stages")
+CALL_KEYS = ("wall_s", "startup_s", "rows_run", "backend_calls_s", "reference_s", "jobs", "partial", "stages", "precompile")
 
 
 def _headline(timing: dict[str, Any]) -> dict[str, Any]:
@@ -107,6 +107,8 @@ def _sum_stages(each: list[dict[str, Any]]) -> dict[str, Any]:
             o["compile_s"] = round(o["compile_s"] + float(st.get("compile_s") or 0.0), 4)
             o["first_config_rows"] += int(st.get("first_config_rows") or 0)
             o["rows"] += int(st.get("rows") or 0)
+            if st.get("kernels_built") is not None:  # the library's count, where it keeps one (None: unknown)
+                o["kernels_built"] = int(o.get("kernels_built") or 0) + int(st["kernels_built"])
     for o in out.values():
         o["rows_per_s"] = _rows_per_s(o["rows"], o["stages_s"])
     return out
