@@ -16,6 +16,8 @@ The data lives in ``parity/known_divergences.toml`` (:data:`DEFAULT_FILE`), one
 ``condition``    coverage-model terms (:mod:`parity.coverage`): ``{dim = value or [values]}``,
                  passed to :func:`parity.coverage.matches`; unknown dims / values are errors
 ``verdict``      the failing verdict expected: ``fail`` (default), ``error``, ``crash``, ``timeout``
+                 (a sticky CUDA fault of the kernel is a ``crash``, also in a row written before
+                 faults were crashes, whose raw verdict says ``error``: :func:`parity.results.raw_verdict_of`)
 ``reasons``      optional, for ``fail``: reasons that must all be among the row's ``reasons``;
                  the backward's (:data:`GRAD_REASONS`, ``parity run --grad``) make a *backward*
                  entry: it covers only rows whose backward was checked, and only it can
@@ -70,7 +72,7 @@ from typing import Any
 from .case import Case
 from .coverage import DIMENSIONS, GRID_CELLS, matches
 from .errors import UserError
-from .results import RAW_FAIL_VERDICTS
+from .results import RAW_FAIL_VERDICTS, raw_verdict_of
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -230,7 +232,7 @@ class Expectation:
     def explains(self, row: Mapping[str, Any]) -> bool:
         """The row's raw verdict is the one expected, with every ``reasons`` and one of ``any_reasons`` (if
         given) among its reasons; a row that failed in its backward only by an entry that names the backward."""
-        raw = row.get("raw_verdict") or row.get("verdict")
+        raw = raw_verdict_of(row)
         if self.detail and not re.search(self.detail, str(row.get("detail", ""))):
             return False
         reasons = set(str(row.get("reasons", "")).split())
@@ -263,9 +265,10 @@ class Expectations:
     def judge(self, row: dict[str, Any], version_text: str = "", torch_version: str = "", case: Case | None = None) -> dict[str, Any]:
         """``row`` judged against the entries (the module docstring's table); a new dict.
 
-        The verdict is recomputed from ``raw_verdict`` (or ``verdict`` where that is empty)."""
+        The verdict is recomputed from ``raw_verdict`` (or ``verdict`` where that is empty; a CUDA fault
+        recorded as ``error`` before faults were crashes is a ``crash``: :func:`parity.results.raw_verdict_of`)."""
         out = dict(row)
-        raw = row.get("raw_verdict") or row.get("verdict", "")
+        raw = raw_verdict_of(row)
         out.update(raw_verdict=raw, verdict=raw, expected_id="")
         if raw not in (*RAW_FAILS, "pass") or not self.entries:
             return out
