@@ -173,16 +173,16 @@ def execute(
 ) -> dict[str, Any]:
     """Run ``case`` on ``backend``; see the module docstring. ``grad``: then the backward too
     (``result["grad"]``, :func:`run_grad`), after the forward and its probes. On CUDA the row's peak device memory
-    (``peak_mem_mb``) is measured from a reset of the allocator's peak, an out-of-memory error says
-    what the row was estimated to need and what was free before it, and a large row's cached
-    blocks are released afterwards (``torch.cuda.empty_cache``), so the lanes' workers share the card."""
+    (``peak_mem_mb``) is measured from a reset of the allocator's peak, an out-of-memory error says what the row
+    was estimated to need and what was free before it, and a large row's cached blocks are released afterwards
+    (``torch.cuda.empty_cache``), so the lanes' workers share the card."""
     t_start = time.perf_counter()
     cuda = backend.device == "cuda" and torch.cuda.is_available()
+    est = estimate(case, probes, max_passes, backend=backend)
     free = free_bytes() if cuda else None
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     result = _execute(backend, case, probes, max_passes, repeats, grad)
-    est = estimate(case, probes, max_passes, workspace_hint(backend, case, probes))
     if result.pop("oom", None):
         result["detail"] = oom_detail(result.pop("exc_text", "out of memory"), est, free)
         result["oom"] = True

@@ -239,7 +239,8 @@ def test_estimate_grows_with_the_case_and_names_its_parts():
     big = dataclasses.replace(small, q_lens=(4096,), k_lens=(4096,), hq=32, hkv=8, head_dim=128, dtype="bfloat16")
     e_small, e_big = estimate(small), estimate(big, workspace=1 << 30)
     assert e_big.device_bytes > 100 * e_small.device_bytes
-    assert e_big.parts["workspace"] == 1 << 30 and e_big.parts["inputs"] >= 2 * (4096 * 32 + 2 * 4096 * 8) * 128 * 2
+    assert e_big.parts["workspace"] == 1 << 30 and e_big.parts["inputs"] == (4096 * 32 + 2 * 4096 * 8) * 128 * 2  # q, k, v
+    assert e_big.parts["margin"] > 0 and e_big.stage in ("call", "mask")
     assert estimate(big, harness_on_device=True).device_bytes > estimate(big).device_bytes
     assert estimate(big, probes=False).device_bytes < estimate(big).device_bytes
     assert "workspace 1024" in oom_detail(RuntimeError("CUDA out of memory"), e_big, 5 << 30)
@@ -259,25 +260,30 @@ def test_rows_record_their_estimate_and_no_peak_on_the_cpu():
 
 def test_dense_backends_tell_the_gate_what_their_scores_take():
     """SDPA's MATH kernel and JAX's XLA path materialize (hq, Sq, Sk) scores: at a 32k prefill of 32 heads
-    that is far beyond any card, and the memory gate must know it to run such a row alone; the
-    memory-efficient kernel holds only its (Sq, Sk) mask, and the float64 reference one band block."""
+    that is far beyond any card, and the memory gate must know it (to refuse such a row for its card); the
+    memory-efficient kernel holds only its (Sq, Sk) mask and bias, and the float64 reference one band block.
+    JAX allocates outside torch: its dense part is ``foreign`` (counted, not in ``peak_mem_mb``)."""
     from parity.backends.jax_attn import JaxXla
     from parity.backends.sdpa import SdpaCudaEfficient, SdpaCudaMath
     from parity.execute import workspace_hint
 
     big = Case(q_lens=(32768,), k_lens=(32768,), hq=32, hkv=8, head_dim=128, dtype="bfloat16", window=Window.tokens(4096))
     gib = 2**30
-    assert SdpaCudaMath().workspace_bytes(big) >= 3 * 32 * 32768 * 32768 * 4  # 384 GiB of float32 scores
-    assert JaxXla().workspace_bytes(big) >= 2 * 32 * 32768 * 32768 * 4
+    assert SdpaCudaMath().workspace_bytes(big) >= 2 * 32 * 32768 * 32768 * 4  # 256 GiB of float32 scores and weights
+    assert JaxXla().foreign_bytes(big) >= 2 * 32 * 32768 * 32768 * 4 and JaxXla().workspace_bytes(big) == 0  # no padding
     # a bottom-right decode row is padded to Sk queries (jax_window): as dense as the prefill
     decode = dataclasses.replace(big, q_lens=(1, 5), k_lens=(32768, 20000))
-    assert JaxXla().workspace_bytes(decode) >= 2 * 32 * 32768 * 32768 * 4
-    assert JaxXla().workspace_bytes(dataclasses.replace(decode, window=Window.tokens(4096, align="top_left"))) < gib
+    assert JaxXla().foreign_bytes(decode) >= 2 * 32 * 32768 * 32768 * 4
+    assert JaxXla().workspace_bytes(decode) >= 2 * 32768 * 32 * 128 * 2  # torch's side: the padded queries
+    assert JaxXla().foreign_bytes(dataclasses.replace(decode, window=Window.tokens(4096, align="top_left"))) < gib
     efficient = SdpaCudaEfficient().workspace_bytes(big)
-    assert 5 * gib <= efficient < 8 * gib  # the mask and its float bias, kv heads repeated: no (hq, Sq, Sk)
-    assert workspace_hint(ReferenceBackend(), big) < 2 * gib
-    # and the estimate the gate reads carries the hint
+    assert 4 * gib <= efficient < 8 * gib  # the mask and its bias, kv heads repeated: no (hq, Sq, Sk)
+    assert workspace_hint(ReferenceBackend(), big) < 3 * gib  # banded: its output, a sequence's copy, one block
+    # and the estimate the gate reads carries the hints
     assert estimate(big, workspace=SdpaCudaMath().workspace_bytes(big)).device_bytes > 300 * gib
+    assert estimate(big, backend=SdpaCudaMath()).words == "dense float32 scores 32768 x 32768 x 32 heads"
+    xla = estimate(decode, backend=JaxXla())
+    assert xla.parts["foreign"] >= 256 * gib and xla.measured_bytes < 4 * gib
 
 
 class OomAlwaysCounted(OomAlways):
@@ -328,33 +334,61 @@ def test_memory_benchmark_reads_a_run_folder(tmp_path):
     assert lines["m2"] == ["1", "1000", "4.00", "4.00", "0"]
 
 
-@pytest.mark.parametrize("run,at_least", [("h100-2026-12-06-models", 130), ("h100-2026-12-06b-models", 300)])
-def test_every_measured_gpu_peak_of_the_models_run_is_within_its_estimate(run, at_least):
-    """The runs of ``--profile models`` at real lengths (H100; the second with every staged backend). Each row
-    with a measured worker peak: today's estimate (what the memory gate reserves) covers it. Before the K/V
-    block copies of the reference, SDPA MATH's upcast kv heads and flex's dense mask_mod evaluation were
-    counted, 9 rows of the first run exceeded theirs (a decode row over 128k keys: 7.0 GiB measured, 3.1 GiB
-    estimated)."""
+MODELS_RUNS = [("h100-2026-12-06-models", 130), ("h100-2026-12-06b-models", 300)]
+
+
+def _measured_rows(run: str) -> list[tuple[dict, Case, object]]:
+    """The rows of a committed models run with a measured worker peak: (row, case, backend)."""
     import csv
     import gzip
     import io
     from pathlib import Path
 
     from parity import backends
-    from parity.execute import workspace_hint
 
     path = Path(__file__).resolve().parents[1] / "reports" / run / "run" / "results.csv.gz"
     rows = list(csv.DictReader(io.StringIO(gzip.decompress(path.read_bytes()).decode())))
     measured = [r for r in rows if r["peak_mem_mb"] and float(r["peak_mem_mb"]) > 0]
+    return [(r, Case.from_json(r["case_json"]), backends.get(r["backend"])) for r in measured]
+
+
+@pytest.mark.parametrize("run,at_least", MODELS_RUNS)
+def test_every_measured_gpu_peak_of_the_models_run_is_within_its_estimate(run, at_least):
+    """The runs of ``--profile models`` at real lengths (H100; the second with every staged backend). Each row
+    with a measured worker peak: today's estimate of what torch's allocator holds in the worker (the estimate
+    less JAX's own buffers, which ``peak_mem_mb`` does not see) covers it. Before the K/V block copies of the
+    reference, SDPA MATH's upcast kv heads and flex's dense mask_mod evaluation were counted, 9 rows of the first
+    run exceeded theirs (a decode row over 128k keys: 7.0 GiB measured, 3.1 GiB estimated); before the worker
+    was estimated stage by stage, its own part was under the peak on 120 of the 452 rows (the harness's parts,
+    counted per row, hid it)."""
+    measured = _measured_rows(run)
     assert len(measured) >= at_least
     short = []
-    for r in measured:
-        case = Case.from_json(r["case_json"])
-        be = backends.get(r["backend"])
-        est = estimate(case, True, 64, workspace_hint(be, case, True), harness_on_device=True)
-        if est.mb < float(r["peak_mem_mb"]):
-            short.append(f"{r['backend']} {case.summary()}: estimated {est.mb:.0f} MiB, measured {r['peak_mem_mb']} MiB")
+    for r, case, be in measured:
+        est = estimate(case, True, 64, backend=be, harness_on_device=True)
+        if est.measured_bytes / 2**20 < float(r["peak_mem_mb"]):
+            mib = est.measured_bytes / 2**20
+            short.append(f"{r['backend']} {case.summary()}: estimated {mib:.0f} MiB, measured {r['peak_mem_mb']} MiB")
     assert not short, "\n".join(short)
+
+
+@pytest.mark.parametrize("run,at_least", MODELS_RUNS)
+def test_every_measured_gpu_peak_of_the_models_run_is_at_least_two_thirds_of_its_estimate(run, at_least):
+    """The upper bound (issue 47): the estimate is at most 1.5x the measured peak on every row that ran (so the
+    lanes do not wait for memory a row never takes). Left out: a refused row (it allocated nothing: its peak is
+    what its worker already held, FlashInfer's 128 MiB buffer) and an out-of-memory row (its peak is where the
+    attempt stopped). Before, the estimate the gate held (the harness's parts counted on every row) was 1.5-19x
+    the peak in the median per backend, up to 26.7x, and its worker part alone up to 126x (JAX XLA's dense
+    scores, which torch does not see, counted as torch's)."""
+    ran = lambda r: r["verdict"] != "unsupported" and not r["detail"].startswith("out of memory")  # noqa: E731
+    measured = [(r, c, b) for r, c, b in _measured_rows(run) if ran(r)]
+    assert len(measured) >= at_least - 40
+    over = []
+    for r, case, be in measured:
+        est = estimate(case, True, 64, backend=be).measured_bytes / 2**20
+        if est > 1.5 * float(r["peak_mem_mb"]):
+            over.append(f"{r['backend']} {case.summary()}: estimated {est:.0f} MiB, measured {r['peak_mem_mb']} MiB")
+    assert not over, "\n".join(over)
 
 
 def test_the_harness_releases_its_cached_blocks_after_a_large_baseline(monkeypatch):

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import shard
 from ..case import Case
-from ..execute import context_lost, workspace_hint
+from ..execute import context_lost
 from ..judge import BaselineCache, apply_expectations, harness_oom_row, judge, unavailable
 from ..maskcheck import mask_passes
 from ..memory import MemoryEstimate, estimate, is_oom
@@ -440,9 +440,8 @@ class Sweep:
                 self.backend_objs[spec] = backends.get(spec)
             except Exception:  # noqa: BLE001 - a plugin only its worker can import: no hint
                 self.backend_objs[spec] = None
-        hint = workspace_hint(self.backend_objs[spec], case, self.options.probes) if self.backend_objs[spec] is not None else 0
         on_device = self._cache(self.plan.gpu_of.get(unit)).device.startswith("cuda")
-        return estimate(case, self.options.probes, self.options.max_passes, hint, on_device)
+        return estimate(case, self.options.probes, self.options.max_passes, harness_on_device=on_device, backend=self.backend_objs[spec])
 
     def _reserve(self, case: Case, unit: str, pending: list[Pending]) -> MemoryEstimate | None:
         """Hold ``case``'s estimate on its lane's gate before it is sent; where it does not fit now, judge
