@@ -29,7 +29,7 @@ from .backends.base import Backend, Unsupported, lse_call, refusal_reason
 from .case import Case, Inputs, make_inputs
 from .grad import TENSORS, make_dout
 from .maskcheck import DEFAULT_MAX_PASSES, passes_per_call, probe_case, run_gqa_probe, run_mask_probe, run_read_probe
-from .memory import LARGE_ROW_BYTES, MIB, estimate, free_bytes, is_oom, oom_detail
+from .memory import LARGE_ROW_BYTES, MIB, card_bytes, card_refusal, estimate, free_bytes, is_oom, oom_detail, total_bytes
 from .process import ProcessExecutor, env_worker_paths, parse_worker_paths, recv, send, worker_paths  # noqa: F401 - their old home
 from .results import CUDA_FAULT_WORDS, cuda_fault
 from .shard import config_key
@@ -172,17 +172,20 @@ def execute(
     grad: bool = False,
 ) -> dict[str, Any]:
     """Run ``case`` on ``backend``; see the module docstring. ``grad``: then the backward too
-    (``result["grad"]``, :func:`run_grad`), after the forward and its probes. On CUDA the row's peak device memory
-    (``peak_mem_mb``) is measured from a reset of the allocator's peak, an out-of-memory error says what the row
-    was estimated to need and what was free before it, and a large row's cached blocks are released afterwards
-    (``torch.cuda.empty_cache``), so the lanes' workers share the card."""
+    (``result["grad"]``, :func:`run_grad`), after the forward and its probes. A CUDA row whose estimate
+    exceeds what its card can hold is ``unsupported`` before its inputs are made (:func:`parity.memory.card_refusal`,
+    after the backend's own refusal: the one place ``parity run``, the API and the pytest plugin all pass).
+    On CUDA the row's peak device memory (``peak_mem_mb``) is measured from a reset of the allocator's peak, an
+    out-of-memory error says what the row was estimated to need and what was free before it, and a large row's
+    cached blocks are released afterwards (``torch.cuda.empty_cache``), so the lanes' workers share the card."""
     t_start = time.perf_counter()
     cuda = backend.device == "cuda" and torch.cuda.is_available()
     est = estimate(case, probes, max_passes, backend=backend)
+    too_big = card_refusal(est, card_bytes(), total_bytes()) if backend.device == "cuda" else None
     free = free_bytes() if cuda else None
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    result = _execute(backend, case, probes, max_passes, repeats, grad)
+    result = _execute(backend, case, probes, max_passes, repeats, grad, too_big)
     if result.pop("oom", None):
         result["detail"] = oom_detail(result.pop("exc_text", "out of memory"), est, free)
         result["oom"] = True
@@ -195,10 +198,12 @@ def execute(
     return result
 
 
-def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeats: int, grad: bool = False) -> dict[str, Any]:
+def _execute(
+    backend: Backend, case: Case, probes: bool, max_passes: int, repeats: int, grad: bool = False, too_big: str | None = None
+) -> dict[str, Any]:
     device = backend.device
     try:
-        reason = refusal_reason(backend, case)
+        reason = refusal_reason(backend, case) or too_big  # the backend's own words first, then the card's
     except Exception as exc:  # noqa: BLE001
         return {"status": "error", "detail": f"unsupported_reason() raised {type(exc).__name__}: {exc}"}
     if reason:

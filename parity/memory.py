@@ -1,4 +1,4 @@
-"""Device memory: what one row is estimated to need, and what counts as out of memory.
+"""Device memory: what one row is estimated to need, what its card can hold, and what counts as out of memory.
 
 :func:`estimate` follows a row through its stages in the worker (:func:`parity.execute.execute`) and takes
 the largest; what is live in each (``O``: the output's elements, ``out``: its bytes, ``W``: the backend's
@@ -27,6 +27,10 @@ device where the reference runs there (``--reference-device cuda``), from its ow
 (inputs, the float64 output and LSE) and ``baseline`` (the larger of the reference's per-sequence copy and
 band block, the same-dtype pass, the baseline's row chunks). Set beside the measured peaks of the H100
 models runs by ``benchmarks/memory_estimate.py`` (``benchmarks/memory_estimate_2026-12-06.txt``).
+
+:func:`card_refusal` is the one place that decides a row cannot fit its card (:func:`card_bytes`): the
+worker asks it before making inputs (:func:`parity.execute.execute`: ``parity run``, the API and the
+pytest plugin alike), the sweep before it holds memory for the row (no drain for it).
 """
 
 from __future__ import annotations
@@ -59,6 +63,10 @@ DECODE_BYTES = 16
 #: The named parts of a worker's stage times this: index tensors, ``cu_seqlens``, LSE conversions, the
 #: allocator's rounding (on the rows of the H100 models runs the named parts alone are 0.95-1.22x the peak).
 MARGIN = 1.1
+#: Device memory one process takes before any tensor (its CUDA context, cuBLAS / cuDNN handles): 0.5-0.6 GiB
+#: per worker on the H100 of 2026-12-06 ("Process ... has 610.00 MiB memory in use" beside an idle worker),
+#: rounded up. A row can use its card less two of them: its worker's and the harness's (:func:`card_bytes`).
+CONTEXT_BYTES = GIB
 #: Worker parts (what ``peak_mem_mb`` measures, ``foreign`` aside) and the harness's.
 WORKER_PARTS = ("inputs", "output", "workspace", "check", "probes", "margin", "resident", "foreign")
 HARNESS_PARTS = ("reference", "baseline")
@@ -325,6 +333,44 @@ def free_bytes(device: torch.device | str | int | None = None) -> int | None:
     except Exception:  # noqa: BLE001 - no free figure: no limit
         return None
     return int(free)
+
+
+def total_bytes(device: torch.device | str | int | None = None) -> int | None:
+    """A CUDA device's whole memory (``torch.cuda.get_device_properties``); None on the CPU or where it cannot be read."""
+    if not torch.cuda.is_available() or (isinstance(device, str) and device.startswith("cpu")):
+        return None
+    try:
+        return int(torch.cuda.get_device_properties(torch.cuda.current_device() if device is None else device).total_memory)
+    except Exception:  # noqa: BLE001 - no figure: no refusal
+        return None
+
+
+def card_bytes(device: torch.device | str | int | None = None) -> int | None:
+    """What one row can use on its card: the card's whole memory less two CUDA contexts (:data:`CONTEXT_BYTES`:
+    the row's worker and the harness process). A property of the card, not of what other lanes hold now, so a
+    row's verdict does not depend on the run's lanes. None where there is no CUDA device."""
+    total = total_bytes(device)
+    return None if total is None else max(0, total - 2 * CONTEXT_BYTES)
+
+
+def card_refusal(est: MemoryEstimate, card: int | None, total: int | None = None) -> str | None:
+    """Why a row whose worker needs ``est.worker_bytes`` cannot run on a card where a row can use ``card`` bytes
+    (:func:`card_bytes`; ``total``: the card's whole memory, for the words); None when it fits or there is no card.
+
+    ======================================  =================================================
+    the row's worker estimate               the row
+    ======================================  =================================================
+    no card (CPU, no CUDA)                  runs
+    <= what a row can use on the card       runs (the memory gate places it: beside others,
+                                            or alone after the card drains)
+    >  what a row can use on the card       ``unsupported``: this reason; nothing is run
+    ======================================  =================================================
+    """
+    if card is None or est.worker_bytes <= card:
+        return None
+    what = est.words or ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in est.parts.items() if k not in HARNESS_PARTS and v >= GIB // 10)
+    has = f"the card has {(total if total is not None else card + 2 * CONTEXT_BYTES) / GIB:.1f} GiB"
+    return f"needs ~{est.worker_bytes / GIB:.1f} GiB by estimate ({what}); {has}, {card / GIB:.1f} GiB for a row beside its CUDA contexts"
 
 
 def oom_detail(exc: BaseException | str, est: MemoryEstimate | None, free: int | None) -> str:

@@ -457,3 +457,137 @@ def test_the_summary_says_how_many_new_failures_are_out_of_memory():
     lines = known_vs_new(rows)
     assert any(line.startswith("new failures: 3 rows") and "1 of them out of memory" in line for line in lines), lines
     assert not any("out of memory" in line for line in known_vs_new(rows[1:]))
+
+
+# -- rows the card cannot hold: refused up front (issues 47 and 48) ------------------------------
+
+GIB = 2**30
+BIG = Case(q_lens=(64,), k_lens=(64,), hq=2, hkv=1, head_dim=8, dtype="float32", window=Window(8, 0), seed=3)
+SMALL = Case(q_lens=(9,), k_lens=(9,), hq=2, hkv=1, head_dim=8, dtype="float32", window=Window(3, 0), seed=4)
+
+
+class DenseOnCuda(ReferenceBackend):
+    """The reference, declaring a CUDA device and a dense workspace of 50 GiB for a case of 64 queries (a
+    card of 10 GiB here: too big), 5 GiB for 9 (fits the card alone, not beside others), 1 KiB otherwise."""
+
+    name, device = "test-dense-cuda", "cuda"
+    calls: list[str] = []
+
+    def run(self, case, inputs, out):
+        type(self).calls.append(case.case_id)
+        return super().run(case, inputs, out)
+
+    def workspace_bytes(self, case):
+        return {64: 50 * GIB, 9: 5 * GIB}.get(case.q_lens[0], 1024)
+
+    def workspace_words(self, case):
+        return f"dense float32 scores {case.q_lens[0]} x {case.k_lens[0]} x {case.hq} heads" if case.q_lens[0] == 64 else ""
+
+
+@pytest.fixture
+def card_of_10_gib(monkeypatch):
+    """A CUDA card of 12 GiB (10 for a row beside two contexts) for the worker's check and the sweep's; inputs on the CPU."""
+    from parity import execute as ex
+    from parity.case import make_inputs
+
+    monkeypatch.setattr(ex, "card_bytes", lambda device=None: 10 * GIB)
+    monkeypatch.setattr(ex, "total_bytes", lambda device=None: 12 * GIB)
+    monkeypatch.setattr(sweep_run, "card_bytes", lambda device=None: 10 * GIB)
+    monkeypatch.setattr(ex, "make_inputs", lambda case, device: make_inputs(case, "cpu"))
+    DenseOnCuda.calls = []
+
+
+def test_a_row_its_card_cannot_hold_is_unsupported_before_anything_runs(card_of_10_gib):
+    """Refused up front with its estimate and the card's size (SDPA MATH at 32k asked for 391 GiB on the H100,
+    drained the card, ran alone and failed with an OOM counted as a new failure); never called, no inputs made."""
+    from parity import execute as ex
+    from parity.memory import card_bytes, card_refusal, estimate
+
+    res = ex.execute(DenseOnCuda(), BIG, probes=False)
+    assert res["status"] == "unsupported" and DenseOnCuda.calls == []
+    assert res["detail"].startswith("needs ~"), res["detail"]
+    assert "GiB by estimate (dense float32 scores 64 x 64 x 2 heads); the card has 12.0 GiB, 10.0 GiB for a row" in res["detail"]
+    assert ex.execute(DenseOnCuda(), SMALL, probes=False)["status"] == "ok"  # 5 GiB: runs (the gate places it)
+    # the words: the estimate's parts where the backend names nothing; no card (the CPU here): no refusal
+    plain = estimate(BIG, workspace=50 * GIB)
+    assert "workspace 50.0 GiB" in card_refusal(plain, 10 * GIB) and card_refusal(plain, None) is None
+    assert card_bytes() is None  # no CUDA on this machine
+
+
+def test_the_api_and_the_pytest_plugin_refuse_the_same_row(card_of_10_gib):
+    """One place decides (the worker's execute): evaluate returns the unsupported row, assert_parity skips with it."""
+    from parity.pytest_plugin import check_row
+
+    row = evaluate(DenseOnCuda(), BIG, probes=False)
+    assert row["verdict"] == "unsupported" and row["detail"].startswith("needs ~") and DenseOnCuda.calls == []
+    with pytest.raises(pytest.skip.Exception, match="needs ~.* the card has 12.0 GiB"):
+        check_row(row)
+
+
+def test_the_backends_own_refusal_comes_before_the_cards(card_of_10_gib):
+    class Refuses(DenseOnCuda):
+        def unsupported_reason(self, case):
+            return "no such kernel"
+
+    from parity import execute as ex
+
+    assert ex.execute(Refuses(), BIG, probes=False)["detail"] == "no such kernel"
+
+
+def _gate_spy(monkeypatch, budget: int) -> list[int]:
+    """The sweep's gate with ``budget``; the bytes each row asked it for, in order."""
+    asked: list[int] = []
+    gate = MemoryGate(budget)
+    real = gate.try_acquire
+    monkeypatch.setattr(gate, "try_acquire", lambda need: asked.append(need) or real(need))
+    monkeypatch.setattr(sweep_run.Sweep, "_make_gates", lambda self: (self.gates.update({None: gate}), self.cards.update({None: 10 * GIB})))
+    return asked
+
+
+def test_a_sweep_refuses_a_row_too_big_for_its_card_without_draining_it(card_of_10_gib, monkeypatch):
+    """In the sweep the refused row asks the gate nothing (need 0: never a drain, never a wait), its worker is
+    not called, and its row is unsupported with the words; a row over the lanes' budget that fits the card
+    asks more than the budget (the gate drains the card for it: test_a_row_that_needs_the_card_drains_it...);
+    a row that fits beside others asks its estimate, within the budget (never a drain)."""
+    asked = _gate_spy(monkeypatch, 2 * GIB)
+    tiny = dataclasses.replace(SMALL, q_lens=(5,), k_lens=(5,))
+    res = sweep_run.run_sweep([f"{__name__}:DenseOnCuda"], [BIG, SMALL, tiny], isolate=False, probes=False, progress=False)
+    rows = {r["case_id"]: r for r in res.rows}
+    assert rows[BIG.case_id]["verdict"] == "unsupported" and rows[BIG.case_id]["detail"].startswith("needs ~")
+    assert rows[SMALL.case_id]["verdict"] == "pass" and rows[tiny.case_id]["verdict"] == "pass"
+    assert DenseOnCuda.calls == [SMALL.case_id, tiny.case_id]  # the refused row was never run
+    assert asked[0] == 0 and 2 * GIB < asked[1] <= 10 * GIB and 0 < asked[2] < 2 * GIB, asked
+    assert float(rows[BIG.case_id]["est_mem_mb"]) > 50 * 1024  # its estimate is still recorded
+    assert not res.failed
+
+
+def test_a_row_that_holds_nothing_never_waits_for_a_drain():
+    """A refused row or a CPU backend's row (need 0) is admitted while a big row waits for the card to drain."""
+    gate, stop = MemoryGate(100), threading.Event()
+    assert gate.try_acquire(60)
+    waiting = threading.Thread(target=lambda: gate.acquire(500, stop), daemon=True)
+    waiting.start()
+    try:
+        time.sleep(0.3)
+        assert gate.draining == 1 and not gate.try_acquire(10) and gate.try_acquire(0)
+    finally:
+        stop.set()
+
+
+def test_a_case_holds_the_harness_memory_once_per_gpu_not_once_per_backend():
+    """With the reference on the device, the case's reference and baseline take memory once (the first backend's
+    row computes them, later rows find them cached): only a row whose case is not cached yet holds them. Before,
+    every row held them, which made the gate hold 2-14x the peaks of the H100 models runs."""
+    import types
+
+    est = estimate(SMALL, workspace=1024, harness_on_device=True)
+    cache = judging.BaselineCache("cpu")
+    sweep = sweep_run.Sweep.__new__(sweep_run.Sweep)
+    sweep.unit_infos = {"u": {"device": "cuda"}}
+    sweep.cards, sweep.baselines = {None: 10 * GIB}, {None: cache}
+    sweep.plan = types.SimpleNamespace(gpu_of={})
+    assert sweep._need(SMALL, "u", est) == est.worker_bytes + est.harness_bytes
+    cache.get(SMALL)
+    assert sweep._need(SMALL, "u", est) == est.worker_bytes
+    sweep.unit_infos = {"u": {"device": "cpu"}}  # a CPU backend: nothing of its worker on the card
+    assert sweep._need(SMALL, "u", est) == 0

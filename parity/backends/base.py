@@ -22,9 +22,9 @@ A backend is a small class (one file each) with
 * ``run_lse(case, inputs, out)`` (optional, with ``returns_lse = True``): the same call that also
   returns the log-sum-exp, ``(out, lse)``; see *Log-sum-exp* below;
 * ``workspace_bytes(case)`` (optional): the device memory ``run`` needs beyond inputs and output
-  (split-KV buffers, a dense mask, ...), so that rows are placed to fit free memory; with
-  ``workspace_again_bytes``, ``resident_bytes``, ``foreign_bytes`` and ``workspace_words`` (see each,
-  and :mod:`parity.memory`);
+  (split-KV buffers, a dense mask, ...), so that rows are placed to fit free memory and a row its card
+  cannot hold is refused up front; with ``workspace_again_bytes``, ``resident_bytes``, ``foreign_bytes``
+  and ``workspace_words`` (see each, and :mod:`parity.memory`);
 * ``version()``: the version of what it wraps, for the run's environment;
 * ``supports_grad`` / ``backward(case, inputs, dout)`` (optional, ``parity run --grad``): ``(dq, dk, dv)``
   of the output against the upstream gradient ``dout`` ``(total_q, hq, d)``, in the inputs' packed
@@ -188,7 +188,8 @@ class Backend:
     def workspace_bytes(self, case: Case) -> int:
         """Device bytes ``run`` allocates for ``case`` beyond its inputs and the output buffer it is given: its own
         output copy, the paged / padded cache it builds (:func:`parity.memory.paged_bytes`), a library's
-        workspace. A hint for :func:`parity.memory.estimate`, which places rows so that they fit free memory; 0 = none."""
+        workspace. A hint for :func:`parity.memory.estimate`, which places rows so that they fit free memory
+        and refuses a row its card cannot hold; 0 = none."""
         return 0
 
     def workspace_again_bytes(self, case: Case) -> int:
@@ -202,7 +203,8 @@ class Backend:
         return 0
 
     def workspace_words(self, case: Case) -> str:
-        """What dominates this backend's memory on ``case``, in words ("dense float32 scores ..."); "" = nothing to name."""
+        """What dominates this backend's memory on ``case``, in words ("dense float32 scores ..."): said where a
+        row is refused for its card (:func:`parity.memory.card_refusal`); "" = nothing to name."""
         return ""
 
     def version(self) -> str:
