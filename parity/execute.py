@@ -136,7 +136,8 @@ def context_lost(result: dict[str, Any]) -> bool:
 
 def workspace_hint(backend: Backend, case: Case, probes: bool = True) -> int:
     """``backend.workspace_bytes`` for ``case`` or, with ``probes``, its batched mask probe's case
-    if larger; 0 where it has none or it raises."""
+    if larger; 0 where it has none or it raises. A summary figure for callers: :func:`parity.memory.estimate`
+    takes the backend itself (its hints per stage)."""
     hint = getattr(backend, "workspace_bytes", None)
     calls = [case, probe_case(case, passes_per_call(case))] if probes else [case]
     try:

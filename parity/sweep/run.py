@@ -213,7 +213,8 @@ class Sweep:
         t_sent = time.perf_counter()
         self._finish(pending)  # the previous row, overlapped with this backend's work
         t_ref = time.perf_counter()
-        baseline_s = self._reference_now(case, unit) if failed is None and self.options.isolate else 0.0
+        now = failed is None and self.options.isolate and not self._refused(est, unit)  # a refused row needs no reference
+        baseline_s = self._reference_now(case, unit) if now else 0.0
         limit = self._limit(case, spec, unit)
         res = failed if failed is not None else ex.collect(timeout=limit)
         self._note_built(case, unit, res)
@@ -450,12 +451,18 @@ class Sweep:
         """The bytes ``case`` holds on its gate (:mod:`.memgate`'s table): none for a row its worker refuses for
         its card (:func:`parity.memory.card_refusal`: nothing runs, so nothing drains); the worker's estimate on
         a CUDA backend; the harness's where the reference runs on the device and the case's is not cached yet
-        (once per case and GPU, not once per backend)."""
+        (once per case and GPU, not once per backend). A plugin only its worker can import has no hints here:
+        its row asks the estimate without them, and its worker (which has them) may still refuse it."""
         cuda = self.unit_infos[unit].get("device") == "cuda"
-        if cuda and card_refusal(est, self.cards.get(self.plan.gpu_of.get(unit))):
+        if self._refused(est, unit):
             return 0
         harness = est.harness_bytes if est.harness_on_device and not self._baselines(unit).cached(case) else 0
         return (est.worker_bytes if cuda else 0) + harness
+
+    def _refused(self, est: MemoryEstimate, unit: str) -> bool:
+        """Whether ``unit``'s worker will refuse the row for its card (:func:`parity.memory.card_refusal`)."""
+        cuda = self.unit_infos[unit].get("device") == "cuda"
+        return cuda and card_refusal(est, self.cards.get(self.plan.gpu_of.get(unit))) is not None
 
     def _reserve(self, case: Case, unit: str, pending: list[Pending]) -> MemoryEstimate | None:
         """Hold ``case``'s need (:meth:`_need`) on its lane's gate before it is sent; where it does not fit now,
