@@ -146,22 +146,42 @@ def workspace_hint(backend: Backend, case: Case, probes: bool = True) -> int:
         return 0
 
 
-#: The configurations (:func:`parity.shard.config_key`) each backend object of this process has run: the
-#: first call of a configuration is where a compiling backend builds its kernel (``first_config`` in the timing).
+#: The kernel keys (:func:`kernel_key`) each backend object of this process has run: the first call of a
+#: key is where a compiling backend builds its kernel (``first_config`` in the timing).
 _SEEN_CONFIGS: weakref.WeakKeyDictionary[Any, set[tuple[Any, ...]]] = weakref.WeakKeyDictionary()
 
 
+def kernel_key(backend: Any, case: Case) -> tuple[Any, ...]:
+    """What ``backend`` builds a kernel for: its :meth:`~parity.backends.base.Backend.compile_key`, else the
+    case's configuration (:func:`parity.shard.config_key`; also for an object without the method, or whose
+    method fails)."""
+    try:
+        key = backend.compile_key(case)
+    except Exception:  # noqa: BLE001 - a plugin without it (or a broken one): the configuration
+        key = None
+    return ("config", *config_key(case)) if key is None else ("kernel", *key)
+
+
 def first_of_config(backend: Backend, case: Case) -> bool:
-    """Whether ``case`` is the first of its configuration that ``backend`` runs in this process (noted)."""
+    """Whether ``case`` is the first of its kernel key that ``backend`` runs in this process (noted)."""
     try:
         seen = _SEEN_CONFIGS.setdefault(backend, set())
     except TypeError:  # a backend that cannot be weakly referenced or hashed: every row counts as a first
         return True
-    key = config_key(case)
+    key = kernel_key(backend, case)
     if key in seen:
         return False
     seen.add(key)
     return True
+
+
+def _built(backend: Backend) -> int | None:
+    """The library's count of kernels built in this process (:meth:`Backend.kernels_built`), None if unknown."""
+    try:
+        n = backend.kernels_built() if hasattr(backend, "kernels_built") else None
+        return None if n is None else int(n)
+    except Exception:  # noqa: BLE001 - a count is evidence, never a reason for a row to fail
+        return None
 
 
 def execute(
@@ -186,7 +206,11 @@ def execute(
     free = free_bytes() if cuda else None
     if cuda:
         torch.cuda.reset_peak_memory_stats()
+    built = _built(backend)
     result = _execute(backend, case, probes, max_passes, repeats, grad, too_big)
+    after = _built(backend) if built is not None else None
+    if after is not None and built is not None and isinstance(result.get("timing"), dict):
+        result["timing"]["kernels_built"] = after - built  # what this row built (the library's own count)
     if result.pop("oom", None):
         result["detail"] = oom_detail(result.pop("exc_text", "out of memory"), est, free)
         result["oom"] = True
@@ -248,7 +272,9 @@ def _execute(
             result["lse_empty"] = tuple(getattr(backend, "lse_empty", ("-inf",)))
         # where the worker's time went (the sweep sums these into OUT/timing.json): call_s / probe_call_s inside
         # backend calls, gen_s and probe_s - probe_call_s the harness's own work; per probe in _run_probes
-        timing = {"gen_s": gen_s, "call_s": call_s, "first_config": first, "out_s": time.perf_counter() - t_out}
+        timing: dict[str, Any] = {"gen_s": gen_s, "call_s": call_s, "first_config": first, "out_s": time.perf_counter() - t_out}
+        if (key := kernel_key(backend, case))[0] == "kernel":  # a compiling backend's own key: timing.json counts them
+            timing["kernel_key"] = repr(key[1:])
         no_probes = {"probe_s": 0.0, "probe_call_s": 0.0}
         timing.update(_run_probes(backend, case, device, inputs, res, result, max_passes) if probes else no_probes)
         if first and (cuda or float(getattr(backend, "cost_hint", 1.0)) > 1.0):

@@ -60,6 +60,7 @@ class RunRequest:
     split: tuple[str, ...] = ()
     time_limit: float | None = None
     compile_cache: str | None = None
+    precompile: str = "auto"
     quiet: bool = False
     shrink: int = 40
     list_cases: bool = False
@@ -252,6 +253,8 @@ def _check_run_args(req: RunRequest, specs: list[str]) -> tuple[dict, dict[str, 
         raise UsageError(f"--compile-grace must be >= 0 seconds, got {req.compile_grace:g}")
     if req.time_limit is not None and req.time_limit <= 0:
         raise UsageError(f"--time-limit must be > 0 seconds, got {req.time_limit:g}")
+    if req.precompile == "on" and req.no_isolate:
+        raise UsageError("--precompile on builds kernels in worker processes: it cannot go with --no-isolate")
     splits, auto = _splits(req.split)
     try:  # before any case is generated: a bad --split costs nothing
         check_splits(splits, specs, req.jobs, not req.no_isolate)
@@ -401,6 +404,7 @@ def sweep_options(req: RunRequest, **checked):
         shrink_calls=req.shrink,
         fail_fast=req.fail_fast,
         grad=req.grad,
+        precompile=req.precompile,
         **checked,
     )
 

@@ -1,6 +1,7 @@
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,6 +87,18 @@ def test_backends_command_lists_availability():
     assert p.returncode == 0
     assert "sdpa" in p.stdout and "available" in p.stdout
     assert "flex-cuda" in p.stdout and "no CUDA device" in p.stdout
+
+
+def test_the_cache_key_names_the_gpu_model_and_changes_with_a_backend_version():
+    from parity.cli.backends import cache_key
+
+    p = run_cli("backends", "--no-isolate", "--cache-key")
+    assert p.returncode == 0 and re.fullmatch(r"parity-compile-cpu-py\d+\.\d+-[0-9a-f]{16}\n", p.stdout)
+    infos = [{"spec": "flex-cuda", "version": "2.11.0"}, {"spec": "fa4-cuda", "version": "flash-attn-4 4.0.0b36"}]
+    newer = [infos[0], {"spec": "fa4-cuda", "version": "flash-attn-4 4.0.0b37"}]
+    gone = [infos[0], {"spec": "fa4-cuda", "version": "", "unavailable": "no module named flash_attn"}]
+    assert len({cache_key(infos), cache_key(newer), cache_key(gone)}) == 3
+    assert cache_key(infos) == cache_key(list(reversed(infos)))
 
 
 def test_list_cases_is_deterministic():

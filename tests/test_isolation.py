@@ -120,12 +120,14 @@ class ThreadsSeen(ReferenceBackend):
 
 
 def test_lanes_share_the_cpus_between_their_workers(tmp_path, monkeypatch):
-    from parity.sweep import THREAD_VARS, lane_thread_env
+    from parity.sweep import COMPILE_VARS, THREAD_VARS, lane_thread_env
 
-    for v in THREAD_VARS:
+    for v in (*THREAD_VARS, *COMPILE_VARS):
         monkeypatch.delenv(v, raising=False)
     assert lane_thread_env(1, 5, cpus=16) == {}
-    assert lane_thread_env(5, 7, cpus=16) == {v: "3" for v in THREAD_VARS}
+    # the compilers' pools too: 14 lanes of inductor's default pool (one process per CPU) oversubscribed 16 CPUs
+    assert lane_thread_env(5, 7, cpus=16) == {v: "3" for v in (*THREAD_VARS, *COMPILE_VARS)}
+    assert lane_thread_env(14, 20, cpus=16)["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
     assert lane_thread_env(4, 2, cpus=16)["OMP_NUM_THREADS"] == "8"  # two backends: two lanes at most
     assert lane_thread_env(8, 8, cpus=2)["OMP_NUM_THREADS"] == "1"
     spec = "tests.test_isolation:ThreadsSeen"
@@ -136,7 +138,8 @@ def test_lanes_share_the_cpus_between_their_workers(tmp_path, monkeypatch):
     assert lanes.infos[spec]["version"] == str(max(1, cpus // 2))
     assert json.loads((tmp_path / "two" / "timing.json").read_text())["worker_threads"] == max(1, cpus // 2)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the user's own setting wins
-    assert lane_thread_env(5, 7, cpus=16) == {}
+    monkeypatch.setenv("MAX_JOBS", "6")
+    assert lane_thread_env(5, 7, cpus=16) == {"TORCHINDUCTOR_COMPILE_THREADS": "3"}
 
 
 class DeclinesSeed1(ReferenceBackend):

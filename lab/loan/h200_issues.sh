@@ -10,6 +10,10 @@
 #                                                   # until complete -> $OUT/cold.tgz; then `thru` with RUNS=warm
 #                                                   # CACHE=/tmp/tp/cc for the warm figure; [RUN_ARGS=...] replaces
 #                                                   # its default `--split auto`
+#   bash lab/loan/h200_issues.sh coldwarm [COLD_S] [WARM_S]  # issue 47 in one call with nothing staged: the default
+#                                                   # profile cold, then warm if complete -> $OUT/coldwarm.tgz
+#   bash lab/loan/h200_issues.sh warm [LIMIT_S]     # issue 47: the default profile again on /tmp/tp/cc (after `cold`
+#                                                   # completed) into /tmp/tp/warm -> $OUT/warm.tgz
 #   bash lab/loan/h200_issues.sh vdiff LIMIT_S      # old code (.stage/old-6ac94c6, carried) against new on CASES
 #                                                   # cases, both on the cold run's cache -> $OUT/vdiff.tgz
 #   bash lab/loan/h200_issues.sh launch [FEAT_S] [GRAD_S] [GATE_S]  # the detached jobs below; returns at once
@@ -80,6 +84,27 @@ case "${1:-}" in
     echo "cold rc=$? in $(( $(date +%s) - t0 )) s ($more): $(( $(wc -l < "$w/cold/results.csv") - 1 )) rows"; grep -v "^  \|^$" "$w/cold.log" | tail -n 12 | cut -c1-200
     du -sh "$w/cc" 2>/dev/null
     tar czf "$OUT/cold.tgz" -C "$w" --exclude=results.json --exclude=masks.jsonl cold cold.log ;;
+  coldwarm)  # issue 47 in one call, nothing staged (what the image has: torch's, JAX's and the reference backends;
+    # the staged ones are unavailable rows): the default profile cold (COLD_S), then warm on its cache if complete
+    w=/tmp/tp; rm -rf "$w"; mkdir -p "$w"; t0=$(date +%s)
+    timeout $(( ${2:-380} + 120 )) python3 -m parity run --profile default --backend all-gpu --jobs "${JOBS:-14}" \
+      --split auto --shrink 0 --no-report -q --compile-cache "$w/cc" --out "$w/cold" --time-limit "${2:-380}" > "$w/cold.log" 2>&1
+    echo "cold rc=$? in $(( $(date +%s) - t0 )) s: $(( $(wc -l < "$w/cold/results.csv") - 1 )) rows"; grep -v "^  \|^$" "$w/cold.log" | tail -n 6 | cut -c1-200
+    if ! grep -q PARTIAL "$w/cold.log"; then
+      t1=$(date +%s)
+      timeout "${3:-150}" python3 -m parity run --profile default --backend all-gpu --jobs "${JOBS:-14}" --split auto \
+        --shrink 0 --no-report -q --compile-cache "$w/cc" --out "$w/warm" > "$w/warm.log" 2>&1
+      echo "warm rc=$? in $(( $(date +%s) - t1 )) s"; grep -v "^  \|^$" "$w/warm.log" | tail -n 6 | cut -c1-200
+    fi
+    python3 "$here/../benchmarks/compile_keys.py" "$w/cold" | tee "$w/compile-keys.txt"
+    du -sh "$w/cc" 2>/dev/null
+    tar czf "$OUT/coldwarm.tgz" -C "$w" --exclude=results.json --exclude=masks.jsonl --exclude=cc . ;;
+  warm)  # issue 47's warm figure: the whole default profile again into a fresh folder, on the cold run's cache
+    w=/tmp/tp; rm -rf "$w/warm"; t0=$(date +%s)
+    timeout "${2:-400}" python3 -m parity run --profile default --backend all-gpu --jobs "${JOBS:-12}" \
+      ${RUN_ARGS---split auto} --shrink 0 --no-report -q --compile-cache "$w/cc" --out "$w/warm" > "$w/warm.log" 2>&1
+    echo "warm rc=$? in $(( $(date +%s) - t0 )) s: $(( $(wc -l < "$w/warm/results.csv") - 1 )) rows"; grep -v "^  \|^$" "$w/warm.log" | tail -n 12 | cut -c1-200
+    tar czf "$OUT/warm.tgz" -C "$w" --exclude=results.json --exclude=masks.jsonl warm warm.log ;;
   vdiff)
     # the old code has no FLASHINFER_WORKSPACE_BASE of its own: give it the cold run's builds too
     export FLASHINFER_WORKSPACE_BASE=/tmp/tp/cc/flashinfer
@@ -111,5 +136,5 @@ case "${1:-}" in
   collect)
     bg collect "${2:-540}"
     nvidia-smi --query-gpu=name,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null ;;
-  *) echo "usage: bash lab/loan/h200_issues.sh thru [LIMIT_S] | cold LIMIT_S | vdiff LIMIT_S | launch | collect LIMIT_S | resume-grad LIMIT_S" >&2; exit 2 ;;
+  *) echo "usage: bash lab/loan/h200_issues.sh thru [LIMIT_S] | cold LIMIT_S | coldwarm [COLD_S] [WARM_S] | warm [LIMIT_S] | vdiff LIMIT_S | launch | collect LIMIT_S | resume-grad LIMIT_S" >&2; exit 2 ;;
 esac

@@ -185,6 +185,26 @@ class Backend:
     #: for :func:`parity.memory.estimate`, like the methods below.
     resident_bytes = 0
 
+    def compile_key(self, case: Case) -> tuple | None:
+        """What makes this backend build a new kernel for ``case`` (``None``: it builds nothing on first use).
+
+        Two cases with the same key run on one kernel once it is built, so a run builds each key once:
+        its ``--split`` parts keep a key whole, its compile pre-pass (:mod:`parity.sweep.precompile`)
+        builds one case per key before the lanes start, and ``timing.json`` counts the keys per backend.
+        A key that is too coarse costs a build inside a row (it shows as compile time there); one too fine
+        costs a needless pre-pass row. The default, for a backend with :attr:`first_use_compile`, is the
+        case's configuration (:func:`parity.shard.config_key`'s fields); backends that know their
+        library's cache key override it, in their own file. Pure: no library import."""
+        if not self.first_use_compile:
+            return None
+        return (case.dtype, case.hq, case.hkv, case.head_dim, case.softcap, case.page_size is not None)
+
+    def kernels_built(self) -> int | None:
+        """Kernels this process has built so far, by the library's own count (Dynamo's graphs, FA4's compile
+        cache, XLA's compiles); None where the library keeps no count. A row's difference is what it built:
+        ``timing.json`` sets it beside the backend's distinct :meth:`compile_key` values."""
+        return None
+
     def workspace_bytes(self, case: Case) -> int:
         """Device bytes ``run`` allocates for ``case`` beyond its inputs and the output buffer it is given: its own
         output copy, the paged / padded cache it builds (:func:`parity.memory.paged_bytes`), a library's

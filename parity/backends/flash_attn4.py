@@ -187,6 +187,32 @@ class Fa4Backend(Backend):
             return str(exc)
         return None
 
+    def compile_key(self, case: Case) -> tuple | None:
+        """FA4's kernel cache key, as far as a case decides it (flash_attn/cute/interface.py ``compile_key``):
+        dtype, head dim, GQA ratio, the softcap value (its score_mod closes over it), which window sides are set
+        and whether the window is its causal path, dense / varlen / paged (with the page size), learned sinks,
+        and a single-tile variant for short key ranges. LSE asked or not is a second kernel of the same row
+        (the measured call asks, the probes do not)."""
+        window = (case.window.left, case.window.right)
+        sides = (window[0] is not None, window[1] is not None, window == (None, 0))
+        dense = case.is_uniform and not self.always_varlen and case.page_size is None
+        return (case.dtype, case.head_dim, case.hq // case.hkv, case.softcap or 0.0, *sides, dense, case.page_size,
+                bool(case.sinks), max(case.k_lens) <= 128)  # fmt: skip
+
+    def kernels_built(self) -> int | None:
+        """Entries of flash_attn.cute's in-memory compile caches (forward and backward)."""
+        try:
+            from flash_attn.cute import interface
+        except Exception:  # noqa: BLE001 - not importable here
+            return None
+        n, found = 0, False
+        for name in ("_flash_attn_fwd", "_flash_attn_bwd"):
+            cache = getattr(getattr(interface, name, None), "compile_cache", None)
+            cache = getattr(cache, "cache", cache)
+            if cache is not None and hasattr(cache, "__len__"):
+                n, found = n + len(cache), True
+        return n if found else None
+
     def native(self, case: Case) -> dict:
         """:func:`fa4_attention`'s arguments for ``case`` besides the tensors, lengths and scale."""
         window = fa4_window(case.window, case.q_lens, case.k_lens)

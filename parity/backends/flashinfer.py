@@ -331,6 +331,12 @@ class FlashInferBackend(Backend):
             return str(exc)
         return None
 
+    def compile_key(self, case: Case) -> tuple | None:
+        """A FlashInfer JIT module (flashinfer/jit/attention/modules.py): query and KV dtypes, head dim, sliding
+        window on or off, softcap on or off, sinks (another module); window size, softcap value, causal and the
+        GQA ratio are run-time arguments. One key per backend class (prefill, paged prefill, decode)."""
+        return (case.dtype, case.kv_dtype, case.head_dim, case.window.left is not None, case.softcap is not None, bool(case.sinks))
+
     returns_lse = True
     #: FlashInfer documents no value for a row with no key; the LSE there is recorded (lse_detail), not judged
     lse_empty = ("any",)

@@ -207,7 +207,10 @@ RECOMPILE_LIMIT = 4096
 
 
 @functools.cache
-def _compiled_flex():
+def _compiled_flex(dynamic: bool = False):
+    """``torch.compile(flex_attention)``; ``dynamic``: lengths symbolic, so one graph serves every length
+    bucket of a (dtype, heads, head dim, score_mod) (measured on an H100, 2026-12-06: one compile served
+    S = 1000, 1024 and 4096; ../shared/compile-probe-2026-12-06)."""
     import torch._dynamo
     from torch.nn.attention.flex_attention import flex_attention
 
@@ -215,7 +218,19 @@ def _compiled_flex():
     for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(cfg, name):
             setattr(cfg, name, max(int(getattr(cfg, name)), RECOMPILE_LIMIT))
-    return torch.compile(flex_attention, dynamic=False)
+    return torch.compile(flex_attention, dynamic=dynamic)
+
+
+def inductor_builds() -> int | None:
+    """Graphs inductor lowered and compiled in this process so far (FX graph cache misses and bypasses; a
+    cache hit loads a kernel another process built, and Dynamo's tracing, which every process repeats, is
+    not a build); None where the counters cannot be read."""
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["inductor"]["fxgraph_cache_miss"]) + int(counters["inductor"]["fxgraph_cache_bypass"])
+    except Exception:  # noqa: BLE001 - a torch without these counters
+        return None
 
 
 class FlexBackend(Backend):
@@ -226,6 +241,8 @@ class FlexBackend(Backend):
     supports_chunk = True  # a term of the mask_mod
 
     compiled: bool | None = None  # None: compiled on CUDA, eager on CPU
+    #: ``torch.compile(..., dynamic=True)``: one graph for every length bucket (see :func:`_compiled_flex`)
+    dynamic = False
     #: Pad lengths to power-of-two buckets and pass the window and softcap as tensors,
     #: so one compiled kernel serves every case of a bucket (see FlexCudaBackend).
     bucketed = False
@@ -275,6 +292,24 @@ class FlexBackend(Backend):
     def _use_compiled(self) -> bool:
         return self.compiled if self.compiled is not None else self.device == "cuda"
 
+    def compile_key(self, case: Case) -> tuple | None:
+        """Dynamo guards on dtypes, head counts and head dim, and on which score_mod / mask_mod runs (their
+        numbers are tensors: no guard on values); static shapes add each sequence's (padded) lengths, and the
+        unbucketed path's mask_mod closes over the window's numbers (guarded by value)."""
+        if not self._use_compiled():
+            return None
+        mods = (case.softcap is not None, bool(case.sinks), case.chunk is not None)
+        key = (case.dtype, case.hq, case.hkv, case.head_dim, *mods)
+        if self.dynamic:
+            return key
+        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks)
+        shapes = tuple(sorted({(bq, bk) if self.bucketed else (bq, bk, band) for bq, bk, band in seqs}))
+        return (*key, shapes)
+
+    def kernels_built(self) -> int | None:
+        """Graphs inductor built in this worker so far (:func:`inductor_builds`)."""
+        return inductor_builds() if self._use_compiled() else None
+
     def _score_mod(self, case: Case, inputs: Inputs, dev: str):
         if inputs.sinks is not None and self.bucketed:
             mod = _tensor_sinks(dev, case.hq, case.softcap is not None)
@@ -318,7 +353,7 @@ class FlexBackend(Backend):
             [(bq, bk) for bq, bk, _ in seqs],
             [_block_mask(bq, bk, band, dev) for bq, bk, band in seqs],
             score_mod,
-            _compiled_flex() if self._use_compiled() else None,
+            _compiled_flex(self.dynamic) if self._use_compiled() else None,
             sink,
             lse,
         )
@@ -329,7 +364,7 @@ class FlexBackend(Backend):
         from ..repro_script import embed
 
         seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks)
-        flex = "torch.compile(flex_attention, dynamic=False)" if self._use_compiled() else "flex_attention  # eager"
+        flex = f"torch.compile(flex_attention, dynamic={self.dynamic})" if self._use_compiled() else "flex_attention  # eager"
         if case.sinks:
             score = "SCORE_MOD = sink_mod(torch.tensor(SINKS, dtype=torch.float32, device=DEVICE), SOFTCAP)  # key 0: the sink"
         elif case.softcap is None:
@@ -396,12 +431,13 @@ def tensor_band_mask_mod(t):
 
 
 class FlexCudaBackend(FlexBackend):
-    cost_hint = 30  # compiles each new (dtype, heads, head dim, bucket): cold 11.5 s per row on the H100 of 12-06c
+    cost_hint = 30  # compiled each new (dtype, heads, head dim, bucket) when static: cold 11.5 s per row on the H100 of 12-06c
     first_use_compile = True
     name = "flex-cuda"
     device = "cuda"
     description = (
-        "FlexAttention compiled on CUDA, BlockMask per (Sq, Sk); lengths padded to power-of-two buckets and the "
-        "window passed as tensors, so one compiled kernel serves every case of a bucket"
+        "FlexAttention compiled on CUDA (dynamic shapes), BlockMask per (Sq, Sk); lengths padded to power-of-two "
+        "buckets and the window passed as tensors, so one compiled kernel serves every case of a (dtype, heads, head dim)"
     )
     bucketed = True
+    dynamic = True

@@ -205,6 +205,26 @@ def jax_attention_grads(q, k, v, dout, q_lens, k_lens, natives, implementation, 
     return dq, dk, dv
 
 
+_COMPILES: list[int] = []  # [count] once the listener is registered (the first kernels_built call)
+
+
+def _compile_events() -> int | None:
+    """How many XLA compiles this process has seen since the listener was registered; None without JAX."""
+    if not _COMPILES:
+        try:
+            from jax import monitoring
+        except Exception:  # noqa: BLE001 - no jax here
+            return None
+
+        def listen(event: str, duration: float, **_: object) -> None:
+            if event.endswith("backend_compile_duration"):
+                _COMPILES[0] += 1
+
+        _COMPILES.append(0)
+        monitoring.register_event_duration_secs_listener(listen)
+    return _COMPILES[0]
+
+
 class JaxBackend(Backend):
     name = "jax-cuda"
     first_use_compile = True  # XLA / cuDNN build per shape
@@ -234,6 +254,17 @@ class JaxBackend(Backend):
         if "local_window_size" not in inspect.signature(jax.nn.dot_product_attention).parameters:
             return f"jax {jax.__version__}: dot_product_attention has no local_window_size"
         return None
+
+    def compile_key(self, case: Case) -> tuple | None:
+        """XLA (and cuDNN through it) compiles one executable per jitted call: each sequence's shapes, the
+        window, causal flag, scale and padding are static arguments (see :func:`jitted`)."""
+        w = case.window
+        seqs = tuple(sorted(set(zip(case.q_lens, case.k_lens))))
+        return (case.dtype, case.hq, case.hkv, case.head_dim, case.softcap, case.softmax_scale, w.left, w.right, w.align, seqs)
+
+    def kernels_built(self) -> int | None:
+        """XLA backend compiles in this process (JAX's ``backend_compile`` duration events), once listening."""
+        return _compile_events()
 
     def version(self) -> str:
         import jax

@@ -19,6 +19,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     b = subparsers.add_parser("backends", help="list every backend, its availability and reason")
     b.add_argument("--json", action="store_true", help="machine-readable output")
     b.add_argument("--no-isolate", action="store_true", help="probe availability in this process")
+    b.add_argument(
+        "--cache-key",
+        action="store_true",
+        help="print one line: a key for a CI cache of --compile-cache's folder, from the GPU model, Python, torch and "
+        "every available backend's version (a cache built for other ones is never restored)",
+    )
     return b
 
 
@@ -44,7 +50,26 @@ def run(args: argparse.Namespace) -> int:
         by = dict(zip(shared.specs_checked(), shared.infos(paths)))
     rest = [n for n in names if n not in by]
     by.update(zip(rest, _infos_fast(rest, paths)))
+    if args.cache_key:
+        print(cache_key([by[n] for n in names]))
+        return EXIT_OK
     return _print_backends([by[n] for n in names], args.json)
+
+
+def cache_key(infos: list[dict]) -> str:
+    """``parity-compile-<GPU model>-py<X.Y>-<hash>``: the hash over the GPU model, Python, torch and each available
+    backend's (name, version); the compilers' caches are valid for one GPU model and library build (docs/ci.md)."""
+    import hashlib
+    import platform
+
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    py = ".".join(platform.python_version_tuple()[:2])
+    versions = sorted((i["spec"], i.get("version", "")) for i in infos if not i.get("unavailable"))
+    blob = json.dumps({"gpu": gpu, "python": py, "torch": torch.__version__, "backends": versions}, sort_keys=True)
+    slug = "".join(ch if ch.isalnum() or ch in ".-" else "-" for ch in gpu)
+    return f"parity-compile-{slug}-py{py}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
 
 
 def _inline_info(backend_info, name: str) -> dict:

@@ -187,6 +187,14 @@ def _lanes_and_output(r: argparse.ArgumentParser) -> None:
         help="keep every compiler's disk cache (inductor, Triton, JAX/XLA, flash-attn-4, CUDA JIT) under DIR, "
         "so a rerun reuses the kernels (default: $PARITY_COMPILE_CACHE, else each compiler's own default)",
     )
+    r.add_argument(
+        "--precompile",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="build each kernel key of the compiling backends (flex, FA4, JAX, FlashInfer, vLLM FA2) once before "
+        "the lanes start, many at a time, one compile thread each, so the lanes run warm from the compile cache "
+        "(auto, the default: when a compile cache is in use; rows and verdicts are the same either way)",
+    )
     r.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     r.add_argument(
         "--shrink",

@@ -30,7 +30,7 @@ lanes, GPUs, executors), :mod:`.timing` (``timing.json``), :mod:`.writers` (``re
 from __future__ import annotations
 
 from ..results import COLUMNS, FAIL_VERDICTS, RAW_FAIL_VERDICTS, VERDICTS
-from .lanes import THREAD_VARS, check_splits, config_key, lane_thread_env, make_executor, plan_lanes, split_cases
+from .lanes import COMPILE_VARS, THREAD_VARS, check_splits, config_key, lane_thread_env, make_executor, plan_lanes, split_cases
 from .options import SweepOptions
 from .run import Sweep, SweepResult, _safe, run_sweep
 from .timing import SweepTiming, split_line
@@ -40,6 +40,7 @@ __all__ = [
     "COLUMNS",
     "FAIL_VERDICTS",
     "RAW_FAIL_VERDICTS",
+    "COMPILE_VARS",
     "THREAD_VARS",
     "VERDICTS",
     "Progress",

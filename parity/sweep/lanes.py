@@ -17,14 +17,16 @@ from typing import Any
 
 from .. import shard
 from ..case import Case
-from ..execute import InlineExecutor, ProcessExecutor
+from ..execute import InlineExecutor, ProcessExecutor, kernel_key
 from ..shard import config_key
 from .options import SweepOptions
 
 __all__ = [
+    "COMPILE_VARS",
     "THREAD_VARS",
     "LanePlan",
     "auto_splits",
+    "backend_object",
     "check_splits",
     "chosen_splits",
     "config_key",
@@ -37,22 +39,54 @@ __all__ = [
     "run_lanes",
     "save_costs",
     "split_cases",
+    "unit_key",
 ]
 
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+#: Compiler worker pools, sized like the threads: inductor's Triton compile pool (``min(32, CPUs)`` processes
+#: per worker by default: 14 lanes on 16 CPUs started 224 on the H100 of 2026-12-06c, and each compile took
+#: 5-10x what it takes alone), and ninja's jobs for FlashInfer's nvcc builds and torch extensions.
+COMPILE_VARS = ("TORCHINDUCTOR_COMPILE_THREADS", "MAX_JOBS")
 
 
 def lane_thread_env(jobs: int, n_specs: int, cpus: int | None = None) -> dict[str, str]:
     """CPU threads per worker when ``jobs`` lanes run at once: the machine's CPUs shared
     between the lanes (each torch process would otherwise start one thread per CPU, and
-    lanes decoding probes on the CPU at the same time then slow each other several-fold).
-    Empty for one lane, or where the user set any of :data:`THREAD_VARS` themselves."""
+    lanes decoding probes on the CPU at the same time then slow each other several-fold),
+    and the compilers' worker pools (:data:`COMPILE_VARS`) likewise. Empty for one lane; a
+    variable the user set themselves is left to them (with any of :data:`THREAD_VARS` set,
+    those three are all left)."""
     lanes = max(1, min(jobs, n_specs))
-    if lanes <= 1 or any(v in os.environ for v in THREAD_VARS):
+    if lanes <= 1:
         return {}
     n = str(max(1, (cpus or os.cpu_count() or 1) // lanes))
-    return {v: n for v in THREAD_VARS}
+    names = [v for v in COMPILE_VARS if v not in os.environ]
+    if not any(v in os.environ for v in THREAD_VARS):
+        names = [*THREAD_VARS, *names]
+    return {v: n for v in names}
+
+
+_BACKENDS: dict[str, Any] = {}
+
+
+def backend_object(spec: str) -> Any:
+    """``spec``'s backend object in this process (None for a plugin only its worker can import); made once."""
+    if spec not in _BACKENDS:
+        from .. import backends
+
+        try:
+            _BACKENDS[spec] = backends.get(spec)
+        except Exception:  # noqa: BLE001 - a plugin importable only with its --worker-path
+            _BACKENDS[spec] = None
+    return _BACKENDS[spec]
+
+
+def unit_key(spec: str) -> Callable[[Case], tuple[Any, ...]]:
+    """What ``spec`` builds a kernel for (:func:`parity.execute.kernel_key`): cases of one key run on one
+    kernel, so parts and the compile grace keep them together; the configuration where the backend is unknown here."""
+    be = backend_object(spec)
+    return (lambda c: kernel_key(be, c)) if be is not None else config_key
 
 
 def measured_costs(path: str | os.PathLike[str] | None) -> dict[str, float]:
@@ -165,15 +199,16 @@ def auto_splits(loads: Mapping[str, float], configs: Mapping[str, int], jobs: in
     return out
 
 
-def split_cases(cases: list[Case], parts: int) -> dict[str, int]:
+def split_cases(cases: list[Case], parts: int, key: Callable[[Case], tuple[Any, ...]] = config_key) -> dict[str, int]:
     """Case id -> part (0 .. parts-1) for a backend split over ``parts`` workers (``--split``).
 
-    Every case of one :func:`config_key` goes to the same part, so no two workers compile the
-    same kernel; configurations are dealt out largest first onto the part with the fewest cases.
+    Every case of one ``key`` (the backend's kernel key, :func:`unit_key`; by default the configuration)
+    goes to the same part, so no two workers compile the same kernel; keys are dealt out largest first
+    onto the part with the fewest cases.
     """
     groups: dict[tuple[Any, ...], list[Case]] = {}
     for c in cases:
-        groups.setdefault(config_key(c), []).append(c)
+        groups.setdefault(key(c), []).append(c)
     load = [0] * parts
     out: dict[str, int] = {}
     for members in sorted(groups.values(), key=len, reverse=True):  # stable: ties keep first-seen order
@@ -259,7 +294,7 @@ def plan(specs: Sequence[str], cases: list[Case], options: SweepOptions) -> Lane
         idle = ", ".join(options.gpus[len(lanes) :])
         note = f"{len(lanes)} lane(s) for {len(options.gpus)} GPUs: GPU {idle} left idle (--jobs {len(options.gpus)} uses them all)"
     gpu_of = {u: env["CUDA_VISIBLE_DEVICES"] for u, env in shard.unit_gpus(lanes, costs, gpus).items()} if gpus else {}
-    part_of = {s: split_cases(cases, k) for s, k in splits.items()}
+    part_of = {s: split_cases(cases, k, unit_key(s)) for s, k in splits.items()}
     return LanePlan(units, part_of, lanes, gpu_of, splits, lane_thread_env(options.jobs, len(units)), note, auto)
 
 
@@ -273,7 +308,7 @@ def chosen_splits(
     if not (options.auto_split and options.isolate and options.jobs > 1):
         return splits, None
     loads = {s: len(cases) * costs.get(s, 1.0) for s in specs}
-    configs = dict.fromkeys(specs, len({config_key(c) for c in cases}))
+    configs = {s: len({unit_key(s)(c) for c in cases}) for s in specs}
     auto = {s: k for s, k in auto_splits(loads, configs, options.jobs).items() if s not in options.splits}
     return {**splits, **auto}, auto
 

@@ -47,6 +47,7 @@ class SweepOptions:
     fail_fast: bool = False  # --fail-fast: start no new row after the first failing one (the run is then partial)
     cost_file: str = ""  # measured seconds per row per backend (JSON), read to plan the lanes, updated after the run
     grad: bool = False  # --grad: each backend's backward too (parity.grad), judged with the row
+    precompile: str = "auto"  # --precompile: build each kernel key once before the lanes (parity.sweep.precompile)
 
     def __post_init__(self) -> None:
         # None where a mapping is meant: the default (as run_sweep's keyword arguments always took it)
@@ -58,6 +59,10 @@ class SweepOptions:
             raise ValueError(f"timeout must be > 0 seconds, got {self.timeout:g}")
         if self.compile_grace < 0:
             raise ValueError(f"compile grace must be >= 0 seconds, got {self.compile_grace:g}")
+        if self.precompile not in ("auto", "on", "off"):
+            raise ValueError(f"precompile must be auto, on or off, got {self.precompile!r}")
+        if self.precompile == "on" and not self.isolate:
+            raise ValueError("--precompile on builds kernels in worker processes: drop --no-isolate")
         if self.gpus and not self.isolate and len(self.gpus) > 1:
             raise ValueError("several GPUs need one worker process per lane: drop --no-isolate or give one GPU")
 

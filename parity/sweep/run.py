@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import threading
 import time
@@ -21,8 +22,9 @@ from ..maskcheck import mask_passes
 from ..memory import MemoryEstimate, card_bytes, card_refusal, estimate, is_oom
 from ..results import FAIL_VERDICTS, Judged
 from ..runfolder import ResultsWriter, read_timing
+from . import precompile
 from .eta import Eta, case_cost, clock
-from .lanes import LanePlan, make_executor, plan, run_lanes, save_costs
+from .lanes import LanePlan, make_executor, plan, run_lanes, save_costs, unit_key
 from .memgate import MemoryGate, device_budget
 from .options import SweepOptions
 from .timing import SweepTiming, earlier_calls, split_line, write_timing
@@ -127,6 +129,7 @@ class Sweep:
             if line and self.options.progress:
                 print(f"parity: {line}", file=sys.stderr)
         try:
+            self._precompile()
             self._start_executors()
             self.t_rows = time.perf_counter()
             self._make_gates()
@@ -140,10 +143,28 @@ class Sweep:
                 self.stages_fh.close()
         return self._result(time.perf_counter() - self.t0)
 
+    def _precompile(self) -> None:
+        """The compile pre-pass (:mod:`parity.sweep.precompile`) over the rows still to run, where it is wanted."""
+        from ..compile_cache import ENV_VAR
+
+        if not precompile.wanted(self.options, bool(os.environ.get(ENV_VAR))):
+            return
+        done = self.writer.done if self.writer else set()
+        todo = {s: [c for c in self.cases if (s, c.case_id) not in done] for s in self.specs}
+        pre = precompile.plan_precompile(todo, self.options, built=precompile.recorded(precompile.cache_root()))
+        if not pre.keys:
+            return
+        logs = self.out_dir / "logs" if self.out_dir else None
+        if logs:
+            logs.mkdir(parents=True, exist_ok=True)
+        self.timing.precompile = precompile.run_precompile(pre, self.options, logs, self.deadline, self.plan.thread_env)
+        if self.options.progress:
+            print(f"parity: {precompile.line(self.timing.precompile)}", file=sys.stderr)
+
     def _start_executors(self) -> None:
         """Every unit's executor, started at once (workers start in parallel), then their infos."""
         env = self.plan.thread_env
-        self.timing.worker_threads = int(env["OMP_NUM_THREADS"]) if env else None
+        self.timing.worker_threads = int(env["OMP_NUM_THREADS"]) if "OMP_NUM_THREADS" in env else None
         for unit, (spec, _) in self.plan.units.items():
             log = self.out_dir / "logs" / f"{_safe(unit)}.log" if self.out_dir else None
             if log:
@@ -152,7 +173,8 @@ class Sweep:
         for unit, ex in self.executors.items():
             self.unit_infos[unit] = ex.info
             self.infos.setdefault(self.plan.units[unit][0], ex.info)  # a split backend: its first part's
-        self.timing.startup_s = time.perf_counter() - self.t0
+        pre = float((self.timing.precompile or {}).get("wall_s", 0.0))  # the pre-pass is not the workers' start-up
+        self.timing.startup_s = time.perf_counter() - self.t0 - pre
 
     def _close_executors(self) -> None:
         for ex in self.executors.values():
@@ -356,7 +378,7 @@ class Sweep:
         if not self.options.compile_grace or not self.unit_infos.get(unit, {}).get("first_use_compile"):
             return 0.0
         with self.lock:
-            return 0.0 if shard.config_key(case) in self.built.get(unit, ()) else self.options.compile_grace
+            return 0.0 if unit_key(self.plan.units[unit][0])(case) in self.built.get(unit, ()) else self.options.compile_grace
 
     def _note_built(self, case: Case, unit: str, res: dict[str, Any]) -> None:
         """An answered row built its configuration in the worker; a timeout or crash restarts the worker, so
@@ -365,7 +387,7 @@ class Sweep:
             if res.get("status") in ("timeout", "crash"):
                 self.built.pop(unit, None)
             elif res.get("status") == "ok":
-                self.built.setdefault(unit, set()).add(shard.config_key(case))
+                self.built.setdefault(unit, set()).add(unit_key(self.plan.units[unit][0])(case))
 
     def _base_limit(self, case: Case, spec: str, unit: str) -> float:
         """``--timeout``, else ``floor + scale x`` the reference's seconds on the case ``x`` the backend's
@@ -552,6 +574,7 @@ class Sweep:
             write_timing(self.out_dir, summary)
         if self.options.cost_file:  # what the next run plans its lanes by
             save_costs(self.options.cost_file, summary["per_backend"])
+        precompile.remember(precompile.cache_root(), self.timing.kernel_keys)  # what the next pre-pass may skip
         ids = {c.case_id for c in self.cases}
         already = sum(1 for b, c in self.writer.done if b in self.specs and c in ids) if self.writer else 0
         return SweepResult(

@@ -72,7 +72,7 @@ def row_stages(res: dict[str, Any], wait_s: float, judge_s: float, reference_s: 
 
 
 #: What ``timing.json`` keeps of each earlier call of a run continued with ``--resume``.
-CALL_KEYS = ("wall_s", "startup_s", "rows_run", "backend_calls_s", "reference_s", "jobs", "partial", "stages")
+CALL_KEYS = ("wall_s", "startup_s", "rows_run", "backend_calls_s", "reference_s", "jobs", "partial", "stages", "precompile")
 
 
 def _headline(timing: dict[str, Any]) -> dict[str, Any]:
@@ -107,6 +107,8 @@ def _sum_stages(each: list[dict[str, Any]]) -> dict[str, Any]:
             o["compile_s"] = round(o["compile_s"] + float(st.get("compile_s") or 0.0), 4)
             o["first_config_rows"] += int(st.get("first_config_rows") or 0)
             o["rows"] += int(st.get("rows") or 0)
+            if st.get("kernels_built") is not None:  # the library's count, where it keeps one (None: unknown)
+                o["kernels_built"] = int(o.get("kernels_built") or 0) + int(st["kernels_built"])
     for o in out.values():
         o["rows_per_s"] = _rows_per_s(o["rows"], o["stages_s"])
     return out
@@ -172,10 +174,13 @@ class SweepTiming:
         self.unit_gpu: dict[str, str] = {}  # per lane unit: the GPU its worker was pinned to (--gpus)
         self.shard: dict[str, Any] | None = None  # --shard: the shard record (k, n, key, cases)
         self.stages: dict[str, dict[str, float]] = {}  # per backend: STAGES summed over its rows
-        self.first_rows: dict[str, int] = {}  # per backend: rows that were the first of their configuration in a worker
+        self.first_rows: dict[str, int] = {}  # per backend: rows that were the first of their kernel key in a worker
+        self.kernel_keys: dict[str, set[str]] = {}  # per compiling backend: the distinct compile keys of its rows
+        self.kernels_built: dict[str, int] = {}  # per backend: kernels its workers built, by the library's own count
         self.reference_stages: dict[str, float] = {}  # the baselines' inputs / reference / baseline seconds
         self.reference_recomputed = 0  # baselines computed again after being evicted
         self.earlier: list[dict[str, Any]] = []  # --resume: the earlier calls' headlines (:func:`earlier_calls`)
+        self.precompile: dict[str, Any] | None = None  # the compile pre-pass's record (None: it did not run)
 
     def add(
         self,
@@ -197,6 +202,10 @@ class SweepTiming:
             tot[k] += v
         if w.get("first_config"):
             self.first_rows[spec] = self.first_rows.get(spec, 0) + 1
+        if w.get("kernel_key"):
+            self.kernel_keys.setdefault(spec, set()).add(str(w["kernel_key"]))
+        if w.get("kernels_built") is not None:
+            self.kernels_built[spec] = self.kernels_built.get(spec, 0) + int(w["kernels_built"])
         unit = unit or spec
         self.unit_calls[unit] = self.unit_calls.get(unit, 0.0) + float(w.get("call_s", 0.0)) + float(w.get("probe_call_s", 0.0))
         t["cases"] += 1
@@ -215,7 +224,9 @@ class SweepTiming:
 
     def stage_summary(self) -> dict[str, Any]:
         """Per backend: its stages' seconds summed (``stages_s``), first-use compilation (``compile_s``, over
-        ``first_config_rows`` rows) and rows per second of the lane's time on it."""
+        ``first_config_rows`` rows: the first of a kernel key in a worker), a compiling backend's distinct compile
+        keys (``compile_keys``) beside the kernels its workers built by the library's own count (``kernels_built``,
+        None where the library keeps none), and rows per second of the lane's time on it."""
         out: dict[str, Any] = {}
         for spec, tot in self.stages.items():
             rows = int(self.per.get(spec, {}).get("cases", 0))
@@ -223,6 +234,8 @@ class SweepTiming:
                 "stages_s": {k: round(v, 4) if not k.endswith("_calls") else int(v) for k, v in tot.items()},
                 "compile_s": round(tot["compile"], 4),
                 "first_config_rows": self.first_rows.get(spec, 0),
+                "compile_keys": len(self.kernel_keys[spec]) if spec in self.kernel_keys else None,
+                "kernels_built": self.kernels_built.get(spec),
                 "rows": rows,
                 "rows_per_s": _rows_per_s(rows, tot),
             }
@@ -299,6 +312,7 @@ class SweepTiming:
             "gpus": sorted(set(self.unit_gpu.values()), key=lambda g: (len(g), g)),
             "per_gpu": self._gpu_shares(),
             "shard": self.shard,
+            "precompile": self.precompile,
             "per_backend": per,
             "stages": self.stage_summary(),
             "reference_stages_s": {k: round(v, 4) for k, v in self.reference_stages.items()},

@@ -1,0 +1,59 @@
+"""Compile keys against kernels built, per backend, for a run folder (issue 47: "compiles per backend in
+timing.json equal its distinct compile keys").
+
+    python benchmarks/compile_keys.py RUN_DIR
+
+Keys: the distinct ``Backend.compile_key`` values over the backend's rows that ran (not unsupported or
+unavailable), computed here from ``results.csv``'s cases (pure functions: no GPU, no library import).
+Built: what its workers built by the library's own count (``kernels_built``), in the lanes (``stages``,
+summed over every call of a ``--resume``d run) and in the compile pre-pass (``precompile``, each call's);
+``-`` where the library keeps no count. Keys > built means some keys were on disk already (a warm cache);
+built > keys means a declared key is too coarse (a kernel built inside a row it did not predict).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from parity import backends
+from parity.case import Case
+from parity.runfolder import read_rows
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    folder = Path(argv[0])
+    timing = json.loads((folder / "timing.json").read_text())
+    calls = [*(timing.get("earlier_calls") or []), timing]
+    stages = (timing.get("all_calls") or {}).get("stages") or timing.get("stages") or {}
+    pre: dict[str, int] = {}
+    for c in calls:
+        for spec, p in ((c.get("precompile") or {}).get("per_backend") or {}).items():
+            if p.get("kernels_built") is not None:
+                pre[spec] = pre.get(spec, 0) + int(p["kernels_built"])
+    keys: dict[str, set] = {}
+    for row in read_rows(folder):
+        if row["verdict"] in ("unsupported", "unavailable"):
+            continue
+        try:
+            key = backends.get(row["backend"]).compile_key(Case.from_json(row["case_json"]))
+        except Exception:  # noqa: BLE001 - a plugin not importable here
+            continue
+        if key is not None:
+            keys.setdefault(row["backend"], set()).add(key)
+    print(f"{'backend':<26}{'rows':>7}{'keys':>7}{'built (lanes)':>15}{'built (pre-pass)':>18}{'built, all':>12}")
+    for spec in sorted(keys):
+        lanes = (stages.get(spec) or {}).get("kernels_built")
+        both = None if lanes is None and spec not in pre else (lanes or 0) + pre.get(spec, 0)
+        cells = ["-" if v is None else str(v) for v in (lanes, pre.get(spec), both)]
+        rows = (stages.get(spec) or {}).get("rows", "?")
+        print(f"{spec:<26}{rows:>7}{len(keys[spec]):>7}{cells[0]:>15}{cells[1]:>18}{cells[2]:>12}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
