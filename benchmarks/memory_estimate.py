@@ -3,11 +3,16 @@
     python benchmarks/memory_estimate.py                       # CPU: the reference backend, lengths / 16
     python benchmarks/memory_estimate.py --backend sdpa-cuda --scale 1   # on a GPU: real peaks
     python benchmarks/memory_estimate.py --run reports/RUN               # a run's rows: peak vs estimate
+    python benchmarks/memory_estimate.py --run reports/RUN --now         # the same rows, today's estimate
+    python benchmarks/memory_estimate.py --bench reports/RUN/mem-benchmark.txt   # a committed GPU benchmark, today's
 
 ``--run`` reads a run folder's ``results.csv`` (or ``.csv.gz``): each row's estimate (``est_mem_mb``, what
 the memory gate held for it) against the worker's measured peak (``peak_mem_mb``), per backend and per
 model (``parity run --profile models`` on a GPU gives the real-scale figures). A ratio under 1 is a row
-whose worker took more than the gate reserved.
+whose worker took more than the gate reserved. ``--now`` sets today's estimate of the worker's torch
+allocations (``MemoryEstimate.measured_bytes``: the peak's own measure) beside the same peaks, for the rows
+that ran (a refusal's peak is what its worker held before it; an out-of-memory row's, where it stopped).
+``--bench FILE`` re-estimates the rows of this script's own committed GPU output (worker and harness).
 
 Cases: the attention calls of real sliding-window models (Mistral-7B-like 32/8 heads d128 window 4096,
 Gemma-2-like 16/8 d256 window 4096 softcap 50, Phi-3-mini-like 32/32 d96 window 2047) at 8k-32k keys,
@@ -37,7 +42,7 @@ from torch.utils._pytree import tree_flatten
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from parity import Case, Window, backends  # noqa: E402
-from parity.execute import execute, workspace_hint  # noqa: E402
+from parity.execute import execute  # noqa: E402
 from parity.judge import compare_safely, compute_baseline  # noqa: E402
 from parity.memory import MIB, estimate  # noqa: E402
 from parity.verdict import BUDGETS  # noqa: E402
@@ -113,7 +118,7 @@ def measure(device: str, fn) -> float:
 
 def row(name: str, case: Case, backend, probes: bool, ref_dev: str) -> str:
     """One line: the worker's and the harness's estimate and measured peak for ``case``."""
-    est = estimate(case, probes, workspace=workspace_hint(backend, case, probes), harness_on_device=True)
+    est = estimate(case, probes, harness_on_device=True, backend=backend)
     res: dict = {}
     w_peak = measure(backend.device, lambda: res.update(execute(backend, case, probes)))
     if res.get("status") != "ok":
@@ -124,7 +129,7 @@ def row(name: str, case: Case, backend, probes: bool, ref_dev: str) -> str:
         compare_safely(case, res["output"], base, BUDGETS[case.dtype], res.get("unwritten"))
 
     h_peak = measure(ref_dev, judge)
-    w_est, h_est = est.worker_bytes / MIB, est.harness_bytes / MIB
+    w_est, h_est = est.measured_bytes / MIB, est.harness_bytes / MIB
     return (
         f"{name:<34} {case.q_lens[0]:>6} {case.k_lens[0]:>6} | {w_est:>10.1f} {w_peak:>8.1f} {w_est / max(w_peak, 1e-9):>6.2f}"
         f" | {h_est:>11.1f} {h_peak:>8.1f} {h_est / max(h_peak, 1e-9):>6.2f}"
@@ -161,9 +166,57 @@ def summarize_run(folder: Path) -> None:
             print(f"{name:<26} {len(pairs):>5} {max(p for _, p in pairs):>13.0f} {med:>13} {low:>8} {over:>9}")
 
 
+def summarize_now(folder: Path) -> None:
+    """Per backend: today's estimate of each row that ran against its measured peak (min, median, max of
+    est/peak), the rows under their peak and those over 1.5x."""
+    import statistics
+
+    rows = [r for r in _run_rows(folder) if float(r.get("peak_mem_mb") or 0) > 0]
+    ran = [r for r in rows if r.get("verdict") != "unsupported" and not str(r.get("detail", "")).startswith("out of memory")]
+    print(f"{folder}: {len(ran)} rows that ran with a measured peak, today's estimate of the worker's torch allocations")
+    print("(JAX's own buffers are estimated apart: peak_mem_mb does not see them)")
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for r in ran:
+        case, be = Case.from_json(r["case_json"]), backends.get(r["backend"])
+        groups.setdefault(r["backend"], []).append((estimate(case, backend=be).measured_bytes / MIB, float(r["peak_mem_mb"])))
+    head = f"{'backend':<26} {'rows':>5} {'max peak MiB':>13} {'est/peak min':>13} {'median':>7} {'max':>6}"
+    print(f"\n{head} {'peak>est':>9} {'est>1.5x':>9}")
+    for name, pairs in sorted(groups.items()):
+        ratios = [e / p for e, p in pairs]
+        under, over = sum(e < p for e, p in pairs), sum(e > 1.5 * p for e, p in pairs)
+        top = max(p for _, p in pairs)
+        med = statistics.median(ratios)
+        print(f"{name:<26} {len(pairs):>5} {top:>13.0f} {min(ratios):>13.2f} {med:>7.2f} {max(ratios):>6.2f} {under:>9} {over:>9}")
+
+
+def summarize_bench(path: Path) -> None:
+    """This script's committed GPU output (``== BACKEND`` blocks of rows), each row's measured worker and harness
+    peaks against today's estimates."""
+    import re
+
+    line_re = re.compile(r"(\S+ \S+)\s+\d+\s+\d+ \|\s+[\d.]+\s+([\d.]+)\s+[\d.]+ \|\s+[\d.]+\s+([\d.]+)\s+[\d.]+")
+    named = dict(cases(1, "bfloat16"))
+    print(f"{path}: measured peaks, today's estimates (worker: its torch allocations; harness: reference and baseline)")
+    print(f"{'backend':<22} {'row':<28} {'worker peak':>11} {'est':>8} {'ratio':>6} | {'harness peak':>12} {'est':>8} {'ratio':>6}")
+    backend = None
+    for text in path.read_text().splitlines():
+        if text.startswith("== "):
+            backend = text[3:].strip()
+            continue
+        m = line_re.match(text)
+        if not m or backend is None:
+            continue
+        est = estimate(named[m.group(1)], backend=backends.get(backend))
+        w, h = float(m.group(2)), float(m.group(3))
+        w_est, h_est = est.measured_bytes / MIB, est.harness_bytes / MIB
+        print(f"{backend:<22} {m.group(1):<28} {w:>11.1f} {w_est:>8.1f} {w_est / w:>6.2f} | {h:>12.1f} {h_est:>8.1f} {h_est / h:>6.2f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, help="a run folder: its rows' estimate against their measured peak, nothing run")
+    ap.add_argument("--now", action="store_true", help="with --run: today's estimate of each row instead of the one it recorded")
+    ap.add_argument("--bench", type=Path, help="this script's committed GPU output: its rows against today's estimates")
     ap.add_argument("--backend", default="reference")
     ap.add_argument("--scale", type=int, default=None, help="divide lengths and windows by this (default: 1 on CUDA, 16 on the CPU)")
     ap.add_argument("--dtype", default="bfloat16")
@@ -172,7 +225,10 @@ def main() -> int:
     ap.add_argument("--only", default="", help="substring of the row names to run")
     a = ap.parse_args()
     if a.run is not None:
-        summarize_run(a.run)
+        (summarize_now if a.now else summarize_run)(a.run)
+        return 0
+    if a.bench is not None:
+        summarize_bench(a.bench)
         return 0
     backend = backends.get(a.backend)
     dev = backend.device

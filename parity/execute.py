@@ -3,7 +3,8 @@
 :func:`execute` is the unit of work: build the inputs, poison the output buffer, call
 the backend, validate what it returned, run the exact mask, GQA and read probes. It never
 raises for a backend's fault; it returns a dict with ``status`` in
-``ok | unsupported | error``.
+``ok | unsupported | error | crash`` (``crash``: a sticky CUDA fault of the backend's kernel,
+:func:`parity.results.cuda_fault`; the worker is restarted).
 
 :class:`InlineExecutor` calls it directly. :class:`ProcessExecutor` runs it in a
 worker process per backend (``python -m parity.worker``), because CUDA faults are
@@ -28,8 +29,9 @@ from .backends.base import Backend, Unsupported, lse_call, refusal_reason
 from .case import Case, Inputs, make_inputs
 from .grad import TENSORS, make_dout
 from .maskcheck import DEFAULT_MAX_PASSES, passes_per_call, probe_case, run_gqa_probe, run_mask_probe, run_read_probe
-from .memory import LARGE_ROW_BYTES, MIB, estimate, free_bytes, is_oom, oom_detail
+from .memory import LARGE_ROW_BYTES, MIB, card_bytes, card_refusal, estimate, free_bytes, is_oom, oom_detail, total_bytes
 from .process import ProcessExecutor, env_worker_paths, parse_worker_paths, recv, send, worker_paths  # noqa: F401 - their old home
+from .results import CUDA_FAULT_WORDS, cuda_fault
 from .shard import config_key
 from .verdict import POISON
 
@@ -109,39 +111,33 @@ def probe_runner(backend: Backend, case: Case) -> tuple[Callable[[Inputs], torch
     return run, lambda: spent[0]
 
 
-#: Words of CUDA errors that leave the process's CUDA context unusable ("sticky" errors): every
-#: later call in the same process fails the same way, so the worker that saw one is restarted.
-CONTEXT_LOST_WORDS = (
-    "misaligned address",
-    "illegal memory access",
-    "unspecified launch failure",
-    "device-side assert",
-    "illegal instruction",
-)
+#: The words of a sticky CUDA fault (:data:`parity.results.CUDA_FAULT_WORDS`; the old name).
+CONTEXT_LOST_WORDS = CUDA_FAULT_WORDS
 
 
 def context_lost(result: dict[str, Any]) -> bool:
-    """Whether an error ``result`` says the CUDA context is gone (a sticky CUDA error).
+    """Whether a failed ``result`` says the CUDA context is gone (a sticky CUDA fault, :func:`parity.results.cuda_fault`).
 
-    ==========================================================  =====
-    error detail                                                lost
-    ==========================================================  =====
-    ``AcceleratorError ...: CUDA error: misaligned address``     yes
-    ``RuntimeError ...: CUDA error: an illegal memory access``   yes
-    ``out of memory: CUDA out of memory``                        no
-    ``RuntimeError ...: head_dim must be 64``                    no
-    ==========================================================  =====
+    ==========================================================  ========  =====
+    detail                                                      status    lost
+    ==========================================================  ========  =====
+    ``AcceleratorError ...: CUDA error: misaligned address``     crash     yes
+    ``RuntimeError ...: CUDA error: an illegal memory access``   crash     yes
+    the same words                                              error     yes (a result made before faults were crashes)
+    ``out of memory: CUDA out of memory``                        error     no
+    ``RuntimeError ...: head_dim must be 64``                    error     no
+    ==========================================================  ========  =====
     """
-    if result.get("status") != "error":
+    if result.get("status") not in ("error", "crash"):
         grad = result.get("grad")  # the backward of an answered forward can lose the context too
         return isinstance(grad, dict) and context_lost(grad)
-    detail = str(result.get("detail", "")).lower()
-    return "cuda" in detail and any(w in detail for w in CONTEXT_LOST_WORDS)
+    return cuda_fault(result.get("detail"))
 
 
 def workspace_hint(backend: Backend, case: Case, probes: bool = True) -> int:
     """``backend.workspace_bytes`` for ``case`` or, with ``probes``, its batched mask probe's case
-    if larger; 0 where it has none or it raises."""
+    if larger; 0 where it has none or it raises. A summary figure for callers: :func:`parity.memory.estimate`
+    takes the backend itself (its hints per stage)."""
     hint = getattr(backend, "workspace_bytes", None)
     calls = [case, probe_case(case, passes_per_call(case))] if probes else [case]
     try:
@@ -197,21 +193,24 @@ def execute(
     grad: bool = False,
 ) -> dict[str, Any]:
     """Run ``case`` on ``backend``; see the module docstring. ``grad``: then the backward too
-    (``result["grad"]``, :func:`run_grad`), after the forward and its probes. On CUDA the row's peak device memory
-    (``peak_mem_mb``) is measured from a reset of the allocator's peak, an out-of-memory error says
-    what the row was estimated to need and what was free before it, and a large row's cached
-    blocks are released afterwards (``torch.cuda.empty_cache``), so the lanes' workers share the card."""
+    (``result["grad"]``, :func:`run_grad`), after the forward and its probes. A CUDA row whose estimate
+    exceeds what its card can hold is ``unsupported`` before its inputs are made (:func:`parity.memory.card_refusal`,
+    after the backend's own refusal: the one place ``parity run``, the API and the pytest plugin all pass).
+    On CUDA the row's peak device memory (``peak_mem_mb``) is measured from a reset of the allocator's peak, an
+    out-of-memory error says what the row was estimated to need and what was free before it, and a large row's
+    cached blocks are released afterwards (``torch.cuda.empty_cache``), so the lanes' workers share the card."""
     t_start = time.perf_counter()
     cuda = backend.device == "cuda" and torch.cuda.is_available()
+    est = estimate(case, probes, max_passes, backend=backend)
+    too_big = card_refusal(est, card_bytes(), total_bytes()) if backend.device == "cuda" else None
     free = free_bytes() if cuda else None
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     built = _built(backend)
-    result = _execute(backend, case, probes, max_passes, repeats, grad)
+    result = _execute(backend, case, probes, max_passes, repeats, grad, too_big)
     after = _built(backend) if built is not None else None
     if after is not None and built is not None and isinstance(result.get("timing"), dict):
         result["timing"]["kernels_built"] = after - built  # what this row built (the library's own count)
-    est = estimate(case, probes, max_passes, workspace_hint(backend, case, probes))
     if result.pop("oom", None):
         result["detail"] = oom_detail(result.pop("exc_text", "out of memory"), est, free)
         result["oom"] = True
@@ -224,10 +223,12 @@ def execute(
     return result
 
 
-def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeats: int, grad: bool = False) -> dict[str, Any]:
+def _execute(
+    backend: Backend, case: Case, probes: bool, max_passes: int, repeats: int, grad: bool = False, too_big: str | None = None
+) -> dict[str, Any]:
     device = backend.device
     try:
-        reason = refusal_reason(backend, case)
+        reason = refusal_reason(backend, case) or too_big  # the backend's own words first, then the card's
     except Exception as exc:  # noqa: BLE001
         return {"status": "error", "detail": f"unsupported_reason() raised {type(exc).__name__}: {exc}"}
     if reason:
@@ -293,7 +294,7 @@ def _execute(backend: Backend, case: Case, probes: bool, max_passes: int, repeat
         if is_oom(exc):
             text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             return {"status": "error", "detail": f"out of memory: {text}", "oom": True, "exc_text": text}
-        return _generic_error(exc)
+        return _fault_or_error(exc)
 
 
 def _compile_seconds(backend: Backend, case: Case, inputs: Inputs, call_s: float, calls: int) -> float:
@@ -386,15 +387,34 @@ def _refusal_or_fault(exc: Unsupported, device: str) -> dict[str, Any]:
     """A refusal raised after the backend launched work can hide a fault of that work (CUDA reports
     kernel errors late): FlashInfer's decode faulted on head dim 20 (misaligned address), then its
     merge step refused the head dim, and the next row of the worker died making its inputs
-    (reports/h200-2026-12-05/). So the device is synchronized first; an error there makes the row
-    an ``error`` (a lost context restarts the worker), not ``unsupported``."""
+    (reports/h200-2026-12-05/); on the H100 (2026-12-06) FlashInfer rows at head dim 96 ended in an
+    illegal memory access with "MergeStates ... Unsupported head_dim: 96" raised after it. So the device is
+    synchronized first:
+
+    ================================  ====================================================  ============
+    the device after the refusal       the row                                               its worker
+    ================================  ====================================================  ============
+    healthy                            ``unsupported``: the refusal's words                  kept
+    a sticky CUDA fault pending        ``crash``: the fault, then the refusal's words        restarted
+    another error pending              ``error``: that error, then the refusal's words       kept
+    ================================  ====================================================  ============
+    """
     try:
         _sync(device)
     except Exception as fault:  # noqa: BLE001
-        err = _generic_error(fault)
+        err = _fault_or_error(fault)
         err["detail"] += f" (raised before the backend's refusal: {str(exc)[:200]})"
         return err
     return {"status": "unsupported", "detail": str(exc) or type(exc).__name__}
+
+
+def _fault_or_error(exc: BaseException) -> dict[str, Any]:
+    """The row of an exception the backend raised: a ``crash`` of the backend where it is a sticky CUDA
+    fault of its kernel (:func:`parity.results.cuda_fault`: the worker is restarted), else an ``error``."""
+    err = _generic_error(exc)
+    if cuda_fault(err["detail"]):
+        err["status"] = "crash"
+    return err
 
 
 def _generic_error(exc: BaseException) -> dict[str, Any]:

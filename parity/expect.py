@@ -16,6 +16,8 @@ The data lives in ``parity/known_divergences.toml`` (:data:`DEFAULT_FILE`), one
 ``condition``    coverage-model terms (:mod:`parity.coverage`): ``{dim = value or [values]}``,
                  passed to :func:`parity.coverage.matches`; unknown dims / values are errors
 ``verdict``      the failing verdict expected: ``fail`` (default), ``error``, ``crash``, ``timeout``
+                 (a sticky CUDA fault of the kernel is a ``crash``, also in a row written before
+                 faults were crashes, whose raw verdict says ``error``: :func:`parity.results.raw_verdict_of`)
 ``reasons``      optional, for ``fail``: reasons that must all be among the row's ``reasons``;
                  the backward's (:data:`GRAD_REASONS`, ``parity run --grad``) make a *backward*
                  entry: it covers only rows whose backward was checked, and only it can
@@ -90,7 +92,7 @@ from typing import Any
 from .case import Case, pages_seen
 from .coverage import DIMENSIONS, GRID_CELLS, matches
 from .errors import UserError
-from .results import RAW_FAIL_VERDICTS
+from .results import RAW_FAIL_VERDICTS, raw_verdict_of
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -321,7 +323,7 @@ class Expectation:
 
     def _explains_without_mask(self, row: Mapping[str, Any], wanted: set[str]) -> bool:
         """:meth:`explains` but for ``mask_detail``, with ``wanted`` the reasons the row must have."""
-        raw = row.get("raw_verdict") or row.get("verdict")
+        raw = raw_verdict_of(row)
         for name in ("detail", "read_detail"):
             pattern = getattr(self, name)
             if pattern and not re.search(pattern, str(row.get(name) or "")):
@@ -361,9 +363,10 @@ class Expectations:
         """``row`` judged against the entries (the module docstring's table); a new dict.
 
         The verdict is recomputed from ``raw_verdict`` (or ``verdict`` where that is empty); the row's
-        ``reasons``, ``detail``, ``mask_check``, ``mask_detail`` and ``read_detail`` are what the entries read."""
+        ``reasons``, ``detail``, ``mask_check``, ``mask_detail`` and ``read_detail`` are what the entries read (a CUDA
+        fault recorded as ``error`` before faults were crashes is a ``crash``: :func:`parity.results.raw_verdict_of`)."""
         out = dict(row)
-        raw = row.get("raw_verdict") or row.get("verdict", "")
+        raw = raw_verdict_of(row)
         out.update(raw_verdict=raw, verdict=raw, expected_id="", unconfirmed_id="")
         if raw not in (*RAW_FAILS, "pass") or not self.entries:
             return out

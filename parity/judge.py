@@ -113,6 +113,11 @@ class BaselineCache:
         with self._lock:
             return self._get(case)
 
+    def cached(self, case: Case) -> bool:
+        """Whether ``case``'s baseline is held now (a row of it then costs the harness no new device memory)."""
+        with self._lock:
+            return case.case_id in self._cache
+
     def ensure(self, case: Case, grad: bool = False) -> float:
         """Compute ``case``'s baseline (and with ``grad`` its gradient baseline) unless cached; the seconds spent
         computing them (0.0 on a hit)."""

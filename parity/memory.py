@@ -1,56 +1,100 @@
-"""Device memory: what one row is estimated to need, what is free, and what counts as out of memory.
+"""Device memory: what one row is estimated to need, what its card can hold, and what counts as out of memory.
 
-:func:`estimate` adds up, per row, the pieces a sweep allocates for one case on one backend:
+:func:`estimate` follows a row through its stages in the worker (:func:`parity.execute.execute`) and takes
+the largest; what is live in each (``O``: the output's elements, ``out``: its bytes, ``W``: the backend's
+own hint, :meth:`parity.backends.base.Backend.workspace_bytes`):
 
-=================  ===============================================================  ==========
-part               what                                                             where
-=================  ===============================================================  ==========
-``inputs``         q, k, v in the case's dtype (a paged cache: k and v once more)   worker
-``output``         the poisoned output buffer and the unwritten check               worker
-``workspace``      the backend's own hint (:meth:`Backend.workspace_bytes`)         worker
-``probes``         the larger of the mask probe (one batched call and its decoding)  worker
-                   and the GQA probe
-``reference``      inputs (drawn in float32), float64 output, one band block        harness
-``baseline``       the same-dtype output, its band block, the comparison's chunks   harness
-=================  ===============================================================  ==========
+=========  ============================================================================================
+stage      live on the device
+=========  ============================================================================================
+call       inputs (q, k, v); the poisoned output and its LSE; then the larger of ``W`` and the unwritten
+           check (9 bytes per element: the ``== POISON`` bool, and the int64 copy ``sum`` makes of it)
+compile    (a configuration's first row) one more call beside the kept output: inputs, 2 ``out``, ``W``
+           of a call whose caches are warm (``workspace_again_bytes``: flex's block masks are built once)
+mask       (at most ``max_passes`` passes) the kept output, the batched probe's zero q, repeated k, one-hot
+           v and output, then its ``W`` or the decoding: every pass kept and decoded whole (16 bytes per
+           weight on the device), or streamed (a pass's float32 weights and masks: 11 bytes per element)
+gqa        the kept output, the probe's V (and zero q with fp8), its output and ``W``
+read       (paged / padded cases) the kept output, a call's output, and the larger of ``W`` and the
+           poisoning of the cache before the call (:func:`paged_bytes`: 6 caches at once paged, 4 padded)
+=========  ============================================================================================
 
-The harness parts are on the device only where the reference runs there
-(``--reference-device cuda``). Figures are upper-bound-ish rules of thumb, not measurements:
-``benchmarks/memory_estimate.py`` sets them beside measured peaks.
+Parts of the largest stage (additive): ``inputs``, ``output`` (its buffer and LSE), ``workspace``,
+``check``, ``probes``; then ``margin`` (:data:`MARGIN` of those: what the model names no figure for),
+``resident`` (what the backend's worker keeps between rows: FlashInfer's 128 MiB buffer) and ``foreign``
+(device memory outside torch's allocator, JAX's: not in ``peak_mem_mb``). The harness's parts, on the
+device where the reference runs there (``--reference-device cuda``), from its own stages: ``reference``
+(inputs, the float64 output and LSE) and ``baseline`` (the larger of the reference's per-sequence copy and
+band block, the same-dtype pass, the baseline's row chunks). Set beside the measured peaks of the H100
+models runs by ``benchmarks/memory_estimate.py`` (``benchmarks/memory_estimate_2026-12-06.txt``).
+
+:func:`card_refusal` is the one place that decides a row cannot fit its card (:func:`card_bytes`): the
+worker asks it before making inputs (:func:`parity.execute.execute`: ``parity run``, the API and the
+pytest plugin alike), the sweep before it holds memory for the row (no drain for it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from .case import Case
-from .maskcheck import CPU_DECODE_ELEMENTS, STREAM_ELEMENTS, mask_passes, passes_per_call
+from .case import UNREFERENCED_PAGES, Case, padded_capacity
+from .maskcheck import CPU_DECODE_ELEMENTS, MAX_DESCRIBED_ROWS, STREAM_ELEMENTS, mask_passes, passes_per_call, probe_case
 from .reference import BLOCK_TEMPORARIES, band_block_bytes, block_kv_bytes, reference_workspace_bytes
 from .verdict import CHUNK_ELEMENTS
 
 MIB = 2**20
+GIB = 2**30
 #: float64 temporaries of one row chunk of the comparison / baseline.
 CHUNK_TEMPORARIES = 4
 #: Bytes of a row at which a worker releases its cached blocks afterwards (``torch.cuda.empty_cache``).
 LARGE_ROW_BYTES = 1 << 30
+#: Bytes per output element of the unwritten check: ``out == POISON`` (bool) and the int64 copy of it that
+#: torch's ``sum`` of a bool tensor makes first (a 32k prefill at 32 heads, d 128: 1.1 GiB, the row's peak).
+CHECK_BYTES = 1 + 8
+#: Bytes per output element while the streamed mask probe folds one pass in (:class:`parity.maskcheck.MaskStream`):
+#: the float32 weights, their masked copy and three bools (10.9 measured, live tensors on the CPU; 11 on the H100).
+STREAM_BYTES = 11
+#: Bytes per weight of a mask probe decoded whole on the device (:func:`parity.maskcheck.decode_mask`).
+DECODE_BYTES = 16
+#: The named parts of a worker's stage times this: index tensors, ``cu_seqlens``, LSE conversions, the
+#: allocator's rounding (on the rows of the H100 models runs the named parts alone are 0.95-1.22x the peak).
+MARGIN = 1.1
+#: Device memory one process takes before any tensor (its CUDA context, cuBLAS / cuDNN handles): 0.5-0.6 GiB
+#: per worker on the H100 of 2026-12-06 ("Process ... has 610.00 MiB memory in use" beside an idle worker),
+#: rounded up. A row can use its card less two of them: its worker's and the harness's (:func:`card_bytes`).
+CONTEXT_BYTES = GIB
+#: Worker parts (what ``peak_mem_mb`` measures, ``foreign`` aside) and the harness's.
+WORKER_PARTS = ("inputs", "output", "workspace", "check", "probes", "margin", "resident", "foreign")
+HARNESS_PARTS = ("reference", "baseline")
 
 
 @dataclasses.dataclass(frozen=True)
 class MemoryEstimate:
-    """One row's estimated bytes, per part; ``harness_on_device``: the reference parts count."""
+    """One row's estimated bytes per part (see the module docstring); ``stage``: the worker's largest;
+    ``words``: what the backend says dominates (its ``workspace_words``); ``harness_on_device``: the
+    reference parts count on the device."""
 
     parts: dict[str, int]
     harness_on_device: bool = False
+    stage: str = ""
+    words: str = ""
 
     @property
     def worker_bytes(self) -> int:
-        return sum(v for k, v in self.parts.items() if k not in ("reference", "baseline"))
+        return sum(v for k, v in self.parts.items() if k not in HARNESS_PARTS)
+
+    @property
+    def measured_bytes(self) -> int:
+        """The worker's bytes torch's allocator sees (``peak_mem_mb`` measures these): all but ``foreign``."""
+        return self.worker_bytes - self.parts.get("foreign", 0)
 
     @property
     def harness_bytes(self) -> int:
-        return self.parts.get("reference", 0) + self.parts.get("baseline", 0)
+        return sum(self.parts.get(k, 0) for k in HARNESS_PARTS)
 
     @property
     def device_bytes(self) -> int:
@@ -66,45 +110,207 @@ class MemoryEstimate:
         return f"{self.mb:.0f} MiB ({parts})"
 
 
-def _probe_bytes(case: Case, max_passes: int) -> int:
-    """The larger of the mask probe and the GQA probe (:mod:`parity.maskcheck`)."""
-    e = torch.finfo(case.torch_dtype).bits // 8
+@dataclasses.dataclass(frozen=True)
+class Hints:
+    """What a backend tells the estimate (duck-typed from its attributes; :func:`hints_of`)."""
+
+    workspace: Callable[[Case], int] = lambda case: 0  # a call's own bytes beyond inputs and output
+    again: Callable[[Case], int] = lambda case: 0  # the same, a call of lengths it has met (caches warm)
+    resident: int = 0  # kept by its worker between rows
+    foreign: Callable[[Case], int] = lambda case: 0  # outside torch's allocator
+    paged: bool = False  # it has a paged path (the read probe runs on paged cases)
+    padded: Callable[[Case], bool] = lambda case: False  # it reads this case through a padded cache
+    words: Callable[[Case], str] = lambda case: ""  # what dominates its workspace, in words
+
+
+def _safe(fn: Any, default: Any) -> Callable[[Case], Any]:
+    """``fn`` where it answers, ``default`` where it is missing or raises (a hint only)."""
+
+    def call(case: Case) -> Any:
+        try:
+            return fn(case) if fn is not None else default
+        except Exception:  # noqa: BLE001 - a hint only
+            return default
+
+    return call
+
+
+def hints_of(backend: object | None, workspace: int = 0) -> Hints:
+    """``backend``'s hints (``workspace_bytes``, ``workspace_again_bytes``, ``resident_bytes``,
+    ``foreign_bytes``, ``supports_paged``, ``padded_kv``, ``workspace_words``); without one,
+    ``workspace`` bytes for every call."""
+    if backend is None:
+        return Hints(workspace=lambda case: workspace, again=lambda case: workspace)
+    first = _safe(getattr(backend, "workspace_bytes", None), 0)
+    again = _safe(getattr(backend, "workspace_again_bytes", None), None)
+    return Hints(
+        workspace=lambda case: max(int(first(case) or 0), workspace),
+        again=lambda case: max(int(v if (v := again(case)) is not None else first(case) or 0), workspace),
+        resident=int(getattr(backend, "resident_bytes", 0) or 0),
+        foreign=lambda case: int(_safe(getattr(backend, "foreign_bytes", None), 0)(case) or 0),
+        paged=bool(getattr(backend, "supports_paged", False)),
+        padded=lambda case: bool(_safe(getattr(backend, "padded_kv", None), False)(case)),
+        words=lambda case: str(_safe(getattr(backend, "workspace_words", None), "")(case) or ""),
+    )
+
+
+def paged_keys(case: Case, page_size: int | None = None) -> int:
+    """Key slots of a paged cache as :func:`parity.case.paged_layout` builds it: every sequence's pages."""
+    ps = page_size or case.page_size or 1
+    return sum(-(-sk // ps) for sk in case.k_lens) * ps
+
+
+def paged_bytes(case: Case, page_size: int | None = None) -> int:
+    """One paged cache (k or v) as :func:`parity.case.paged_layout` builds it."""
+    return paged_keys(case, page_size) * case.hkv * case.head_dim * _kv_elem(case)
+
+
+def padded_bytes(case: Case) -> int:
+    """One padded cache (k or v) as :func:`parity.case.padded_layout` builds it."""
+    return case.batch * padded_capacity(case.k_lens) * case.hkv * case.head_dim * _kv_elem(case)
+
+
+def _elem(case: Case) -> int:
+    return torch.finfo(case.torch_dtype).bits // 8
+
+
+def _kv_elem(case: Case) -> int:
+    return 1 if case.kv_dtype is not None else _elem(case)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sizes:
+    """Bytes of one case's tensors on the device."""
+
+    q: int  # the query (fp8 where q_fp8)
+    kv: int  # k or v (fp8 KV: one byte each)
+    out: int  # the output, in the case's dtype
+    elements: int  # of the output
+    lse: int  # a float32 LSE (total_q, hq)
+
+    @property
+    def inputs(self) -> int:
+        return self.q + 2 * self.kv
+
+
+def _sizes(case: Case) -> _Sizes:
     tq, tk = sum(case.q_lens), sum(case.k_lens)
-    out = tq * case.hq * case.head_dim  # elements of one output
-    kv = tk * case.hkv * case.head_dim
-    gqa = (kv + 2 * out) * e  # v, the output and its poison check
+    elements = tq * case.hq * case.head_dim
+    q = elements * (1 if case.q_fp8 else _elem(case))
+    return _Sizes(q, tk * case.hkv * case.head_dim * _kv_elem(case), elements * _elem(case), elements, tq * case.hq * 4)
+
+
+def _call_stage(s: _Sizes, w: int) -> dict[str, int]:
+    """The row's own call, then its unwritten check (not at once: ``W`` is freed by then)."""
+    check = CHECK_BYTES * s.elements
+    return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": w if w >= check else 0, "check": check if check > w else 0}
+
+
+def _compile_stage(s: _Sizes, w_again: int) -> dict[str, int]:
+    """A configuration's first row: one more call (caches warm) beside the kept output."""
+    return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": w_again, "probes": s.out + s.lse}
+
+
+def _gqa_stage(case: Case, s: _Sizes, w_again: int) -> dict[str, int]:
+    """The GQA probe: its V (its q zero with fp8), its output, the backend's workspace."""
+    zero_q = s.q if case.kv_dtype is not None else 0
+    return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": w_again, "probes": s.kv + zero_q + s.out + s.lse}
+
+
+def _mask_stage(case: Case, s: _Sizes, again: Callable[[Case], int], max_passes: int) -> dict[str, int] | None:
+    """The mask probe's largest moment: a batched call, or the decoding after it (None: the probe does not run)."""
     passes = mask_passes(case)
     if passes > max_passes:
-        return gqa
+        return None
     n = passes_per_call(case)
-    call = n * (2 * out + 2 * kv) * e + n * out * e  # q, k, v of the batch, its output (and poison)
+    probe_in = n * s.q + (n * s.kv if n > 1 else 0) + n * s.kv  # zero q, k repeated (n > 1), one-hot v
     weights = case.hq * sum(sq * sk for sq, sk in zip(case.q_lens, case.k_lens))
-    if weights <= STREAM_ELEMENTS:  # every pass kept, decoded whole (on the CPU when small)
-        kept = passes * out * e
-        decode = 0 if weights <= CPU_DECODE_ELEMENTS else 4 * weights * 4
-        return max(gqa, call + kept + decode)
-    stream = 3 * out * 4 + 6 * tq * case.hq * 4  # one pass's float32 weights, the per-pair figures
-    return max(gqa, call + stream)
+    w = again(probe_case(case, n))
+    if weights <= STREAM_ELEMENTS:  # every pass kept (views of the calls' outputs), then decoded whole
+        held = passes * (s.out + s.lse)
+        after = 0 if weights <= CPU_DECODE_ELEMENTS else DECODE_BYTES * weights  # decoded on the device when large
+    else:  # streamed: a call's output stays while each of its passes is folded in, beside the per-pair figures
+        pairs = zip(case.q_lens, case.k_lens)  # and, on a mismatch, the visible / partial keys of the pairs it describes
+        picks = sum(2 * min(MAX_DESCRIBED_ROWS, sq * case.hq) * sk for sq, sk in pairs) + 2 * 128 * max(case.k_lens)
+        held = n * (s.out + s.lse) + 6 * sum(case.q_lens) * case.hq * 4 + picks
+        after = STREAM_BYTES * s.elements  # one pass's float32 weights (the call's W freed by then)
+    # the largest of: a call (its probe inputs and W) and the decoding after it, beside what is held
+    return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": w, "probes": held + max(probe_in, after - w)}
 
 
-def estimate(case: Case, probes: bool = True, max_passes: int = 64, workspace: int = 0, harness_on_device: bool = False) -> MemoryEstimate:
-    """``case``'s estimated bytes per part (see the module docstring)."""
-    e = torch.finfo(case.torch_dtype).bits // 8
-    tq, tk = sum(case.q_lens), sum(case.k_lens)
-    out = tq * case.hq * case.head_dim
-    kv = tk * case.hkv * case.head_dim
-    inputs = (out + 2 * kv) * e * (2 if case.page_size is None else 3)  # the worker's copy, a paged cache or repeats
-    block = band_block_bytes(case)
-    chunk = min(CHUNK_ELEMENTS, out) * 8 * CHUNK_TEMPORARIES
-    parts = {
-        "inputs": inputs,
-        "output": out * (e + 1),
-        "workspace": max(0, int(workspace)),
-        "probes": _probe_bytes(case, max_passes) if probes else 0,
-        "reference": (out + 2 * kv) * (e + 4) + reference_workspace_bytes(case),  # inputs: drawn in float32, cast
-        "baseline": out * e + BLOCK_TEMPORARIES * block // 2 + out * e + chunk + block_kv_bytes(case, e),  # its K / V copies: e
-    }
-    return MemoryEstimate(parts, harness_on_device)
+def _read_stage(case: Case, s: _Sizes, h: Hints, w_again: int) -> dict[str, int] | None:
+    """The read probe: a call on poisoned caches (None: the probe does not run). The backend's ``W`` holds its
+    clean caches; poisoning them first holds the clean ones, their copies and the copies with the extra page."""
+    if case.page_size is not None and h.paged:
+        extra_page = UNREFERENCED_PAGES * case.page_size * case.hkv * case.head_dim * _kv_elem(case)
+        poisoning = 6 * paged_bytes(case) + 2 * extra_page
+    elif case.page_size is None and h.padded(case):
+        poisoning = 4 * padded_bytes(case)
+    else:
+        return None
+    return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": w_again, "probes": s.out + s.lse + max(0, poisoning - w_again)}
+
+
+def worker_stages(case: Case, h: Hints, probes: bool = True, max_passes: int = 64) -> dict[str, dict[str, int]]:
+    """Each stage of the row in its worker (the module docstring's table): its parts' bytes."""
+    s = _sizes(case)
+    w_again = h.again(case)
+    stages = {"call": _call_stage(s, h.workspace(case)), "compile": _compile_stage(s, w_again)}
+    if probes:
+        stages["gqa"] = _gqa_stage(case, s, w_again)
+        for name, stage in (("mask", _mask_stage(case, s, h.again, max_passes)), ("read", _read_stage(case, s, h, w_again))):
+            if stage is not None:
+                stages[name] = stage
+    return stages
+
+
+def harness_parts(case: Case) -> dict[str, int]:
+    """The harness's bytes for ``case`` (:func:`parity.judge.compute_baseline`, then the comparison): ``reference``
+    (inputs, the float64 output and both LSEs) and ``baseline`` (the largest transient beside them), each with
+    :data:`MARGIN` (the memory benchmark's 12 rows at real lengths: 1.1-1.5x their measured peaks)."""
+    s = _sizes(case)
+    e = _elem(case)
+    kept = s.inputs + s.elements * 8 + s.lse * 3  # float64 reference LSE and the same-dtype float32 one
+    seq = max(sq for sq in case.q_lens) * case.hq * case.head_dim if case.q_lens else 0
+    reference = reference_workspace_bytes(case) - s.elements * 8  # its per-sequence copy and one band block (out: kept)
+    same = s.elements * e + seq * e + BLOCK_TEMPORARIES * band_block_bytes(case, e) + block_kv_bytes(case, e)
+    chunks = s.elements * e + min(CHUNK_ELEMENTS, s.elements) * 8 * CHUNK_TEMPORARIES
+    return {"reference": int(kept * MARGIN), "baseline": int(max(reference, same, chunks) * MARGIN)}
+
+
+def estimate(
+    case: Case,
+    probes: bool = True,
+    max_passes: int = 64,
+    workspace: int = 0,
+    harness_on_device: bool = False,
+    backend: object | None = None,
+) -> MemoryEstimate:
+    """``case``'s estimated bytes per part on ``backend`` (its hints, :func:`hints_of`; without one, ``workspace``
+    bytes for every call): the largest worker stage with its margin, resident and foreign bytes, and the harness's."""
+    h = hints_of(backend, workspace)
+    stages = worker_stages(case, h, probes, max_passes)
+    stage = max(stages, key=lambda k: sum(stages[k].values()))
+    parts = {k: 0 for k in WORKER_PARTS}
+    parts.update(stages[stage])
+    named = sum(parts.values())
+    parts.update(margin=int(named * (MARGIN - 1)), resident=h.resident, foreign=h.foreign(case), **harness_parts(case))
+    return MemoryEstimate(parts, harness_on_device, stage, h.words(case))
+
+
+def output_bytes(case: Case) -> int:
+    """One copy of the output in the case's dtype (a backend that returns its own and the harness copies it)."""
+    return _sizes(case).out
+
+
+def sequence_output_bytes(case: Case) -> int:
+    """The largest sequence's output (a backend that returns one per sequence)."""
+    return max(case.q_lens, default=0) * case.hq * case.head_dim * _elem(case)
+
+
+def lse_bytes(case: Case) -> int:
+    """A float32 LSE ``(total_q, hq)``."""
+    return _sizes(case).lse
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -127,6 +333,44 @@ def free_bytes(device: torch.device | str | int | None = None) -> int | None:
     except Exception:  # noqa: BLE001 - no free figure: no limit
         return None
     return int(free)
+
+
+def total_bytes(device: torch.device | str | int | None = None) -> int | None:
+    """A CUDA device's whole memory (``torch.cuda.get_device_properties``); None on the CPU or where it cannot be read."""
+    if not torch.cuda.is_available() or (isinstance(device, str) and device.startswith("cpu")):
+        return None
+    try:
+        return int(torch.cuda.get_device_properties(torch.cuda.current_device() if device is None else device).total_memory)
+    except Exception:  # noqa: BLE001 - no figure: no refusal
+        return None
+
+
+def card_bytes(device: torch.device | str | int | None = None) -> int | None:
+    """What one row can use on its card: the card's whole memory less two CUDA contexts (:data:`CONTEXT_BYTES`:
+    the row's worker and the harness process). A property of the card, not of what other lanes hold now, so a
+    row's verdict does not depend on the run's lanes. None where there is no CUDA device."""
+    total = total_bytes(device)
+    return None if total is None else max(0, total - 2 * CONTEXT_BYTES)
+
+
+def card_refusal(est: MemoryEstimate, card: int | None, total: int | None = None) -> str | None:
+    """Why a row whose worker needs ``est.worker_bytes`` cannot run on a card where a row can use ``card`` bytes
+    (:func:`card_bytes`; ``total``: the card's whole memory, for the words); None when it fits or there is no card.
+
+    ======================================  =================================================
+    the row's worker estimate               the row
+    ======================================  =================================================
+    no card (CPU, no CUDA)                  runs
+    <= what a row can use on the card       runs (the memory gate places it: beside others,
+                                            or alone after the card drains)
+    >  what a row can use on the card       ``unsupported``: this reason; nothing is run
+    ======================================  =================================================
+    """
+    if card is None or est.worker_bytes <= card:
+        return None
+    what = est.words or ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in est.parts.items() if k not in HARNESS_PARTS and v >= GIB // 10)
+    has = f"the card has {(total if total is not None else card + 2 * CONTEXT_BYTES) / GIB:.1f} GiB"
+    return f"needs ~{est.worker_bytes / GIB:.1f} GiB by estimate ({what}); {has}, {card / GIB:.1f} GiB for a row beside its CUDA contexts"
 
 
 def oom_detail(exc: BaseException | str, est: MemoryEstimate | None, free: int | None) -> str:

@@ -2,9 +2,10 @@
 numeric columns, the dtypes. The lowest layer beside :mod:`parity.errors`: imports nothing from parity.
 
 Verdicts (one per row): ``pass``; the raw failures ``fail`` (over budget, or a probe mismatch),
-``error`` (the backend raised), ``crash`` (its worker died), ``timeout``; ``expected`` (a raw
-failure a known divergence explains, :mod:`parity.expect`) and ``unexpected-pass`` (a strict
-known divergence passed); ``unsupported`` (the backend refused the case) and ``unavailable``
+``error`` (the backend raised), ``crash`` (its worker died, or a fault of its kernel lost the CUDA
+context: :func:`cuda_fault`), ``timeout``; ``expected`` (a raw failure a known divergence explains,
+:mod:`parity.expect`) and ``unexpected-pass`` (a strict known divergence passed); ``unsupported``
+(the backend refused the case, or the row cannot fit its card: :mod:`parity.memory`) and ``unavailable``
 (the backend is not installed here). :data:`FAIL_VERDICTS` make a run exit 1.
 """
 
@@ -96,6 +97,41 @@ VERDICTS = ("pass", "fail", "error", "crash", "timeout", "expected", "unexpected
 RAW_FAIL_VERDICTS = ("fail", "error", "crash", "timeout")
 #: Verdicts that make a run fail (exit 1): the raw failures and a strict entry's unexpected pass.
 FAIL_VERDICTS = (*RAW_FAIL_VERDICTS, "unexpected-pass")
+
+#: Words of CUDA errors that leave the process's CUDA context unusable ("sticky" errors): a fault of the
+#: backend's own kernel. Every later call in that process fails the same way, so its worker is restarted;
+#: the row is a ``crash`` of that backend (:func:`cuda_fault`), also where the library raised a refusal after it.
+CUDA_FAULT_WORDS = (
+    "misaligned address",
+    "illegal memory access",
+    "unspecified launch failure",
+    "device-side assert",
+    "illegal instruction",
+)
+
+
+def cuda_fault(detail: object) -> bool:
+    """Whether a row's ``detail`` reports a sticky CUDA fault (:data:`CUDA_FAULT_WORDS`).
+
+    ==========================================================  =====
+    detail                                                      fault
+    ==========================================================  =====
+    ``AcceleratorError ...: CUDA error: misaligned address``     yes
+    ``RuntimeError ...: CUDA error: an illegal memory access``   yes
+    ``out of memory: CUDA out of memory``                        no
+    ``RuntimeError ...: head_dim must be 64``                    no
+    ==========================================================  =====
+    """
+    text = str(detail or "").lower()
+    return "cuda" in text and any(w in text for w in CUDA_FAULT_WORDS)
+
+
+def raw_verdict_of(row: Mapping[str, Any]) -> str:
+    """A row's verdict before known divergences: ``raw_verdict`` (``verdict`` where a run predates it). A row
+    written before CUDA faults were crashes (2026-12-06) says ``error`` with the fault's words: ``crash``."""
+    raw = str(row.get("raw_verdict") or row.get("verdict") or "")
+    return "crash" if raw == "error" and cuda_fault(row.get("detail")) else raw
+
 
 #: Columns added by known divergences; older runs get them empty (so their schema matches).
 EXPECT_COLUMNS = ("raw_verdict", "expected_id")

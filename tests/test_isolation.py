@@ -245,7 +245,7 @@ def test_a_sticky_cuda_error_costs_its_own_row_only(tmp_path):
     res = run_sweep(["tests.test_isolation:StickyCudaErrorOnSeed1"], CASES, out_dir=tmp_path, timeout=60, progress=False)
     got = {r["seed"]: (r["verdict"], r["detail"]) for r in res.rows}
     assert got[0][0] == "pass"
-    assert got[1][0] == "error" and "misaligned address" in got[1][1] and "context lost" in got[1][1]
+    assert got[1][0] == "crash" and "misaligned address" in got[1][1] and "context lost" in got[1][1]  # the backend's fault
     assert got[2][0] == "pass", got[2]  # a fresh worker, not the poisoned one
 
 
@@ -255,7 +255,7 @@ STICKY_TOML = """
 id = "fake-sticky"
 backend = "tests.test_isolation:StickyCudaErrorOnSeed1"
 condition = { dtype = "float32" }
-verdict = "error"
+verdict = "crash"
 detail = "misaligned address"
 explanation = "Seed 1 breaks this process's CUDA context."
 upstream = "not reported"
@@ -266,7 +266,7 @@ strict = false
 @pytest.mark.parametrize("known, code", [(False, 1), (True, 3)])
 def test_a_sticky_cuda_error_in_process_ends_the_run_as_partial(tmp_path, capsys, monkeypatch, known, code):
     """With --no-isolate a lost CUDA context cannot be replaced: the rows after it would fail for its
-    fault. The row keeps its error, no new row starts, the run is partial (exit 3 unless a row failed)."""
+    fault. The row is its backend's crash, no new row starts, the run is partial (exit 3 unless a row failed)."""
     from parity.cli import main
 
     monkeypatch.setattr(sys.modules[__name__], "_POISONED", [])  # this test's own "CUDA context"
@@ -279,7 +279,7 @@ def test_a_sticky_cuda_error_in_process_ends_the_run_as_partial(tmp_path, capsys
     err = capsys.readouterr().err
     rows = json.loads((out / "results.json").read_text())
     got = [(r["backend"], r["seed"], r["raw_verdict"]) for r in rows]
-    assert got == [(spec, "0", "pass"), ("reference", "0", "pass"), (spec, "1", "error")], got  # nothing after it ran
+    assert got == [(spec, "0", "pass"), ("reference", "0", "pass"), (spec, "1", "crash")], got  # nothing after it ran
     assert _POISONED == [1], _POISONED  # the backend was not called again
     why = "the rest of this run cannot use the GPU in this process"
     how = "rerun with --resume (without --no-isolate, each backend runs in its own worker process)"
@@ -306,7 +306,7 @@ def test_evaluate_after_a_sticky_cuda_error_runs_named_backends_in_a_worker(monk
     try:
         assert api.evaluate(spec, CASES[0])["verdict"] == "pass"  # in this process
         row = api.evaluate(spec, CASES[1])
-        assert row["verdict"] == "error" and "misaligned address" in row["detail"], row
+        assert row["verdict"] == "crash" and "misaligned address" in row["detail"], row
         assert "later calls of named backends run in worker processes" in row["detail"], row
         assert api.evaluate(spec, CASES[2])["verdict"] == "pass"  # a worker: a fresh "context"
         assert _POISONED == [1], _POISONED  # not called in this process again

@@ -239,7 +239,8 @@ def test_estimate_grows_with_the_case_and_names_its_parts():
     big = dataclasses.replace(small, q_lens=(4096,), k_lens=(4096,), hq=32, hkv=8, head_dim=128, dtype="bfloat16")
     e_small, e_big = estimate(small), estimate(big, workspace=1 << 30)
     assert e_big.device_bytes > 100 * e_small.device_bytes
-    assert e_big.parts["workspace"] == 1 << 30 and e_big.parts["inputs"] >= 2 * (4096 * 32 + 2 * 4096 * 8) * 128 * 2
+    assert e_big.parts["workspace"] == 1 << 30 and e_big.parts["inputs"] == (4096 * 32 + 2 * 4096 * 8) * 128 * 2  # q, k, v
+    assert e_big.parts["margin"] > 0 and e_big.stage in ("call", "mask")
     assert estimate(big, harness_on_device=True).device_bytes > estimate(big).device_bytes
     assert estimate(big, probes=False).device_bytes < estimate(big).device_bytes
     assert "workspace 1024" in oom_detail(RuntimeError("CUDA out of memory"), e_big, 5 << 30)
@@ -259,25 +260,30 @@ def test_rows_record_their_estimate_and_no_peak_on_the_cpu():
 
 def test_dense_backends_tell_the_gate_what_their_scores_take():
     """SDPA's MATH kernel and JAX's XLA path materialize (hq, Sq, Sk) scores: at a 32k prefill of 32 heads
-    that is far beyond any card, and the memory gate must know it to run such a row alone; the
-    memory-efficient kernel holds only its (Sq, Sk) mask, and the float64 reference one band block."""
+    that is far beyond any card, and the memory gate must know it (to refuse such a row for its card); the
+    memory-efficient kernel holds only its (Sq, Sk) mask and bias, and the float64 reference one band block.
+    JAX allocates outside torch: its dense part is ``foreign`` (counted, not in ``peak_mem_mb``)."""
     from parity.backends.jax_attn import JaxXla
     from parity.backends.sdpa import SdpaCudaEfficient, SdpaCudaMath
     from parity.execute import workspace_hint
 
     big = Case(q_lens=(32768,), k_lens=(32768,), hq=32, hkv=8, head_dim=128, dtype="bfloat16", window=Window.tokens(4096))
     gib = 2**30
-    assert SdpaCudaMath().workspace_bytes(big) >= 3 * 32 * 32768 * 32768 * 4  # 384 GiB of float32 scores
-    assert JaxXla().workspace_bytes(big) >= 2 * 32 * 32768 * 32768 * 4
+    assert SdpaCudaMath().workspace_bytes(big) >= 2 * 32 * 32768 * 32768 * 4  # 256 GiB of float32 scores and weights
+    assert JaxXla().foreign_bytes(big) >= 2 * 32 * 32768 * 32768 * 4 and JaxXla().workspace_bytes(big) == 0  # no padding
     # a bottom-right decode row is padded to Sk queries (jax_window): as dense as the prefill
     decode = dataclasses.replace(big, q_lens=(1, 5), k_lens=(32768, 20000))
-    assert JaxXla().workspace_bytes(decode) >= 2 * 32 * 32768 * 32768 * 4
-    assert JaxXla().workspace_bytes(dataclasses.replace(decode, window=Window.tokens(4096, align="top_left"))) < gib
+    assert JaxXla().foreign_bytes(decode) >= 2 * 32 * 32768 * 32768 * 4
+    assert JaxXla().workspace_bytes(decode) >= 2 * 32768 * 32 * 128 * 2  # torch's side: the padded queries
+    assert JaxXla().foreign_bytes(dataclasses.replace(decode, window=Window.tokens(4096, align="top_left"))) < gib
     efficient = SdpaCudaEfficient().workspace_bytes(big)
-    assert 5 * gib <= efficient < 8 * gib  # the mask and its float bias, kv heads repeated: no (hq, Sq, Sk)
-    assert workspace_hint(ReferenceBackend(), big) < 2 * gib
-    # and the estimate the gate reads carries the hint
+    assert 4 * gib <= efficient < 8 * gib  # the mask and its bias, kv heads repeated: no (hq, Sq, Sk)
+    assert workspace_hint(ReferenceBackend(), big) < 3 * gib  # banded: its output, a sequence's copy, one block
+    # and the estimate the gate reads carries the hints
     assert estimate(big, workspace=SdpaCudaMath().workspace_bytes(big)).device_bytes > 300 * gib
+    assert estimate(big, backend=SdpaCudaMath()).words == "dense float32 scores 32768 x 32768 x 32 heads"
+    xla = estimate(decode, backend=JaxXla())
+    assert xla.parts["foreign"] >= 256 * gib and xla.measured_bytes < 4 * gib
 
 
 class OomAlwaysCounted(OomAlways):
@@ -328,33 +334,61 @@ def test_memory_benchmark_reads_a_run_folder(tmp_path):
     assert lines["m2"] == ["1", "1000", "4.00", "4.00", "0"]
 
 
-@pytest.mark.parametrize("run,at_least", [("h100-2026-12-06-models", 130), ("h100-2026-12-06b-models", 300)])
-def test_every_measured_gpu_peak_of_the_models_run_is_within_its_estimate(run, at_least):
-    """The runs of ``--profile models`` at real lengths (H100; the second with every staged backend). Each row
-    with a measured worker peak: today's estimate (what the memory gate reserves) covers it. Before the K/V
-    block copies of the reference, SDPA MATH's upcast kv heads and flex's dense mask_mod evaluation were
-    counted, 9 rows of the first run exceeded theirs (a decode row over 128k keys: 7.0 GiB measured, 3.1 GiB
-    estimated)."""
+MODELS_RUNS = [("h100-2026-12-06-models", 130), ("h100-2026-12-06b-models", 300)]
+
+
+def _measured_rows(run: str) -> list[tuple[dict, Case, object]]:
+    """The rows of a committed models run with a measured worker peak: (row, case, backend)."""
     import csv
     import gzip
     import io
     from pathlib import Path
 
     from parity import backends
-    from parity.execute import workspace_hint
 
     path = Path(__file__).resolve().parents[1] / "reports" / run / "run" / "results.csv.gz"
     rows = list(csv.DictReader(io.StringIO(gzip.decompress(path.read_bytes()).decode())))
     measured = [r for r in rows if r["peak_mem_mb"] and float(r["peak_mem_mb"]) > 0]
+    return [(r, Case.from_json(r["case_json"]), backends.get(r["backend"])) for r in measured]
+
+
+@pytest.mark.parametrize("run,at_least", MODELS_RUNS)
+def test_every_measured_gpu_peak_of_the_models_run_is_within_its_estimate(run, at_least):
+    """The runs of ``--profile models`` at real lengths (H100; the second with every staged backend). Each row
+    with a measured worker peak: today's estimate of what torch's allocator holds in the worker (the estimate
+    less JAX's own buffers, which ``peak_mem_mb`` does not see) covers it. Before the K/V block copies of the
+    reference, SDPA MATH's upcast kv heads and flex's dense mask_mod evaluation were counted, 9 rows of the first
+    run exceeded theirs (a decode row over 128k keys: 7.0 GiB measured, 3.1 GiB estimated); before the worker
+    was estimated stage by stage, its own part was under the peak on 120 of the 452 rows (the harness's parts,
+    counted per row, hid it)."""
+    measured = _measured_rows(run)
     assert len(measured) >= at_least
     short = []
-    for r in measured:
-        case = Case.from_json(r["case_json"])
-        be = backends.get(r["backend"])
-        est = estimate(case, True, 64, workspace_hint(be, case, True), harness_on_device=True)
-        if est.mb < float(r["peak_mem_mb"]):
-            short.append(f"{r['backend']} {case.summary()}: estimated {est.mb:.0f} MiB, measured {r['peak_mem_mb']} MiB")
+    for r, case, be in measured:
+        est = estimate(case, True, 64, backend=be, harness_on_device=True)
+        if est.measured_bytes / 2**20 < float(r["peak_mem_mb"]):
+            mib = est.measured_bytes / 2**20
+            short.append(f"{r['backend']} {case.summary()}: estimated {mib:.0f} MiB, measured {r['peak_mem_mb']} MiB")
     assert not short, "\n".join(short)
+
+
+@pytest.mark.parametrize("run,at_least", MODELS_RUNS)
+def test_every_measured_gpu_peak_of_the_models_run_is_at_least_two_thirds_of_its_estimate(run, at_least):
+    """The upper bound (issue 47): the estimate is at most 1.5x the measured peak on every row that ran (so the
+    lanes do not wait for memory a row never takes). Left out: a refused row (it allocated nothing: its peak is
+    what its worker already held, FlashInfer's 128 MiB buffer) and an out-of-memory row (its peak is where the
+    attempt stopped). Before, the estimate the gate held (the harness's parts counted on every row) was 1.5-19x
+    the peak in the median per backend, up to 26.7x, and its worker part alone up to 126x (JAX XLA's dense
+    scores, which torch does not see, counted as torch's)."""
+    ran = lambda r: r["verdict"] != "unsupported" and not r["detail"].startswith("out of memory")  # noqa: E731
+    measured = [(r, c, b) for r, c, b in _measured_rows(run) if ran(r)]
+    assert len(measured) >= at_least - 40
+    over = []
+    for r, case, be in measured:
+        est = estimate(case, True, 64, backend=be).measured_bytes / 2**20
+        if est > 1.5 * float(r["peak_mem_mb"]):
+            over.append(f"{r['backend']} {case.summary()}: estimated {est:.0f} MiB, measured {r['peak_mem_mb']} MiB")
+    assert not over, "\n".join(over)
 
 
 def test_the_harness_releases_its_cached_blocks_after_a_large_baseline(monkeypatch):
@@ -423,3 +457,137 @@ def test_the_summary_says_how_many_new_failures_are_out_of_memory():
     lines = known_vs_new(rows)
     assert any(line.startswith("new failures: 3 rows") and "1 of them out of memory" in line for line in lines), lines
     assert not any("out of memory" in line for line in known_vs_new(rows[1:]))
+
+
+# -- rows the card cannot hold: refused up front (issues 47 and 48) ------------------------------
+
+GIB = 2**30
+BIG = Case(q_lens=(64,), k_lens=(64,), hq=2, hkv=1, head_dim=8, dtype="float32", window=Window(8, 0), seed=3)
+SMALL = Case(q_lens=(9,), k_lens=(9,), hq=2, hkv=1, head_dim=8, dtype="float32", window=Window(3, 0), seed=4)
+
+
+class DenseOnCuda(ReferenceBackend):
+    """The reference, declaring a CUDA device and a dense workspace of 50 GiB for a case of 64 queries (a
+    card of 10 GiB here: too big), 5 GiB for 9 (fits the card alone, not beside others), 1 KiB otherwise."""
+
+    name, device = "test-dense-cuda", "cuda"
+    calls: list[str] = []
+
+    def run(self, case, inputs, out):
+        type(self).calls.append(case.case_id)
+        return super().run(case, inputs, out)
+
+    def workspace_bytes(self, case):
+        return {64: 50 * GIB, 9: 5 * GIB}.get(case.q_lens[0], 1024)
+
+    def workspace_words(self, case):
+        return f"dense float32 scores {case.q_lens[0]} x {case.k_lens[0]} x {case.hq} heads" if case.q_lens[0] == 64 else ""
+
+
+@pytest.fixture
+def card_of_10_gib(monkeypatch):
+    """A CUDA card of 12 GiB (10 for a row beside two contexts) for the worker's check and the sweep's; inputs on the CPU."""
+    from parity import execute as ex
+    from parity.case import make_inputs
+
+    monkeypatch.setattr(ex, "card_bytes", lambda device=None: 10 * GIB)
+    monkeypatch.setattr(ex, "total_bytes", lambda device=None: 12 * GIB)
+    monkeypatch.setattr(sweep_run, "card_bytes", lambda device=None: 10 * GIB)
+    monkeypatch.setattr(ex, "make_inputs", lambda case, device: make_inputs(case, "cpu"))
+    DenseOnCuda.calls = []
+
+
+def test_a_row_its_card_cannot_hold_is_unsupported_before_anything_runs(card_of_10_gib):
+    """Refused up front with its estimate and the card's size (SDPA MATH at 32k asked for 391 GiB on the H100,
+    drained the card, ran alone and failed with an OOM counted as a new failure); never called, no inputs made."""
+    from parity import execute as ex
+    from parity.memory import card_bytes, card_refusal, estimate
+
+    res = ex.execute(DenseOnCuda(), BIG, probes=False)
+    assert res["status"] == "unsupported" and DenseOnCuda.calls == []
+    assert res["detail"].startswith("needs ~"), res["detail"]
+    assert "GiB by estimate (dense float32 scores 64 x 64 x 2 heads); the card has 12.0 GiB, 10.0 GiB for a row" in res["detail"]
+    assert ex.execute(DenseOnCuda(), SMALL, probes=False)["status"] == "ok"  # 5 GiB: runs (the gate places it)
+    # the words: the estimate's parts where the backend names nothing; no card (the CPU here): no refusal
+    plain = estimate(BIG, workspace=50 * GIB)
+    assert "workspace 50.0 GiB" in card_refusal(plain, 10 * GIB) and card_refusal(plain, None) is None
+    assert card_bytes() is None  # no CUDA on this machine
+
+
+def test_the_api_and_the_pytest_plugin_refuse_the_same_row(card_of_10_gib):
+    """One place decides (the worker's execute): evaluate returns the unsupported row, assert_parity skips with it."""
+    from parity.pytest_plugin import check_row
+
+    row = evaluate(DenseOnCuda(), BIG, probes=False)
+    assert row["verdict"] == "unsupported" and row["detail"].startswith("needs ~") and DenseOnCuda.calls == []
+    with pytest.raises(pytest.skip.Exception, match="needs ~.* the card has 12.0 GiB"):
+        check_row(row)
+
+
+def test_the_backends_own_refusal_comes_before_the_cards(card_of_10_gib):
+    class Refuses(DenseOnCuda):
+        def unsupported_reason(self, case):
+            return "no such kernel"
+
+    from parity import execute as ex
+
+    assert ex.execute(Refuses(), BIG, probes=False)["detail"] == "no such kernel"
+
+
+def _gate_spy(monkeypatch, budget: int) -> list[int]:
+    """The sweep's gate with ``budget``; the bytes each row asked it for, in order."""
+    asked: list[int] = []
+    gate = MemoryGate(budget)
+    real = gate.try_acquire
+    monkeypatch.setattr(gate, "try_acquire", lambda need: asked.append(need) or real(need))
+    monkeypatch.setattr(sweep_run.Sweep, "_make_gates", lambda self: (self.gates.update({None: gate}), self.cards.update({None: 10 * GIB})))
+    return asked
+
+
+def test_a_sweep_refuses_a_row_too_big_for_its_card_without_draining_it(card_of_10_gib, monkeypatch):
+    """In the sweep the refused row asks the gate nothing (need 0: never a drain, never a wait), its worker is
+    not called, and its row is unsupported with the words; a row over the lanes' budget that fits the card
+    asks more than the budget (the gate drains the card for it: test_a_row_that_needs_the_card_drains_it...);
+    a row that fits beside others asks its estimate, within the budget (never a drain)."""
+    asked = _gate_spy(monkeypatch, 2 * GIB)
+    tiny = dataclasses.replace(SMALL, q_lens=(5,), k_lens=(5,))
+    res = sweep_run.run_sweep([f"{__name__}:DenseOnCuda"], [BIG, SMALL, tiny], isolate=False, probes=False, progress=False)
+    rows = {r["case_id"]: r for r in res.rows}
+    assert rows[BIG.case_id]["verdict"] == "unsupported" and rows[BIG.case_id]["detail"].startswith("needs ~")
+    assert rows[SMALL.case_id]["verdict"] == "pass" and rows[tiny.case_id]["verdict"] == "pass"
+    assert DenseOnCuda.calls == [SMALL.case_id, tiny.case_id]  # the refused row was never run
+    assert asked[0] == 0 and 2 * GIB < asked[1] <= 10 * GIB and 0 < asked[2] < 2 * GIB, asked
+    assert float(rows[BIG.case_id]["est_mem_mb"]) > 50 * 1024  # its estimate is still recorded
+    assert not res.failed
+
+
+def test_a_row_that_holds_nothing_never_waits_for_a_drain():
+    """A refused row or a CPU backend's row (need 0) is admitted while a big row waits for the card to drain."""
+    gate, stop = MemoryGate(100), threading.Event()
+    assert gate.try_acquire(60)
+    waiting = threading.Thread(target=lambda: gate.acquire(500, stop), daemon=True)
+    waiting.start()
+    try:
+        time.sleep(0.3)
+        assert gate.draining == 1 and not gate.try_acquire(10) and gate.try_acquire(0)
+    finally:
+        stop.set()
+
+
+def test_a_case_holds_the_harness_memory_once_per_gpu_not_once_per_backend():
+    """With the reference on the device, the case's reference and baseline take memory once (the first backend's
+    row computes them, later rows find them cached): only a row whose case is not cached yet holds them. Before,
+    every row held them, which made the gate hold 2-14x the peaks of the H100 models runs."""
+    import types
+
+    est = estimate(SMALL, workspace=1024, harness_on_device=True)
+    cache = judging.BaselineCache("cpu")
+    sweep = sweep_run.Sweep.__new__(sweep_run.Sweep)
+    sweep.unit_infos = {"u": {"device": "cuda"}}
+    sweep.cards, sweep.baselines = {None: 10 * GIB}, {None: cache}
+    sweep.plan = types.SimpleNamespace(gpu_of={})
+    assert sweep._need(SMALL, "u", est) == est.worker_bytes + est.harness_bytes
+    cache.get(SMALL)
+    assert sweep._need(SMALL, "u", est) == est.worker_bytes
+    sweep.unit_infos = {"u": {"device": "cpu"}}  # a CPU backend: nothing of its worker on the card
+    assert sweep._need(SMALL, "u", est) == 0

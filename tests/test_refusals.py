@@ -333,15 +333,15 @@ def test_backend_records_its_librarys_refusal_as_unsupported(spec, monkeypatch):
 
 
 @pytest.mark.parametrize("spec", sorted(END_TO_END))
-def test_backend_crash_stays_an_error(spec, monkeypatch):
+def test_a_cuda_fault_of_the_backend_is_a_crash_never_a_refusal(spec, monkeypatch):
     setup, _ = END_TO_END[spec]
     backend, case = setup(monkeypatch, RuntimeError(ILLEGAL_ACCESS))
     row = evaluate(backend, case)
-    assert row["verdict"] == "error"
+    assert row["verdict"] == "crash"
     assert "illegal memory access" in row["detail"]
 
 
-def test_execute_on_a_cpu_subclass_unsupported_then_error(monkeypatch):
+def test_execute_on_a_cpu_subclass_unsupported_then_crash(monkeypatch):
     """The unit the sweep runs (execute) with a fake backend subclass whose device is cpu."""
     setup, exc = END_TO_END["jax-cudnn-causal-cuda"]
     backend, case = setup(monkeypatch, exc)
@@ -349,7 +349,7 @@ def test_execute_on_a_cpu_subclass_unsupported_then_error(monkeypatch):
     assert res["status"] == "unsupported"
     assert res["detail"] == "jax (cudnn) refused: INTERNAL: Sliding window attention is only supported with max_s_q <= max_s_kv."
     backend, case = setup(monkeypatch, RuntimeError(ILLEGAL_ACCESS))
-    assert execute(backend, case)["status"] == "error"
+    assert execute(backend, case)["status"] == "crash"  # a fault of the kernel
 
 
 def test_pinned_sdpa_kernel_refusal_keeps_torchs_words(monkeypatch):
@@ -366,10 +366,13 @@ def test_an_honest_cpu_call_still_passes_through_the_refusal_wrapper():
     assert row["verdict"] == "pass"
 
 
-def test_a_refusal_after_a_faulted_launch_is_an_error_that_restarts_the_worker(monkeypatch):
+def test_a_refusal_after_a_faulted_launch_is_a_crash_that_restarts_the_worker(monkeypatch):
     """FlashInfer on the H200 (2026-12-05): the decode kernel faulted (misaligned address), then the
-    merge step refused the head dim; recorded `unsupported`, the fault killed the worker's next row.
-    A refusal is checked against the device first: a fault pending there makes the row an error."""
+    merge step refused the head dim; recorded `unsupported`, the fault killed the worker's next row. On the
+    H100 (2026-12-06) rows at head dim 96 ended in an illegal memory access with "MergeStates ... Unsupported
+    head_dim: 96" raised after it. A refusal is checked against the device first: a fault pending there makes
+    the row a crash of the backend (its worker restarted), whatever the library said afterwards; another
+    pending error keeps the row an error."""
     from parity import execute as ex
     from parity.backends.base import Backend
 
@@ -377,15 +380,59 @@ def test_a_refusal_after_a_faulted_launch_is_an_error_that_restarts_the_worker(m
         name, device = "refuses-after-launch", "cuda"
 
         def run(self, case, inputs, out):
-            raise Unsupported("Unsupported head_dim: 20")
+            raise Unsupported("MergeStates failed: Unsupported head_dim: 96")
 
-    def pending_fault(device):
-        raise RuntimeError("CUDA error: misaligned address")
+    def pending(text):
+        def sync(device):
+            raise RuntimeError(text)
+
+        return sync
 
     monkeypatch.setattr(ex, "make_inputs", lambda case, device: __import__("parity").case.make_inputs(case, "cpu"))
     case = Case((1,), (63,), 2, 1, 32, "bfloat16", Window(None, 64))
     assert execute(Refuses(), case, probes=False)["status"] == "unsupported"  # a healthy device: the refusal stands
-    monkeypatch.setattr(ex, "_sync", pending_fault)
+    monkeypatch.setattr(ex, "_sync", pending("CUDA error: an illegal memory access was encountered"))
     res = execute(Refuses(), case, probes=False)
-    assert res["status"] == "error" and "misaligned address" in res["detail"] and "Unsupported head_dim: 20" in res["detail"]
+    assert res["status"] == "crash" and "illegal memory access" in res["detail"] and "Unsupported head_dim: 96" in res["detail"]
     assert ex.context_lost(res)
+    monkeypatch.setattr(ex, "_sync", pending("CUDA error: operation not permitted when stream is capturing"))
+    res = execute(Refuses(), case, probes=False)
+    assert res["status"] == "error" and not ex.context_lost(res)
+
+
+def test_the_summary_names_crashes_as_crashes_of_their_backend():
+    """A crash (a dead worker, or a CUDA fault of the kernel, a refusal raised after it included) is counted
+    among the new failures and named per backend, so a reader tells a broken kernel from a wrong answer."""
+    from parity.sweep import known_vs_new
+
+    fault = "AcceleratorError at execute.py:72: CUDA error: an illegal memory access was encountered"
+    rows = [
+        {"backend": "flashinfer-cuda", "verdict": "crash", "detail": f"{fault} (raised before the backend's refusal: head_dim: 96)"},
+        {"backend": "flashinfer-paged-cuda", "verdict": "crash", "detail": fault},
+        {"backend": "flashinfer-paged-cuda", "verdict": "crash", "detail": "worker killed by SIGSEGV"},
+        {"backend": "sdpa-cuda", "verdict": "error", "detail": "RuntimeError: head_dim must be 64"},
+        {"backend": "fa4-cuda", "verdict": "expected", "expected_id": "x", "detail": fault},
+    ]
+    line = next(ln for ln in known_vs_new(rows) if ln.startswith("new failures: 4 rows"))
+    assert "3 of them crashes of their backend (flashinfer-paged-cuda 2, flashinfer-cuda 1)" in line, line
+    assert not any("crashes" in ln for ln in known_vs_new(rows[3:]))
+
+
+def test_a_fault_recorded_as_an_error_before_faults_were_crashes_is_judged_a_crash(tmp_path):
+    """Rows written before 2026-12-06 say ``error`` for a CUDA fault; judged anew, a known divergence that
+    expects the crash explains them, and an ordinary error stays an error."""
+    from parity.expect import Expectations, load_file
+    from parity.results import raw_verdict_of
+
+    old = {"verdict": "error", "raw_verdict": "error", "detail": "AcceleratorError at execute.py:62: CUDA error: misaligned address"}
+    assert raw_verdict_of(old) == "crash" and raw_verdict_of({**old, "detail": "RuntimeError: head_dim"}) == "error"
+    assert raw_verdict_of({"verdict": "expected", "raw_verdict": "crash"}) == "crash"
+    toml = tmp_path / "t.toml"
+    toml.write_text(
+        '[[divergence]]\nid = "f"\nbackend = "tests.x:B"\ncondition = { dtype = "bfloat16" }\nverdict = "crash"\n'
+        'detail = "misaligned address"\nexplanation = "x"\nupstream = "not reported"\nstrict = false\n'
+    )
+    entry = load_file(toml)
+    case = Case((1,), (63,), 2, 1, 32, "bfloat16", Window(None, 64))
+    judged = Expectations(entry).judge({**old, "backend": "tests.x:B", "case_json": case.to_json()}, case=case)
+    assert judged["verdict"] == "expected" and judged["raw_verdict"] == "crash" and judged["expected_id"] == "f"

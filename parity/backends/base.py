@@ -22,7 +22,9 @@ A backend is a small class (one file each) with
 * ``run_lse(case, inputs, out)`` (optional, with ``returns_lse = True``): the same call that also
   returns the log-sum-exp, ``(out, lse)``; see *Log-sum-exp* below;
 * ``workspace_bytes(case)`` (optional): the device memory ``run`` needs beyond inputs and output
-  (split-KV buffers, a dense mask, ...), so that rows are placed to fit free memory;
+  (split-KV buffers, a dense mask, ...), so that rows are placed to fit free memory and a row its card
+  cannot hold is refused up front; with ``workspace_again_bytes``, ``resident_bytes``, ``foreign_bytes``
+  and ``workspace_words`` (see each, and :mod:`parity.memory`);
 * ``version()``: the version of what it wraps, for the run's environment;
 * ``supports_grad`` / ``backward(case, inputs, dout)`` (optional, ``parity run --grad``): ``(dq, dk, dv)``
   of the output against the upstream gradient ``dout`` ``(total_q, hq, d)``, in the inputs' packed
@@ -179,6 +181,10 @@ class Backend:
         """``run`` that also returns the LSE ``(total_q, hq)`` float32, natural log (``returns_lse``)."""
         raise NotImplementedError
 
+    #: Device bytes its worker keeps allocated between rows once it ran (a library buffer it holds on to): a hint
+    #: for :func:`parity.memory.estimate`, like the methods below.
+    resident_bytes = 0
+
     def compile_key(self, case: Case) -> tuple | None:
         """What makes this backend build a new kernel for ``case`` (``None``: it builds nothing on first use).
 
@@ -200,9 +206,26 @@ class Backend:
         return None
 
     def workspace_bytes(self, case: Case) -> int:
-        """Device bytes ``run`` allocates for ``case`` beyond its inputs and output (a hint for
-        :func:`parity.memory.estimate`, which places rows so that they fit free memory); 0 = none."""
+        """Device bytes ``run`` allocates for ``case`` beyond its inputs and the output buffer it is given: its own
+        output copy, the paged / padded cache it builds (:func:`parity.memory.paged_bytes`), a library's
+        workspace. A hint for :func:`parity.memory.estimate`, which places rows so that they fit free memory
+        and refuses a row its card cannot hold; 0 = none."""
         return 0
+
+    def workspace_again_bytes(self, case: Case) -> int:
+        """:meth:`workspace_bytes` for a call of lengths this worker has already run (the probes, a second call):
+        less where the backend keeps what it built (flex's block masks)."""
+        return self.workspace_bytes(case)
+
+    def foreign_bytes(self, case: Case) -> int:
+        """Device bytes ``run`` allocates outside torch's caching allocator (JAX's buffers): counted by the memory
+        gate, not seen by a row's ``peak_mem_mb``."""
+        return 0
+
+    def workspace_words(self, case: Case) -> str:
+        """What dominates this backend's memory on ``case``, in words ("dense float32 scores ..."): said where a
+        row is refused for its card (:func:`parity.memory.card_refusal`); "" = nothing to name."""
+        return ""
 
     def version(self) -> str:
         return torch.__version__

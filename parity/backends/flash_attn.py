@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from ..case import Case, Inputs, padded_capacity, padded_layout
+from ..memory import lse_bytes, output_bytes, padded_bytes, paged_bytes
 from .base import GRAD_REFUSALS, Backend, cu_seqlens, cuda_unavailable_reason, import_error_reason, lse_rows, refusals
 from .torch_fa2 import FA2_REFUSALS, fa2_case_reason, fa2_window
 
@@ -175,6 +176,11 @@ class FlashAttnBackend(Backend):
         out.copy_(o)  # (total_q, hq, d)
         return (out, lse) if return_lse else out
 
+    def workspace_bytes(self, case: Case) -> int:
+        """Its own output (copied into ``out``) and LSE (no measured peak yet: the flash-attn package was not on
+        the H100 images of 2026-12-06)."""
+        return output_bytes(case) + lse_bytes(case)
+
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`flash_attn_attention` as ``run`` calls it,
         ``window_size`` from :func:`flash_window`; fp8 cases (FA3): ``attention(q, k, v, descales)``, the
@@ -211,6 +217,11 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
         if case.page_size is not None and case.page_size % 256:
             return f"FA2 paged KV needs page_size % 256 == 0, got {case.page_size}"
         return super().unsupported_reason(case)
+
+    def workspace_bytes(self, case: Case) -> int:
+        """Its own output and LSE, and the paged or padded k / v caches it is given."""
+        caches = 2 * (paged_bytes(case) if case.page_size is not None else padded_bytes(case))
+        return output_bytes(case) + lse_bytes(case) + caches
 
     def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, return_lse: bool):
         if case.page_size is not None:

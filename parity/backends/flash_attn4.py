@@ -42,6 +42,7 @@ from __future__ import annotations
 import torch
 
 from ..case import Case, Inputs
+from ..memory import lse_bytes, output_bytes, paged_bytes
 from ..results import HALF_DTYPES
 from ..window import Window
 from .base import (
@@ -245,6 +246,10 @@ class Fa4Backend(Backend):
         o, lse = got if return_lse else (got, None)
         out.copy_(o)  # (total_q, hq, d)
         return (out, lse) if return_lse else out
+
+    def workspace_bytes(self, case: Case) -> int:
+        """Its own output (copied into ``out``) and LSE, and for paged KV the k / v caches it is given."""
+        return output_bytes(case) + lse_bytes(case) + (2 * paged_bytes(case) if case.page_size is not None else 0)
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`fa4_attention` as ``run`` calls it,

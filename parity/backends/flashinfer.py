@@ -83,6 +83,7 @@ from pathlib import Path
 import torch
 
 from ..case import Case, Inputs, PagedKV
+from ..memory import MIB, lse_bytes, output_bytes, paged_bytes, sequence_output_bytes
 from ..results import HALF_DTYPES
 from ..window import Window
 from .base import Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
@@ -94,6 +95,12 @@ LN2 = math.log(2.0)
 DEFAULT_PAGE = 16
 #: FlashInfer's float workspace for the batch wrappers (its examples use 128 MiB).
 WORKSPACE_BYTES = 128 << 20
+
+#: The int workspace each batch wrapper allocates when it is made (a wrapper per call here).
+INT_WORKSPACE_BYTES = 8 * MIB
+#: What ``single_prefill_with_kv_cache`` allocates per call beside its output (its split-KV buffer; measured on
+#: the H100 of 2026-12-06: 32 MiB over the harness's own on every row, whatever the lengths).
+SINGLE_PREFILL_TMP_BYTES = 32 * MIB
 
 #: FlashInfer's own words when it has no kernel for a configuration; see the module docstring.
 FLASHINFER_REFUSALS: tuple[str, ...] = ("Unsupported head_dim", "failed to dispatch")
@@ -343,6 +350,10 @@ class FlashInferBackend(Backend):
         out = self._attend(case, inputs, out, lse)
         return out, lse * LN2  # natural log
 
+    def workspace_bytes(self, case: Case) -> int:
+        """One sequence's output at a time, its split-KV buffer, the LSE (base 2, then scaled)."""
+        return sequence_output_bytes(case) + SINGLE_PREFILL_TMP_BYTES + 2 * lse_bytes(case)
+
     def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, lse: torch.Tensor | None) -> torch.Tensor:
         natives = [flashinfer_window(case.window, sq, sk) for sq, sk in zip(case.q_lens, case.k_lens)]
         with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
@@ -410,6 +421,8 @@ class FlashInferPagedBackend(FlashInferBackend):
     supports_sinks = True  # BatchAttentionWithAttentionSinkWrapper
     description = "flashinfer.BatchPrefillWithPagedKVCacheWrapper (plan + run, window_left), paged KV"
     _workspace: torch.Tensor | None = None
+    #: its float workspace, kept by the backend object from its first call on (:meth:`_buffer`)
+    resident_bytes = WORKSPACE_BYTES
 
     def _paged(self, case: Case, inputs: Inputs) -> PagedKV:
         return inputs.paged(case.page_size or DEFAULT_PAGE)
@@ -418,6 +431,12 @@ class FlashInferPagedBackend(FlashInferBackend):
         if self._workspace is None or self._workspace.device != device:
             self._workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
         return self._workspace
+
+    def workspace_bytes(self, case: Case) -> int:
+        """The paged k / v caches (contiguous cases too: pages of :data:`DEFAULT_PAGE`), the wrapper's int
+        workspace, an output of its own (the decode wrapper's) and the LSE (base 2, then scaled)."""
+        caches = 2 * paged_bytes(case, case.page_size or DEFAULT_PAGE)
+        return caches + INT_WORKSPACE_BYTES + output_bytes(case) + 2 * lse_bytes(case)
 
     def native(self, case: Case) -> dict:
         """:func:`flashinfer_paged_attention`'s window and softcap for ``case``: one ``(causal, left)`` for the batch."""

@@ -296,6 +296,36 @@ class JaxBackend(Backend):
                 inputs.q, inputs.k, inputs.v, dout, case.q_lens, case.k_lens, natives, self.implementation, case.softmax_scale, _grad_fn
             )
 
+    def _padded_rows(self, case: Case) -> list[tuple[int, int]]:
+        """Per sequence ``(T, Sk)``: its query rows after :func:`jax_window`'s padding (a refused sequence as it is)."""
+
+        def queries(sq: int, sk: int) -> int:
+            try:
+                return jax_window(case.window, sq, sk, self.causal_with_window)[0] + sq
+            except Unsupported:
+                return sq
+
+        return [(queries(sq, sk), sk) for sq, sk in zip(case.q_lens, case.k_lens)]
+
+    def workspace_bytes(self, case: Case) -> int:
+        """Torch's side of :func:`jax_attention`: a padded sequence's zero rows and the query they are joined to,
+        while the previous sequence's padded query is still held by its DLPack array (measured on the H100,
+        2026-12-06: a decode row over 128k keys 2 GiB of padded queries, two sequences of 32k and 30k keys
+        0.7 GiB at once)."""
+        row = case.hq * case.head_dim * (torch.finfo(case.torch_dtype).bits // 8)
+        most, held = 0, 0
+        for (t, _), sq in zip(self._padded_rows(case), case.q_lens):
+            padded = t * row if t != sq else 0  # a view of q when nothing is padded
+            most = max(most, held + (t - sq) * row + padded)
+            held = padded
+        return most
+
+    def foreign_bytes(self, case: Case) -> int:
+        """JAX's own buffers (outside torch's allocator: ``peak_mem_mb`` does not see them), per sequence: the
+        output over the padded rows, the rows kept, and the softmax statistics; not measured."""
+        row = case.hq * case.head_dim * (torch.finfo(case.torch_dtype).bits // 8)
+        return max((t * row + sq * row + t * case.hq * 4 for (t, _), sq in zip(self._padded_rows(case), case.q_lens)), default=0)
+
     def natives(self, case: Case) -> list:
         """Per sequence ``(pad_q, is_causal, local_window_size)`` from :func:`jax_window`."""
         return [jax_window(case.window, sq, sk, self.causal_with_window) for sq, sk in zip(case.q_lens, case.k_lens)]
@@ -357,22 +387,18 @@ class JaxXla(JaxBackend):
     implementation = "xla"
     description = "jax.nn.dot_product_attention(implementation='xla') with local_window_size"
 
-    def workspace_bytes(self, case: Case) -> int:
+    def foreign_bytes(self, case: Case) -> int:
         """XLA's implementation is dense, one call per sequence (the largest counts): float32 scores and
         weights ``(hq, T, Sk)`` and the boolean window mask ``(T, Sk)``, where ``T`` is the query length after
         :func:`jax_window`'s padding (a bottom-right window with Sq < Sk pads the queries to Sk: a decode row
         over 32k keys is a 32k x 32k call; XLA's GEMM autotuner asked for 128 GiB there on the H100,
-        reports/h100-2026-12-06b-models). JAX allocates outside torch's allocator, so a row's ``peak_mem_mb``
-        does not show it: this hint is what the memory gate knows."""
+        reports/h100-2026-12-06b-models), besides its output. JAX allocates outside torch's allocator, so a
+        row's ``peak_mem_mb`` does not show it: this hint is what the memory gate knows."""
+        return max(2 * case.hq * t * sk * 4 + t * sk + 2 * t * case.hq * case.head_dim * 4 for t, sk in self._padded_rows(case))
 
-        def queries(sq: int, sk: int) -> int:  # jax_window's padded query rows; a refused sequence as it is
-            try:
-                return jax_window(case.window, sq, sk, self.causal_with_window)[0] + sq
-            except Unsupported:
-                return sq
-
-        rows = [(queries(sq, sk), sk) for sq, sk in zip(case.q_lens, case.k_lens)]
-        return max(2 * case.hq * t * sk * 4 + t * sk for t, sk in rows)
+    def workspace_words(self, case: Case) -> str:
+        t, sk = max(self._padded_rows(case), key=lambda p: p[0] * p[1])
+        return f"dense float32 scores {t} x {sk} x {case.hq} heads, queries padded to the keys"
 
 
 class JaxCudnn(JaxBackend):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..case import FP8_DTYPES, Case, Inputs, pages_seen
+from ..memory import paged_bytes, paged_keys
 from ..reference import attention_reference, reference_workspace_bytes
 from .base import Backend, cuda_unavailable_reason
 
@@ -47,8 +48,13 @@ class ReferenceBackend(Backend):
         return out, lse.float()
 
     def workspace_bytes(self, case: Case) -> int:
-        """The float64 output, one band block's temporaries and its K / V copies (:func:`reference_workspace_bytes`)."""
-        return reference_workspace_bytes(case)
+        """The float64 output, one band block's temporaries and its K / V copies (:func:`reference_workspace_bytes`);
+        paged: first the paged caches, :meth:`parity.case.PagedKV.gather`'s zero-filled pages of every sequence
+        and the keys it packs again, then those packed keys beside the reference's own."""
+        if case.page_size is None:
+            return reference_workspace_bytes(case)
+        packed = 2 * sum(case.k_lens) * (paged_bytes(case) // max(1, paged_keys(case)))  # k and v, bytes per key slot
+        return max(4 * paged_bytes(case) + packed, packed + reference_workspace_bytes(case))
 
 
 class ReferenceCudaBackend(ReferenceBackend):

@@ -145,21 +145,32 @@ class SdpaBackend(Backend):
             return super().backward(case, inputs, dout)
 
     def workspace_bytes(self, case: Case) -> int:
-        """Per sequence (one call each; the largest counts): the boolean mask ``(Sq, Sk)`` and the additive
-        float32 bias SDPA may turn it into; the MATH kernel's float32 scores and weights ``(hq, Sq, Sk)``
-        (two of them live at once, and the masked copy); the kv heads repeated to ``hq`` where it does."""
+        """Per sequence (one call each; the largest counts): the boolean mask ``(Sq, Sk)``, its negation and the
+        additive bias SDPA turns it into, in the case's dtype; its output (copied into ``out``); the MATH kernel's
+        float32 scores and weights ``(hq, Sq, Sk)`` (2.2-2.5 of them measured at once) and its float32 copies of
+        k and v, before and after the kv heads are repeated to ``hq``; the kv heads repeated where it does.
+        Measured on the H100 (2026-12-06): a 32k prefill of the memory-efficient kernel 4.7 GiB (the mask and
+        its bfloat16 bias 3 GiB), a MATH decode row over 128k keys 7.8 GiB (its float32 k and v 7 GiB)."""
         itemsize = torch.finfo(case.torch_dtype).bits // 8
         most = 0
         for sq, sk in zip(case.q_lens, case.k_lens):
-            need = 0 if self.causal_path else sq * sk * (1 + 4)  # (Sq, Sk) bool, then (Sq, Sk) float32
+            need = sq * case.hq * case.head_dim * itemsize  # (1, hq, Sq, d): its output
+            need += 0 if self.causal_path else sq * sk * (2 + itemsize)  # (Sq, Sk) bool, its negation, the bias in the dtype
             if self.kernel == "MATH":
-                need += 3 * case.hq * sq * sk * 4  # (hq, Sq, Sk) float32: scores, masked, softmax
-                # k and v repeated to hq heads and upcast to float32 (a decode row over 128k keys: 8 GiB)
-                need += 2 * case.hq * sk * case.head_dim * (itemsize + 4) + case.hq * sq * case.head_dim * 4
+                need += 5 * case.hq * sq * sk * 4 // 2  # (hq, Sq, Sk) float32: scores and softmax, and 0.5 more measured
+                kv = sk * case.head_dim * 4  # a float32 row of k or v per head
+                need += 2 * case.hkv * kv + 2 * case.hq * (kv + sk * case.head_dim * itemsize) + case.hq * sq * case.head_dim * 4
             if not self.gqa_native and case.hq != case.hkv:
                 need += 2 * case.hq * sk * case.head_dim * itemsize  # (hq, Sk, d) k and v repeated
             most = max(most, need)
         return most
+
+    def workspace_words(self, case: Case) -> str:
+        """The MATH kernel's dense scores, where they dominate."""
+        if self.kernel != "MATH":
+            return ""
+        sq, sk = max(zip(case.q_lens, case.k_lens), key=lambda p: p[0] * p[1])
+        return f"dense float32 scores {sq} x {sk} x {case.hq} heads"
 
     def unavailable_reason(self) -> str | None:
         return cuda_unavailable_reason() if self.device == "cuda" else None

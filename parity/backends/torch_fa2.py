@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from ..case import Case, Inputs
+from ..memory import lse_bytes, output_bytes
 from ..results import HALF_DTYPES
 from ..window import Window
 from .base import GRAD_REFUSALS, Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, lse_rows, refusals
@@ -168,6 +169,10 @@ class TorchFa2Backend(Backend):
             )
         out.copy_(o)  # (total_q, hq, d)
         return out, lse_rows(lse, case.q_lens, case.hq)
+
+    def workspace_bytes(self, case: Case) -> int:
+        """The op's own output (copied into ``out``) and its LSE."""
+        return output_bytes(case) + lse_bytes(case)
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`torch_fa2_attention` as ``run`` calls it,

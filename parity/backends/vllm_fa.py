@@ -82,6 +82,7 @@ import sys
 import torch
 
 from ..case import Case, Inputs
+from ..memory import lse_bytes, paged_bytes
 from ..results import HALF_DTYPES
 from ..window import Window
 from .base import Backend, BackendError, Unsupported, cu_seqlens, cuda_unavailable_reason, import_error_reason, lse_rows, refusals
@@ -285,6 +286,10 @@ class VllmFa2Backend(Backend):
             kw["s_aux"] = inputs.sinks  # (hq,)
         with refusals(VLLM_FA_REFUSALS, f"vllm_flash_attn FA{self.fa_version}"):
             return vllm_fa_attention(inputs.q, k, v, out, case.q_lens, case.k_lens, case.softmax_scale, return_lse=return_lse, **kw)
+
+    def workspace_bytes(self, case: Case) -> int:
+        """It writes into ``out``: its LSE, and for paged KV the k / v caches it is given."""
+        return lse_bytes(case) + (2 * paged_bytes(case) if case.page_size is not None else 0)
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`vllm_fa_attention` as ``run`` calls it,

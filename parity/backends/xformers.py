@@ -53,6 +53,7 @@ import os
 import torch
 
 from ..case import Case, Inputs
+from ..memory import lse_bytes, output_bytes
 from ..window import Window
 from .base import (
     GRAD_REFUSALS,
@@ -376,6 +377,11 @@ class XformersBackend(Backend):
                     q, k, v, dout)
             """,
         )
+
+    def workspace_bytes(self, case: Case) -> int:
+        """Its output (copied into ``out``) and a layout copy of it, and its padded LSE (measured on the H100,
+        2026-12-06: two outputs' worth beside the harness's own)."""
+        return 2 * output_bytes(case) + 2 * lse_bytes(case)
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script: :func:`xformers_attention` as ``run`` calls it,

@@ -1,19 +1,24 @@
 """Memory gates: the lanes' rows on one GPU admitted so that their estimated device memory
 (:func:`parity.memory.estimate`) fits what was free when the sweep started. A row holds its
 estimate from the moment it is sent to its worker until it is judged; a row larger than the
-whole budget runs alone (it waits until nothing else holds memory, and holds the gate meanwhile).
-While such a row waits, no other row is admitted: the card drains for it, instead of the lanes
-refilling it while the big row waits for the end of the run. Without CUDA there is no budget and the
-gate admits everything.
+whole budget, but not than its card (:func:`parity.memory.card_bytes`), runs alone (it waits until
+nothing else holds memory, and holds the gate meanwhile). While such a row waits, no other row is
+admitted: the card drains for it, instead of the lanes refilling it while the big row waits for the
+end of the run. A row its card cannot hold at all is refused by its worker before anything runs
+(:func:`parity.memory.card_refusal`): the sweep asks it no memory (need 0), so it never drains the
+card, and a row that holds nothing never waits. Without CUDA there is no budget and the gate admits
+everything. What a row asks (:meth:`parity.sweep.run.Sweep._need`), then what the gate does:
 
-=========================  ===========  ====================================  ==========
-request                    held now     a row that needs the card waits       admitted
-=========================  ===========  ====================================  ==========
-fits (used + need <= b)    any          no                                    yes
-fits                       any          yes                                   no (waits)
-over the budget / alone    0            (itself)                              yes
-over the budget / alone    > 0          (itself)                              no (waits)
-=========================  ===========  ====================================  =========="""
+================================  ===========  =================================  ====================
+request (``b``: the budget)       held now     a row that needs the card waits    admitted
+================================  ===========  =================================  ====================
+over its card (refused)           any          any                                yes, holding 0
+need 0 (a CPU backend, ...)       any          any                                yes, holding 0
+fits (used + need <= b)           any          no                                 yes
+fits                              any          yes                                no (waits)
+over the budget / alone           0            (itself)                           yes (holds the card)
+over the budget / alone           > 0          (itself)                           no (waits; drains)
+================================  ===========  =================================  ===================="""
 
 from __future__ import annotations
 
@@ -42,7 +47,9 @@ class MemoryGate:
         self._cond = threading.Condition()
 
     def _fits(self, need: int) -> bool:
-        return self.budget is None or (not self.draining and (self.used == 0 or self.used + need <= self.budget))
+        if self.budget is None or need == 0:  # no limit, or nothing to hold: never waits
+            return True
+        return not self.draining and (self.used == 0 or self.used + need <= self.budget)
 
     def _needs_card(self, need: int, alone: bool) -> bool:
         return self.budget is not None and (alone or need > self.budget)

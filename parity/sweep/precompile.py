@@ -140,7 +140,7 @@ def representatives(spec: str, cases: list[Case], options: SweepOptions, built: 
         if len(members) < 2 or key_text(k) in built:
             continue
         small = min(members, key=lambda c: (_elements(c), c.case_id))
-        if estimate(small, options.probes, options.max_passes).device_bytes > MAX_ROW_BYTES:
+        if estimate(small, options.probes, options.max_passes, backend=be).device_bytes > MAX_ROW_BYTES:
             left += 1
         else:
             chosen.append(small)

@@ -16,10 +16,10 @@ from typing import Any
 
 from .. import shard
 from ..case import Case
-from ..execute import context_lost, workspace_hint
+from ..execute import context_lost
 from ..judge import BaselineCache, apply_expectations, harness_oom_row, judge, unavailable
 from ..maskcheck import mask_passes
-from ..memory import MemoryEstimate, estimate, is_oom
+from ..memory import MemoryEstimate, card_bytes, card_refusal, estimate, is_oom
 from ..results import FAIL_VERDICTS, Judged
 from ..runfolder import ResultsWriter, read_timing
 from . import precompile
@@ -119,6 +119,7 @@ class Sweep:
         self.lost_context = ""  # --no-isolate: "BACKEND on CASE" that left this process's CUDA context unusable
         self.gates: dict[str | None, MemoryGate] = {}  # per GPU of the lanes (None: no --gpus)
         self.held: dict[tuple[str, str], tuple[MemoryGate, int]] = {}  # (unit, case id) -> the bytes it holds
+        self.cards: dict[str | None, int | None] = {}  # per GPU: what one row can use there (None: no limit)
         self.backend_objs: dict[str, Any] = {}  # for their workspace hints
         self.t0 = time.perf_counter()
         self.deadline = None if options.time_limit is None else self.t0 + options.time_limit
@@ -234,7 +235,8 @@ class Sweep:
         t_sent = time.perf_counter()
         self._finish(pending)  # the previous row, overlapped with this backend's work
         t_ref = time.perf_counter()
-        baseline_s = self._reference_now(case, unit) if failed is None and self.options.isolate else 0.0
+        now = failed is None and self.options.isolate and not self._refused(est, unit)  # a refused row needs no reference
+        baseline_s = self._reference_now(case, unit) if now else 0.0
         limit = self._limit(case, spec, unit)
         res = failed if failed is not None else ex.collect(timeout=limit)
         self._note_built(case, unit, res)
@@ -439,13 +441,15 @@ class Sweep:
     # -- device memory: rows placed so that the lanes' estimates fit (parity.sweep.memgate) ----------
 
     def _make_gates(self) -> None:
-        """One gate per GPU the lanes use, with a budget where a backend runs on CUDA."""
+        """One gate per GPU the lanes use, with a budget where a backend runs on CUDA; what a row can use on that
+        card (:func:`parity.memory.card_bytes`), as its worker will judge it."""
         cuda = any(i.get("device") == "cuda" for i in self.unit_infos.values())
         visible = shard.visible_gpus()
         for g in {self.plan.gpu_of.get(u) for u in self.plan.units}:
             index = visible.index(g) if g is not None and g in visible else None
             reserved = self._cache(g).max_bytes if self._cache(g).device.startswith("cuda") else 0
             self.gates[g] = MemoryGate(device_budget(index, reserved) if cuda else None)
+            self.cards[g] = card_bytes(index) if cuda else None
 
     def _cache(self, gpu: str | None) -> BaselineCache:
         return self.baselines.get(gpu) or next(iter(self.baselines.values()))
@@ -462,16 +466,31 @@ class Sweep:
                 self.backend_objs[spec] = backends.get(spec)
             except Exception:  # noqa: BLE001 - a plugin only its worker can import: no hint
                 self.backend_objs[spec] = None
-        hint = workspace_hint(self.backend_objs[spec], case, self.options.probes) if self.backend_objs[spec] is not None else 0
         on_device = self._cache(self.plan.gpu_of.get(unit)).device.startswith("cuda")
-        return estimate(case, self.options.probes, self.options.max_passes, hint, on_device)
+        return estimate(case, self.options.probes, self.options.max_passes, harness_on_device=on_device, backend=self.backend_objs[spec])
+
+    def _need(self, case: Case, unit: str, est: MemoryEstimate) -> int:
+        """The bytes ``case`` holds on its gate (:mod:`.memgate`'s table): none for a row its worker refuses for
+        its card (:func:`parity.memory.card_refusal`: nothing runs, so nothing drains); the worker's estimate on
+        a CUDA backend; the harness's where the reference runs on the device and the case's is not cached yet
+        (once per case and GPU, not once per backend). A plugin only its worker can import has no hints here:
+        its row asks the estimate without them, and its worker (which has them) may still refuse it."""
+        cuda = self.unit_infos[unit].get("device") == "cuda"
+        if self._refused(est, unit):
+            return 0
+        harness = est.harness_bytes if est.harness_on_device and not self._baselines(unit).cached(case) else 0
+        return (est.worker_bytes if cuda else 0) + harness
+
+    def _refused(self, est: MemoryEstimate, unit: str) -> bool:
+        """Whether ``unit``'s worker will refuse the row for its card (:func:`parity.memory.card_refusal`)."""
+        cuda = self.unit_infos[unit].get("device") == "cuda"
+        return cuda and card_refusal(est, self.cards.get(self.plan.gpu_of.get(unit))) is not None
 
     def _reserve(self, case: Case, unit: str, pending: list[Pending]) -> MemoryEstimate | None:
-        """Hold ``case``'s estimate on its lane's gate before it is sent; where it does not fit now, judge
-        this lane's pending row first (it frees what it holds) and wait. None: the run was stopped."""
+        """Hold ``case``'s need (:meth:`_need`) on its lane's gate before it is sent; where it does not fit now,
+        judge this lane's pending row first (it frees what it holds) and wait. None: the run was stopped."""
         est, gate = self._estimate(case, unit), self._gate(unit)
-        cuda = self.unit_infos[unit].get("device") == "cuda"
-        need = est.device_bytes if cuda else (est.harness_bytes if est.harness_on_device else 0)
+        need = self._need(case, unit, est)
         if not gate.try_acquire(need):
             self._finish(pending)
             held = gate.acquire(need, self.stop)

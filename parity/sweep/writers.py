@@ -75,10 +75,21 @@ def summary_table(result: Any) -> str:
 def known_vs_new(rows: Iterable[dict[str, Any]]) -> list[str]:
     """Lines saying how many failing rows are known divergences, how many are new (of which how many an
     entry would explain but for the mask probe's words: ``unconfirmed_id``), and which strict entries passed
-    (empty when there is nothing to say)."""
+    (empty when there is nothing to say). The new-failures line names what is not a wrong answer among them:
+
+    ===================================================  =============================================
+    new failing row                                      named as
+    ===================================================  =============================================
+    ``crash`` (worker died, or a CUDA fault of the        "K of them crashes of their backend (B n, ...)"
+    kernel, a refusal raised after it included)
+    ``error`` whose detail starts "out of memory"         "K of them out of memory"
+    anything else                                        counted only
+    ===================================================  =============================================
+    """
     by_id: dict[str, dict[str, int]] = {}
     unconfirmed: dict[str, int] = {}
     new = oom = 0
+    crashes: dict[str, int] = {}
     for r in rows:
         if r["verdict"] in ("expected", "unexpected-pass"):
             n = by_id.setdefault(r.get("expected_id") or "?", {"expected": 0, "unexpected-pass": 0})
@@ -88,6 +99,8 @@ def known_vs_new(rows: Iterable[dict[str, Any]]) -> list[str]:
             oom += r["verdict"] == "error" and str(r.get("detail") or "").startswith("out of memory")
             if r.get("unconfirmed_id"):
                 unconfirmed[r["unconfirmed_id"]] = unconfirmed.get(r["unconfirmed_id"], 0) + 1
+            if r["verdict"] == "crash":
+                crashes[str(r.get("backend") or "?")] = crashes.get(str(r.get("backend") or "?"), 0) + 1
     expected = {k: v["expected"] for k, v in by_id.items() if v["expected"]}
     xpass = {k: v["unexpected-pass"] for k, v in by_id.items() if v["unexpected-pass"]}
     out = []
@@ -96,8 +109,7 @@ def known_vs_new(rows: Iterable[dict[str, Any]]) -> list[str]:
             f"known divergences: {sum(expected.values())} rows expected"
             + (" (" + ", ".join(f"{k} {n}" for k, n in expected.items()) + ")" if expected else "")
         )
-        too_big = f"; {oom} of them out of memory: each row's detail says what it was estimated to need and what was free" if oom else ""
-        out.append(f"new failures: {new} rows (failing, no known divergence explains them{too_big})")
+        out.append(f"new failures: {new} rows (failing, no known divergence explains them{_new_kinds(crashes, oom)})")
     if unconfirmed:
         out.append(
             f"no mask evidence: {sum(unconfirmed.values())} of the new failures an entry would explain but no mask evidence "
@@ -109,4 +121,15 @@ def known_vs_new(rows: Iterable[dict[str, Any]]) -> list[str]:
             + ", ".join(f"{k} {n}" for k, n in xpass.items())
             + "): retire or narrow those entries"
         )
+    return out
+
+
+def _new_kinds(crashes: dict[str, int], oom: int) -> str:
+    """The new-failures line's words for its crashes (per backend, most first) and out-of-memory rows."""
+    out = ""
+    if crashes:
+        per = ", ".join(f"{b} {n}" for b, n in sorted(crashes.items(), key=lambda kv: (-kv[1], kv[0])))
+        out += f"; {sum(crashes.values())} of them crashes of their backend ({per}): its worker died or its kernel faulted"
+    if oom:
+        out += f"; {oom} of them out of memory: each row's detail says what it was estimated to need and what was free"
     return out
