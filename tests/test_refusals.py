@@ -321,6 +321,15 @@ END_TO_END = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _fresh_context(monkeypatch):
+    """A simulated sticky CUDA fault marks this process's context lost (parity.api._LOST); the mark must not
+    outlive the test: a later test's evaluate() would send named backends to a worker (seen in test_isolation)."""
+    from parity import api
+
+    monkeypatch.setattr(api, "_LOST", [])
+
+
 @pytest.mark.parametrize("spec", sorted(END_TO_END))
 def test_backend_records_its_librarys_refusal_as_unsupported(spec, monkeypatch):
     setup, exc = END_TO_END[spec]
