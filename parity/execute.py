@@ -343,8 +343,15 @@ def _run_probes(
 
 def _check_grads(grads: Any, inputs: Inputs) -> tuple[torch.Tensor, ...]:
     """``backward``'s answer checked against the interface: three tensors shaped, typed and placed as q, k, v, and
-    with learned sinks optionally a fourth, ``dsinks``, as the sinks ``(hq,)``."""
+    with learned sinks optionally a fourth, ``dsinks``, as the sinks ``(hq,)``. ``None`` for ``dq``, ``dk`` or
+    ``dv`` (an op's backward that gives no gradient for an input the output does not depend on) is 0 of that
+    input's shape, dtype and device, judged like any other; a ``None`` ``dsinks`` is a backward that returns none
+    (``dsinks not checked``)."""
     arity = (3, 4) if inputs.sinks is not None else (3,)
+    if isinstance(grads, (tuple, list)) and len(grads) in arity:
+        grads = [torch.zeros_like(x) if g is None else g for g, x in zip(grads[:3], (inputs.q, inputs.k, inputs.v))] + [
+            g for g in grads[3:] if g is not None
+        ]
     if not isinstance(grads, (tuple, list)) or len(grads) not in arity or not all(isinstance(g, torch.Tensor) for g in grads):
         want = "(dq, dk, dv[, dsinks])" if inputs.sinks is not None else "(dq, dk, dv)"
         raise BackendFault(f"backward() returned {type(grads).__name__}, expected a tuple {want} of tensors")

@@ -53,13 +53,16 @@ def draw_dout(seed: int, total_q: int, hq: int, head_dim: int, dtype: str):
 
 def autograd_grads(attention, q, k, v, dout, *extra):
     """``(dq, dk, dv)`` of ``attention(q, k, v)`` against ``dout`` through autograd, on fresh leaves (copied
-    into repro scripts: torch only). A gradient autograd leaves ``None`` (the input was not used) is 0.
-    ``extra``: more inputs of ``attention`` (the learned sinks), their gradients after, ``None`` where the graph
-    does not reach one (a forward that copies it into a buffer)."""
+    into repro scripts: torch only). A gradient autograd leaves ``None`` (the input was not used, or an op's
+    backward gave none) is 0, as is every gradient of an output with no autograd graph at all (a kernel that skips
+    every tile of a case where no row sees a key returns zeros detached from its inputs: the output does not
+    depend on them). A backward that raises still raises. ``extra``: more inputs of ``attention`` (the learned
+    sinks), their gradients after, ``None`` where a graph exists but does not reach one (a forward that copies it
+    into a buffer), 0 where the output has no graph."""
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v, *extra)]
     out = attention(*leaves)  # (total_q, hq, d)
-    if not out.requires_grad:
-        raise RuntimeError("the forward's output has no autograd graph: this call is not differentiable")
+    if not out.requires_grad:  # the output depends on no input: every gradient is 0
+        return tuple(torch.zeros_like(t) for t in leaves)
     grads = torch.autograd.grad(out, leaves, dout, allow_unused=True)
     return tuple(torch.zeros_like(t) if g is None else g for t, g in zip(leaves[:3], grads[:3])) + tuple(grads[3:])
 
@@ -360,6 +363,8 @@ def compare_grads(case: Case, got: dict[str, torch.Tensor], base: GradBaseline, 
     if nonfinite:
         reasons.append("grad_nan")
         words += nonfinite
+    if reasons and all(not bool(got[n].count_nonzero()) for n in TENSORS if n in got):
+        words.append("every gradient is 0 (an output with no autograd graph, or None gradients, count as 0): is the backward connected?")
     if "dsinks" in base.ref and "dsinks" not in got:
         words.append("dsinks not checked: this backward returns no gradient for the sinks")
     return GradComparison(checks, reasons, "; ".join(words))

@@ -233,6 +233,87 @@ def test_a_backward_that_breaks_the_interface_is_a_grad_error():
         assert_parity(_Broken(), CASES[1], grad=True)
 
 
+#: No row sees a key: a top-left band (row i sees key i onwards) that meets no query's chunk (rows 2..7 at positions
+#: 0..5 see chunk [0, 1], [2, 3] or [4, 5], all before their own key); the default profile draws such cases too.
+EMPTY_CASE = Case((8,), (4,), 2, 1, 8, "float32", Window(0, None, "top_left"), chunk=2)
+
+
+class _SkipsEmptyTiles(EagerAttention):
+    """An eager kernel that never builds an autograd graph: a case where no row sees a key is zeros (every tile
+    skipped), any other the honest forward under ``no_grad``. Its gradients are 0: right only on an empty case."""
+
+    name = "eager-detached"
+
+    def run(self, case, inputs, out):
+        if not any(case.band_counts()):
+            return out.zero_()  # (total_q, hq, d): no tile has a key, nothing is computed
+        with torch.no_grad():
+            return super().run(case, inputs, out)
+
+
+class _NoneGrads(EagerAttention):
+    """A backend with its own backward op that gives no gradient (``None``) for inputs its output does not use."""
+
+    name = "eager-none-grads"
+
+    def backward(self, case, inputs, dout):
+        return None, None, None
+
+
+class _RaisingBackward(_SkipsEmptyTiles):
+    name = "eager-backward-raises"
+
+    def backward(self, case, inputs, dout):
+        raise RuntimeError("backward kernel launch failed")
+
+
+@pytest.mark.parametrize("sinks", [False, True])
+@pytest.mark.parametrize("backend", [_SkipsEmptyTiles, _NoneGrads], ids=lambda b: b.name)
+def test_zero_gradients_where_no_row_sees_a_key_pass(backend, sinks):
+    """issue 49 item 5: an honest backend whose output has no autograd graph on a case where no row sees a key
+    (or whose backward gives None) errored "no autograd graph"; its gradients are 0, as the reference's are."""
+    case = dataclasses.replace(EMPTY_CASE, sinks=sinks)
+    assert not any(case.band_counts())
+    row = evaluate(backend(), case, grad=True, baselines=_BASELINES)
+    assert row["verdict"] == "pass" and row["grad_check"] == "ok", row["grad_detail"] or row["reasons"]
+    assert float(row["dq_max_abs_err"]) == float(row["dk_max_abs_err"]) == float(row["dv_max_abs_err"]) == 0.0
+    if backend is _SkipsEmptyTiles:  # with sinks, its dsinks (0: no graph reaches anything) is judged too
+        assert "dsinks not checked" not in row["grad_detail"]
+
+
+@pytest.mark.parametrize("backend", [_SkipsEmptyTiles, _NoneGrads], ids=lambda b: b.name)
+def test_zero_gradients_where_rows_see_keys_still_fail(backend):
+    """The same backends where rows see keys: their forward passes, their 0 gradients are wrong and fail."""
+    row = evaluate(backend(), CASES[2], grad=True, baselines=_BASELINES)  # two keys a row: dq, dk, dv all nonzero
+    assert row["mask_check"] == "ok" and float(row["budget_frac"]) <= 1
+    assert row["verdict"] == "fail" and row["grad_check"] == "mismatch", row["grad_detail"]
+    assert {"dq_err", "dk_err", "dv_err"} <= set(row["reasons"].split()), row["reasons"]
+    assert "every gradient is 0" in row["grad_detail"]
+
+
+def test_a_backward_that_raises_on_an_empty_case_is_still_an_error():
+    row = evaluate(_RaisingBackward(), EMPTY_CASE, grad=True, baselines=_BASELINES)
+    assert row["verdict"] == "fail" and row["grad_check"] == "error" and row["reasons"] == "grad_error", row
+    assert "backward kernel launch failed" in row["grad_detail"]
+
+
+def test_the_default_profiles_empty_cases_pass_the_backward_on_the_cpu():
+    """The default profile's cases where no row sees a key (4 at seed 0: three paged, whose backward is
+    unsupported, and one of 255 rows by 167 keys, top-left, chunk 55), on CPU backends with ``--grad``."""
+    from parity.strategies import PROFILES, generate
+
+    empty = [c for c in generate(PROFILES["default"], 0) if not any(c.band_counts())]
+    assert len(empty) == 4
+    ran = 0
+    for case in empty:
+        for backend in ("reference", "sdpa", EagerAttention(), _SkipsEmptyTiles()):
+            row = evaluate(backend, case, grad=True, probes=False, baselines=_BASELINES)
+            assert row["grad_check"] in ("", "ok", "unsupported"), (case.summary(), row["grad_detail"])
+            assert row["verdict"] in ("pass", "unsupported"), (case.summary(), row["reasons"])
+            ran += row["grad_check"] == "ok"
+    assert ran >= 3  # the unpaged case's backward ran on the reference, the eager and the detached eager backends
+
+
 #: A small case per planted backward bug where it shows, and the reason it must give.
 PLANTS = {
     "bug-grad-mask-top-left": (Case((4,), (12,), 2, 2, 16, "float32", Window(3, 0)), "dk_err"),

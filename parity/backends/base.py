@@ -29,7 +29,8 @@ A backend is a small class (one file each) with
 * ``supports_grad`` / ``backward(case, inputs, dout)`` (optional, ``parity run --grad``): ``(dq, dk, dv)``
   of the output against the upstream gradient ``dout`` ``(total_q, hq, d)``, in the inputs' packed
   layouts, dtype and device. The default goes through autograd: :func:`autograd_grads` of ``run``
-  (which must then be differentiable: no ``no_grad``, no ``.detach()``); a library with an explicit
+  (which must then be differentiable: no ``no_grad``, no ``.detach()``; an output with no autograd graph, or
+  a ``None`` gradient, is a gradient of 0, right only where no row sees a key); a library with an explicit
   backward op overrides it with a module-level call. ``grad_unsupported_reason(case)`` refuses a case
   for the backward only (the forward still runs); backends without ``supports_grad`` are
   ``unsupported`` for the gradient check, with the reason;
@@ -334,7 +335,6 @@ GRAD_REFUSALS: tuple[str, ...] = (
     "is not implemented",
     "does not support backward",
     "backward is not supported",
-    "no autograd graph",
 )
 
 
