@@ -27,7 +27,7 @@ from . import backends
 from .backends.base import Backend, Unsupported, lse_call, refusal_reason
 from .case import Case, Inputs, make_inputs
 from .grad import TENSORS, make_dout
-from .maskcheck import DEFAULT_MAX_PASSES, passes_per_call, probe_case, run_gqa_probe, run_mask_probe, run_read_probe
+from .maskcheck import DEFAULT_MAX_PASSES, probe_call_case, run_gqa_probe, run_mask_probe, run_read_probe
 from .memory import LARGE_ROW_BYTES, MIB, estimate, free_bytes, is_oom, oom_detail
 from .process import ProcessExecutor, env_worker_paths, parse_worker_paths, recv, send, worker_paths  # noqa: F401 - their old home
 from .shard import config_key
@@ -139,11 +139,11 @@ def context_lost(result: dict[str, Any]) -> bool:
     return "cuda" in detail and any(w in detail for w in CONTEXT_LOST_WORDS)
 
 
-def workspace_hint(backend: Backend, case: Case, probes: bool = True) -> int:
+def workspace_hint(backend: Backend, case: Case, probes: bool = True, max_passes: int = DEFAULT_MAX_PASSES) -> int:
     """``backend.workspace_bytes`` for ``case`` or, with ``probes``, its batched mask probe's case
-    if larger; 0 where it has none or it raises."""
+    (that of the probe that runs, :func:`parity.maskcheck.probe_call_case`) if larger; 0 where it has none or it raises."""
     hint = getattr(backend, "workspace_bytes", None)
-    calls = [case, probe_case(case, passes_per_call(case))] if probes else [case]
+    calls = [case, probe_call_case(case, max_passes)] if probes else [case]
     try:
         return max(int(hint(c) or 0) for c in calls) if hint else 0
     except Exception:  # noqa: BLE001 - a hint only
@@ -187,7 +187,7 @@ def execute(
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     result = _execute(backend, case, probes, max_passes, repeats, grad)
-    est = estimate(case, probes, max_passes, workspace_hint(backend, case, probes))
+    est = estimate(case, probes, max_passes, workspace_hint(backend, case, probes, max_passes))
     if result.pop("oom", None):
         result["detail"] = oom_detail(result.pop("exc_text", "out of memory"), est, free)
         result["oom"] = True

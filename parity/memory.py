@@ -8,8 +8,8 @@ part               what                                                         
 ``inputs``         q, k, v in the case's dtype (a paged cache: k and v once more)   worker
 ``output``         the poisoned output buffer and the unwritten check               worker
 ``workspace``      the backend's own hint (:meth:`Backend.workspace_bytes`)         worker
-``probes``         the larger of the mask probe (one batched call and its decoding)  worker
-                   and the GQA probe
+``probes``         the larger of the mask probe that runs (full or scaled: one      worker
+                   batched call and its decoding) and the GQA probe
 ``reference``      inputs (drawn in float32), float64 output, one band block        harness
 ``baseline``       the same-dtype output, its band block, the comparison's chunks   harness
 =================  ===============================================================  ==========
@@ -26,7 +26,7 @@ import dataclasses
 import torch
 
 from .case import Case
-from .maskcheck import CPU_DECODE_ELEMENTS, STREAM_ELEMENTS, mask_passes, passes_per_call
+from .maskcheck import CPU_DECODE_ELEMENTS, SCALED_CHUNK_ELEMENTS, STREAM_ELEMENTS, mask_plan, passes_per_call
 from .reference import BLOCK_TEMPORARIES, band_block_bytes, block_kv_bytes, reference_workspace_bytes
 from .verdict import CHUNK_ELEMENTS
 
@@ -67,17 +67,20 @@ class MemoryEstimate:
 
 
 def _probe_bytes(case: Case, max_passes: int) -> int:
-    """The larger of the mask probe and the GQA probe (:mod:`parity.maskcheck`)."""
+    """The larger of the mask probe that runs (:func:`parity.maskcheck.mask_plan`: the full or the scaled
+    one) and the GQA probe (:mod:`parity.maskcheck`)."""
     e = torch.finfo(case.torch_dtype).bits // 8
     tq, tk = sum(case.q_lens), sum(case.k_lens)
     out = tq * case.hq * case.head_dim  # elements of one output
     kv = tk * case.hkv * case.head_dim
     gqa = (kv + 2 * out) * e  # v, the output and its poison check
-    passes = mask_passes(case)
-    if passes > max_passes:
+    kind, passes = mask_plan(case, max_passes)
+    if kind == "not_run":
         return gqa
-    n = passes_per_call(case)
+    n = passes_per_call(case, passes=passes)
     call = n * (2 * out + 2 * kv) * e + n * out * e  # q, k, v of the batch, its output (and poison)
+    if kind == "scaled":  # every residue pass's output kept, compared in row chunks (float32 copies of a chunk)
+        return max(gqa, call + passes * out * e + 6 * SCALED_CHUNK_ELEMENTS * 4)
     weights = case.hq * sum(sq * sk for sq, sk in zip(case.q_lens, case.k_lens))
     if weights <= STREAM_ELEMENTS:  # every pass kept, decoded whole (on the CPU when small)
         kept = passes * out * e
