@@ -728,7 +728,7 @@ def _describe_scaled(
     first = None
     for dec in decoded:
         lo, hi = (t.to(dec.rows.device)[dec.rows] for t in case.band(case.q_lens[dec.b], case.k_lens[dec.b]))  # (n,) each
-        _settle_first(dec, lo, hi, mods)
+        _settle_first(dec, mods)
         phrases = _scaled_phrases(dec, lo, hi, case.k_lens[dec.b])
         patterns.update(phrases)
         if first is None:
@@ -744,7 +744,7 @@ def _describe_scaled(
     return result
 
 
-def _settle_first(dec: _Decoded, lo: torch.Tensor, hi: torch.Tensor, mods: tuple[int, ...]) -> None:
+def _settle_first(dec: _Decoded, mods: tuple[int, ...]) -> None:
     """The first pair's band from its located first and last keys: one band where ``first..last`` reads as its
     residues (status :data:`~parity.maskscale.EXACT`), else not one band."""
     if dec.located is None:

@@ -195,6 +195,10 @@ def _candidates(lo: torch.Tensor, size: int, fits: torch.Tensor) -> tuple[torch.
     return lo[:, None] + off, off < size
 
 
+#: Rows decoded at once by :func:`decode_bands` (its largest temporary: rows x 17 x 17 x m int8).
+DECODE_ROWS = 512
+
+
 def decode_bands(
     readouts: list[torch.Tensor], mods: tuple[int, ...], a_lo: torch.Tensor, x_lo: torch.Tensor, size: int, sk: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -202,6 +206,21 @@ def decode_bands(
     ``a`` in ``a_lo .. a_lo + size - 1`` and ``x`` in ``x_lo + 1 .. x_lo + size`` (``(n,)`` each; the blocks of
     the row's first and last visible key). Returns ``a``, ``x`` and a status ``(n,)``: :data:`EXACT` (one band
     fits), :data:`NO_BAND` (none: the visible keys are not one band), :data:`AMBIGUOUS` (several)."""
+    parts = [
+        _decode_rows([r[i : i + DECODE_ROWS] for r in readouts], mods, a_lo[i : i + DECODE_ROWS], x_lo[i : i + DECODE_ROWS], size, sk)
+        for i in range(0, a_lo.shape[0], DECODE_ROWS)
+    ]
+    if not parts:
+        empty = torch.zeros(0, dtype=torch.long, device=a_lo.device)
+        return empty, empty, empty
+    a, x, status = zip(*parts)
+    return torch.cat(a), torch.cat(x), torch.cat(status)
+
+
+def _decode_rows(
+    readouts: list[torch.Tensor], mods: tuple[int, ...], a_lo: torch.Tensor, x_lo: torch.Tensor, size: int, sk: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`decode_bands` for at most :data:`DECODE_ROWS` rows."""
     n, dev = a_lo.shape[0], a_lo.device
     offs = torch.arange(size, device=dev)  # (size,)
     a_pos, x_pos = a_lo[:, None] + offs, x_lo[:, None] + 1 + offs  # (n, size) each
