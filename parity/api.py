@@ -257,7 +257,8 @@ def assert_parity(backend: Backend | str, case: Case, **kw: Any) -> dict[str, An
 
 
 def check_mask(backend: Backend | str, case: Case, max_passes: int = DEFAULT_MAX_PASSES, batch_passes: bool = True) -> ProbeResult:
-    """The exact effective-mask probe alone (see :mod:`parity.maskcheck`).
+    """The exact effective-mask probe alone (see :mod:`parity.maskcheck`): the full probe where it needs at
+    most ``max_passes`` passes, else the scaled one (:func:`parity.maskcheck.mask_plan`; ``ProbeResult.probe``).
 
     ``batch_passes=False`` runs one probe pass per backend call, at the case's own shape.
     """

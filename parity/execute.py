@@ -28,7 +28,7 @@ from . import backends
 from .backends.base import Backend, Unsupported, lse_call, refusal_reason
 from .case import Case, Inputs, make_inputs
 from .grad import TENSORS, make_dout
-from .maskcheck import DEFAULT_MAX_PASSES, passes_per_call, probe_case, run_gqa_probe, run_mask_probe, run_read_probe
+from .maskcheck import DEFAULT_MAX_PASSES, probe_call_case, run_gqa_probe, run_mask_probe, run_read_probe
 from .memory import LARGE_ROW_BYTES, MIB, card_bytes, card_refusal, estimate, free_bytes, is_oom, oom_detail, total_bytes
 from .process import ProcessExecutor, env_worker_paths, parse_worker_paths, recv, send, worker_paths  # noqa: F401 - their old home
 from .results import CUDA_FAULT_WORDS, cuda_fault
@@ -134,12 +134,12 @@ def context_lost(result: dict[str, Any]) -> bool:
     return cuda_fault(result.get("detail"))
 
 
-def workspace_hint(backend: Backend, case: Case, probes: bool = True) -> int:
+def workspace_hint(backend: Backend, case: Case, probes: bool = True, max_passes: int = DEFAULT_MAX_PASSES) -> int:
     """``backend.workspace_bytes`` for ``case`` or, with ``probes``, its batched mask probe's case
-    if larger; 0 where it has none or it raises. A summary figure for callers: :func:`parity.memory.estimate`
-    takes the backend itself (its hints per stage)."""
+    (that of the probe that runs, :func:`parity.maskcheck.probe_call_case`) if larger; 0 where it has none or it
+    raises. A summary figure for callers: :func:`parity.memory.estimate` takes the backend itself (its hints per stage)."""
     hint = getattr(backend, "workspace_bytes", None)
-    calls = [case, probe_case(case, passes_per_call(case))] if probes else [case]
+    calls = [case, probe_call_case(case, max_passes)] if probes else [case]
     try:
         return max(int(hint(c) or 0) for c in calls) if hint else 0
     except Exception:  # noqa: BLE001 - a hint only

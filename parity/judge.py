@@ -273,6 +273,7 @@ def judge(
         **_measures(cmp),
         mask_check=mask["status"],
         mask_detail=mask["detail"],
+        mask_probe=str(mask.get("probe", "")),
         gqa_check=gqa["status"],
         gqa_detail=gqa["detail"],
         read_check=reads["status"],

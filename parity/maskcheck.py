@@ -19,6 +19,16 @@ Mask probe
     declines or fails the batched call is probed one pass per call, at the case's own
     shape (``batch_passes=False`` forces that).
 
+Scaled mask probe (when the full probe needs more than ``max_passes`` passes)
+    The same ``q = 0``, with signed residue ``V`` (:mod:`parity.maskscale`): 3 to 5 passes whatever
+    ``Sk``, batched as the full probe's (one call for a decode over 131072 keys), compared per
+    (head, row) with what the spec's band reads. Every extra or missing run of keys shows, and every
+    edge move of fewer than ``min(m)`` keys (about ``d``); its docstring has the table of what may
+    escape. Where a pair differs, a block pass and ``log_{d/2}(Sk / d)`` refining passes locate the
+    first differing row's first and last visible key per sequence, and the other differing rows are
+    decoded to their band from the residues. ``ProbeResult.probe`` (``mask_probe`` in results.csv)
+    says which probe ran: ``full`` or ``scaled``.
+
 GQA probe
     ``V`` of kv head ``g`` is the constant ``g + 1``; query head ``h`` must output
     ``h // (hq // hkv) + 1`` in every row that sees a key (learned sinks, if the case has them,
@@ -46,6 +56,7 @@ from typing import Any
 
 import torch
 
+from . import maskscale
 from .case import UNREFERENCED_PAGES, Case, Inputs, make_inputs, padded_capacity, pages_seen
 from .verdict import POISON
 
@@ -76,6 +87,7 @@ class ProbeResult:
     rows: int = 0
     # First mismatching (sequence, head) drawn for reports: rows of "1"/"0"/"p" strings.
     image: dict[str, Any] | None = None
+    probe: str = ""  # which mask probe ran: "full" (one-hot, Sk / d passes) or "scaled" (signed residues); "" for others
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -86,7 +98,37 @@ RunFn = Callable[[Inputs], torch.Tensor]
 
 
 def mask_passes(case: Case) -> int:
+    """The full probe's passes: ``ceil(max Sk / d)``."""
     return math.ceil(max(case.k_lens) / case.head_dim)
+
+
+def mask_plan(case: Case, max_passes: int = DEFAULT_MAX_PASSES) -> tuple[str, int]:
+    """Which mask probe runs on ``case`` and its passes (before any describing a mismatch):
+
+    ==========================================  ==========  ================================
+    case                                        probe       passes
+    ==========================================  ==========  ================================
+    ``ceil(max Sk / d) <= max_passes``          ``full``    ``ceil(max Sk / d)``
+    else, ``d >= 4``                            ``scaled``  its moduli (:func:`parity.maskscale.moduli`)
+    else                                        ``not_run`` ``ceil(max Sk / d)``
+    ==========================================  ==========  ================================
+    """
+    passes = mask_passes(case)
+    if passes <= max_passes:
+        return "full", passes
+    if case.head_dim < 4:  # the refining passes split an edge's block into d / 2 parts
+        return "not_run", passes
+    return "scaled", len(maskscale.moduli(case.head_dim, max(case.k_lens)))
+
+
+def mask_passes_at_most(case: Case, max_passes: int = DEFAULT_MAX_PASSES) -> int:
+    """The mask probe's passes on ``case`` where it finds a mismatch (the work of as many forwards): the full
+    probe's; the scaled probe's residue passes, its block pass and its refining passes (0 where none runs)."""
+    kind, passes = mask_plan(case, max_passes)
+    if kind != "scaled":
+        return passes if kind == "full" else 0
+    block = -(-max(case.k_lens) // case.head_dim)
+    return passes + 1 + max(1, math.ceil(math.log(block) / math.log(case.head_dim // 2))) if block > 1 else passes + 1
 
 
 def probe_case(case: Case, copies: int) -> Case:
@@ -96,10 +138,17 @@ def probe_case(case: Case, copies: int) -> Case:
     return dataclasses.replace(case, q_lens=case.q_lens * copies, k_lens=case.k_lens * copies)
 
 
-def passes_per_call(case: Case, limit: int = PROBE_CALL_ELEMENTS) -> int:
-    """How many mask-probe passes one batched call covers (at least 1)."""
+def passes_per_call(case: Case, limit: int = PROBE_CALL_ELEMENTS, passes: int | None = None) -> int:
+    """How many mask-probe passes one batched call covers (at least 1); ``passes``: the probe's
+    (default: the full probe's, :func:`mask_passes`)."""
     per_pass = case.hq * sum(sq * sk for sq, sk in zip(case.q_lens, case.k_lens))
-    return max(1, min(mask_passes(case), limit // max(per_pass, 1)))
+    return max(1, min(mask_passes(case) if passes is None else passes, limit // max(per_pass, 1)))
+
+
+def probe_call_case(case: Case, max_passes: int = DEFAULT_MAX_PASSES) -> Case:
+    """The case of the mask probe's largest batched call (``case`` itself where it runs one pass per call)."""
+    kind, passes = mask_plan(case, max_passes)
+    return case if kind == "not_run" else probe_case(case, passes_per_call(case, passes=passes))
 
 
 def mask_probe_inputs(case: Case, p: int, device: torch.device | str = "cpu", base: Inputs | None = None, n: int = 1) -> Inputs:
@@ -110,9 +159,6 @@ def mask_probe_inputs(case: Case, p: int, device: torch.device | str = "cpu", ba
     """
     base = base if base is not None else make_inputs(case, "cpu")
     dev = base.q.device
-    pc = probe_case(case, n)
-    q = torch.zeros((n * base.q.shape[0], *base.q.shape[1:]), dtype=base.q.dtype, device=dev)  # (n*total_q, hq, d)
-    k = base.k.repeat(n, 1, 1) if n > 1 else base.k  # (n*total_k, hkv, d)
     v = torch.zeros((n * base.v.shape[0], *base.v.shape[1:]), dtype=base.v.dtype, device=dev)  # (n*total_k, hkv, d)
     _, ck = case.cu_seqlens()
     rows, dims = [], []
@@ -125,20 +171,47 @@ def mask_probe_inputs(case: Case, p: int, device: torch.device | str = "cpu", ba
                 dims.append(torch.arange(j1 - j0))  # key j -> one-hot dim j - (p+t)*d
     if rows:
         v[torch.cat(rows).to(dev), :, torch.cat(dims).to(dev)] = 1
-    cq, ckp = pc.cu_seqlens()
+    return _batched_inputs(case, base, n, v, device)
+
+
+def _batched_inputs(case: Case, base: Inputs, n: int, v: torch.Tensor, device: torch.device | str) -> Inputs:
+    """A probe of ``n`` passes in one batch: ``q = 0``, the case's keys repeated ``n`` times, ``v``
+    ``(n*total_k, hkv, d)`` (on ``base``'s device), the case's sinks and descales (V's: 1)."""
+    dev = base.q.device
+    pc = probe_case(case, n)
+    q = torch.zeros((n * base.q.shape[0], *base.q.shape[1:]), dtype=base.q.dtype, device=dev)  # (n*total_q, hq, d)
+    k = base.k.repeat(n, 1, 1) if n > 1 else base.k  # (n*total_k, hkv, d)
+    cq, ck = pc.cu_seqlens()
     probe = Inputs(
         pc,
         q,
         k,
         v,
         torch.tensor(cq, dtype=torch.int32, device=dev),
-        torch.tensor(ckp, dtype=torch.int32, device=dev),
+        torch.tensor(ck, dtype=torch.int32, device=dev),
         q_descale=base.q_descale,
         k_descale=base.k_descale,
-        v_descale=_unit(base.v_descale),  # fp8 V: the one-hot values are exact, their descale 1
+        v_descale=_unit(base.v_descale),  # fp8 V: the probe's values (0, +-1) are exact, their descale 1
         sinks=base.sinks,  # a sink lowers every visible key's weight alike: the softmax stays uniform over them
     )
     return probe if str(device) == str(dev) else probe.to(device)
+
+
+#: One pass of the scaled probe: per key of the packed case its channel (-1: none) and sign, ``(total_k,)`` each.
+PassValues = tuple[torch.Tensor, torch.Tensor]
+
+
+def values_inputs(case: Case, base: Inputs, passes: list[PassValues], device: torch.device | str = "cpu") -> Inputs:
+    """``passes`` of the scaled probe in one batch (the case's sequences repeated once per pass, as
+    :func:`mask_probe_inputs`): key ``j`` of pass ``t`` carries its sign in its channel, in every kv head."""
+    n, (tk, hkv, _) = len(passes), base.v.shape
+    dev = base.q.device
+    build = torch.float16 if base.v_descale is not None else base.v.dtype  # fp8: 0, +-1 made in float16, cast exactly
+    v = torch.zeros((n * tk, *base.v.shape[1:]), dtype=build, device=dev)  # (n*total_k, hkv, d)
+    for t, (ch, sign) in enumerate(passes):
+        keep = (ch >= 0).nonzero().flatten()  # (keys,)
+        v[(t * tk + keep).to(dev), :, ch[keep].to(dev)] = sign[keep].to(dev, build)[:, None].expand(-1, hkv)
+    return _batched_inputs(case, base, n, v.to(base.v.dtype), device)
 
 
 def _unit(descale: torch.Tensor | None) -> torch.Tensor | None:
@@ -400,16 +473,23 @@ def run_mask_probe(
 ) -> ProbeResult:
     """Probe the effective mask of the backend behind ``run``; ``base``: the case's inputs, if made.
 
-    A probe of more than :data:`STREAM_ELEMENTS` weights is decoded pass by pass (:class:`MaskStream`);
-    where it finds a mismatch the passes run once more to describe it (the backend is assumed
-    deterministic on the probe's inputs)."""
-    passes = mask_passes(case)
-    if passes > max_passes:
-        return ProbeResult(
-            "not_run",
-            f"needs {passes} passes (max Sk {max(case.k_lens)} / d {case.head_dim}); limit is {max_passes}",
-        )
+    The full probe where it needs at most ``max_passes`` passes, else the scaled one
+    (:func:`run_scaled_probe`; :func:`mask_plan`). A full probe of more than :data:`STREAM_ELEMENTS`
+    weights is decoded pass by pass (:class:`MaskStream`); where it finds a mismatch the passes run
+    once more to describe it (the backend is assumed deterministic on the probe's inputs)."""
+    kind, passes = mask_plan(case, max_passes)
+    if kind == "not_run":
+        return ProbeResult("not_run", f"head dim {case.head_dim}: the scaled probe needs 4 channels; the full one {passes} passes")
     base = base if base is not None else make_inputs(case, device)  # once: every pass only rewrites q and v
+    if kind == "scaled":
+        return run_scaled_probe(case, run, device, base, batch_passes)
+    result = _run_full_probe(case, run, device, base, batch_passes)
+    result.probe = "full"
+    return result
+
+
+def _run_full_probe(case: Case, run: RunFn, device: torch.device | str, base: Inputs, batch_passes: bool) -> ProbeResult:
+    """The full (one-hot) probe: :func:`decode_mask` or, for many weights, :class:`MaskStream`."""
     per_call = passes_per_call(case) if batch_passes else 1
     if case.hq * sum(sq * sk for sq, sk in zip(case.q_lens, case.k_lens)) <= STREAM_ELEMENTS:
         return decode_mask(case, [o for _, o in _pass_outputs(case, run, device, base, per_call)])
@@ -422,6 +502,302 @@ def run_mask_probe(
     for p, o in _pass_outputs(case, run, device, base, per_call):
         stream.gather(p, o)
     return stream.described()
+
+
+# -- the scaled mask probe (parity.maskscale) -------------------------------------------------------
+
+#: Readout elements (passes x rows x heads x d) compared with the spec's at once.
+SCALED_CHUNK_ELEMENTS = 1 << 24
+#: Refining passes at most per mismatch (each divides an edge's interval by d / 2: 2 at 131072 keys, d 128).
+MAX_REFINING_PASSES = 32
+
+
+def _value_outputs(case: Case, run: RunFn, device: torch.device | str, base: Inputs, passes: list[PassValues], per_call: int):
+    """Each pass's output ``(total_q, hq, d)``, ``per_call`` passes per call where the backend accepts the
+    batch, else one pass per call at the case's own shape (as :func:`_pass_outputs`)."""
+    tq, outs, p = base.q.shape[0], [], 0
+    while p < len(passes):
+        n = min(per_call, len(passes) - p)
+        try:
+            out = run(values_inputs(case, base, passes[p : p + n], device))  # (n*total_q, hq, d)
+        except Exception:  # noqa: BLE001 - declined or failed at this batch size: probe at the case's shape
+            if n == 1:
+                raise
+            per_call = 1
+            continue
+        outs += list(out.reshape(n, tq, *out.shape[1:]).unbind(0))  # n x (total_q, hq, d)
+        p += n
+    return outs
+
+
+def _packed(case: Case, per_seq: list[tuple[torch.Tensor, torch.Tensor]]) -> PassValues:
+    """One pass's per-sequence ``(channel, sign)`` ``(Sk,)`` packed as the case's keys ``(total_k,)``."""
+    return torch.cat([c for c, _ in per_seq]), torch.cat([s for _, s in per_seq])
+
+
+@dataclasses.dataclass
+class _Residues:
+    """What the residue passes found: judged and unwritten pairs, differing pairs, and per sequence its
+    first :data:`MAX_DESCRIBED_ROWS` differing pairs ``(b, rows (n,), heads (n,), readouts (R, n, d) float32)``."""
+
+    total: int = 0
+    skipped: int = 0
+    bad: int = 0
+    picks: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]] = dataclasses.field(default_factory=list)
+
+
+def _reads_spec(w: torch.Tensor, want: torch.Tensor, nonempty: torch.Tensor) -> torch.Tensor:
+    """Whether each (row, head) of residue outputs ``w`` ``(R, rows, hq, d)`` float32 reads ``want``
+    ``(R, rows, d)`` (the spec's band; ``nonempty`` ``(rows,)``): its values divided by their largest are
+    the spec's integers (an empty band: all 0) -> ``(rows, hq)`` bool."""
+    scale = w.abs().amax(-1).amax(0)  # (rows, hq)
+    r = w / torch.where(scale > 0, scale, 1.0)[None, :, :, None]  # (R, rows, hq, d)
+    k = r.round()
+    integer = ((r - k).abs() <= maskscale.INTEGER_TOLERANCE).all(-1).all(0)  # (rows, hq)
+    same = (k == want[:, :, None, :]).all(-1).all(0)  # (rows, hq)
+    return torch.where(scale > 0, integer & same & nonempty[:, None], ~nonempty[:, None])
+
+
+def _spec_reads(case: Case, sq: int, sk: int, mods: tuple[int, ...], dev) -> tuple[torch.Tensor, torch.Tensor]:
+    """What each row's spec band reads in each pass, ``(R, Sq, d)`` int8 (channels past ``m``: 0), and
+    which bands are not empty ``(Sq,)``."""
+    lo, hi = case.band(sq, sk, dev)  # (Sq,), (Sq,)
+    want = torch.zeros(len(mods), sq, case.head_dim, dtype=torch.int8, device=dev)  # (R, Sq, d)
+    for t, m in enumerate(mods):
+        want[t, :, :m] = maskscale.expected(lo, hi, m)
+    return want, lo <= hi
+
+
+def _residue_check(case: Case, outs: list[torch.Tensor], mods: tuple[int, ...]) -> _Residues | ProbeResult:
+    """Every (head, row) pair's residue readouts against its spec band's, in row chunks; a
+    :class:`ProbeResult` where an output is not finite."""
+    cq, _ = case.cu_seqlens()
+    dev = outs[0].device
+    found = _Residues()
+    for b, (sq, sk) in enumerate(zip(case.q_lens, case.k_lens)):
+        want, nonempty = _spec_reads(case, sq, sk, mods, dev)  # (R, Sq, d), (Sq,)
+        bad = torch.zeros(sq, case.hq, dtype=torch.bool, device=dev)  # (Sq, hq)
+        unwritten, nonfinite = torch.zeros_like(bad), torch.zeros_like(bad)
+        step = max(1, SCALED_CHUNK_ELEMENTS // (len(mods) * case.hq * case.head_dim))
+        for i0 in range(0, sq, step):
+            i1 = min(sq, i0 + step)
+            raw = torch.stack([o[cq[b] + i0 : cq[b] + i1] for o in outs])  # (R, rows, hq, d), the output's dtype
+            u = (raw == POISON).any(-1).any(0)  # (rows, hq): poison left: not judged
+            w = raw.to(torch.float32)  # (R, rows, hq, d)
+            nonfinite[i0:i1] = ~torch.isfinite(w).all(-1).all(0) & ~u
+            bad[i0:i1] = ~_reads_spec(w, want[:, i0:i1], nonempty[i0:i1]) & ~u
+            unwritten[i0:i1] = u
+        if nonfinite.any():
+            n = int(nonfinite.sum())
+            words = f"mask probe output has NaN/Inf in {n} (head, row) pairs of seq {b}"
+            return ProbeResult("mismatch", words, n, sq * case.hq, probe="scaled")
+        found.total += sq * case.hq - int(unwritten.sum())
+        found.skipped += int(unwritten.sum())
+        found.bad += int(bad.sum())
+        if bad.any():
+            hs, rs = bad.T.nonzero()[:MAX_DESCRIBED_ROWS].unbind(1)  # (n,), (n,) in (head, row) order
+            found.picks.append((b, rs, hs, torch.stack([o[cq[b] + rs, hs].to(torch.float32) for o in outs])))  # (R, n, d)
+    return found
+
+
+def run_scaled_probe(case: Case, run: RunFn, device: torch.device | str, base: Inputs, batch_passes: bool = True) -> ProbeResult:
+    """The scaled mask probe (the module docstring, :mod:`parity.maskscale`): its residue passes, batched;
+    where a pair differs, the passes that describe it (:func:`_describe_scaled`)."""
+    mods = maskscale.moduli(case.head_dim, max(case.k_lens))
+    passes = [_packed(case, [maskscale.residue_values(m, sk) for sk in case.k_lens]) for m in mods]
+    per_call = passes_per_call(case, passes=len(mods)) if batch_passes else 1
+    found = _residue_check(case, _value_outputs(case, run, device, base, passes, per_call), mods)
+    if isinstance(found, ProbeResult):
+        return found
+    words = f"{len(mods)} signed residue passes (mod {'/'.join(map(str, mods))})"
+    if not maskscale.covered(mods, max(case.k_lens)):
+        words += f", which tell apart runs of fewer than {2 * math.prod(mods)} keys only"
+    if not found.bad:
+        result = _mask_verdict(found.total, 0, found.skipped, Counter(), None, None)
+        if result.status == "ok":
+            note = f" ({found.skipped} unwritten (head, row) pairs not judged)" if found.skipped else ""
+            result.detail = f"all {found.total} {'written ' if note else ''}(head, row) pairs read the spec's band in {words}{note}"
+    else:
+        result = _describe_scaled(case, run, device, base, found, mods, words)
+    result.probe = "scaled"
+    return result
+
+
+@dataclasses.dataclass
+class _Decoded:
+    """A sequence's described pairs, decoded: readouts ``(R, n, d)`` in units of one key, partial weight, one
+    key's value (``scale``: ``1 / l``), first / last visible block, the band decoded (``a``, ``x``: keys ``a..x-1``)
+    and its status (:data:`parity.maskscale.EXACT` ...); ``located``: the first pair's first and last
+    visible keys from the refining passes (None: not located)."""
+
+    b: int
+    rows: torch.Tensor
+    heads: torch.Tensor
+    reads: torch.Tensor
+    partial: torch.Tensor
+    scale: torch.Tensor
+    first_block: torch.Tensor
+    last_block: torch.Tensor
+    a: torch.Tensor
+    x: torch.Tensor
+    status: torch.Tensor
+    block: int
+    located: tuple[int, int] | None = None
+
+
+def _decode_pick(case: Case, pick, blk: torch.Tensor, block: int, mods: tuple[int, ...], base: Inputs) -> _Decoded:
+    """One sequence's differing pairs: their residues in units of one key (:func:`parity.maskscale.readout_unit`),
+    the block pass's first and last visible blocks ``blk`` ``(total_q, hq, d)``, and the bands that read as both
+    (:func:`parity.maskscale.decode_bands`)."""
+    b, rs, hs, raw = pick
+    sk, cq = case.k_lens[b], case.cu_seqlens()[0]
+    lo, hi = (t.to(rs.device)[rs] for t in case.band(case.q_lens[b], sk))  # (n,) each
+    sink = base.sinks.to(rs.device, torch.float32)[hs].exp() if base.sinks is not None else torch.zeros(len(rs), device=rs.device)
+    scale, partial = maskscale.readout_unit(raw, (hi - lo + 1).clamp(min=0) + sink)  # (n,) each
+    reads = (raw / torch.where(scale > 0, scale, 1.0)[None, :, None]).round()  # (R, n, d)
+    nblk = -(-sk // block)
+    w = blk[cq[b] + rs, hs].to(torch.float32).abs()[:, :nblk]  # (n, blocks)
+    top = w.amax(-1, keepdim=True)  # (n, 1)
+    seen = (w > top * VISIBLE_FRACTION) & (top > 0)  # (n, blocks)
+    cnt, f0, l0, one_run = maskscale.runs(seen)
+    residues = [reads[t, :, :m].to(torch.int8) for t, m in enumerate(mods)]
+    a, x, status = maskscale.decode_bands(residues, mods, f0 * block, l0 * block, block, sk)
+    fits = one_run & _block_counts_agree(w, a, x, block, sk)
+    status = torch.where(fits | (status != maskscale.EXACT), status, maskscale.NO_BAND)
+    status = torch.where(one_run, status, maskscale.NO_BAND)
+    return _Decoded(b, rs, hs, reads, partial, scale, torch.where(cnt > 0, f0, -1), l0, a, x, status, block)
+
+
+def _block_counts_agree(w: torch.Tensor, a: torch.Tensor, x: torch.Tensor, block: int, sk: int) -> torch.Tensor:
+    """Whether the block pass's values ``w`` ``(n, blocks)`` are those of bands ``a..x-1`` ``(n,)``: each
+    block's visible count over the largest, within 2^-5 (bfloat16 outputs hold them to 2^-8)."""
+    starts = torch.arange(w.shape[1], device=w.device) * block  # (blocks,)
+    ends = (starts + block).clamp(max=sk)
+    pred = (torch.minimum(ends, x[:, None]) - torch.maximum(starts, a[:, None])).clamp(min=0).to(torch.float32)  # (n, blocks)
+    obs = w / w.amax(-1, keepdim=True).clamp(min=1e-30)
+    return ((obs - pred / pred.amax(-1, keepdim=True).clamp(min=1)).abs() <= 2.0**-5).all(-1)
+
+
+def _refine(case: Case, run: RunFn, device: torch.device | str, base: Inputs, decoded: list[_Decoded]) -> int:
+    """Locate the first and last visible key of each sequence's first differing pair (that sees a key)
+    exactly: refining passes, one call each (all sequences at once), until both are one key. Sets
+    ``located``; returns the calls made."""
+    cq, _ = case.cu_seqlens()
+    todo: dict[int, list[tuple[int, int]]] = {}
+    for dec in decoded:
+        f0, l0, sk = int(dec.first_block[0]), int(dec.last_block[0]), case.k_lens[dec.b]
+        if f0 >= 0:
+            todo[dec.b] = [(f0 * dec.block, min(dec.block, sk - f0 * dec.block)), (l0 * dec.block, min(dec.block, sk - l0 * dec.block))]
+    by_b = {dec.b: dec for dec in decoded}
+    calls = 0
+    while calls < MAX_REFINING_PASSES and any(f[1] > 1 or last[1] > 1 for f, last in todo.values()):
+        per_seq, parts = [], {}
+        for b, sk in enumerate(case.k_lens):
+            if b in todo and (todo[b][0][1] > 1 or todo[b][1][1] > 1):
+                ch, sign, pf, pl = maskscale.refine_values(sk, case.head_dim, todo[b][0], todo[b][1])
+                parts[b] = (pf, pl)
+            else:
+                ch, sign = torch.full((sk,), -1, dtype=torch.long), torch.ones(sk, dtype=torch.long)
+            per_seq.append((ch, sign))
+        out = _value_outputs(case, run, device, base, [_packed(case, per_seq)], 1)[0]  # (total_q, hq, d)
+        calls += 1
+        for b, (pf, pl) in parts.items():
+            o = out[cq[b] + by_b[b].rows[0], by_b[b].heads[0]].to(torch.float32).abs().cpu()  # (d,)
+            seen = (o > o.max() * VISIBLE_FRACTION) & (o.max() > 0)  # (d,)
+            f, last = maskscale.narrow(todo[b][0], pf, seen, True), maskscale.narrow(todo[b][1], pl, seen, False)
+            if f is None or last is None:  # the pair saw nothing where it did before: not located
+                del todo[b]
+                continue
+            todo[b] = [f, last]
+    for b, (f, last) in todo.items():
+        if f[1] == 1 and last[1] == 1:
+            by_b[b].located = (f[0], last[0])
+    return calls
+
+
+def _describe_scaled(
+    case: Case, run: RunFn, device: torch.device | str, base: Inputs, found: _Residues, mods: tuple[int, ...], words: str
+) -> ProbeResult:
+    """A mismatch of the residue passes in :func:`decode_mask`'s words: a block pass (one call) and the
+    bands it and the residues decode to, then refining passes for each sequence's first differing pair."""
+    blocks = [maskscale.block_values(sk, case.head_dim) for sk in case.k_lens]
+    blk = _value_outputs(case, run, device, base, [_packed(case, [(c, s) for c, s, _ in blocks])], 1)[0]  # (total_q, hq, d)
+    decoded = [_decode_pick(case, pick, blk, blocks[pick[0]][2], mods, base) for pick in found.picks]
+    calls = _refine(case, run, device, base, decoded)
+    patterns: Counter[str] = Counter()
+    first = None
+    for dec in decoded:
+        lo, hi = (t.to(dec.rows.device)[dec.rows] for t in case.band(case.q_lens[dec.b], case.k_lens[dec.b]))  # (n,) each
+        _settle_first(dec, mods)
+        phrases = _scaled_phrases(dec, lo, hi, case.k_lens[dec.b])
+        patterns.update(phrases)
+        if first is None:
+            first = _scaled_first(case, dec, int(lo[0]), int(hi[0]), base)
+    result = _mask_verdict(found.total, found.bad, found.skipped, patterns, first, None)
+    exact = sum(int((dec.status == maskscale.EXACT).sum()) for dec in decoded)
+    described = sum(len(dec.rows) for dec in decoded)
+    result.detail += (
+        f" [scaled probe: {words}; then a block pass of {decoded[0].block}-key blocks and {calls} refining "
+        f"pass{'es' if calls != 1 else ''} "
+        f"located the first differing row's first and last keys; {exact} of {described} described pairs decoded to one band]"
+    )
+    return result
+
+
+def _settle_first(dec: _Decoded, mods: tuple[int, ...]) -> None:
+    """The first pair's band from its located first and last keys: one band where ``first..last`` reads as its
+    residues (status :data:`~parity.maskscale.EXACT`), else not one band."""
+    if dec.located is None:
+        return
+    f, last = dec.located
+    band = all(
+        torch.equal(maskscale.expected(torch.tensor([f]), torch.tensor([last]), m)[0], dec.reads[t, 0, :m].to(torch.int8).cpu())
+        for t, m in enumerate(mods)
+    )
+    dec.a[0], dec.x[0] = f, last + 1
+    dec.status[0] = maskscale.EXACT if band else maskscale.NO_BAND
+
+
+def _scaled_phrases(dec: _Decoded, lo: torch.Tensor, hi: torch.Tensor, sk: int) -> list[str]:
+    """One :func:`_pattern` phrase per described pair, in (head, row) order."""
+    out = []
+    sees = (dec.scale > 0).tolist()
+    for status, partial, seen, a, x, lo_i, hi_i in zip(
+        dec.status.tolist(), dec.partial.tolist(), sees, dec.a.tolist(), dec.x.tolist(), lo.tolist(), hi.tolist()
+    ):
+        if partial:
+            out.append("keys get partial weight (non-uniform softmax over visible keys)")
+        elif not seen:
+            out.append(_pattern(0, -1, 0, lo_i, hi_i, sk))
+        elif status == maskscale.EXACT:
+            out.append(_pattern(a, x - 1, x - a, lo_i, hi_i, sk))
+        elif lo_i > hi_i:
+            out.append("row should see no key but sees some")
+        elif status == maskscale.NO_BAND:
+            out.append("visible keys are not one band")
+        else:
+            out.append("window differs (several bands read as its residues)")
+    return out
+
+
+def _scaled_first(case: Case, dec: _Decoded, lo: int, hi: int, base: Inputs) -> str:
+    """The first described pair of a sequence in :func:`decode_mask`'s words: its keys exact where located."""
+    h, i = int(dec.heads[0]), int(dec.rows[0])
+    spec = f"{lo}..{hi}" if lo <= hi else "none"
+    if not bool(dec.scale[0] > 0):
+        keys = "none"
+    elif dec.located is not None or int(dec.status[0]) == maskscale.EXACT:
+        a, x = int(dec.a[0]), int(dec.x[0])
+        keys = key_ranges(list(range(a, x))) if x - a <= 2 else f"{a}..{x - 1}"
+        if int(dec.status[0]) != maskscale.EXACT and not bool(dec.partial[0]):
+            sink = math.exp(float(base.sinks[h])) if base.sinks is not None else 0.0
+            keys += f" (not one band: about {max(0, round(1 / float(dec.scale[0]) - sink))} keys)"
+    else:
+        b0, b1 = int(dec.first_block[0]), int(dec.last_block[0])
+        keys = f"in blocks {b0}..{b1} of {dec.block} keys (edges not located)"
+    if bool(dec.partial[0]):
+        keys += " (non-uniform weights)"
+    return f"seq {dec.b} head {h} row {i} sees keys {keys}, spec says {spec}"
 
 
 def run_gqa_probe(case: Case, run: RunFn, device: torch.device | str, base: Inputs | None = None) -> ProbeResult:

@@ -4,21 +4,7 @@
 the largest; what is live in each (``O``: the output's elements, ``out``: its bytes, ``W``: the backend's
 own hint, :meth:`parity.backends.base.Backend.workspace_bytes`):
 
-=========  ============================================================================================
-stage      live on the device
-=========  ============================================================================================
-call       inputs (q, k, v); the poisoned output and its LSE; then the larger of ``W`` and the unwritten
-           check (9 bytes per element: the ``== POISON`` bool, and the int64 copy ``sum`` makes of it)
-compile    (a configuration's first row) one more call beside the kept output: inputs, 2 ``out``, ``W``
-           of a call whose caches are warm (``workspace_again_bytes``: flex's block masks are built once)
-mask       (at most ``max_passes`` passes) the kept output, the batched probe's zero q, repeated k, one-hot
-           v and output, then its ``W`` or the decoding: every pass kept and decoded whole (16 bytes per
-           weight on the device), or streamed (a pass's float32 weights and masks: 11 bytes per element)
-gqa        the kept output, the probe's V (and zero q with fp8), its output and ``W``
-read       (paged / padded cases) the kept output, a call's output, and the larger of ``W`` and the
-           poisoning of the cache before the call (:func:`paged_bytes`: 6 caches at once paged, 4 padded)
-=========  ============================================================================================
-
+=========  =====================================================================================
 Parts of the largest stage (additive): ``inputs``, ``output`` (its buffer and LSE), ``workspace``,
 ``check``, ``probes``; then ``margin`` (:data:`MARGIN` of those: what the model names no figure for),
 ``resident`` (what the backend's worker keeps between rows: FlashInfer's 128 MiB buffer) and ``foreign``
@@ -42,7 +28,15 @@ from typing import Any
 import torch
 
 from .case import UNREFERENCED_PAGES, Case, padded_capacity
-from .maskcheck import CPU_DECODE_ELEMENTS, MAX_DESCRIBED_ROWS, STREAM_ELEMENTS, mask_passes, passes_per_call, probe_case
+from .maskcheck import (
+    CPU_DECODE_ELEMENTS,
+    MAX_DESCRIBED_ROWS,
+    SCALED_CHUNK_ELEMENTS,
+    STREAM_ELEMENTS,
+    mask_plan,
+    passes_per_call,
+    probe_case,
+)
 from .reference import BLOCK_TEMPORARIES, band_block_bytes, block_kv_bytes, reference_workspace_bytes
 from .verdict import CHUNK_ELEMENTS
 
@@ -218,12 +212,17 @@ def _gqa_stage(case: Case, s: _Sizes, w_again: int) -> dict[str, int]:
 
 
 def _mask_stage(case: Case, s: _Sizes, again: Callable[[Case], int], max_passes: int) -> dict[str, int] | None:
-    """The mask probe's largest moment: a batched call, or the decoding after it (None: the probe does not run)."""
-    passes = mask_passes(case)
-    if passes > max_passes:
+    """The mask probe's largest moment: a batched call, or the decoding after it (None: the probe does not run).
+    The probe is the one that runs (:func:`parity.maskcheck.mask_plan`): the full one, or past ``max_passes`` the
+    scaled one, whose residue passes' outputs are all kept and compared in row chunks (float32 copies of a chunk)."""
+    kind, passes = mask_plan(case, max_passes)
+    if kind == "not_run":
         return None
-    n = passes_per_call(case)
-    probe_in = n * s.q + (n * s.kv if n > 1 else 0) + n * s.kv  # zero q, k repeated (n > 1), one-hot v
+    n = passes_per_call(case, passes=passes)
+    probe_in = n * s.q + (n * s.kv if n > 1 else 0) + n * s.kv  # zero q, k repeated (n > 1), value v
+    if kind == "scaled":
+        held = passes * (s.out + s.lse) + 6 * SCALED_CHUNK_ELEMENTS * 4
+        return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": again(probe_case(case, n)), "probes": held + probe_in}
     weights = case.hq * sum(sq * sk for sq, sk in zip(case.q_lens, case.k_lens))
     w = again(probe_case(case, n))
     if weights <= STREAM_ELEMENTS:  # every pass kept (views of the calls' outputs), then decoded whole

@@ -15,7 +15,9 @@
   ``attention(q, k, v)`` that calls them with the native arguments its own translation function
   computes at export time;
 * :data:`COMMON`: a float64 masked reference (dense per head; a row that sees no key is 0),
-  the same-dtype baseline that sets the tolerance, the ``q = 0`` / one-hot ``V`` mask probe,
+  the same-dtype baseline that sets the tolerance, the ``q = 0`` / one-hot ``V`` mask probe (past
+  ``MAX_PROBE_PASSES`` passes the scaled probe's signed residue passes, ``moduli`` / ``residue_values`` /
+  ``state`` copied from :mod:`parity.maskscale`: which pairs read other keys, not which keys),
   and ``main()``, which prints the error, the rows that differ most and the keys they saw
   against the spec's, and exits 1 when the output differs beyond the tolerance, the probe
   finds other keys than the spec or the backend raises, 2 when it cannot run on this machine
@@ -73,6 +75,7 @@ from .case import (
     window_pages,
 )
 from .maskcheck import key_ranges, span_words
+from .maskscale import MIN_RESIDUE_PASSES, moduli, residue_values, state
 from .reference import P_FP8_OFFSET, round_p_fp8
 from .verdict import BUDGETS
 
@@ -272,11 +275,12 @@ def build_script(case: Case, call: str, device: str, meta: dict[str, Any], grad:
     meta = {**meta, "reads": reads, "kv_dtype": case.kv_dtype, "q_fp8": case.q_fp8}
     parts = [
         docstring(meta),
-        "from __future__ import annotations\n\nimport os\nimport sys\n\nimport torch\n",
+        "from __future__ import annotations\n\nimport math\nimport os\nimport sys\n\nimport torch\n",
         case_constants(case, device, reads),
         CANNOT_RUN,
         input_code(case),
         COMMON_HELPERS + "\n\n" + inspect.getsource(key_ranges),
+        residue_code(),
         "# -- the backend's call, as the harness makes it --\n" + call.strip() + "\n",
         *([reads_code(reads, call)] if reads else []),
         COMMON,
@@ -292,6 +296,12 @@ def build_script(case: Case, call: str, device: str, meta: dict[str, Any], grad:
             COMMON_GRAD,
         ]
     return "\n".join(parts)
+
+
+def residue_code() -> str:
+    """The scaled mask probe's arithmetic of :mod:`parity.maskscale`, copied as it is (torch and math only)."""
+    head = f"# -- the scaled mask probe's passes, as attn-parity's maskscale.py --\nMIN_RESIDUE_PASSES = {MIN_RESIDUE_PASSES}\n"
+    return "\n\n".join([head, *(inspect.getsource(f).rstrip() + "\n" for f in (moduli, residue_values, state))])
 
 
 CANNOT_RUN = '''
@@ -420,12 +430,53 @@ def probe_keys(q, k, descales=None):
     return seen
 
 
+def probe_residues(q, k, descales=None):
+    """The scaled probe, where the one-hot one needs more than MAX_PROBE_PASSES passes: in the pass of modulus m
+    key j carries (-1)^(j div m) in channel j mod m, so a band a..x-1 reads state(x) - state(a) (0 or +-1 per
+    channel, exact over the row's largest value). Returns the moduli and, per sequence, (hq, Sq) bool: the
+    pairs whose readouts are not their spec band's (its keys, an extra or missing run of keys, NaN)."""
+    mods = moduli(HEAD_DIM, max(K_LENS))
+    q0 = torch.zeros_like(q)  # (total_q, hq, d), in q's dtype
+    unit = None if descales is None else (descales[0], descales[1], torch.ones_like(descales[2]))
+    outs = []
+    for m in mods:
+        v = torch.zeros(CU_K[-1], HKV, HEAD_DIM, dtype=DTYPE)  # (total_k, hkv, d)
+        for b, sk in enumerate(K_LENS):
+            ch, sign = residue_values(m, sk)  # (Sk,) each
+            v[CU_K[b] + torch.arange(sk), :, ch] = sign[:, None].to(DTYPE).expand(-1, HKV)
+        outs.append(call(q0, k, v.to(k.dtype), unit).detach().to("cpu", torch.float32))  # (total_q, hq, d)
+    differ = []
+    for b, (sq, sk) in enumerate(zip(Q_LENS, K_LENS)):
+        lo, hi = band(sq, sk)
+        want = torch.zeros(len(mods), sq, HEAD_DIM)  # (R, Sq, d)
+        for t, m in enumerate(mods):
+            want[t, :, :m] = (state(hi + 1, m) - state(lo, m)).float() * (lo <= hi)[:, None]
+        w = torch.stack([o[CU_Q[b] : CU_Q[b + 1]] for o in outs])  # (R, Sq, hq, d)
+        top = w.abs().amax(-1).amax(0)  # (Sq, hq)
+        same = ((w / torch.where(top > 0, top, 1.0)[None, :, :, None] - want[:, :, None, :]).abs() <= 0.25).all(-1).all(0)
+        ok = torch.where(top > 0, same & (lo <= hi)[:, None], (lo > hi)[:, None])  # (Sq, hq); NaN: not ok
+        differ.append(~ok.T)  # (hq, Sq)
+    return mods, differ
+
+
+def report_residues(mods, differ, shown=5):
+    """Print the (head, row) pairs whose residues are not their spec band's; their count."""
+    bad, total = sum(int(d.sum()) for d in differ), sum(d.numel() for d in differ)
+    how = f"{len(mods)} signed residue passes mod {'/'.join(map(str, mods))}"
+    print(f"mask probe (scaled, {how}): {bad} of {total} (head, row) pairs read other keys than the spec")
+    for b, h, i in [(b, h, i) for b, d in enumerate(differ) for h, i in d.nonzero().tolist()][:shown]:
+        lo, hi = band(Q_LENS[b], K_LENS[b])
+        spec = f"{int(lo[i])}..{int(hi[i])}" if lo[i] <= hi[i] else "none"
+        print(f"  seq {b} head {h} row {i}: spec says keys {spec}; its residues say otherwise")
+    return bad
+
+
 def keys_text(seen, b, h, i):
     """'sees keys 0..16, spec says 1..16' for row i of head h in sequence b."""
     lo, hi = band(Q_LENS[b], K_LENS[b])
     spec = f"{int(lo[i])}..{int(hi[i])}" if lo[i] <= hi[i] else "none"
     if seen is None:
-        return f"spec says keys {spec} (mask probe not run: too many passes)"
+        return f"spec says keys {spec} (keys not listed: the one-hot probe needs more than {MAX_PROBE_PASSES} passes)"
     got = key_ranges(seen[b][h, i].nonzero().flatten().tolist())
     return f"sees keys {got}, spec says {spec}"
 
@@ -503,9 +554,10 @@ def main():
     tol = K_MAX * baseline + floor
     print(f"tolerance = {K_MAX:g} x same-dtype baseline {baseline:.4g} + floor {floor:.4g} = {tol:.4g}")
     seen = probe_keys(q, k, descales)
+    residues = probe_residues(q, k, descales) if seen is None else None
     over = report_errors(got, ref, tol, seen)
     mean_over = report_mean(got, ref, same)
-    bad = report_mask(seen)
+    bad = report_mask(seen) if residues is None else report_residues(*residues)
     reads = read_probe(q, k, v, descales, got) if READ_PROBE else 0
     if reads:
         print(f"DIFFERS: READS OUTSIDE THE WINDOW: NaN from the poisoned KV positions reached {reads} (row, head) pairs (exit 1)")

@@ -90,6 +90,7 @@ COLUMNS = [
     "grad_budget_frac",  # the largest of the three max errors / its budget; <= 1 passes
     "grad_detail",  # the backward's words: each tensor over budget, keys outside every window, NaN, the refusal or error
     "unconfirmed_id",  # a failing row's known divergence that would explain it but for the mask probe's words (parity.expect)
+    "mask_probe",  # which mask probe ran (parity.maskcheck.mask_plan): full (one-hot, Sk / d passes) / scaled (residues); empty: none
 ]
 
 VERDICTS = ("pass", "fail", "error", "crash", "timeout", "expected", "unexpected-pass", "unsupported", "unavailable")
@@ -143,7 +144,7 @@ LSE_TEXT = ("lse_check", "lse_detail")
 ADDED_COLUMNS: tuple[str, ...] = (*EXPECT_COLUMNS, "gpu", "model", "layer", "est_mem_mb", "peak_mem_mb", "read_check", "read_detail")
 ADDED_COLUMNS = (*ADDED_COLUMNS, *LSE_COLUMNS)
 ADDED_COLUMNS = (*ADDED_COLUMNS, "grad_check", "dq_max_abs_err", "dk_max_abs_err", "dv_max_abs_err", "grad_budget_frac", "grad_detail")
-ADDED_COLUMNS = (*ADDED_COLUMNS, "unconfirmed_id")
+ADDED_COLUMNS = (*ADDED_COLUMNS, "unconfirmed_id", "mask_probe")
 #: Columns that hold numbers (the report loader adds a float column ``<name>_f`` for each).
 NUMERIC = (
     "max_abs_err",
@@ -233,6 +234,7 @@ class Verdict:
     worst_where: str = ""
     mask_check: str = ""
     mask_detail: str = ""
+    mask_probe: str = ""  # full / scaled; empty: no probe ran (or a run from before the column)
     gqa_check: str = ""
     gqa_detail: str = ""
     read_check: str = ""
@@ -274,7 +276,7 @@ class Verdict:
             out[name] = "" if v is None else v
         out["unwritten"] = ("n/a" if self.unwritten is None else self.unwritten) if self.measured else ""
         texts = ("worst_where", "mask_check", "mask_detail", "gqa_check", "gqa_detail", "read_check", "read_detail", *LSE_TEXT)
-        for name in (*texts, "grad_check", "grad_detail"):
+        for name in (*texts, "grad_check", "grad_detail", "mask_probe"):
             out[name] = getattr(self, name)
         return out
 
@@ -301,6 +303,7 @@ class Verdict:
                 "lse_detail",
                 "grad_check",
                 "grad_detail",
+                "mask_probe",
             )
         }
         kw["reasons"] = tuple(text["reasons"].split())

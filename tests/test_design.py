@@ -341,6 +341,7 @@ LAYERS = [
         "reference",
         "verdict",
         "grad",
+        "maskscale",
         "maskcheck",
         "memory",
         "regimes",

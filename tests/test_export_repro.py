@@ -399,3 +399,20 @@ def test_cpu_backward_findings_show_in_their_scripts_and_not_in_their_controls(s
     names = (script, script.replace("sdpa_", "sdpa-math_") + ".control")
     runs_ = [run_script(tmp_path / f"{name}.py", tmp_path) for name in names]
     assert [r.returncode for r in runs_] == [1, 0], {n: r.stdout[-600:] for n, r in zip(names, runs_)}
+
+
+LONG_DECODE = Case(q_lens=(1, 1), k_lens=(1500, 999), hq=4, hkv=2, head_dim=16, dtype="bfloat16", window=Window(99, 0))
+
+
+@pytest.mark.parametrize(("spec", "code"), [("sdpa", 0), (BUG, 1)])
+def test_a_script_past_the_one_hot_pass_limit_runs_the_scaled_probe(spec, code, tmp_path):
+    """1500 keys at d 16 need 94 one-hot passes, past the script's 64: its scaled probe (3 residue passes, as the
+    harness's) still says which (head, row) pairs read other keys, and a window one key wider exits 1 on it."""
+    path = tmp_path / "repro.py"
+    path.write_text(_script(spec, LONG_DECODE))
+    res = run_script(path, tmp_path)
+    assert res.returncode == code, res.stdout + res.stderr
+    differ = 8 if code else 0
+    words = f"mask probe (scaled, 3 signed residue passes mod 15/13/11): {differ} of 8 (head, row) pairs read other keys than the spec"
+    assert words in res.stdout, res.stdout
+    assert ("seq 0 head 0 row 0: spec says keys 1400..1499; its residues say otherwise" in res.stdout) == bool(code)

@@ -127,3 +127,82 @@ def test_mismatch_names_the_case_sequence_not_the_probe_batch():
     assert b.batches == [case.batch * mask_passes(case)]
     assert "First: seq 1 head 0 row 6 sees keys 0..6, spec says 1..6" in r.detail
     assert r.image is not None and r.image["seq"] == 1
+
+
+# -- the scaled probe at real lengths (issue 48): the judge's own path --------------------------------
+
+import torch  # noqa: E402
+
+from parity import evaluate  # noqa: E402
+from parity.maskcheck import mask_plan  # noqa: E402
+from parity.selftest.bugs import EagerAttention  # noqa: E402
+
+
+class DecodeOneWider(EagerAttention):
+    """The decode path's window one key wider on the left (the first visible key of each sequence one
+    earlier): a bug of the decode path alone (:class:`WindowOneWider` widens prefill and paged)."""
+
+    name = "test-decode-one-wider"
+
+    def decode_mask(self, case, seqlens, sk_max):
+        ok = super().decode_mask(case, seqlens, sk_max)  # (B, capacity)
+        first = ok.int().argmax(1)  # (B,)
+        ok[torch.arange(len(first)), (first - 1).clamp(min=0)] = True
+        return ok
+
+
+def _judged(backend, case, **kw):
+    row = evaluate(backend, case, **kw)
+    assert row["mask_check"] != "not_run" and row["mask_probe"] == "scaled", (row["verdict"], row["detail"], row["mask_detail"])
+    return row
+
+
+def _decode_case(hq: int, hkv: int) -> Case:
+    return Case(q_lens=(1, 1), k_lens=(32768, 30001), hq=hq, hkv=hkv, head_dim=128, dtype="bfloat16", window=Window(4095, 0), seed=0)
+
+
+def _decode_one_wider_fails_with_the_mask_words(case: Case) -> None:
+    assert mask_plan(case) == ("scaled", 3)  # the full probe would need 256 passes
+    ok = _judged("reference", case)
+    assert ok["verdict"] == "pass" and ok["mask_check"] == "ok", ok["mask_detail"]
+    bad = _judged(DecodeOneWider(), case)
+    pairs = 2 * case.hq
+    assert bad["verdict"] == "fail" and "mask" in bad["reasons"].split(), bad["reasons"]
+    assert bad["mask_detail"].startswith(f"window is one token wider on the left: {pairs} of {pairs} (head, row) pairs differ")
+    assert "First: seq 0 head 0 row 0 sees keys 28671..32767, spec says 28672..32767" in bad["mask_detail"]
+    assert f"{pairs} of {pairs} described pairs decoded to one band" in bad["mask_detail"]  # both sequences' pairs, exactly
+
+
+def test_decode_one_key_wider_over_32k_keys_fails_with_the_mask_words():
+    """Decode rows over 32768 and 30001 keys, d 128, window 4095 (Mistral's): the extra key weighs 1/4097, which no
+    error budget sees (the row fails on the mask alone); the reference passes with the probe run, not not_run."""
+    _decode_one_wider_fails_with_the_mask_words(_decode_case(4, 2))
+
+
+@pytest.mark.slow
+def test_decode_one_key_wider_at_a_real_models_heads():
+    """The same at Mistral-7B's 32 query heads on 8 kv heads (over 20 s on a 2-core CPU: the eager planted backend)."""
+    _decode_one_wider_fails_with_the_mask_words(_decode_case(32, 8))
+
+
+def _prefill_one_wider_fails_with_the_mask_words(case: Case, max_passes: int, first: str) -> None:
+    assert mask_plan(case, max_passes)[0] == "scaled"
+    ok = _judged("reference", case, max_passes=max_passes)
+    assert ok["verdict"] == "pass" and ok["mask_check"] == "ok", ok["mask_detail"]
+    bad = _judged(WindowOneWider(), case, max_passes=max_passes)
+    assert bad["verdict"] == "fail" and "mask" in bad["reasons"].split()
+    assert bad["mask_detail"].startswith("window is one token wider on the left: "), bad["mask_detail"]
+    assert f"First: {first}" in bad["mask_detail"]
+
+
+def test_prefill_past_the_pass_limit_one_wider_fails_with_the_mask_words():
+    """2048 queries over 12288 keys at d 128 (96 full-probe passes, over the limit of 64)."""
+    case = Case(q_lens=(2048,), k_lens=(12288,), hq=1, hkv=1, head_dim=128, dtype="bfloat16", window=Window(4095, 0), seed=0)
+    _prefill_one_wider_fails_with_the_mask_words(case, 64, "seq 0 head 0 row 0 sees keys 6144..10240, spec says 6145..10240")
+
+
+@pytest.mark.slow
+def test_8k_prefill_one_wider_with_the_pass_limit_lowered():
+    """Sq = Sk = 8192 at d 128 is 64 passes, at the default limit: with --max-mask-passes 32 the scaled probe runs (over 20 s)."""
+    case = Case(q_lens=(8192,), k_lens=(8192,), hq=1, hkv=1, head_dim=128, dtype="bfloat16", window=Window(4095, 0), seed=0)
+    _prefill_one_wider_fails_with_the_mask_words(case, 32, "seq 0 head 0 row 4096 sees keys 0..4096, spec says 1..4096")

@@ -102,6 +102,16 @@ def test_long_case_is_judged_without_an_sq_by_sk_tensor():
     assert big.numel <= 4096 * 8192 // 4, big.numel  # the whole probe decoded at once: hq x Sq x Sk weights
 
 
+def test_probe_estimate_follows_the_probe_that_runs():
+    """A decode over 131072 keys (1024 full-probe passes): the estimate holds the scaled probe's batched call (3 copies
+    of the keys), not only the GQA probe's as when the mask probe was not run, and not the full probe's 16 copies."""
+    case = Case(q_lens=(1,), k_lens=(131072,), hq=32, hkv=8, head_dim=128, dtype="bfloat16", window=Window(4095, 0), seed=0)
+    kv = 131072 * 8 * 128 * 2  # bytes of k (or v)
+    scaled, full = estimate(case).parts["probes"], estimate(case, max_passes=1024).parts["probes"]
+    assert 3 * 2 * kv <= scaled < 16 * 2 * kv <= full
+    assert estimate(case, probes=False).parts["probes"] == 0
+
+
 # -- out of memory: the harness's own judging ---------------------------------------------------
 
 

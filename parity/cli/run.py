@@ -101,7 +101,13 @@ def _how_it_runs(r: argparse.ArgumentParser) -> None:
         "gradient), a budget per tensor, dk/dv exactly 0 for keys outside every window; forward-only backends: "
         "grad_check unsupported (docs/grad.md)",
     )
-    r.add_argument("--max-mask-passes", type=int, default=64, help="mask probe limit: ceil(Sk / d) passes at most (default 64)")
+    r.add_argument(
+        "--max-mask-passes",
+        type=int,
+        default=64,
+        help="the full mask probe (one-hot, ceil(Sk / d) passes) where it needs at most this many passes, else the scaled "
+        "probe (3-5 signed residue passes at any Sk; parity.maskscale) (default 64)",
+    )
     r.add_argument(
         "--timeout",
         type=float,

@@ -18,7 +18,7 @@ from .. import shard
 from ..case import Case
 from ..execute import context_lost
 from ..judge import BaselineCache, apply_expectations, harness_oom_row, judge, unavailable
-from ..maskcheck import mask_passes
+from ..maskcheck import mask_passes_at_most
 from ..memory import MemoryEstimate, card_bytes, card_refusal, estimate, is_oom
 from ..results import FAIL_VERDICTS, Judged
 from ..runfolder import ResultsWriter, read_timing
@@ -391,12 +391,12 @@ class Sweep:
 
     def _base_limit(self, case: Case, spec: str, unit: str) -> float:
         """``--timeout``, else ``floor + scale x`` the reference's seconds on the case ``x`` the backend's
-        calls per row (1 + mask probe passes, or the median ratio of its rows so far of seconds waited to
-        the reference's seconds, the larger)."""
+        calls per row (1 + mask probe passes, the scaled probe's describing ones included, or the median ratio
+        of its rows so far of seconds waited to the reference's seconds, the larger)."""
         o = self.options
         if o.timeout is not None:
             return o.timeout
-        calls = 1 + (min(mask_passes(case), o.max_passes) if o.probes else 0) + (3 if o.grad else 0)  # a backward: ~3 forwards
+        calls = 1 + (mask_passes_at_most(case, o.max_passes) if o.probes else 0) + (3 if o.grad else 0)  # a backward: ~3 forwards
         with self.lock:
             seen = sorted(self.ratios.get(spec, []))
         ratio = max(float(calls), seen[len(seen) // 2] if seen else 0.0)
