@@ -6,6 +6,7 @@ The committed runs re-judged with the rewritten file: tests/test_expect.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -201,19 +202,22 @@ def test_an_exact_mask_entry_asks_for_the_probe_too(tmp_path):
 def test_a_failure_message_names_the_entry_without_mask_evidence(tmp_path):
     """assert_parity's words (parity.api.failure_message): the failure, and which entry would explain it."""
     exp = load([str(_toml(tmp_path, FAKE_TOML))])
-    judged = evaluate_record(KNOWN, EMPTY_ROWS[0], max_passes=0, expectations=exp)
+    # head dim 2 past the pass limit: neither mask probe runs (the scaled one needs 4 channels)
+    tiny = dataclasses.replace(EMPTY_ROWS[0], head_dim=2)
+    judged = evaluate_record(KNOWN, tiny, max_passes=0, expectations=exp)
     assert (judged.row["verdict"], judged.row["unconfirmed_id"]) == ("fail", "fake-empty-rows")
     msg = failure_message(judged)
     assert "no mask evidence: the known divergence fake-empty-rows would explain it, but the mask probe did not run" in msg, msg
-    assert "needs 1 passes (max Sk 24 / d 32); limit is 0" in msg
-    with_probe = evaluate_record(KNOWN, EMPTY_ROWS[0], expectations=exp)
+    assert "head dim 2: the scaled probe needs 4 channels; the full one 12 passes" in msg
+    with_probe = evaluate_record(KNOWN, tiny, expectations=exp)
     assert with_probe.row["verdict"] == "expected" and "no mask evidence" not in failure_message(with_probe)
 
 
 def test_a_run_whose_mask_probe_did_not_run_says_so(tmp_path, capsys):
-    """End to end: the known bug on cases of 70 keys at head dim 32 with --max-mask-passes 1 (3 passes needed):
-    failures (exit 1), each naming the entry in unconfirmed_id, counted in the summary apart."""
-    cases = [Case((100,), (70,), 4, 4, 32, "float32", Window.causal(), seed=s) for s in (5, 6)]
+    """End to end: the known bug on cases of 70 keys at head dim 2 with --max-mask-passes 1 (35 passes needed, and
+    the scaled probe needs 4 channels): failures (exit 1), each naming the entry in unconfirmed_id, counted in the
+    summary apart."""
+    cases = [Case((100,), (70,), 4, 4, 2, "float32", Window.causal(), seed=s) for s in (5, 6)]
     out = tmp_path / "run"
     args = ["run", "--no-isolate", "-q", "--shrink", "0", "--out", str(out), "--expect", str(_toml(tmp_path, FAKE_TOML))]
     args += ["--backend", KNOWN, "--max-mask-passes", "1", *[a for c in cases for a in ("--case", c.to_json())]]

@@ -389,13 +389,16 @@ def test_every_measured_gpu_peak_of_the_models_run_is_at_least_two_thirds_of_its
     what its worker already held, FlashInfer's 128 MiB buffer) and an out-of-memory row (its peak is where the
     attempt stopped). Before, the estimate the gate held (the harness's parts counted on every row) was 1.5-19x
     the peak in the median per backend, up to 26.7x, and its worker part alone up to 126x (JAX XLA's dense
-    scores, which torch does not see, counted as torch's)."""
+    scores, which torch does not see, counted as torch's). A row whose mask probe did not run then (more than 64
+    one-hot passes, before the scaled probe) is set against the estimate of a row without probes: the scaled probe
+    that runs there today is not in its measured peak (a GPU run of today's code gives those peaks)."""
     ran = lambda r: r["verdict"] != "unsupported" and not r["detail"].startswith("out of memory")  # noqa: E731
     measured = [(r, c, b) for r, c, b in _measured_rows(run) if ran(r)]
     assert len(measured) >= at_least - 40
     over = []
     for r, case, be in measured:
-        est = estimate(case, True, 64, backend=be).measured_bytes / 2**20
+        probes = r["mask_check"] != "not_run"
+        est = estimate(case, probes, 64, backend=be).measured_bytes / 2**20
         if est > 1.5 * float(r["peak_mem_mb"]):
             over.append(f"{r['backend']} {case.summary()}: estimated {est:.0f} MiB, measured {r['peak_mem_mb']} MiB")
     assert not over, "\n".join(over)
