@@ -358,6 +358,9 @@ class Inputs:
     #: The read probe's inputs: :meth:`paged` and :meth:`padded` fill what a real engine holds
     #: garbage in with NaN (:func:`poison_paged`, :func:`poison_padded`); the packed ``k``/``v`` stay finite.
     poison_kv: bool = False
+    #: Which part of a paged cache the read probe poisons (:data:`POISON_PARTS`): both, or one alone
+    #: (the probe's passes that tell a padding slot from pages outside the window).
+    poison_parts: tuple[str, ...] = ("window", "null")
     #: fp8 cases (``case.kv_dtype``): ``k``/``v`` (and ``q`` where ``case.q_fp8``) hold fp8 values and
     #: these float32 scalars ``()`` their per-tensor descales: ``k.double() * k_descale`` is the key the
     #: reference sees. ``None``: not quantized.
@@ -394,15 +397,15 @@ class Inputs:
 
         Layout of flash-attn's ``flash_attn_with_kvcache`` / FA4's ``page_table``:
         ``k_cache``/``v_cache`` ``(num_pages, page_size, hkv, d)``, ``block_table``
-        ``(B, max_pages_per_seq)`` int32 (unused slots point at page 0),
-        ``seqlens_k`` ``(B,)`` int32. Placement must not change the result.
+        ``(B, max_pages_per_seq)`` int32 (unused slots point at a null page past the others, as an
+        engine's point at its null block), ``seqlens_k`` ``(B,)`` int32. Placement must not change the result.
         """
         ps = page_size or self.case.page_size
         if ps is None:
             raise ValueError("paged() needs a page size (the case has none)")
         k_cache, v_cache, table, seqlens = paged_layout(self.k, self.v, list(self.case.k_lens), ps, self.case.seed)
         cache = PagedKV(k_cache, v_cache, table, seqlens, ps)
-        return poison_paged(self.case, cache) if self.poison_kv else cache
+        return poison_paged(self.case, cache, self.poison_parts) if self.poison_kv else cache
 
     def padded(self) -> PaddedKV:
         """The keys and values as a padded cache ``(B, capacity, hkv, d)`` with used lengths
@@ -429,6 +432,7 @@ class Inputs:
             self.cu_seqlens_q.to(device),
             self.cu_seqlens_k.to(device),
             self.poison_kv,
+            self.poison_parts,
             move(self.q_descale),
             move(self.k_descale),
             move(self.v_descale),
@@ -460,17 +464,24 @@ def pages_seen(case: Case, page_size: int, b: int) -> torch.Tensor:
     return window_pages(lo, hi, sk, page_size)
 
 
-#: Physical pages no block table references, added to the pool by :func:`poison_paged`.
+#: Null pages at the end of :func:`paged_layout`'s pool: no sequence's own pages use them; every unused
+#: (padding) block-table slot points at the first. Zeros in the case's run, NaN in the read probe.
 UNREFERENCED_PAGES = 1
+#: The parts of a paged cache the read probe poisons: ``"window"``, pages wholly outside every window and
+#: the unused tail of each last page; ``"null"``, the null page padding slots point at.
+POISON_PARTS = ("window", "null")
 
 
-def poison_paged(case: Case, cache: PagedKV) -> PagedKV:
+def poison_paged(case: Case, cache: PagedKV, parts: tuple[str, ...] = POISON_PARTS) -> PagedKV:
     """``cache`` as a real engine holds it: NaN in pages wholly outside every window of their
-    sequence (engines free or reuse them), in the unused tail of each sequence's last page, and in
-    :data:`UNREFERENCED_PAGES` extra physical pages the block table does not reference (appended
-    to the pool). Keys some row sees, and the rest of their pages, are unchanged (:func:`poison_pages`)."""
+    sequence (engines free or reuse them) and in the unused tail of each sequence's last page
+    (``"window"`` in ``parts``), and in the :data:`UNREFERENCED_PAGES` null page that unused block-table
+    slots point at (``"null"``: an engine's null block holds garbage). Keys some row sees, and the rest
+    of their pages, are unchanged (:func:`poison_pages`)."""
     seen = [pages_seen(case, cache.page_size, b) for b in range(case.batch)]  # (pages_b,) bool each
-    k, v = poison_pages(cache.k_cache, cache.v_cache, cache.block_table, list(case.k_lens), cache.page_size, seen, UNREFERENCED_PAGES)
+    k, v = poison_pages(
+        cache.k_cache, cache.v_cache, cache.block_table, list(case.k_lens), cache.page_size, seen, UNREFERENCED_PAGES, parts
+    )
     return dataclasses.replace(cache, k_cache=k, v_cache=v)
 
 
@@ -593,9 +604,10 @@ def paged_layout(k, v, k_lens: list, page_size: int, seed: int):
     """Packed ``k``, ``v`` ``(total_k, hkv, d)`` as a paged cache, physical pages in a seeded random order.
 
     Returns ``(k_cache, v_cache, block_table, seqlens_k)`` on ``k``'s device: caches
-    ``(num_pages, page_size, hkv, d)`` (zero-filled past each sequence's end),
-    ``block_table`` ``(B, max_pages_per_seq)`` int32 (unused slots point at page 0),
-    ``seqlens_k`` ``(B,)`` int32. Logical page ``n`` (sequences in order) is physical page
+    ``(num_pages + 1, page_size, hkv, d)`` (zero-filled past each sequence's end), the last page a null
+    page no sequence's own pages use; ``block_table`` ``(B, max_pages_per_seq)`` int32, its unused slots
+    (padding, past a sequence's pages) pointing at the null page ``num_pages``, as engines point them at a
+    null block; ``seqlens_k`` ``(B,)`` int32. Logical page ``n`` (sequences in order) is physical page
     ``randperm(num_pages)[n]``, the permutation drawn from a CPU generator seeded ``seed + 7919``.
     """
     ps = page_size
@@ -604,9 +616,9 @@ def paged_layout(k, v, k_lens: list, page_size: int, seed: int):
     gen = torch.Generator(device="cpu").manual_seed(seed + 7919)
     perm = torch.randperm(total, generator=gen)  # logical page n -> physical page perm[n]
     dev = k.device
-    k_cache = torch.zeros(total, ps, k.shape[1], k.shape[2], dtype=k.dtype, device=dev)  # (pages, ps, hkv, d)
-    v_cache = torch.zeros_like(k_cache)  # (pages, ps, hkv, d)
-    table = torch.zeros(len(k_lens), max(per_seq), dtype=torch.int32)  # (B, max_pages)
+    k_cache = torch.zeros(total + 1, ps, k.shape[1], k.shape[2], dtype=k.dtype, device=dev)  # (pages + 1, ps, hkv, d)
+    v_cache = torch.zeros_like(k_cache)  # (pages + 1, ps, hkv, d): the last, the null page
+    table = torch.full((len(k_lens), max(per_seq)), total, dtype=torch.int32)  # (B, max_pages): padding -> null page
     n, start = 0, 0
     for b, sk in enumerate(k_lens):
         for p in range(per_seq[b]):
@@ -650,20 +662,22 @@ def window_pages(lo, hi, sk: int, page_size: int):
     return hit.any(0)
 
 
-def poison_pages(k_cache, v_cache, block_table, k_lens: list, page_size: int, seen: list, extra: int):
+def poison_pages(k_cache, v_cache, block_table, k_lens: list, page_size: int, seen: list, extra: int, parts=("window", "null")):
     """Copies of paged caches ``(pages, page_size, hkv, d)`` with NaN in each sequence's pages that ``seen[b]``
-    (bool ``(pages_b,)``, its logical pages) leaves out, in the unused tail of its last page, and in ``extra``
-    physical pages appended to the pool that no block table references: ``(k_cache, v_cache)``."""
+    (bool ``(pages_b,)``, its logical pages) leaves out and in the unused tail of its last page (``"window"`` in
+    ``parts``), and in the last ``extra`` physical pages of the pool, the null pages no sequence's own pages use
+    and unused block-table slots point at (``"null"`` in ``parts``): ``(k_cache, v_cache)``."""
     k, v = k_cache.clone(), v_cache.clone()  # (pages, ps, hkv, d) each
-    for b, sk in enumerate(k_lens):
+    if "null" in parts:
+        k[len(k) - extra :], v[len(v) - extra :] = float("nan"), float("nan")
+    for b, sk in enumerate(k_lens if "window" in parts else []):
         pages = block_table[b, : -(-sk // page_size)].long()  # (pages_b,) logical -> physical
         unseen = pages[~seen[b].to(pages.device)]  # (n,) physical pages no row sees
         k[unseen], v[unseen] = float("nan"), float("nan")
         if sk % page_size and len(pages):
             k[pages[-1], sk % page_size :] = float("nan")
             v[pages[-1], sk % page_size :] = float("nan")
-    pad = torch.full((extra, *k.shape[1:]), float("nan"), dtype=k.dtype, device=k.device)  # (extra, ps, hkv, d)
-    return torch.cat([k, pad]), torch.cat([v, pad])
+    return k, v
 
 
 def poison_slots(k_cache, v_cache, seqlens: list):

@@ -38,12 +38,19 @@ GQA probe
 Read probe (paged cases, and padded caches with used lengths)
     The case's own inputs, with the cache as a real engine holds it: paged
     (:func:`parity.case.poison_paged`): NaN in pages wholly outside every window of their
-    sequence, in the unused tail of each last page, and in a page no block table references;
+    sequence, in the unused tail of each last page, and in the null page that every unused
+    (padding) block-table slot points at, as an engine points them at a null block;
     padded (:func:`parity.case.poison_padded`, backends whose ``padded_kv(case)`` is true):
     NaN in the slots past each sequence's used length. A kernel that reads only what it needs
     outputs finite values; one that loads a poisoned position and multiplies it by a zero
     probability outputs NaN there (``NaN x 0 = NaN``). Contiguous keys of a sequence stay
     finite (a dense kernel may read every key of its tensor): ``n/a``.
+
+    Which part reached the output is told by two more calls, made only when a paged probe
+    turns some pair NaN: one with NaN in the null page alone, one with NaN in the pages outside
+    the window and the tails alone (the other part holds zeros, as in the case's run). A pair
+    NaN in the first "read a padding slot"; in the second, "read pages outside the window"; a
+    kernel may do both. The poison value itself cannot tell them apart (``inf x 0`` is NaN too).
 """
 
 from __future__ import annotations
@@ -57,7 +64,7 @@ from typing import Any
 import torch
 
 from . import maskscale
-from .case import UNREFERENCED_PAGES, Case, Inputs, make_inputs, padded_capacity, pages_seen
+from .case import POISON_PARTS, Case, Inputs, make_inputs, padded_capacity, pages_seen
 from .verdict import POISON
 
 #: A key counts as visible when its weight exceeds this fraction of the row's largest.
@@ -950,15 +957,27 @@ def span_words(sk: int, size: int, unseen: list[int], paged: bool = False) -> st
     return "; ".join(parts) if parts else "none of its own: NaN from a page its block table does not reference"
 
 
-def decode_reads(case: Case, probe: torch.Tensor, output: torch.Tensor | None = None) -> ProbeResult:
-    """Which (head, row) pairs of the read probe's output ``probe`` ``(total_q, hq, d)`` are not finite;
-    pairs whose ``output`` (the case's own run) is already not finite are the numeric check's."""
+def nonfinite_pairs(probe: torch.Tensor, output: torch.Tensor | None = None) -> torch.Tensor:
+    """(row, head) pairs of a read probe's output ``probe`` ``(total_q, hq, d)`` that are not finite: bool
+    ``(total_q, hq)``; pairs whose ``output`` (the case's own run) is already not finite are the numeric check's."""
     bad = (~torch.isfinite(probe.detach().to("cpu", torch.float32))).any(-1)  # (total_q, hq)
     if output is not None:
         bad &= torch.isfinite(output.detach().to("cpu", torch.float32)).all(-1)
-    total = sum(case.q_lens) * case.hq
-    if not bad.any():
-        return ProbeResult("ok", f"no NaN from the poisoned KV positions reached any of the {total} (head, row) pairs", 0, total)
+    return bad
+
+
+def padding_words(case: Case, b: int) -> str:
+    """Sequence ``b``'s unused block-table slots in words: ``padding slots 3..7 of its block table point at the null
+    page`` (a paged case); a sequence with none of its own reads the null page through another's slots or an index."""
+    ps = case.page_size or 1
+    own, width = -(-case.k_lens[b] // ps), max(-(-sk // ps) for sk in case.k_lens)
+    if own == width:
+        return "it has no padding slot of its own: the null page"
+    return f"padding slots {key_ranges(list(range(own, width)))} of its block table, pointing at the null page"
+
+
+def _sequence_words(case: Case, bad: torch.Tensor, spans: Callable[[Case, int], str]) -> list[str]:
+    """One phrase per sequence with a bad (head, row) pair in ``bad`` ``(total_q, hq)``: its first head's rows."""
     cq, _ = case.cu_seqlens()
     words = []
     for b in range(case.batch):
@@ -966,12 +985,35 @@ def decode_reads(case: Case, probe: torch.Tensor, output: torch.Tensor | None = 
         if hb.any():
             h = int(hb.any(1).nonzero()[0])
             rows = key_ranges(hb[h].nonzero().flatten().tolist())
-            words.append(f"seq {b} head {h} rows {rows} (poisoned {poisoned_spans(case, b)})")
+            words.append(f"seq {b} head {h} rows {rows} ({spans(case, b)})")
+    return words
+
+
+def decode_reads(
+    case: Case, probe: torch.Tensor, output: torch.Tensor | None = None, parts: dict[str, torch.Tensor] | None = None
+) -> ProbeResult:
+    """Which (head, row) pairs of the read probe's output ``probe`` ``(total_q, hq, d)`` are not finite (see
+    :func:`nonfinite_pairs`). ``parts`` (paged cases): the outputs of the passes that poison one part alone,
+    ``"null"`` (the null page padding slots point at) and ``"window"`` (pages outside the window and last-page
+    tails): they say which part reached the output; without them (or where neither pass alone turns a pair
+    NaN) the words name every poisoned position."""
+    bad = nonfinite_pairs(probe, output)
+    total = sum(case.q_lens) * case.hq
+    if not bad.any():
+        return ProbeResult("ok", f"no NaN from the poisoned KV positions reached any of the {total} (head, row) pairs", 0, total)
+    null = nonfinite_pairs(parts["null"], output) & bad if parts else torch.zeros_like(bad)  # (total_q, hq)
+    window = nonfinite_pairs(parts["window"], output) & bad if parts else torch.zeros_like(bad)  # (total_q, hq)
+    if not (null | window).any():
+        window = bad
+    said = []
+    if null.any():
+        said.append(("rows read a padding slot (NaN in the null page)", _sequence_words(case, null, padding_words)))
+    if window.any():
+        where = "pages outside the window" if case.page_size is not None else "cache slots past the used length"
+        said.append((f"rows read NaN-poisoned {where}", _sequence_words(case, window, lambda c, b: f"poisoned {poisoned_spans(c, b)}")))
+    detail = "; and ".join(f"{head}: {'; '.join(w[:3])}" + (f"; and {len(w) - 3} more sequences" if len(w) > 3 else "") for head, w in said)
     n = int(bad.sum())
-    where = "pages outside the window" if case.page_size is not None else "cache slots past the used length"
-    detail = f"rows read NaN-poisoned {where}: {'; '.join(words[:3])}"
-    more = f"; and {len(words) - 3} more sequences" if len(words) > 3 else ""
-    return ProbeResult("mismatch", f"{detail}{more} [{n} of {total} (head, row) pairs NaN/Inf]", n, total)
+    return ProbeResult("mismatch", f"{detail} [{n} of {total} (head, row) pairs NaN/Inf]", n, total)
 
 
 def run_read_probe(
@@ -992,13 +1034,17 @@ def run_read_probe(
         return ProbeResult("not_run", "the backend has no paged-KV path")
     base = base if base is not None else make_inputs(case, device)
     probe = dataclasses.replace(base, poison_kv=True)
-    result = decode_reads(case, run(probe), output)
+    got = run(probe)
+    parts = None
+    if case.page_size is not None and nonfinite_pairs(got, output).any():  # which part reached the output: one pass each
+        parts = {part: run(dataclasses.replace(probe, poison_parts=(part,))) for part in POISON_PARTS}
+    result = decode_reads(case, got, output, parts)
     if result.status == "ok":
         if case.page_size is None:
             spare = case.batch * padded_capacity(case.k_lens) - sum(case.k_lens)
             what = f"{spare} cache slots past the sequences' used lengths"
         else:
             unseen = sum(int((~pages_seen(case, case.page_size, b)).sum()) for b in range(case.batch))
-            what = f"{unseen} pages outside every window, the tails of last pages and {UNREFERENCED_PAGES} unreferenced page"
+            what = f"{unseen} pages outside every window, the tails of last pages and the null page of the padding slots"
         result.detail += f" ({what} poisoned)"
     return result

@@ -149,9 +149,9 @@ def hints_of(backend: object | None, workspace: int = 0) -> Hints:
 
 
 def paged_keys(case: Case, page_size: int | None = None) -> int:
-    """Key slots of a paged cache as :func:`parity.case.paged_layout` builds it: every sequence's pages."""
+    """Key slots of a paged cache as :func:`parity.case.paged_layout` builds it: every sequence's pages and the null page."""
     ps = page_size or case.page_size or 1
-    return sum(-(-sk // ps) for sk in case.k_lens) * ps
+    return (sum(-(-sk // ps) for sk in case.k_lens) + UNREFERENCED_PAGES) * ps
 
 
 def paged_bytes(case: Case, page_size: int | None = None) -> int:
@@ -239,10 +239,9 @@ def _mask_stage(case: Case, s: _Sizes, again: Callable[[Case], int], max_passes:
 
 def _read_stage(case: Case, s: _Sizes, h: Hints, w_again: int) -> dict[str, int] | None:
     """The read probe: a call on poisoned caches (None: the probe does not run). The backend's ``W`` holds its
-    clean caches; poisoning them first holds the clean ones, their copies and the copies with the extra page."""
+    clean caches; poisoning them first holds the clean ones and their copies."""
     if case.page_size is not None and h.paged:
-        extra_page = UNREFERENCED_PAGES * case.page_size * case.hkv * case.head_dim * _kv_elem(case)
-        poisoning = 6 * paged_bytes(case) + 2 * extra_page
+        poisoning = 6 * paged_bytes(case)  # the null page included
     elif case.page_size is None and h.padded(case):
         poisoning = 4 * padded_bytes(case)
     else:

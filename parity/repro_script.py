@@ -694,7 +694,7 @@ def read_probe(q, k, v, descales, got, shown=5):
         return 0
     bad = (~torch.isfinite(out)).any(-1) & torch.isfinite(got).all(-1)  # (total_q, hq); NaN already: the error check's
     if PROBE["layouts"][-1][0] == "paged":
-        what = f"pages outside every window, the tails of last pages and {UNREFERENCED_PAGES} unreferenced page"
+        what = f"pages outside every window, the tails of last pages and {UNREFERENCED_PAGES} null page (padding slots point at it)"
     else:
         what = "cache slots past each sequence's used length"
     print(f"read probe: {int(bad.sum())} of {bad.numel()} (row, head) pairs NaN/Inf with NaN in the {what}")

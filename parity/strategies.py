@@ -14,7 +14,7 @@ Public entry points:
 * :func:`generate` - what ``python -m parity run`` sweeps: the edge cases, the profile's
   coverage-directed design (:mod:`parity.design`: the window grid, pairwise, long key
   ranges), then hypothesis-drawn cases for the profile and seed, then fp8 KV variants of
-  some of them (:func:`fp8_variants`).
+  some of them (:func:`fp8_variants`), and the long paged caches (:func:`long_paged_cases`).
 """
 
 from __future__ import annotations
@@ -362,6 +362,29 @@ def fp8_edge_cases() -> list[Case]:
     ]
 
 
+#: ``long_len`` from which :func:`long_paged_cases` adds its 4k-key caches (the GPU runs of default and thorough).
+LONG_PAGED_4K = 4096
+
+
+def long_paged_cases(long_len: int) -> list[Case]:
+    """Curated long paged caches, ragged block tables (sequences of different page counts, so padding slots) and
+    windows that leave whole pages outside them: decode and chunked prefill over 1k-2k keys (every profile whose long
+    key ranges reach 2048), 4k keys where ``long_len`` reaches 4096. Small heads, one dtype each: cheap on the CPU."""
+    W = Window
+    out = [
+        # decode, pages of 256 (flash-attn's kv-cache API takes them): 8, 5 and 2 pages, the window 2 pages back
+        Case((1, 1, 1), (2048, 1100, 300), 4, 1, 64, "float16", W.tokens(300), page_size=256, seed=3100),
+        # chunked prefill, pages of 64: 32 and 24 pages, each last page with a tail, 200 keys back
+        Case((32, 16), (2040, 1500), 2, 1, 64, "bfloat16", W(200, 0), page_size=64, seed=3101),
+    ]
+    if long_len >= LONG_PAGED_4K:
+        out += [
+            Case((1, 1), (4096, 1024), 4, 2, 64, "bfloat16", W(1023, 0), page_size=128, seed=3102),
+            Case((64, 8), (4000, 2500), 2, 1, 64, "float32", W.tokens(512), page_size=16, seed=3103),
+        ]
+    return [c for c in out if max(c.k_lens) <= long_len]
+
+
 def generate(prof: Profile, seed: int = 0, dtypes: Sequence[str] = ALL_DTYPES, long_len: int | None = None) -> list[Case]:
     """The sweep's cases: every edge case, the profile's covering design, then ``prof.examples``
     drawn ones. ``long_len`` caps the long key ranges (default: the profile's)."""
@@ -371,7 +394,8 @@ def generate(prof: Profile, seed: int = 0, dtypes: Sequence[str] = ALL_DTYPES, l
     out: dict[str, Case] = {}
     for c in fixed + draw_cases(strat, prof.examples, seed):
         out.setdefault(c.case_id, c)
-    for c in fp8_variants(list(out.values())) + fp8_edge_cases():
-        if c.dtype in dtypes:  # --dtype holds for the fp8 cases too
+    long_paged = long_paged_cases(prof.long_len if long_len is None else long_len)
+    for c in fp8_variants(list(out.values())) + fp8_edge_cases() + long_paged:
+        if c.dtype in dtypes:  # --dtype holds for the fp8 and long paged cases too
             out.setdefault(c.case_id, c)
     return list(out.values())

@@ -24,8 +24,8 @@ Failure reasons a comparison can give (several may hold at once):
 ``gqa``                a query head read another kv head than ``h // (hq // hkv)``
 ``reads_outside_window``  NaN/Inf in the read probe: a paged kernel read KV positions a
                        real engine holds garbage in (pages outside every window, the
-                       tail past a sequence's end, unreferenced pages) and multiplied
-                       them by zero probability
+                       tail past a sequence's end, the null page padding block-table
+                       slots name) and multiplied them by zero probability
 ``lse``                the backend's log-sum-exp (where it returns one) misses the
                        reference's on a row that sees keys by more than its own budget
                        (:func:`compare_lse`), is not finite there, or is not the

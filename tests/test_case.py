@@ -83,7 +83,8 @@ def test_paged_cache_round_trips_and_permutes_pages():
     c = base(q_lens=(1, 3), k_lens=(37, 5), page_size=16)
     inp = make_inputs(c)
     paged = inp.paged()
-    assert paged.k_cache.shape == (4, 16, 2, 8) and paged.block_table.shape == (2, 3)
+    assert paged.k_cache.shape == (5, 16, 2, 8) and paged.block_table.shape == (2, 3)  # 4 pages and the null page
+    assert paged.block_table[1, 1:].tolist() == [4, 4] and not paged.k_cache[4].any()  # padding slots: the null page
     k, v = paged.gather()
     assert (k == inp.k).all() and (v == inp.v).all()
     assert paged.block_table[0].tolist() != [0, 1, 2]  # seeded permutation, not identity

@@ -371,6 +371,54 @@ class PagedReadsEveryPage(EagerAttention):
         return torch.ones(-(-ok.shape[1] // ps), dtype=torch.bool)
 
 
+#: Keys above which :class:`PagedLongPathReadsFromPageZero` switches to its long-context path.
+LONG_PATH_KEYS = 1024
+
+
+class PagedLongPathReadsFromPageZero(EagerAttention):
+    """Above :data:`LONG_PATH_KEYS` keys a sequence goes down a long-context path that loads every page
+    of its block table from page 0, those outside the window included, and lets the mask zero them.
+
+    Every paged case under 1k keys passes; an engine's long cache has freed or reused the pages that
+    slid out of the window, and ``NaN x 0 = NaN``. As in split-KV and long-context decode paths chosen
+    by length that stream the whole table.
+    """
+
+    name = "bug-paged-long-path-reads-from-page-0"
+
+    def pages_to_load(self, ok, ps):
+        if ok.shape[1] > LONG_PATH_KEYS:
+            return torch.ones(-(-ok.shape[1] // ps), dtype=torch.bool)
+        return super().pages_to_load(ok, ps)
+
+
+class PagedWalksLongestTable(EagerAttention):
+    """Every sequence walks as many block-table slots as the longest sequence has pages (vllm#641,
+    #936: a loop bound of ``max_num_blocks_per_seq``), loading the page each slot names and masking
+    the keys past its own length by a zero probability.
+
+    Exact while unused slots name a live page (the harness used to point them at page 0); an engine
+    points them at a null block of garbage, and ``NaN x 0 = NaN``.
+    """
+
+    name = "bug-paged-walks-longest-table"
+
+    def run_paged(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        out = super().run_paged(case, inputs, out)  # its own pages, as the honest path reads them
+        cache = inputs.paged()
+        ps, width = cache.page_size, cache.block_table.shape[1]
+        for b, q, _, _, qs in inputs.sequences():
+            sk = int(cache.seqlens_k[b])
+            spare = cache.block_table[b, -(-sk // ps) : width].long()  # (n,) the slots past its own pages
+            if len(spare):
+                k = cache.k_cache[spare].flatten(0, 1)  # (n * ps, hkv, D): keys past its length, masked
+                v = cache.v_cache[spare].flatten(0, 1)  # (n * ps, hkv, D)
+                none = torch.zeros(q.shape[0], k.shape[0], dtype=torch.bool)  # (Sq, n * ps): no key visible
+                nan = self.attend(case, q, k, v, none).isnan()  # (Sq, hq, D): what loading them leaks (NaN x 0)
+                out[qs] = torch.where(nan, torch.full_like(out[qs], float("nan")), out[qs])
+        return out
+
+
 class DecodeReadsCacheCapacity(EagerAttention):
     """The decode path loads the whole preallocated cache and masks the slots past each
     sequence's used length (``cache_seqlens`` / ``seqused_k``) by a zero probability.
@@ -659,6 +707,8 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-decode-drops-window", "window dropped in decode path", DecodeDropsWindow),
     PlantedBug("bug-paged-drops-window", "window dropped in paged path", PagedDropsWindow),
     PlantedBug("bug-paged-reads-every-page", "paged path reads pages outside the window (x 0)", PagedReadsEveryPage),
+    PlantedBug("bug-paged-long-path-reads-from-page-0", "long paged path reads all pages from 0 (x 0)", PagedLongPathReadsFromPageZero),
+    PlantedBug("bug-paged-walks-longest-table", "paged path walks the longest sequence's block-table slots (x 0)", PagedWalksLongestTable),
     PlantedBug("bug-decode-reads-cache-capacity", "decode reads slots past the used length (x 0)", DecodeReadsCacheCapacity),
     PlantedBug("bug-window-only-when-longer", "window only when sequence exceeds W", WindowOnlyWhenLonger),
     PlantedBug("bug-sentinel-zero-unbounded", "sentinel: 0 read as unbounded", SentinelZeroIsUnbounded),

@@ -14,6 +14,8 @@
 * :class:`Fp8TensorCores` - FA3's fp8 forward (fp8 cases only): raw fp8 ``q . k`` times the
   descales, online softmax, ``P * 2**8`` cast to e4m3 for the ``P @ V`` product on raw fp8 ``V``,
   float32 row sum, ``v_descale / l`` at the end;
+* :class:`PagedLongPath` - above 1k keys, a paged long-context path walking each sequence's own
+  block-table slots page by page, the window's pages only, with an online softmax;
 * :class:`parity.selftest.bugs.EagerAttention` - the eager float32 base of every planted
   bug (listed in :data:`HONEST` too: a bug only counts as caught if its base passes).
 
@@ -32,7 +34,7 @@ import torch
 from ..backends.base import Backend
 from ..case import FP8_DTYPES, Case, Inputs, pages_seen
 from ..reference import P_FP8_OFFSET
-from .bugs import EagerAttention, EagerWithLse
+from .bugs import LONG_PATH_KEYS, EagerAttention, EagerWithLse
 
 LOG2E = 1.0 / math.log(2.0)
 
@@ -313,6 +315,51 @@ class Fp8TensorCores(_Honest):
         return o.transpose(0, 1)  # (Sq, hq, D)
 
 
+class PagedLongPath(EagerAttention):
+    """Above :data:`~parity.selftest.bugs.LONG_PATH_KEYS` keys, a paged long-context path: each sequence walks its own
+    block-table slots page by page (never the longest sequence's slot count), skips the pages its window does not
+    reach, and keeps an online softmax (running max and sum, a learned sink merged at the end). The honest twin of
+    the planted ``bug-paged-long-path-reads-from-page-0`` and ``bug-paged-walks-longest-table``."""
+
+    name = "honest-paged-long-path"
+    description = "self-test: paged long-context path (own block-table slots, window pages only, online softmax)"
+
+    def run_paged(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        if max(case.k_lens) <= LONG_PATH_KEYS:
+            return super().run_paged(case, inputs, out)
+        cache = inputs.paged()
+        for b, q, _, _, qs in inputs.sequences():
+            out[qs] = self.walk_pages(case, cache, b, q).to(out.dtype)
+        return out
+
+    def walk_pages(self, case: Case, cache, b: int, q: torch.Tensor) -> torch.Tensor:
+        """Sequence ``b``'s output ``(Sq, hq, D)`` float32 from its own pages that the window reaches."""
+        ps, sk, sq = cache.page_size, int(cache.seqlens_k[b]), q.shape[0]
+        ok = self.paged_mask(case, sq, sk)  # (Sq, Sk)
+        m = torch.full((case.hq, sq, 1), float("-inf"))  # (hq, Sq, 1) running max
+        den = torch.zeros(case.hq, sq, 1)  # (hq, Sq, 1) running sum
+        acc = torch.zeros(case.hq, sq, case.head_dim)  # (hq, Sq, D)
+        for p in self.pages_to_load(ok, ps).nonzero().flatten().tolist():
+            j0, j1, phys = p * ps, min(sk, (p + 1) * ps), int(cache.block_table[b, p])
+            kx = self.expand_kv(case, cache.k_cache[phys, : j1 - j0]).float()  # (n, hq, D)
+            vx = self.expand_kv(case, cache.v_cache[phys, : j1 - j0]).float()  # (n, hq, D)
+            s = self.mask_and_cap(case, torch.einsum("qhd,khd->hqk", q.float(), kx) * self.scale(case), ok[:, j0:j1])  # (hq, Sq, n)
+            m, den, acc = _online_step(m, den, acc, s, vx)
+        if self._sinks is not None:  # one more term of the sum, with no value
+            sink = self.sink_logits(case, self._sinks)[:, None, None].expand_as(m)  # (hq, Sq, 1)
+            m, den, acc = _online_step(m, den, acc, sink, torch.zeros(1, case.hq, case.head_dim))
+        return (acc / torch.where(den > 0, den, torch.ones_like(den))).transpose(0, 1)  # (Sq, hq, D)
+
+
+def _online_step(m, den, acc, s, vx):
+    """One block of an online softmax: scores ``s`` ``(hq, Sq, n)`` (``-inf`` masked), values ``vx`` ``(n, hq, D)``."""
+    m_new = torch.maximum(m, s.amax(-1, keepdim=True))  # (hq, Sq, 1)
+    m_safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+    alpha = torch.exp(torch.where(torch.isfinite(m), m - m_safe, torch.full_like(m, float("-inf"))))  # (hq, Sq, 1)
+    p = torch.exp(s - m_safe)  # (hq, Sq, n)
+    return m_new, den * alpha + p.sum(-1, keepdim=True), acc * alpha + torch.einsum("hqk,khd->hqd", p, vx)
+
+
 @dataclasses.dataclass(frozen=True)
 class HonestVariant:
     name: str
@@ -331,6 +378,7 @@ HONEST: tuple[HonestVariant, ...] = (
     HonestVariant("honest-reversed-keys", "reversed key order", ReversedKeyOrder),
     HonestVariant("honest-input-dtype-reversed", "all math in bf16/fp16, reversed keys", LowPrecisionReversed),
     HonestVariant("honest-fp8-tensor-cores", "fp8 cases: FA3's fp8 dtype flow (P * 2**8 in e4m3 for P @ V)", Fp8TensorCores),
+    HonestVariant("honest-paged-long-path", "paged long-context path: own slots, window pages, online softmax", PagedLongPath),
     HonestVariant("selftest-eager", "eager fp32, the base of every planted bug", EagerAttention),
     HonestVariant("selftest-eager-lse", "eager fp32 returning its LSE, the base of the LSE bug", EagerWithLse),
 )
