@@ -395,7 +395,8 @@ def generate(prof: Profile, seed: int = 0, dtypes: Sequence[str] = ALL_DTYPES, l
     for c in fixed + draw_cases(strat, prof.examples, seed):
         out.setdefault(c.case_id, c)
     long_paged = long_paged_cases(prof.long_len if long_len is None else long_len)
-    for c in fp8_variants(list(out.values())) + fp8_edge_cases() + long_paged:
+    fp8 = fp8_variants(list(out.values())) + fp8_edge_cases()  # of the cases above, not of the long paged ones
+    for c in long_paged + fp8:  # the fp8 cases last (a sweep's order; tests/test_fp8.py)
         if c.dtype in dtypes:  # --dtype holds for the fp8 and long paged cases too
             out.setdefault(c.case_id, c)
     return list(out.values())

@@ -50,7 +50,8 @@ def verdict_view(rows: list[dict]) -> dict[str, dict[str, str]]:
 def test_verdicts_are_those_of_the_code_before_the_throughput_changes(tmp_path):
     """The snapshot was written by the code at 0bc91b4 (before issue 31's changes), by the same sweep:
     regenerate it only for a deliberate verdict change (tests/fixtures/throughput_verdicts.json; regenerated once since:
-    the read probe reached the planted bugs' padded decode path, n/a -> ok on the decode case)."""
+    the read probe reached the planted bugs' padded decode path, n/a -> ok on the decode case; its read words
+    since 2026-12-06 name the padding slots' null page where they named an unreferenced page, verdicts unchanged)."""
     res = run_sweep(FIXTURE_SPECS, FIXTURE_CASES, tmp_path / "out", isolate=False, progress=False)
     want = json.loads(SNAPSHOT.read_text())
     got = verdict_view(res.rows)
