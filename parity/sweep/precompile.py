@@ -228,9 +228,10 @@ def run_precompile(
 
 
 def cache_root() -> Path | None:
-    from ..compile_cache import ENV_VAR
+    """The run's compile cache folder (``--compile-cache`` sets ``$PARITY_COMPILE_CACHE``), None without one."""
+    from ..compile_cache import resolve
 
-    return Path(os.environ[ENV_VAR]) if os.environ.get(ENV_VAR) else None
+    return resolve(None)
 
 
 def built_keys(results: Mapping[str, list[dict[str, Any]]]) -> dict[str, set[str]]:
