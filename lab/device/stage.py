@@ -78,15 +78,26 @@ PLATFORM = [
 ]
 
 VLLM_VERSION = "0.26.0"  # the newest vLLM whose METADATA pins torch==2.11.0 (the H200's torch)
-VLLM_STUB = f'''"""Stub written by lab/device/stage.py: only vllm/vllm_flash_attn of the vLLM {VLLM_VERSION} wheel is staged.
+#: The newest vLLM on the index (2026-11). Its METADATA pins torch==2.14.0, but its two FA extensions link
+#: only libtorch / libtorch_cpu / libtorch_cuda / cudart 13, and every torch symbol they import is defined by
+#: torch 2.11.0's libraries (`bash lab/device/abi_check.sh`, 2026-12-06): staged beside 0.26.0 to find out on the GPU.
+VLLM_NEW = "0.33.0"
+
+
+def vllm_stub(version: str) -> str:
+    """The ``vllm/__init__.py`` of a staged ``vllm/vllm_flash_attn``: the version line and the marker the backend reads."""
+    return f'''"""Stub written by lab/device/stage.py: only vllm/vllm_flash_attn of the vLLM {version} wheel is staged.
 
 vllm/vllm_flash_attn/__init__.py imports its interface as vllm.vllm_flash_attn.*; nothing else of
 vLLM is needed to call flash_attn_varlen_func(fa_version=2|3).
 """
 
-__version__ = "{VLLM_VERSION}"
+__version__ = "{version}"
 _parity_stub = True
 '''
+
+
+VLLM_STUB = vllm_stub(VLLM_VERSION)
 
 #: name -> what it carries. ``tree``: wheels installed into one folder; ``vllm``: one extension of
 #: vLLM's flash-attn build; ``deps``: (wheel spec, module it provides) installed only where missing.
@@ -124,6 +135,22 @@ GROUPS: dict[str, dict] = {
         "site": "/tmp/site-vllm-fa",
         "paths": ["/tmp/site-vllm-fa"],
         "backends": ["vllm-fa3-cuda"],
+    },
+    "vllm33-fa2": {
+        "vllm": "_vllm_fa2_C.abi3.so",
+        "vllm_version": VLLM_NEW,
+        "site": "/tmp/site-vllm33-fa",
+        "paths": ["/tmp/site-vllm33-fa"],
+        "backends": [],  # not in worker-paths.txt: vllm-fa2-cuda stays 0.26.0's unless a run says otherwise
+        "note": f"vLLM {VLLM_NEW}'s FA2: vllm-fa2-cuda=/tmp/site-vllm33-fa runs it (lab/loan/h200_versions.sh)",
+    },
+    "vllm33-fa3": {
+        "vllm": "_vllm_fa3_C.abi3.so",
+        "vllm_version": VLLM_NEW,
+        "site": "/tmp/site-vllm33-fa",
+        "paths": ["/tmp/site-vllm33-fa"],
+        "backends": [],
+        "note": f"vLLM {VLLM_NEW}'s FA3: vllm-fa3-cuda=/tmp/site-vllm33-fa runs it",
     },
     "flashinfer": {
         "tree": ["flashinfer-python==0.7.2.post1"],
@@ -170,6 +197,7 @@ GROUPS: dict[str, dict] = {
 }
 ALIASES = {
     "vllm-fa": ["vllm-fa2", "vllm-fa3"],
+    "vllm33-fa": ["vllm33-fa2", "vllm33-fa3"],
     "all": ["vllm-fa2", "vllm-fa3", "flashinfer", "fa4", "xformers"],
     "gate": ["fa4", "xformers", "nox"],
 }
@@ -267,8 +295,9 @@ def build_payloads(group: str, work: Path) -> list[dict]:
                 xz_tar(site, sorted(os.listdir(site)), dest)
         out.append({"name": dest.name, "kind": "tree", "from": [w.name for w in wheels], "path": dest})
     if "vllm" in spec:
-        (wheel,) = download([f"vllm=={VLLM_VERSION}"])
-        dest = work / f"{group}.vllm-{VLLM_VERSION}.tar.xz"
+        version = spec.get("vllm_version", VLLM_VERSION)
+        (wheel,) = download([f"vllm=={version}"])
+        dest = work / f"{group}.vllm-{version}.tar.xz"
         if not dest.exists():
             say(f"  {group}: vllm/vllm_flash_attn of {wheel.name} with {spec['vllm']} only, packing with xz ...")
             other = {"_vllm_fa2_C.abi3.so", "_vllm_fa3_C.abi3.so"} - {spec["vllm"]}
@@ -277,7 +306,7 @@ def build_payloads(group: str, work: Path) -> list[dict]:
                 for name in zf.namelist():
                     if name.startswith("vllm/vllm_flash_attn/") and Path(name).name not in other:
                         zf.extract(name, root)
-                (root / "vllm" / "__init__.py").write_text(VLLM_STUB)
+                (root / "vllm" / "__init__.py").write_text(vllm_stub(version))
                 xz_tar(root, ["vllm"], dest)
         out.append({"name": dest.name, "kind": "tree", "from": [wheel.name], "path": dest})
     if "deps" in spec:

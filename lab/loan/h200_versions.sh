@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Issue 50 on one warm machine: vLLM 0.26.0's FA2/FA3 build against 0.33.0's, the same cases, one run per version.
+# Before it, here: `bash lab/device/prepare.sh vllm-fa vllm33-fa`; there, call by call: park.sh p00 ... then
+# `bash lab/device/install.sh` after the last park (install puts 0.26.0 in /tmp/site-vllm-fa and 0.33.0 in
+# /tmp/site-vllm33-fa). Then, on the same machine:
+#   bash lab/loan/h200_versions.sh run [LIMIT_S] [PROFILE]   # each version LIMIT_S (default 200) -> $OUT/versions.tgz
+# Each run is judged with the known divergences (their `versions` say vllm>=0.26,<0.27, so a finding still there at
+# 0.33.0 is loud); `parity diff` of the two runs is the version diff (diff.md in the 0.33.0 run's folder).
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+source "$here/loan/h200_env.sh"
+BACKENDS=vllm-fa2-cuda,vllm-fa3-cuda
+w=/tmp/versions; rm -rf "$w"; mkdir -p "$w"
+one() {  # SITE NAME LIMIT_S PROFILE
+  local t0; t0=$(date +%s)
+  PARITY_WORKER_PATH="vllm-fa2-cuda=$1 vllm-fa3-cuda=$1" timeout $(( $3 + 90 )) python3 -m parity run \
+    --backend "$BACKENDS" --profile "$4" --jobs "${JOBS:-6}" --time-limit "$3" --timeout 120 --shrink 4 -q \
+    --out "$w/$2" > "$w/$2.log" 2>&1
+  echo "$2 rc=$? in $(( $(date +%s) - t0 )) s: $(( $(zcat -f "$w/$2"/results.csv* 2>/dev/null | wc -l) - 1 )) rows"
+  grep -v "^  \|^$" "$w/$2.log" | tail -n 8 | cut -c1-200
+}
+case "${1:-}" in
+  run)
+    for s in /tmp/site-vllm-fa /tmp/site-vllm33-fa; do
+      [ -d "$s/vllm/vllm_flash_attn" ] || { echo "not staged: $s (park the parts, then install.sh)"; exit 3; }
+      python3 -c "import sys; sys.path.insert(0, '$s'); import vllm; print('$s', vllm.__version__)"
+    done
+    one /tmp/site-vllm-fa vllm-0.26.0 "${2:-200}" "${3:-default}"
+    one /tmp/site-vllm33-fa vllm-0.33.0 "${2:-200}" "${3:-default}"
+    python3 -m parity diff "$w/vllm-0.26.0" "$w/vllm-0.33.0" > "$w/diff.log" 2>&1; echo "diff rc=$?"
+    grep -v "^$" "$w/vllm-0.33.0/diff.md" 2>/dev/null | head -n 40 | cut -c1-200
+    tar czf "$OUT/versions.tgz" -C /tmp --exclude=results.json --exclude=masks.jsonl versions ;;
+  *) sed -n 2,8p "$0"; exit 2 ;;
+esac
