@@ -22,8 +22,10 @@ from parity import judge as judging
 from parity.backends.reference import ReferenceBackend
 from parity.memory import estimate, is_oom, oom_detail
 from parity.selftest.bugs import NanOnEmptyRows, TopLeftAlignment, WindowOneNarrower, WindowOneWider
+from parity.sweep import SweepOptions, rowmemory
 from parity.sweep import run as sweep_run
 from parity.sweep.memgate import MemoryGate
+from parity.sweep.rowmemory import RowMemory
 
 from .helpers import Noisy, SkipsLastRow
 
@@ -218,7 +220,7 @@ class OomAlways(OomOnSecondCase):
 
 @pytest.mark.parametrize("backend,verdict", [(OomOnce, "pass"), (OomAlways, "error")])
 def test_worker_oom_is_retried_once_alone(monkeypatch, backend, verdict):
-    monkeypatch.setattr(sweep_run.Sweep, "_make_gates", lambda self: self.gates.update({None: MemoryGate(1 << 40)}))
+    monkeypatch.setattr(RowMemory, "make_gates", lambda self: self.gates.update({None: MemoryGate(1 << 40)}))
     res = sweep_run.run_sweep([f"{__name__}:{backend.__name__}"], SWEEP_CASES, isolate=False, progress=False)
     row = next(r for r in res.rows if r["case_id"] == SWEEP_CASES[1].case_id)
     assert row["verdict"] == verdict and len(res.rows) == 3
@@ -308,7 +310,7 @@ class OomAlwaysCounted(OomAlways):
 def test_worker_oom_of_a_row_that_already_ran_alone_is_not_run_again(monkeypatch):
     """A row whose estimate exceeds the gate's budget runs alone the first time: its OOM is final (a retry
     alone would repeat the same attempt, and hold every lane of its GPU once more)."""
-    monkeypatch.setattr(sweep_run.Sweep, "_make_gates", lambda self: self.gates.update({None: MemoryGate(0)}))
+    monkeypatch.setattr(RowMemory, "make_gates", lambda self: self.gates.update({None: MemoryGate(0)}))
     res = sweep_run.run_sweep([f"{__name__}:OomAlwaysCounted"], SWEEP_CASES, isolate=False, progress=False)
     row = next(r for r in res.rows if r["case_id"] == SWEEP_CASES[1].case_id)
     assert row["verdict"] == "error" and "ran alone" in row["detail"] and "retried alone" not in row["detail"]
@@ -505,7 +507,7 @@ def card_of_10_gib(monkeypatch):
 
     monkeypatch.setattr(ex, "card_bytes", lambda device=None: 10 * GIB)
     monkeypatch.setattr(ex, "total_bytes", lambda device=None: 12 * GIB)
-    monkeypatch.setattr(sweep_run, "card_bytes", lambda device=None: 10 * GIB)
+    monkeypatch.setattr(rowmemory, "card_bytes", lambda device=None: 10 * GIB)
     monkeypatch.setattr(ex, "make_inputs", lambda case, device: make_inputs(case, "cpu"))
     DenseOnCuda.calls = []
 
@@ -553,7 +555,7 @@ def _gate_spy(monkeypatch, budget: int) -> list[int]:
     gate = MemoryGate(budget)
     real = gate.try_acquire
     monkeypatch.setattr(gate, "try_acquire", lambda need: asked.append(need) or real(need))
-    monkeypatch.setattr(sweep_run.Sweep, "_make_gates", lambda self: (self.gates.update({None: gate}), self.cards.update({None: 10 * GIB})))
+    monkeypatch.setattr(RowMemory, "make_gates", lambda self: (self.gates.update({None: gate}), self.cards.update({None: 10 * GIB})))
     return asked
 
 
@@ -595,12 +597,12 @@ def test_a_case_holds_the_harness_memory_once_per_gpu_not_once_per_backend():
 
     est = estimate(SMALL, workspace=1024, harness_on_device=True)
     cache = judging.BaselineCache("cpu")
-    sweep = sweep_run.Sweep.__new__(sweep_run.Sweep)
-    sweep.unit_infos = {"u": {"device": "cuda"}}
-    sweep.cards, sweep.baselines = {None: 10 * GIB}, {None: cache}
-    sweep.plan = types.SimpleNamespace(gpu_of={})
-    assert sweep._need(SMALL, "u", est) == est.worker_bytes + est.harness_bytes
+    infos = {"u": {"device": "cuda"}}
+    lane_plan = types.SimpleNamespace(gpu_of={})
+    memory = RowMemory(lane_plan, SweepOptions(), {None: cache}, infos, threading.RLock(), threading.Event())
+    memory.cards = {None: 10 * GIB}
+    assert memory.need(SMALL, "u", est) == est.worker_bytes + est.harness_bytes
     cache.get(SMALL)
-    assert sweep._need(SMALL, "u", est) == est.worker_bytes
-    sweep.unit_infos = {"u": {"device": "cpu"}}  # a CPU backend: nothing of its worker on the card
-    assert sweep._need(SMALL, "u", est) == 0
+    assert memory.need(SMALL, "u", est) == est.worker_bytes
+    infos["u"] = {"device": "cpu"}  # a CPU backend: nothing of its worker on the card
+    assert memory.need(SMALL, "u", est) == 0

@@ -18,8 +18,9 @@ from parity.backends.reference import ReferenceBackend
 from parity.execute import execute
 from parity.sweep import SweepOptions
 from parity.sweep.lanes import lane_costs, measured_costs, plan, save_costs
-from parity.sweep.run import STAGES_FILE, run_sweep
+from parity.sweep.run import run_sweep
 from parity.sweep.timing import STAGES, stage_table
+from parity.sweep.writers import STAGES_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOT = Path(__file__).parent / "fixtures" / "throughput_verdicts.json"

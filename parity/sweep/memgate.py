@@ -7,7 +7,7 @@ admitted: the card drains for it, instead of the lanes refilling it while the bi
 end of the run. A row its card cannot hold at all is refused by its worker before anything runs
 (:func:`parity.memory.card_refusal`): the sweep asks it no memory (need 0), so it never drains the
 card, and a row that holds nothing never waits. Without CUDA there is no budget and the gate admits
-everything. What a row asks (:meth:`parity.sweep.run.Sweep._need`), then what the gate does:
+everything. What a row asks (:meth:`parity.sweep.rowmemory.RowMemory.need`), then what the gate does:
 
 ================================  ===========  =================================  ====================
 request (``b``: the budget)       held now     a row that needs the card waits    admitted

@@ -5,7 +5,6 @@ timing as it goes (:mod:`.writers`, :mod:`.timing`)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 import threading
@@ -18,20 +17,17 @@ from .. import shard
 from ..case import Case
 from ..execute import context_lost
 from ..judge import BaselineCache, apply_expectations, harness_oom_row, judge, unavailable
-from ..maskcheck import mask_passes_at_most
-from ..memory import MemoryEstimate, card_bytes, card_refusal, estimate, is_oom
+from ..memory import is_oom
 from ..results import FAIL_VERDICTS, Judged
-from ..runfolder import ResultsWriter, read_timing
+from ..runfolder import read_timing
 from . import precompile
-from .eta import Eta, case_cost, clock
-from .lanes import LanePlan, make_executor, plan, run_lanes, save_costs, unit_key
-from .memgate import MemoryGate, device_budget
+from .eta import Eta, case_cost
+from .lanes import LanePlan, make_executor, plan, run_lanes, save_costs
+from .limits import RowLimits
 from .options import SweepOptions
+from .rowmemory import RowMemory
 from .timing import SweepTiming, earlier_calls, split_line, write_timing
-from .writers import Progress
-
-#: One line per row: where its time went (:data:`parity.sweep.timing.STAGES`, in milliseconds).
-STAGES_FILE = "stages.jsonl"
+from .writers import Progress, RowSink
 
 #: One backend's answer waiting to be judged: (case, unit, backend info, result, seconds waited on the worker,
 #: seconds spent on the case's reference meanwhile, the row's time limit in seconds).
@@ -84,7 +80,9 @@ def reference_caches(lane_plan: LanePlan, options: SweepOptions) -> dict[str | N
 
 
 class Sweep:
-    """One run of ``cases`` x ``specs`` with ``options``; :meth:`run` once."""
+    """One run of ``cases`` x ``specs`` with ``options``; :meth:`run` once. Its parts: the lanes and their
+    executors (:mod:`.lanes`), time limits per row (:class:`.limits.RowLimits`), device memory per row
+    (:class:`.rowmemory.RowMemory`), where rows go (:class:`.writers.RowSink`), timing (:mod:`.timing`)."""
 
     def __init__(
         self,
@@ -94,35 +92,28 @@ class Sweep:
         out_dir: Path | None = None,
         on_row: Callable[[dict[str, Any]], None] | None = None,
     ):
-        self.specs, self.cases, self.options, self.out_dir, self.on_row = list(dict.fromkeys(specs)), cases, options, out_dir, on_row
+        self.specs, self.cases, self.options, self.out_dir = list(dict.fromkeys(specs)), cases, options, out_dir
         self.plan = plan(self.specs, cases, options)
-        self.writer = ResultsWriter(out_dir, options.resume) if out_dir else None
-        self.stages_fh = (out_dir / STAGES_FILE).open("a" if options.resume else "w") if out_dir else None
         self.baselines = reference_caches(self.plan, options)
-        self.rows: list[dict[str, Any]] = []
         self.infos: dict[str, dict[str, Any]] = {}
         self.executors: dict[str, Any] = {}  # per unit
         self.unit_infos: dict[str, dict[str, Any]] = {}
-        self.timing = SweepTiming()
-        self.timing.jobs, self.timing.lanes, self.timing.parts = options.jobs, self.plan.lanes, dict(self.plan.splits)
-        self.timing.unit_gpu = dict(self.plan.gpu_of)
-        self.timing.auto_split = self.plan.auto
-        self.timing.shard = dict(options.shard) if options.shard else None
-        self.timing.earlier = earlier_calls(read_timing(out_dir)) if options.resume and out_dir else []
-        self.bar = Progress(len(self.specs) * len(cases), enabled=options.progress)
-        self.eta = Eta(_planned(self.specs, cases)) if options.progress else None
-        self.ratios: dict[str, list[float]] = {}  # per backend: seconds waited / the reference's seconds, rows that ran
-        self.retries: list[Pending] = []  # rows that timed out once: retried alone after the lanes
-        self.built: dict[str, set[tuple[Any, ...]]] = {}  # per unit: configurations its worker answered (compiled)
+        self.timing = _timing(self.plan, options, out_dir)
         self.lock = threading.RLock()  # rows, writer, progress bar, timing
-        self.stop, self.timed_out, self.failed_fast = threading.Event(), threading.Event(), threading.Event()
+        self.stop, self.timed_out = threading.Event(), threading.Event()
+        bar = Progress(len(self.specs) * len(cases), enabled=options.progress)
+        eta = Eta(_planned(self.specs, cases)) if options.progress else None
+        self.sink = RowSink(out_dir, options.resume, options.fail_fast, bar, eta, on_row, self.lock)
+        self.retries: list[Pending] = []  # rows that timed out once: retried alone after the lanes
         self.lost_context = ""  # --no-isolate: "BACKEND on CASE" that left this process's CUDA context unusable
-        self.gates: dict[str | None, MemoryGate] = {}  # per GPU of the lanes (None: no --gpus)
-        self.held: dict[tuple[str, str], tuple[MemoryGate, int]] = {}  # (unit, case id) -> the bytes it holds
-        self.cards: dict[str | None, int | None] = {}  # per GPU: what one row can use there (None: no limit)
-        self.backend_objs: dict[str, Any] = {}  # for their workspace hints
         self.t0 = time.perf_counter()
         self.deadline = None if options.time_limit is None else self.t0 + options.time_limit
+        self.limits = RowLimits(self.plan, options, self._baselines, self.unit_infos, self.lock, self.deadline)
+        self.memory = RowMemory(self.plan, options, self.baselines, self.unit_infos, self.lock, self.stop)
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.sink.rows
 
     def run(self) -> SweepResult:
         for line in (self.plan.note, self.plan.auto_line()):
@@ -132,15 +123,12 @@ class Sweep:
             self._precompile()
             self._start_executors()
             self.t_rows = time.perf_counter()
-            self._make_gates()
+            self.memory.make_gates()
             run_lanes(self.plan.lanes, self._lane, self.stop, self._close_executors)
             self._retry_timeouts()
         finally:
             self._close_executors()
-            if self.writer:
-                self.writer.close()
-            if self.stages_fh:
-                self.stages_fh.close()
+            self.sink.close()
         return self._result(time.perf_counter() - self.t0)
 
     def _precompile(self) -> None:
@@ -149,8 +137,7 @@ class Sweep:
 
         if not precompile.wanted(self.options, bool(os.environ.get(ENV_VAR))):
             return
-        done = self.writer.done if self.writer else set()
-        todo = {s: [c for c in self.cases if (s, c.case_id) not in done] for s in self.specs}
+        todo = {s: [c for c in self.cases if not self.sink.done(s, c.case_id)] for s in self.specs}
         pre = precompile.plan_precompile(todo, self.options, built=precompile.recorded(precompile.cache_root()))
         if not pre.keys:
             return
@@ -201,7 +188,7 @@ class Sweep:
                 self.timing.lane_wall[tuple(lane_units)] = time.perf_counter() - t_lane
 
     def _should_stop(self) -> bool:
-        if self.stop.is_set() or self.failed_fast.is_set() or self.lost_context:
+        if self.stop.is_set() or self.sink.failed_fast.is_set() or self.lost_context:
             return True
         if self.deadline is not None and time.perf_counter() > self.deadline:
             self.timed_out.set()
@@ -212,22 +199,17 @@ class Sweep:
         """Send ``case`` to ``unit``, judge the previous answer meanwhile, collect; False: interrupted."""
         spec, _ = self.plan.units[unit]
         ex, info = self.executors[unit], self.unit_infos[unit]
-        if self.writer and (spec, case.case_id) in self.writer.done:
-            with self.lock:
-                self.bar.update("skipped", spec)
-                if self.eta:
-                    self.eta.skip(spec, case.case_id)
+        if self.sink.done(spec, case.case_id):
+            self.sink.skip(spec, case.case_id)
             return True
         if info.get("unavailable"):
             self._finish(pending)
-            if self.eta:
-                with self.lock:
-                    self.eta.skip(spec, case.case_id)
+            self.sink.skip(spec, case.case_id, shown=False)
             self._emit(unavailable(case, spec, info), unit)
             return True
         if not self.options.isolate:  # nothing to overlap in this process; judged (reference included) before
             self._finish(pending)  # this backend's call can leave the process's CUDA context unusable
-        est = self._reserve(case, unit, pending)
+        est = self.memory.reserve(case, unit, lambda: self._finish(pending))
         if est is None:
             return False
         t_ex = time.perf_counter()
@@ -235,20 +217,19 @@ class Sweep:
         t_sent = time.perf_counter()
         self._finish(pending)  # the previous row, overlapped with this backend's work
         t_ref = time.perf_counter()
-        now = failed is None and self.options.isolate and not self._refused(est, unit)  # a refused row needs no reference
-        baseline_s = self._reference_now(case, unit) if now else 0.0
-        limit = self._limit(case, spec, unit)
+        now = failed is None and self.options.isolate and not self.memory.refused(est, unit)  # a refused row needs no reference
+        baseline_s = self.limits.reference_now(case, unit) if now else 0.0
+        limit = self.limits.limit(case, spec, unit)
         res = failed if failed is not None else ex.collect(timeout=limit)
-        self._note_built(case, unit, res)
-        if res.get("oom") and self._gate(unit).budget is not None:
-            res = self._retry_alone(case, unit, pending, res) if not self._ran_alone(case, unit) else self._alone_oom(res)
+        self.limits.note_built(case, unit, res)
+        if res.get("oom") and self.memory.gate(unit).budget is not None:
+            res = self.memory.after_oom(case, unit, ex, lambda: self._finish(pending), res)
         if self.stop.is_set():  # interrupted: this answer may be the worker being shut down
             return False
         res["est_mem_mb"] = est.mb
         wait_s = (t_sent - t_ex) + (time.perf_counter() - t_ref) - baseline_s
-        if res.get("status") == "ok" and self.options.timeout is None:
-            with self.lock:
-                self.ratios.setdefault(spec, []).append(wait_s / max(self._reference_s_of(case, unit), 1e-3))
+        if res.get("status") == "ok":
+            self.limits.note_ratio(spec, case, unit, wait_s)
         pending.append((case, unit, info, res, wait_s, baseline_s, limit))
         if not self.options.isolate and context_lost(res):
             self._lose_context(spec, case)
@@ -263,7 +244,7 @@ class Sweep:
             self.lost_context = f"{spec} on {case.summary()}"
         why = "the rest of this run cannot use the GPU in this process"
         how = "rerun with --resume (without --no-isolate, each backend runs in its own worker process)"
-        lead = "\n" if self.bar.tty else ""  # past the progress bar's line
+        lead = "\n" if self.sink.bar.tty else ""  # past the progress bar's line
         print(f"{lead}parity: CUDA context lost in {self.lost_context}: {why}; {how}", file=sys.stderr, flush=True)
 
     def _finish(self, pending: list[Pending]) -> None:
@@ -285,7 +266,7 @@ class Sweep:
         if res.get("status") == "timeout" and not retried and self.options.isolate:
             with self.lock:  # judged after the lanes, once retried alone (:meth:`_retry_timeouts`)
                 self.retries.append((case, unit, info, res, wait_s, ref_s, limit))
-            self._release(unit, case)  # its memory hold too: the retry runs after the lanes, alone
+            self.memory.release(unit, case)  # its memory hold too: the retry runs after the lanes, alone
             return
         baselines = self._baselines(unit)
         t_judge = time.perf_counter()
@@ -300,107 +281,23 @@ class Sweep:
                 raise
             baseline_s, judged = ref_s, harness_oom_row(case, spec, info, res, exc)
         finally:
-            self._release(unit, case)
+            self.memory.release(unit, case)
         judged = apply_expectations(judged, self.options.expectations, str(info.get("version") or ""), case)
         with self.lock:
             judge_s = time.perf_counter() - t_judge - (baseline_s - ref_s)
             stages = self.timing.add(spec, case, res, wait_s, judge_s, baseline_s, unit=unit, part=part)
-            self._write_stages(spec, case, res, stages)
-            if self.eta:
-                self.eta.done(spec, case.case_id, wait_s + judge_s + baseline_s, ran=res.get("status") != "unsupported")
+            self.sink.stages(spec, case, res, stages)
+            if self.sink.eta:
+                self.sink.eta.done(spec, case.case_id, wait_s + judge_s + baseline_s, ran=res.get("status") != "unsupported")
         self._emit(judged, unit)
 
-    def _write_stages(self, spec: str, case: Case, res: dict[str, Any], stages: dict[str, float]) -> None:
-        """One line of ``OUT/stages.jsonl``: the row's :data:`parity.sweep.timing.STAGES` in milliseconds."""
-        if self.stages_fh is None:
-            return
-        ms = {k: (int(v) if k.endswith("_calls") else round(v * 1e3, 3)) for k, v in stages.items()}
-        first = bool((res.get("timing") or {}).get("first_config"))
-        line = {"backend": spec, "case_id": case.case_id, "status": res.get("status"), "first_config": first, "stage_ms": ms}
-        self.stages_fh.write(json.dumps(line) + "\n")
-        self.stages_fh.flush()
-
     def _emit(self, judged: Judged, unit: str) -> None:
-        row = judged.row
-        row["gpu"] = self.plan.gpu_of.get(unit, "")
         with self.lock:
-            self.rows.append(row)
-            if self.options.fail_fast and row["verdict"] in FAIL_VERDICTS:
-                self.failed_fast.set()
             self.timing.note_row(unit)
-            if self.writer:
-                self.writer.write(judged)
-            if self.on_row:
-                self.on_row(row)
-            left = self.eta.left(time.perf_counter() - self.t_rows) if self.eta else None
-            self.bar.update(row["verdict"], f"{row['backend']} {judged.summary}", eta=None if left is None else clock(left))
-
-    # -- time limits per row, and the retry of a row that timed out ------------------------------
+            self.sink.emit(judged, self.plan.gpu_of.get(unit, ""), time.perf_counter() - self.t_rows)
 
     def _baselines(self, unit: str) -> BaselineCache:
         return self.baselines.get(self.plan.gpu_of.get(unit)) or next(iter(self.baselines.values()))
-
-    def _reference_now(self, case: Case, unit: str) -> float:
-        """Compute ``case``'s reference while the backend works (its time scales the row's limit); the
-        seconds spent (0.0 when cached, or when it cannot be computed here: the judge will say why)."""
-        if self.options.timeout is not None:
-            return 0.0
-        try:
-            return self._baselines(unit).ensure(case)
-        except Exception:  # noqa: BLE001 - e.g. out of memory: the judge meets it again, on its own row
-            return 0.0
-
-    def _reference_s_of(self, case: Case, unit: str) -> float:
-        return self._baselines(unit).case_seconds.get(case.case_id, 0.0)
-
-    def _limit(self, case: Case, spec: str, unit: str, scale: float = 1.0) -> float:
-        """The row's time limit: its base (:meth:`_base_limit`) ``x scale`` (a retry's), plus the compile
-        grace of a first row of its configuration in a compiling backend's worker (:meth:`_grace`). The grace
-        ends with ``--time-limit``: a build still running then is killed at its base limit past it, and the
-        row is left to ``--resume`` (not recorded), so a limited run ends soon after its limit."""
-        grace = self._grace(case, unit)
-        if grace and self.deadline is not None:
-            grace = min(grace, max(0.0, self.deadline - time.perf_counter()))
-        return self._base_limit(case, spec, unit) * scale + grace
-
-    def _grace(self, case: Case, unit: str) -> float:
-        """``--compile-grace`` where ``unit``'s backend builds kernels on first use (``first_use_compile``) and
-        its worker has not answered a row of ``case``'s configuration yet; else 0.
-
-        ====================  ===========================================  ======================
-        first_use_compile     the worker's earlier rows of the config       grace
-        ====================  ===========================================  ======================
-        False                 any                                          0
-        True                  none, or only timeouts / crashes since        --compile-grace
-        True                  one answered (ok) since its last restart      0
-        ====================  ===========================================  ======================
-        """
-        if not self.options.compile_grace or not self.unit_infos.get(unit, {}).get("first_use_compile"):
-            return 0.0
-        with self.lock:
-            return 0.0 if unit_key(self.plan.units[unit][0])(case) in self.built.get(unit, ()) else self.options.compile_grace
-
-    def _note_built(self, case: Case, unit: str, res: dict[str, Any]) -> None:
-        """An answered row built its configuration in the worker; a timeout or crash restarts the worker, so
-        what it built in memory is gone (its disk cache stays, but a build killed halfway is lost)."""
-        with self.lock:
-            if res.get("status") in ("timeout", "crash"):
-                self.built.pop(unit, None)
-            elif res.get("status") == "ok":
-                self.built.setdefault(unit, set()).add(unit_key(self.plan.units[unit][0])(case))
-
-    def _base_limit(self, case: Case, spec: str, unit: str) -> float:
-        """``--timeout``, else ``floor + scale x`` the reference's seconds on the case ``x`` the backend's
-        calls per row (1 + mask probe passes, the scaled probe's describing ones included, or the median ratio
-        of its rows so far of seconds waited to the reference's seconds, the larger)."""
-        o = self.options
-        if o.timeout is not None:
-            return o.timeout
-        calls = 1 + (mask_passes_at_most(case, o.max_passes) if o.probes else 0) + (3 if o.grad else 0)  # a backward: ~3 forwards
-        with self.lock:
-            seen = sorted(self.ratios.get(spec, []))
-        ratio = max(float(calls), seen[len(seen) // 2] if seen else 0.0)
-        return o.timeout_floor + o.timeout_scale * ratio * self._reference_s_of(case, unit)
 
     def _retry_timeouts(self) -> None:
         """Each row that timed out, once more, alone (the lanes are done) with a longer limit; a second
@@ -411,7 +308,7 @@ class Sweep:
                 self.retries.append((case, unit, info, res, wait_s, ref_s, limit))
                 continue  # not recorded: the run is partial, --resume runs the row again
             spec = self.plan.units[unit][0]
-            longer = self._limit(case, spec, unit, 1.0 if self.options.timeout is not None else self.options.retry_scale)
+            longer = self.limits.limit(case, spec, unit, 1.0 if self.options.timeout is not None else self.options.retry_scale)
             print(
                 f"parity: {spec} gave no answer within {limit:.0f} s on {case.summary()}; retrying it alone with {longer:.0f} s",
                 file=sys.stderr,
@@ -422,7 +319,7 @@ class Sweep:
             failed = ex.submit(case)
             again = failed if failed is not None else ex.collect(timeout=longer)
             if again.get("status") == "timeout":
-                ref = self._reference_seconds(case, unit)
+                ref = self.limits.reference_seconds(case, unit)
                 again = {
                     **again,
                     "detail": f"no answer within {limit:.3g} s, nor within {longer:.3g} s when retried alone; "
@@ -430,125 +327,14 @@ class Sweep:
                 }
             self._judge_and_emit(case, unit, info, again, wait_s + time.perf_counter() - t0, ref_s, longer, retried=True)
 
-    def _reference_seconds(self, case: Case, unit: str) -> str:
-        """How long the reference took on ``case``, in words (computed now if it was not)."""
-        try:
-            self._baselines(unit).ensure(case)
-        except Exception as exc:  # noqa: BLE001
-            return f"? s (it could not be computed: {type(exc).__name__})"
-        return f"{self._reference_s_of(case, unit):.3g} s"
-
-    # -- device memory: rows placed so that the lanes' estimates fit (parity.sweep.memgate) ----------
-
-    def _make_gates(self) -> None:
-        """One gate per GPU the lanes use, with a budget where a backend runs on CUDA; what a row can use on that
-        card (:func:`parity.memory.card_bytes`), as its worker will judge it."""
-        cuda = any(i.get("device") == "cuda" for i in self.unit_infos.values())
-        visible = shard.visible_gpus()
-        for g in {self.plan.gpu_of.get(u) for u in self.plan.units}:
-            index = visible.index(g) if g is not None and g in visible else None
-            reserved = self._cache(g).max_bytes if self._cache(g).device.startswith("cuda") else 0
-            self.gates[g] = MemoryGate(device_budget(index, reserved) if cuda else None)
-            self.cards[g] = card_bytes(index) if cuda else None
-
-    def _cache(self, gpu: str | None) -> BaselineCache:
-        return self.baselines.get(gpu) or next(iter(self.baselines.values()))
-
-    def _gate(self, unit: str) -> MemoryGate:
-        return self.gates.get(self.plan.gpu_of.get(unit)) or self.gates.setdefault(None, MemoryGate(None))
-
-    def _estimate(self, case: Case, unit: str) -> MemoryEstimate:
-        spec = self.plan.units[unit][0]
-        if spec not in self.backend_objs:
-            from .. import backends
-
-            try:
-                self.backend_objs[spec] = backends.get(spec)
-            except Exception:  # noqa: BLE001 - a plugin only its worker can import: no hint
-                self.backend_objs[spec] = None
-        on_device = self._cache(self.plan.gpu_of.get(unit)).device.startswith("cuda")
-        return estimate(case, self.options.probes, self.options.max_passes, harness_on_device=on_device, backend=self.backend_objs[spec])
-
-    def _need(self, case: Case, unit: str, est: MemoryEstimate) -> int:
-        """The bytes ``case`` holds on its gate (:mod:`.memgate`'s table): none for a row its worker refuses for
-        its card (:func:`parity.memory.card_refusal`: nothing runs, so nothing drains); the worker's estimate on
-        a CUDA backend; the harness's where the reference runs on the device and the case's is not cached yet
-        (once per case and GPU, not once per backend). A plugin only its worker can import has no hints here:
-        its row asks the estimate without them, and its worker (which has them) may still refuse it."""
-        cuda = self.unit_infos[unit].get("device") == "cuda"
-        if self._refused(est, unit):
-            return 0
-        harness = est.harness_bytes if est.harness_on_device and not self._baselines(unit).cached(case) else 0
-        return (est.worker_bytes if cuda else 0) + harness
-
-    def _refused(self, est: MemoryEstimate, unit: str) -> bool:
-        """Whether ``unit``'s worker will refuse the row for its card (:func:`parity.memory.card_refusal`)."""
-        cuda = self.unit_infos[unit].get("device") == "cuda"
-        return cuda and card_refusal(est, self.cards.get(self.plan.gpu_of.get(unit))) is not None
-
-    def _reserve(self, case: Case, unit: str, pending: list[Pending]) -> MemoryEstimate | None:
-        """Hold ``case``'s need (:meth:`_need`) on its lane's gate before it is sent; where it does not fit now,
-        judge this lane's pending row first (it frees what it holds) and wait. None: the run was stopped."""
-        est, gate = self._estimate(case, unit), self._gate(unit)
-        need = self._need(case, unit, est)
-        if not gate.try_acquire(need):
-            self._finish(pending)
-            held = gate.acquire(need, self.stop)
-            if held is None:
-                return None
-        with self.lock:
-            self.held[(unit, case.case_id)] = (gate, need)
-        return est
-
-    def _release(self, unit: str, case: Case) -> None:
-        with self.lock:
-            gate, held = self.held.pop((unit, case.case_id), (None, 0))
-        if gate is not None:
-            gate.release(held)
-
-    def _ran_alone(self, case: Case, unit: str) -> bool:
-        """Whether ``case`` held its whole gate (an estimate over the budget runs alone): a retry alone would repeat it."""
-        with self.lock:
-            gate, held = self.held.get((unit, case.case_id), (None, 0))
-        return gate is not None and gate.budget is not None and held >= gate.budget
-
-    @staticmethod
-    def _alone_oom(res: dict[str, Any]) -> dict[str, Any]:
-        res["detail"] = f"{res.get('detail', '')} (ran alone: its estimate exceeds what the lanes may hold; not retried)"
-        return res
-
-    def _retry_alone(self, case: Case, unit: str, pending: list[Pending], res: dict[str, Any]) -> dict[str, Any]:
-        """A worker's out-of-memory row, run once more alone on its GPU (nothing else holds memory there)."""
-        self._finish(pending)
-        self._release(unit, case)
-        gate = self._gate(unit)
-        held = gate.acquire(0, self.stop, alone=True)
-        if held is None:
-            return res
-        with self.lock:
-            self.held[(unit, case.case_id)] = (gate, held)
-        ex = self.executors[unit]
-        failed = ex.submit(case)
-        again = failed if failed is not None else ex.collect()
-        if again.get("oom"):
-            again["detail"] = f"{again.get('detail', '')} (retried alone: out of memory again)"
-        return again
+    # -- the end: timing, why a run stopped, the result ---------------------------------------------
 
     def _reference_s(self) -> float:
         return sum(b.seconds for b in self.baselines.values())
 
     def _timing_summary(self, partial: bool) -> dict[str, Any]:
-        self._note_reference_stages()
+        note_reference_stages(self.timing, self.baselines.values())
         return {"partial": partial, **self.timing.summary(time.perf_counter() - self.t0, self._reference_s())}
-
-    def _note_reference_stages(self) -> None:
-        """The baseline caches' stage seconds and recomputations, into the timing."""
-        stages: dict[str, float] = {}
-        for b in self.baselines.values():
-            for k, v in b.stage_seconds.items():
-                stages[k] = stages.get(k, 0.0) + v
-        self.timing.reference_stages = stages
-        self.timing.reference_recomputed = sum(b.recomputed for b in self.baselines.values())
 
     def _stopped_by(self) -> str:
         """Why the run stopped before every row ran; "" when it did not."""
@@ -559,7 +345,7 @@ class Sweep:
             return f"{len(self.retries)} row(s) that timed out were not retried before the run stopped{why}"
         if self.lost_context:
             return f"CUDA context lost in {self.lost_context} (--no-isolate)"
-        if self.failed_fast.is_set():
+        if self.sink.failed_fast.is_set():
             return "--fail-fast: stopped after the first failing row"
         if self.timed_out.is_set():
             return f"--time-limit {self.options.time_limit:g} s reached"
@@ -568,7 +354,7 @@ class Sweep:
     def _result(self, wall: float) -> SweepResult:
         stopped_by = self._stopped_by()
         partial = bool(stopped_by)
-        self._note_reference_stages()
+        note_reference_stages(self.timing, self.baselines.values())
         summary = {"partial": partial, **self.timing.summary(wall, self._reference_s())}
         if self.out_dir:
             write_timing(self.out_dir, summary)
@@ -576,7 +362,8 @@ class Sweep:
             save_costs(self.options.cost_file, summary["per_backend"])
         precompile.remember(precompile.cache_root(), self.timing.kernel_keys)  # what the next pre-pass may skip
         ids = {c.case_id for c in self.cases}
-        already = sum(1 for b, c in self.writer.done if b in self.specs and c in ids) if self.writer else 0
+        done = self.sink.writer.done if self.sink.writer else set()
+        already = sum(1 for b, c in done if b in self.specs and c in ids)
         return SweepResult(
             self.rows,
             self.infos,
@@ -589,6 +376,28 @@ class Sweep:
             split=split_line(summary),
             stopped_by=stopped_by,
         )
+
+
+def _timing(lane_plan: LanePlan, options: SweepOptions, out_dir: Path | None) -> SweepTiming:
+    """A sweep's timing record, with how its lanes were laid out (and the earlier calls of a resumed folder)."""
+    timing = SweepTiming()
+    timing.jobs, timing.lanes, timing.parts = options.jobs, lane_plan.lanes, dict(lane_plan.splits)
+    timing.unit_gpu = dict(lane_plan.gpu_of)
+    timing.auto_split = lane_plan.auto
+    timing.shard = dict(options.shard) if options.shard else None
+    timing.earlier = earlier_calls(read_timing(out_dir)) if options.resume and out_dir else []
+    return timing
+
+
+def note_reference_stages(timing: SweepTiming, caches: Iterable[BaselineCache]) -> None:
+    """The baseline caches' stage seconds and recomputations, into ``timing``."""
+    stages: dict[str, float] = {}
+    caches = list(caches)
+    for b in caches:
+        for k, v in b.stage_seconds.items():
+            stages[k] = stages.get(k, 0.0) + v
+    timing.reference_stages = stages
+    timing.reference_recomputed = sum(b.recomputed for b in caches)
 
 
 def _planned(specs: list[str], cases: list[Case]) -> list[tuple[str, str, float, bool]]:

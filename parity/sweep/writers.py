@@ -1,18 +1,26 @@
-"""What a sweep shows as it goes: ``results.csv`` and ``masks.jsonl`` are written by
-:class:`parity.runfolder.ResultsWriter` (flushed row by row); the
-progress line, and the summary table printed at the end."""
+"""What a sweep writes and shows as it goes (:class:`RowSink`): ``results.csv`` and ``masks.jsonl``
+through :class:`parity.runfolder.ResultsWriter` (flushed row by row), ``stages.jsonl`` (where each row's
+time went), the progress line; and the summary table printed at the end."""
 
 from __future__ import annotations
 
+import json
 import sys
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
-from ..results import RAW_FAIL_VERDICTS, VERDICTS
+from ..case import Case
+from ..results import FAIL_VERDICTS, RAW_FAIL_VERDICTS, VERDICTS, Judged
 from ..runfolder import ResultsWriter
+from .eta import Eta, clock
 
-__all__ = ["Progress", "ResultsWriter", "known_vs_new", "summary_table"]
+__all__ = ["STAGES_FILE", "Progress", "ResultsWriter", "RowSink", "known_vs_new", "summary_table"]
+
+#: One line per row: where its time went (:data:`parity.sweep.timing.STAGES`, in milliseconds).
+STAGES_FILE = "stages.jsonl"
 
 
 class Progress:
@@ -50,6 +58,72 @@ class Progress:
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
+
+
+class RowSink:
+    """Where a sweep's judged rows go, in order: the rows kept in memory, ``results.csv`` / ``masks.jsonl``
+    (with ``out_dir``), ``stages.jsonl``, the caller's ``on_row``, the progress bar and its time left.
+    ``failed_fast`` is set by the first failing row under ``--fail-fast``. Call under the sweep's ``lock``."""
+
+    def __init__(
+        self,
+        out_dir: Path | None,
+        resume: bool,
+        fail_fast: bool,
+        bar: Progress,
+        eta: Eta | None,
+        on_row: Callable[[dict[str, Any]], None] | None,
+        lock: threading.RLock,
+    ):
+        self.writer = ResultsWriter(out_dir, resume) if out_dir else None
+        self.stages_fh = (out_dir / STAGES_FILE).open("a" if resume else "w") if out_dir else None
+        self.fail_fast, self.bar, self.eta, self.on_row, self.lock = fail_fast, bar, eta, on_row, lock
+        self.rows: list[dict[str, Any]] = []
+        self.failed_fast = threading.Event()
+
+    def done(self, spec: str, case_id: str) -> bool:
+        """Whether the folder already holds this row (``--resume``)."""
+        return self.writer is not None and (spec, case_id) in self.writer.done
+
+    def skip(self, spec: str, case_id: str, shown: bool = True) -> None:
+        """A row not run here (already in the folder): the bar moves on (``shown``), the time left forgets it."""
+        with self.lock:
+            if shown:
+                self.bar.update("skipped", spec)
+            if self.eta:
+                self.eta.skip(spec, case_id)
+
+    def stages(self, spec: str, case: Case, res: dict[str, Any], stages: dict[str, float]) -> None:
+        """One line of ``stages.jsonl``: the row's :data:`parity.sweep.timing.STAGES` in milliseconds."""
+        if self.stages_fh is None:
+            return
+        ms = {k: (int(v) if k.endswith("_calls") else round(v * 1e3, 3)) for k, v in stages.items()}
+        first = bool((res.get("timing") or {}).get("first_config"))
+        line = {"backend": spec, "case_id": case.case_id, "status": res.get("status"), "first_config": first, "stage_ms": ms}
+        self.stages_fh.write(json.dumps(line) + "\n")
+        self.stages_fh.flush()
+
+    def emit(self, judged: Judged, gpu: str, elapsed: float) -> dict[str, Any]:
+        """``judged``'s row, written everywhere; ``elapsed``: seconds since the rows began (the time left)."""
+        row = judged.row
+        row["gpu"] = gpu
+        with self.lock:
+            self.rows.append(row)
+            if self.fail_fast and row["verdict"] in FAIL_VERDICTS:
+                self.failed_fast.set()
+            if self.writer:
+                self.writer.write(judged)
+            if self.on_row:
+                self.on_row(row)
+            left = self.eta.left(elapsed) if self.eta else None
+            self.bar.update(row["verdict"], f"{row['backend']} {judged.summary}", eta=None if left is None else clock(left))
+        return row
+
+    def close(self) -> None:
+        if self.writer:
+            self.writer.close()
+        if self.stages_fh:
+            self.stages_fh.close()
 
 
 def summary_table(result: Any) -> str:

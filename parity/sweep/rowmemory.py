@@ -1,0 +1,128 @@
+"""A sweep's device memory, row by row (:class:`RowMemory`): one gate per GPU of the lanes
+(:mod:`.memgate`), what each row asks it (its estimate, :func:`parity.memory.estimate`), the holds
+until the row is judged, and the out-of-memory row run once more alone."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .. import shard
+from ..case import Case
+from ..judge import BaselineCache
+from ..memory import MemoryEstimate, card_bytes, card_refusal, estimate
+from .lanes import LanePlan
+from .memgate import MemoryGate, device_budget
+from .options import SweepOptions
+
+
+class RowMemory:
+    """The memory holds of a sweep's rows. ``caches``: the reference caches per GPU (None: shared);
+    ``unit_infos``: each unit's backend info; ``lock`` and ``stop``: the sweep's."""
+
+    def __init__(
+        self,
+        plan: LanePlan,
+        options: SweepOptions,
+        caches: dict[str | None, BaselineCache],
+        unit_infos: dict[str, dict[str, Any]],
+        lock: threading.RLock,
+        stop: threading.Event,
+    ):
+        self.plan, self.options, self.caches, self.unit_infos, self.lock, self.stop = plan, options, caches, unit_infos, lock, stop
+        self.gates: dict[str | None, MemoryGate] = {}  # per GPU of the lanes (None: no --gpus)
+        self.held: dict[tuple[str, str], tuple[MemoryGate, int]] = {}  # (unit, case id) -> the bytes it holds
+        self.cards: dict[str | None, int | None] = {}  # per GPU: what one row can use there (None: no limit)
+        self.backend_objs: dict[str, Any] = {}  # for their workspace hints
+
+    def make_gates(self) -> None:
+        """One gate per GPU the lanes use, with a budget where a backend runs on CUDA; what a row can use on that
+        card (:func:`parity.memory.card_bytes`), as its worker will judge it."""
+        cuda = any(i.get("device") == "cuda" for i in self.unit_infos.values())
+        visible = shard.visible_gpus()
+        for g in {self.plan.gpu_of.get(u) for u in self.plan.units}:
+            index = visible.index(g) if g is not None and g in visible else None
+            reserved = self.cache(g).max_bytes if self.cache(g).device.startswith("cuda") else 0
+            self.gates[g] = MemoryGate(device_budget(index, reserved) if cuda else None)
+            self.cards[g] = card_bytes(index) if cuda else None
+
+    def cache(self, gpu: str | None) -> BaselineCache:
+        return self.caches.get(gpu) or next(iter(self.caches.values()))
+
+    def gate(self, unit: str) -> MemoryGate:
+        return self.gates.get(self.plan.gpu_of.get(unit)) or self.gates.setdefault(None, MemoryGate(None))
+
+    def estimate(self, case: Case, unit: str) -> MemoryEstimate:
+        spec = self.plan.units[unit][0]
+        if spec not in self.backend_objs:
+            from .. import backends
+
+            try:
+                self.backend_objs[spec] = backends.get(spec)
+            except Exception:  # noqa: BLE001 - a plugin only its worker can import: no hint
+                self.backend_objs[spec] = None
+        on_device = self.cache(self.plan.gpu_of.get(unit)).device.startswith("cuda")
+        return estimate(case, self.options.probes, self.options.max_passes, harness_on_device=on_device, backend=self.backend_objs[spec])
+
+    def need(self, case: Case, unit: str, est: MemoryEstimate) -> int:
+        """The bytes ``case`` holds on its gate (:mod:`.memgate`'s table): none for a row its worker refuses for
+        its card (:func:`parity.memory.card_refusal`: nothing runs, so nothing drains); the worker's estimate on
+        a CUDA backend; the harness's where the reference runs on the device and the case's is not cached yet
+        (once per case and GPU, not once per backend). A plugin only its worker can import has no hints here:
+        its row asks the estimate without them, and its worker (which has them) may still refuse it."""
+        cuda = self.unit_infos[unit].get("device") == "cuda"
+        if self.refused(est, unit):
+            return 0
+        harness = est.harness_bytes if est.harness_on_device and not self.cache(self.plan.gpu_of.get(unit)).cached(case) else 0
+        return (est.worker_bytes if cuda else 0) + harness
+
+    def refused(self, est: MemoryEstimate, unit: str) -> bool:
+        """Whether ``unit``'s worker will refuse the row for its card (:func:`parity.memory.card_refusal`)."""
+        cuda = self.unit_infos[unit].get("device") == "cuda"
+        return cuda and card_refusal(est, self.cards.get(self.plan.gpu_of.get(unit))) is not None
+
+    def reserve(self, case: Case, unit: str, finish: Callable[[], None]) -> MemoryEstimate | None:
+        """Hold ``case``'s need (:meth:`need`) on its lane's gate before it is sent; where it does not fit now,
+        ``finish`` the lane's pending row first (judging it frees what it holds) and wait. None: the run was stopped."""
+        est, gate = self.estimate(case, unit), self.gate(unit)
+        need = self.need(case, unit, est)
+        if not gate.try_acquire(need):
+            finish()
+            if gate.acquire(need, self.stop) is None:
+                return None
+        with self.lock:
+            self.held[(unit, case.case_id)] = (gate, need)
+        return est
+
+    def release(self, unit: str, case: Case) -> None:
+        with self.lock:
+            gate, held = self.held.pop((unit, case.case_id), (None, 0))
+        if gate is not None:
+            gate.release(held)
+
+    def ran_alone(self, case: Case, unit: str) -> bool:
+        """Whether ``case`` held its whole gate (an estimate over the budget runs alone): a retry alone would repeat it."""
+        with self.lock:
+            gate, held = self.held.get((unit, case.case_id), (None, 0))
+        return gate is not None and gate.budget is not None and held >= gate.budget
+
+    def after_oom(self, case: Case, unit: str, executor: Any, finish: Callable[[], None], res: dict[str, Any]) -> dict[str, Any]:
+        """A worker's out-of-memory row: run once more alone on its GPU (nothing else holds memory there),
+        unless it already ran alone (its estimate exceeds what the lanes may hold: a retry would repeat it)."""
+        if self.ran_alone(case, unit):
+            res["detail"] = f"{res.get('detail', '')} (ran alone: its estimate exceeds what the lanes may hold; not retried)"
+            return res
+        finish()
+        self.release(unit, case)
+        gate = self.gate(unit)
+        held = gate.acquire(0, self.stop, alone=True)
+        if held is None:
+            return res
+        with self.lock:
+            self.held[(unit, case.case_id)] = (gate, held)
+        failed = executor.submit(case)
+        again = failed if failed is not None else executor.collect()
+        if again.get("oom"):
+            again["detail"] = f"{again.get('detail', '')} (retried alone: out of memory again)"
+        return again
