@@ -173,6 +173,8 @@ _ARGV = {
     "backends": [],
     "report": ["dir"],
     "diff": ["base", "head"],
+    "vdiff": ["base", "head"],
+    "evidence": ["dir"],
     "merge": ["out", "dir"],
     "export-repro": ["dir"],
     "decode": [],

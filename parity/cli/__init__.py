@@ -18,11 +18,11 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import EXIT_INTERRUPTED, UserError
-from . import backends, consistency, decode, decode_train, diff, export_repro, merge, report, run, selftest
+from . import backends, consistency, decode, decode_train, diff, evidence, export_repro, merge, report, run, selftest, vdiff
 from .common import EXIT_OK, EXIT_USAGE
 
 #: The subcommands, in the order ``--help`` lists them.
-COMMANDS = (run, report, diff, decode, decode_train, selftest, merge, export_repro, consistency, backends)
+COMMANDS = (run, report, diff, vdiff, decode, decode_train, selftest, merge, export_repro, evidence, consistency, backends)
 
 
 class _Parser(argparse.ArgumentParser):
