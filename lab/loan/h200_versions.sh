@@ -5,7 +5,7 @@
 # /tmp/site-vllm33-fa). Then, on the same machine:
 #   bash lab/loan/h200_versions.sh run [LIMIT_S] [PROFILE]   # each version LIMIT_S (default 200) -> $OUT/versions.tgz
 # Each run is judged with the known divergences (their `versions` say vllm>=0.26,<0.27, so a finding still there at
-# 0.33.0 is loud); `parity diff` of the two runs is the version diff (diff.md in the 0.33.0 run's folder).
+# 0.33.0 is loud); `parity vdiff` of the two runs is the version diff (vdiff/vdiff.md), `parity diff` the raw one.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 source "$here/loan/h200_env.sh"
@@ -28,7 +28,8 @@ case "${1:-}" in
     one /tmp/site-vllm-fa vllm-0.26.0 "${2:-200}" "${3:-default}"
     one /tmp/site-vllm33-fa vllm-0.33.0 "${2:-200}" "${3:-default}"
     python3 -m parity diff "$w/vllm-0.26.0" "$w/vllm-0.33.0" > "$w/diff.log" 2>&1; echo "diff rc=$?"
-    grep -v "^$" "$w/vllm-0.33.0/diff.md" 2>/dev/null | head -n 40 | cut -c1-200
+    python3 -m parity vdiff "$w/vllm-0.26.0" "$w/vllm-0.33.0" --out "$w/vdiff" > "$w/vdiff.log" 2>&1; echo "vdiff rc=$?"
+    grep -v "^$" "$w/vdiff/vdiff.md" 2>/dev/null | head -n 40 | cut -c1-200
     tar czf "$OUT/versions.tgz" -C /tmp --exclude=results.json --exclude=masks.jsonl versions ;;
   *) sed -n 2,8p "$0"; exit 2 ;;
 esac
