@@ -38,9 +38,14 @@ _DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "hal
 FAMILIES = ("dense", "varlen", "decode", "chunked", "prefill_long_q", "paged")
 
 #: The fp8 dtypes a case's KV cache (``Case.kv_dtype``) may hold, with the largest finite value of
-#: each (the per-tensor scale maps a tensor's amax onto it). Only e4m3: vLLM's FA3 and FlashInfer's
-#: fp8 KV caches use it (FA3 takes no e5m2).
-FP8_DTYPES: dict[str, float] = {"float8_e4m3fn": 448.0}
+#: each (a scale maps a slice's amax onto it). e4m3: vLLM's FA3 and FlashInfer; e5m2: FlashInfer's KV
+#: caches (vLLM's ``fp8_e5m2``); FA3 takes no e5m2 and says so.
+FP8_DTYPES: dict[str, float] = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
+
+#: How fp8 descales are laid out (``Case.fp8_scales``): one per tensor ``()``; one per kv head ``(hkv,)``;
+#: one per sequence and kv head ``(B, hkv)``, FA3's ``q_descale`` / ``k_descale`` / ``v_descale``. The
+#: query's descale is per kv head too: one for the query heads of a kv head's group.
+FP8_SCALES = ("tensor", "kv_head", "batch_kv_head")
 
 
 def _int_field(name: str, value: object, minimum: int) -> int:
@@ -74,6 +79,7 @@ class Case:
     q_fp8: bool = False  # the query quantized too (FA3 takes fp8 K/V only with an fp8 query); needs kv_dtype
     sinks: bool = False  # learned attention sinks: one logit per query head (Inputs.sinks), drawn from the seed
     chunk: int | None = None  # chunked local attention (Llama 4's attention_chunk): chunks of this many keys
+    fp8_scales: str = "tensor"  # the fp8 descales' layout (FP8_SCALES): per tensor, per kv head, per (sequence, kv head)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "q_lens", tuple(self.q_lens))
@@ -136,6 +142,10 @@ class Case:
             raise SpecError(f"Case.q_fp8 must be true or false, got {self.q_fp8!r}")
         if self.q_fp8 and self.kv_dtype is None:
             raise SpecError("Case.q_fp8 needs Case.kv_dtype (an fp8 query goes with an fp8 KV cache)")
+        if self.fp8_scales not in FP8_SCALES:
+            raise SpecError(f"Case.fp8_scales must be one of {', '.join(FP8_SCALES)} (the fp8 descales' layout), got {self.fp8_scales!r}")
+        if self.fp8_scales != "tensor" and self.kv_dtype is None:
+            raise SpecError(f"Case.fp8_scales {self.fp8_scales} needs Case.kv_dtype (descales belong to an fp8 KV cache)")
 
     # -- derived ------------------------------------------------------------------------
     @property
@@ -228,6 +238,7 @@ class Case:
             # fp8 KV (and query); omitted when off (ids of other cases unchanged)
             **({} if self.kv_dtype is None else {"kv_dtype": self.kv_dtype}),
             **({"q_fp8": True} if self.q_fp8 else {}),
+            **({} if self.fp8_scales == "tensor" else {"fp8_scales": self.fp8_scales}),
             # learned sinks and chunked attention: omitted when off (ids of other cases unchanged)
             **({"sinks": True} if self.sinks else {}),
             **({} if self.chunk is None else {"chunk": self.chunk}),
@@ -293,7 +304,8 @@ class Case:
         if self.regime != "normal":
             parts.append(f"inputs={self.regime}")
         if self.kv_dtype is not None:
-            parts.append(f"{'q+' if self.q_fp8 else ''}kv={self.kv_dtype.replace('float8_', 'fp8-')}")
+            scales = "" if self.fp8_scales == "tensor" else f" scales={self.fp8_scales}"
+            parts.append(f"{'q+' if self.q_fp8 else ''}kv={self.kv_dtype.replace('float8_', 'fp8-')}{scales}")
         if self.model is not None:
             parts.append(f"[{self.model}{'/' + self.layer if self.layer else ''}]")
         return " ".join(parts)
@@ -362,8 +374,9 @@ class Inputs:
     #: (the probe's passes that tell a padding slot from pages outside the window).
     poison_parts: tuple[str, ...] = ("window", "null")
     #: fp8 cases (``case.kv_dtype``): ``k``/``v`` (and ``q`` where ``case.q_fp8``) hold fp8 values and
-    #: these float32 scalars ``()`` their per-tensor descales: ``k.double() * k_descale`` is the key the
-    #: reference sees. ``None``: not quantized.
+    #: these float32 tensors their descales, laid out as ``case.fp8_scales`` says: ``()`` per tensor, ``(hkv,)``
+    #: per kv head, ``(B, hkv)`` per sequence and kv head (the query's: per kv head's group of query heads);
+    #: ``k.double() * k_descale`` (per element, :func:`descale_rows`) is the key the reference sees. ``None``: not quantized.
     q_descale: torch.Tensor | None = None
     k_descale: torch.Tensor | None = None
     v_descale: torch.Tensor | None = None
@@ -440,20 +453,32 @@ class Inputs:
         )
 
     def descale(self, name: str) -> float:
-        """The descale of ``q``, ``k`` or ``v`` as a float (1.0 where that tensor is not quantized)."""
+        """The per-tensor descale of ``q``, ``k`` or ``v`` as a float (1.0 where that tensor is not quantized).
+        A layout with one descale per head (``case.fp8_scales``) has no single float: :meth:`head_descales`."""
         t = getattr(self, f"{name}_descale")
+        if t is not None and t.dim():
+            raise ValueError(f"{name}_descale is {tuple(t.shape)} (fp8_scales={self.case.fp8_scales}), not one float: use head_descales")
         return 1.0 if t is None else float(t)
+
+    def head_descales(self, name: str, b: int) -> torch.Tensor:
+        """Sequence ``b``'s descales of ``q``, ``k`` or ``v``, one per head of that tensor (``(hq,)`` for ``q``,
+        ``(hkv,)`` for ``k`` / ``v``), float64 on the CPU; ones where that tensor is not quantized."""
+        t = getattr(self, f"{name}_descale")
+        heads = self.case.hq if name == "q" else self.case.hkv
+        if t is None:
+            return torch.ones(heads, dtype=torch.float64)
+        t = t.detach().to("cpu", torch.float64)
+        t = t[b] if t.dim() == 2 else t.expand(self.case.hkv)  # (hkv,)
+        return t.repeat_interleave(heads // self.case.hkv)  # (heads,): query head h takes kv head h // group's
 
     def dequantized(self, dtype: torch.dtype) -> Inputs:
         """The values the inputs stand for, in ``dtype``: each fp8 tensor times its descale, computed
         in float64 (exact) and rounded once to ``dtype``; descales dropped. Unquantized tensors are cast."""
 
-        def value(t: torch.Tensor, d: torch.Tensor | None) -> torch.Tensor:
-            return dequantize_fp8(t, d, dtype)
-
-        q = value(self.q, self.q_descale)  # (total_q, hq, d)
-        k = value(self.k, self.k_descale)  # (total_k, hkv, d)
-        v = value(self.v, self.v_descale)  # (total_k, hkv, d)
+        ql, kl = list(self.case.q_lens), list(self.case.k_lens)
+        q = dequantize_fp8(self.q, self.q_descale, dtype, ql)  # (total_q, hq, d)
+        k = dequantize_fp8(self.k, self.k_descale, dtype, kl)  # (total_k, hkv, d)
+        v = dequantize_fp8(self.v, self.v_descale, dtype, kl)  # (total_k, hkv, d)
         return dataclasses.replace(self, q=q, k=k, v=v, q_descale=None, k_descale=None, v_descale=None)
 
 
@@ -518,10 +543,11 @@ def make_inputs(case: Case, device: torch.device | str = "cpu") -> Inputs:
         torch.tensor(ck, dtype=torch.int32),
         sinks=draw_sinks(case.seed, case.hq) if case.sinks else None,
     )
-    if case.kv_dtype is not None:  # an fp8 KV cache: k and v (and q where q_fp8) quantized per tensor
-        k, kd = quantize_fp8(k, case.kv_dtype)
-        v, vd = quantize_fp8(v, case.kv_dtype)
-        q, qd = quantize_fp8(q, case.kv_dtype) if case.q_fp8 else (q, None)
+    if case.kv_dtype is not None:  # an fp8 KV cache: k and v (and q where q_fp8) quantized, descales as fp8_scales says
+        lay, ql, kl = case.fp8_scales, list(case.q_lens), list(case.k_lens)
+        k, kd = quantize_fp8(k, case.kv_dtype, lay, kl, case.hkv)
+        v, vd = quantize_fp8(v, case.kv_dtype, lay, kl, case.hkv)
+        q, qd = quantize_fp8(q, case.kv_dtype, lay, ql, case.hkv) if case.q_fp8 else (q, None)
         inputs = dataclasses.replace(inputs, q=q, k=k, v=v, q_descale=qd, k_descale=kd, v_descale=vd)
     return inputs if str(device) == "cpu" else inputs.to(device)
 
@@ -560,6 +586,8 @@ def draw_args(case: Case) -> dict[str, Any]:
         "regime": case.regime,
         "starts": case.cu_seqlens()[1][:-1],
         "scale": case.softmax_scale,
+        # descales per head: k and v spread per (sequence, kv head) so the descales differ (omitted when per tensor)
+        **({"spread": True} if case.fp8_scales != "tensor" else {}),
     }
 
 
@@ -574,30 +602,64 @@ def draw_qkv(
     regime: str = "normal",
     starts: list | None = None,
     scale: float = 1.0,
+    spread: bool = False,
 ):
     """Packed ``q``, ``k``, ``v``: standard normal from a CPU generator seeded with ``seed``
     (``q`` first, then ``k``, then ``v``), reshaped by the input ``regime`` (``starts``: each
-    sequence's first key row; ``scale``: the softmax scale), rounded to ``dtype`` (``"bfloat16"``...)."""
+    sequence's first key row; ``scale``: the softmax scale), rounded to ``dtype`` (``"bfloat16"``...).
+    ``spread``: ``k`` and ``v`` of sequence ``b``, kv head ``j`` times powers of two that differ from one
+    ``(b, j)`` to the next (k: ``2 ** ((b + 2j) % 3 - 1)``, v: ``2 ** ((2b + j) % 4 - 2)``), so per-head fp8
+    descales differ by construction."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     dt = getattr(torch, dtype)
     q = torch.randn(total_q, hq, head_dim, generator=gen)  # (total_q, hq, d)
     k = torch.randn(total_k, hkv, head_dim, generator=gen)  # (total_k, hkv, d)
     v = torch.randn(total_k, hkv, head_dim, generator=gen)  # (total_k, hkv, d)
     q, k, v = apply_regime(regime, q, k, v, starts or [0], scale, dt, seed)
+    if spread:
+        bounds = list(starts or [0]) + [total_k]
+        for b in range(len(bounds) - 1):
+            j = torch.arange(hkv)  # (hkv,)
+            rows = slice(bounds[b], bounds[b + 1])
+            k[rows] = k[rows] * (2.0 ** ((b + 2 * j) % 3 - 1))[None, :, None]  # (Sk_b, hkv, d)
+            v[rows] = v[rows] * (2.0 ** ((2 * b + j) % 4 - 2))[None, :, None]  # (Sk_b, hkv, d)
     return q.to(dt), k.to(dt), v.to(dt)
 
 
-def quantize_fp8(x, fp8_dtype: str):
-    """``x`` quantized to ``fp8_dtype`` (``"float8_e4m3fn"``) with one per-tensor scale: ``(x8, descale)``,
-    ``descale = amax(|x|) / max(fp8_dtype)`` a float32 scalar ``()`` (1.0 for an all-zero tensor),
-    ``x8 = round(x / descale)`` (round to nearest, saturated). ``x8.double() * descale`` are the values
+def quantize_fp8(x, fp8_dtype: str, layout: str = "tensor", lens=None, hkv=None):
+    """Packed ``x`` ``(total, heads, d)`` quantized to ``fp8_dtype`` (``"float8_e4m3fn"``): ``(x8, descale)``.
+
+    One scale per slice of ``layout``: ``"tensor"``, the whole tensor (``descale`` ``()``); ``"kv_head"``, each
+    kv head's slice (``(hkv,)``); ``"batch_kv_head"``, each sequence's (``lens``: rows per sequence) slice of
+    each kv head (``(B, hkv)``). A query's kv-head slice holds the ``heads // hkv`` query heads of its group.
+    ``descale = amax(|slice|) / max(fp8_dtype)`` in float32 (1.0 for an all-zero slice), ``x8 = round(x /
+    descale)`` (round to nearest, saturated); ``x8.double() * descale`` (:func:`descale_rows`) are the values
     the quantized tensor stands for (the dequantized ``x``)."""
     dt = getattr(torch, fp8_dtype)
     top = torch.finfo(dt).max
-    amax = float(x.float().abs().max()) if x.numel() else 0.0
-    descale = torch.tensor(amax / top if amax > 0 else 1.0, dtype=torch.float32)  # ()
-    x8 = (x.float() / descale).clamp(-top, top).to(dt)  # x's shape, fp8
-    return x8, descale
+    if layout == "tensor":
+        amax = float(x.float().abs().max()) if x.numel() else 0.0
+        descale = torch.tensor(amax / top if amax > 0 else 1.0, dtype=torch.float32)  # ()
+        return (x.float() / descale).clamp(-top, top).to(dt), descale  # x's shape, fp8
+    hkv = hkv or x.shape[1]
+    a = x.float().abs().unflatten(1, (hkv, x.shape[1] // hkv))  # (total, hkv, group, d)
+    if layout == "kv_head":
+        amax = a.amax(dim=(0, 2, 3))  # (hkv,)
+    else:
+        amax = torch.stack([part.amax(dim=(0, 2, 3)) for part in a.split(list(lens))])  # (B, hkv)
+    descale = torch.where(amax > 0, amax.double() / top, 1.0).float()  # (hkv,) or (B, hkv)
+    per_row = descale_rows(descale, lens, x.shape[1]).float()  # (total, heads, 1)
+    return (x.float() / per_row).clamp(-top, top).to(dt), descale
+
+
+def descale_rows(descale, lens, heads: int):
+    """A descale as it applies to each element of a packed ``(total, heads, d)`` tensor, broadcastable to it:
+    ``()`` stays ``()``; ``(hkv,)`` becomes ``(1, heads, 1)`` and ``(B, hkv)`` ``(total, heads, 1)`` (``lens``:
+    rows per sequence), head ``h`` taking kv head ``h // (heads // hkv)``'s descale."""
+    if descale.dim() == 0:
+        return descale
+    d = descale[None, :] if descale.dim() == 1 else descale.repeat_interleave(torch.tensor(list(lens), device=descale.device), dim=0)
+    return d.repeat_interleave(heads // d.shape[1], dim=1)[..., None]  # (1 or total, heads, 1)
 
 
 def paged_layout(k, v, k_lens: list, page_size: int, seed: int):
@@ -645,12 +707,13 @@ def padded_layout(k, v, k_lens: list, capacity: int):
     return k_cache, v_cache, torch.tensor(k_lens, dtype=torch.int32, device=k.device)
 
 
-def dequantize_fp8(x, descale, dtype):
-    """The values ``x`` stands for, in ``dtype``: ``x`` times ``descale`` (a float32 scalar ``()``, or None:
-    ``x`` not quantized, only cast) computed in float64 (exact for an fp8 value) and rounded once to ``dtype``."""
+def dequantize_fp8(x, descale, dtype, lens=None):
+    """The values packed ``x`` ``(total, heads, d)`` stands for, in ``dtype``: ``x`` times ``descale`` (float32
+    ``()``, ``(hkv,)`` or ``(B, hkv)`` with ``lens`` the rows per sequence, as :func:`quantize_fp8` gives it; or
+    None: ``x`` not quantized, only cast) computed in float64 (exact for an fp8 value) and rounded once to ``dtype``."""
     if descale is None:
         return x.to(dtype)
-    return (x.to(torch.float64) * descale.to(x.device, torch.float64)).to(dtype)
+    return (x.to(torch.float64) * descale_rows(descale.to(x.device, torch.float64), lens, x.shape[1])).to(dtype)
 
 
 def window_pages(lo, hi, sk: int, page_size: int):

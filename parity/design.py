@@ -343,6 +343,9 @@ LADDER: tuple[tuple[str, object], ...] = (
     ("softcap", lambda c: dataclasses.replace(c, softcap=None)),
     ("sinks", lambda c: dataclasses.replace(c, sinks=False)),
     ("dtype", lambda c: dataclasses.replace(c, dtype=_half(c)) if c.dtype == "float32" else c),
+    # e5m2 -> e4m3 (FA3 takes no e5m2); descales per head or sequence -> per tensor (FlashInfer's k_scale / v_scale)
+    ("fp8_dtype", lambda c: dataclasses.replace(c, kv_dtype="float8_e4m3fn") if c.kv_dtype not in (None, "float8_e4m3fn") else c),
+    ("fp8_scales", lambda c: dataclasses.replace(c, fp8_scales="tensor")),
     # an fp8 KV cache with the query in float16 / bfloat16: the form FA3 takes (fp8 query, bfloat16 output)
     ("fp8", lambda c: dataclasses.replace(c, q_fp8=True, dtype="bfloat16") if c.kv_dtype is not None and not c.q_fp8 else c),
     ("align", lambda c: dataclasses.replace(c, window=Window(c.window.left, c.window.right))),

@@ -196,9 +196,9 @@ def _batched_inputs(case: Case, base: Inputs, n: int, v: torch.Tensor, device: t
         v,
         torch.tensor(cq, dtype=torch.int32, device=dev),
         torch.tensor(ck, dtype=torch.int32, device=dev),
-        q_descale=base.q_descale,
-        k_descale=base.k_descale,
-        v_descale=_unit(base.v_descale),  # fp8 V: the probe's values (0, +-1) are exact, their descale 1
+        q_descale=_tile(base.q_descale, n),  # per-sequence descales (B, hkv): one row per sequence of the batch
+        k_descale=_tile(base.k_descale, n),
+        v_descale=_unit(_tile(base.v_descale, n)),  # fp8 V: the probe's values (0, +-1) are exact, their descale 1
         sinks=base.sinks,  # a sink lowers every visible key's weight alike: the softmax stays uniform over them
     )
     return probe if str(device) == str(dev) else probe.to(device)
@@ -219,6 +219,12 @@ def values_inputs(case: Case, base: Inputs, passes: list[PassValues], device: to
         keep = (ch >= 0).nonzero().flatten()  # (keys,)
         v[(t * tk + keep).to(dev), :, ch[keep].to(dev)] = sign[keep].to(dev, build)[:, None].expand(-1, hkv)
     return _batched_inputs(case, base, n, v.to(base.v.dtype), device)
+
+
+def _tile(descale: torch.Tensor | None, n: int) -> torch.Tensor | None:
+    """A descale of the case's batch for its sequences repeated ``n`` times: per-sequence ``(B, hkv)`` ones
+    repeated to ``(n*B, hkv)``; others (``()``, ``(hkv,)``, None) as they are."""
+    return descale.repeat(n, 1) if descale is not None and descale.dim() == 2 else descale
 
 
 def _unit(descale: torch.Tensor | None) -> torch.Tensor | None:
@@ -810,6 +816,10 @@ def _scaled_first(case: Case, dec: _Decoded, lo: int, hi: int, base: Inputs) -> 
 def run_gqa_probe(case: Case, run: RunFn, device: torch.device | str, base: Inputs | None = None) -> ProbeResult:
     if case.hkv == 1:
         return ProbeResult("n/a", "one kv head (MQA): nothing to map")
+    if case.kv_dtype is not None:  # V = kv head + 1 in the cache's fp8 dtype: every value must be exact there
+        heads = torch.arange(1, case.hkv + 1, dtype=torch.float32)  # (hkv,)
+        if not torch.equal(heads.to(getattr(torch, case.kv_dtype)).float(), heads):
+            return ProbeResult("n/a", f"kv heads 1..{case.hkv} are not all exact in {case.kv_dtype}: no GQA probe values")
     return decode_gqa(case, run(gqa_probe_inputs(case, device, base)))
 
 

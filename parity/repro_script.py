@@ -34,7 +34,8 @@ exits 2 before anything runs, as before.
 fp8 cases (``case.kv_dtype``): ``KV_DTYPE`` / ``Q_FP8``, ``quantize_fp8`` and ``dequantize_fp8`` copied
 from :mod:`parity.case` and ``round_p_fp8`` from :mod:`parity.reference`; ``backend_inputs()`` quantizes
 as ``make_inputs`` does, the template defines ``attention(q, k, v, descales)`` (:data:`FP8_SIGNATURE`:
-``descales`` = ``(q_descale or None, k_descale, v_descale)``, float32 scalars on ``DEVICE``), the float64
+``descales`` = ``(q_descale or None, k_descale, v_descale)``, float32 on ``DEVICE``, laid out as ``FP8_SCALES``
+says: ``()``, ``(hkv,)`` or ``(B, hkv)``; ``descale_rows`` copied too), the float64
 reference computes on the dequantized values and the same-dtype baseline rounds P to e4m3 (docs/fp8.md).
 
 The read probe (``build_script(..., reads="paged" | "padded")``, rows the harness read-probes):
@@ -64,6 +65,7 @@ from .case import (
     UNREFERENCED_PAGES,
     Case,
     dequantize_fp8,
+    descale_rows,
     draw_args,
     draw_qkv,
     draw_sinks,
@@ -128,6 +130,7 @@ def case_constants(case: Case, device: str, reads: str | None = None) -> str:
         SINKS = {sinks!r}  # learned sink logit per query head, natural-log units, unscaled (None: no sinks)
         KV_DTYPE = {case.kv_dtype!r}  # fp8 KV cache: k and v quantized to it, one per-tensor descale each (None: off)
         Q_FP8 = {case.q_fp8!r}  # the query quantized too (with KV_DTYPE)
+        FP8_SCALES = {case.fp8_scales!r}  # the descales' layout: 'tensor' (), 'kv_head' (HKV,), 'batch_kv_head' (B, HKV)
         READ_PROBE = {reads!r}  # the read probe's cache: 'paged' / 'padded' (NaN where an engine holds garbage); None: not run
         SEED = {case.seed}
         DEVICE = {device!r}
@@ -149,7 +152,7 @@ def input_code(case: Case) -> str:
     if case.page_size is not None:
         parts.append(inspect.getsource(paged_layout))
     if case.kv_dtype is not None:
-        parts += [inspect.getsource(quantize_fp8), inspect.getsource(dequantize_fp8)]
+        parts += [inspect.getsource(quantize_fp8), inspect.getsource(descale_rows), inspect.getsource(dequantize_fp8)]
         parts.append(
             f"P_FP8_OFFSET = {P_FP8_OFFSET!r}  # the baseline's fp8 P: P x 2**8 in fp8, as FA3's fp8 P @ V\n\n\n"
             + inspect.getsource(round_p_fp8)
@@ -232,6 +235,14 @@ def docstring(meta: dict[str, Any]) -> str:
     return f'"""{text}\n"""\n'
 
 
+#: The docstring's words for each descale layout (``Case.fp8_scales``).
+SCALE_WORDS = {
+    "tensor": "one per-tensor descale",
+    "kv_head": "one descale per kv head (HKV,)",
+    "batch_kv_head": "one descale per sequence and kv head (B, HKV)",
+}
+
+
 def feature_lines(meta: dict[str, Any]) -> list[str]:
     """The docstring's words on the fp8 inputs and the read probe, where the script has them."""
     lines: list[str] = []
@@ -239,10 +250,11 @@ def feature_lines(meta: dict[str, Any]) -> list[str]:
         quantized = "q, k and v" if meta.get("q_fp8") else "k and v"
         lines += [
             "",
-            f"fp8 inputs: {quantized} quantized to {meta['kv_dtype']} with one per-tensor descale each (amax / the fp8",
-            "maximum, as the harness's quantize_fp8), passed to the backend with the descales as the harness passes them;",
+            f"fp8 inputs: {quantized} quantized to {meta['kv_dtype']} with {SCALE_WORDS[meta.get('fp8_scales', 'tensor')]} each",
+            "(amax / the fp8 maximum, as the harness's quantize_fp8), passed to the backend with the descales as the harness",
+            "passes them;",
             "the float64 reference computes on the dequantized values (each fp8 value x its descale), and the",
-            "same-dtype baseline rounds the probabilities to e4m3 (P x 2**8) before P @ V, as the harness's budget does.",
+            "same-dtype baseline rounds the probabilities to the fp8 dtype (P x 2**8) before P @ V, as the harness's budget does.",
         ]
     if meta.get("reads"):
         where = (
@@ -272,7 +284,7 @@ def build_script(case: Case, call: str, device: str, meta: dict[str, Any], grad:
         raise ValueError(f"reads must be None, 'paged' or 'padded', got {reads!r}")
     if case.kv_dtype is not None and FP8_SIGNATURE not in call:
         raise ValueError(f"an fp8 case's call must define {FP8_SIGNATURE}: (the descales as the harness passes them)")
-    meta = {**meta, "reads": reads, "kv_dtype": case.kv_dtype, "q_fp8": case.q_fp8}
+    meta = {**meta, "reads": reads, "kv_dtype": case.kv_dtype, "q_fp8": case.q_fp8, "fp8_scales": case.fp8_scales}
     parts = [
         docstring(meta),
         "from __future__ import annotations\n\nimport math\nimport os\nimport sys\n\nimport torch\n",
@@ -334,13 +346,14 @@ COMMON = '''
 
 def backend_inputs():
     """q, k, v as the harness hands them to the backend, on the CPU, and the descales: fp8 cases
-    quantized per tensor (k and v, q where Q_FP8), (q_descale or None, k_descale, v_descale); else None."""
+    quantized with descales laid out as FP8_SCALES (k and v, q where Q_FP8), (q_descale or None, k_descale,
+    v_descale); else None."""
     q, k, v = draw_qkv(**DRAW_ARGS)  # in DTYPE
     if KV_DTYPE is None:
         return q, k, v, None
-    k, kd = quantize_fp8(k, KV_DTYPE)
-    v, vd = quantize_fp8(v, KV_DTYPE)
-    q, qd = quantize_fp8(q, KV_DTYPE) if Q_FP8 else (q, None)
+    k, kd = quantize_fp8(k, KV_DTYPE, FP8_SCALES, K_LENS, HKV)
+    v, vd = quantize_fp8(v, KV_DTYPE, FP8_SCALES, K_LENS, HKV)
+    q, qd = quantize_fp8(q, KV_DTYPE, FP8_SCALES, Q_LENS, HKV) if Q_FP8 else (q, None)
     return q, k, v, (qd, kd, vd)
 
 
@@ -348,11 +361,11 @@ def values(q, k, v, descales, dtype):
     """The values the inputs stand for, in ``dtype``: each fp8 tensor x its descale (exact in float64), rounded once."""
     if descales is None:
         return q.to(dtype), k.to(dtype), v.to(dtype)
-    return tuple(dequantize_fp8(x, d, dtype) for x, d in zip((q, k, v), descales))
+    return tuple(dequantize_fp8(x, d, dtype, lens) for x, d, lens in zip((q, k, v), descales, (Q_LENS, K_LENS, K_LENS)))
 
 
 def call(q, k, v, descales=None):
-    """The backend's call on DEVICE; an fp8 case's also gets the descales (float32 scalars on DEVICE)."""
+    """The backend's call on DEVICE; an fp8 case's also gets the descales (float32, laid out as FP8_SCALES, on DEVICE)."""
     q, k, v = q.to(DEVICE), k.to(DEVICE), v.to(DEVICE)
     if descales is None:
         return attention(q, k, v)

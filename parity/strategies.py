@@ -350,15 +350,22 @@ def fp8_variants(cases: Sequence[Case], every: int = FP8_EVERY) -> list[Case]:
 
 def fp8_edge_cases() -> list[Case]:
     """fp8 KV cases every profile runs: paged decode and chunked prefill against a window, with the query in
-    the case's dtype (FlashInfer's batch decode / prefill) and in fp8 (vLLM's FA3); head dims 64 / 128."""
+    the case's dtype (FlashInfer's batch decode / prefill) and in fp8 (vLLM's FA3); head dims 64 / 128. Then
+    descales as engines pass them (``fp8_scales``, GQA so a kv head's descale serves several query heads):
+    per kv head in a chunked prefill and per (sequence, kv head) in a paged decode, both in FA3's form (fp8
+    query, bfloat16), and an e5m2 cache in FlashInfer's (a float16 query, per-tensor scales)."""
     fp8 = "float8_e4m3fn"
     decode = Case((1, 1, 1), (300, 77, 129), 8, 2, 128, "bfloat16", Window.tokens(64), page_size=16, kv_dtype=fp8, seed=3000)
     chunk = Case((16, 40), (200, 40), 4, 1, 64, "float16", Window(31, 0), kv_dtype=fp8, seed=3002)
+    qkv = dict(dtype="bfloat16", kv_dtype=fp8, q_fp8=True)
     return [
         decode,
         dataclasses.replace(decode, q_fp8=True, seed=3001),
         chunk,
         dataclasses.replace(chunk, dtype="bfloat16", q_fp8=True, seed=3003),
+        Case((16, 24), (96, 24), 8, 4, 64, window=Window(31, 0), fp8_scales="kv_head", seed=3004, **qkv),
+        Case((1, 1, 1), (200, 77, 129), 8, 4, 128, window=Window.tokens(64), page_size=16, fp8_scales="batch_kv_head", seed=3005, **qkv),
+        Case((1, 1), (150, 90), 8, 2, 128, "float16", Window.tokens(48), page_size=16, kv_dtype="float8_e5m2", seed=3006),
     ]
 
 

@@ -51,7 +51,7 @@ def test_fields_default_off_and_keep_ids_and_json():
 @pytest.mark.parametrize(
     "kw, words",
     [
-        (dict(kv_dtype="float8_e5m2"), "one of float8_e4m3fn"),
+        (dict(kv_dtype="float8_e4m3fnuz"), "one of float8_e4m3fn, float8_e5m2"),
         (dict(kv_dtype="int8"), "one of float8_e4m3fn"),
         (dict(kv_dtype=E4M3, dtype="float32"), "float16 or bfloat16"),
         (dict(q_fp8=True), "needs Case.kv_dtype"),

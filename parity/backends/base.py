@@ -7,10 +7,11 @@ A backend is a small class (one file each) with
 * ``unavailable_reason()``: ``None`` when it can run here, else why not (missing
   package, no GPU, ...). Optional packages are imported here or in ``run``, never
   at module import, so ``import parity`` works with torch alone;
-* ``kv_dtypes`` / ``fp8_queries``: the fp8 KV dtypes ``run`` reads (``case.kv_dtype``: ``inputs.k`` /
-  ``inputs.v`` then hold fp8 values and ``inputs.k_descale`` / ``v_descale`` their per-tensor
-  descales) and whether it takes an fp8 query too (``case.q_fp8``); other backends get those
-  cases recorded as unsupported (:func:`fp8_reason`);
+* ``kv_dtypes`` / ``fp8_queries`` / ``fp8_scale_layouts``: the fp8 KV dtypes ``run`` reads
+  (``case.kv_dtype``: ``inputs.k`` / ``inputs.v`` then hold fp8 values and ``inputs.k_descale`` /
+  ``v_descale`` their descales), whether it takes an fp8 query too (``case.q_fp8``), and the descale
+  layouts it takes (``case.fp8_scales``: per tensor ``()``, per kv head ``(hkv,)``, per sequence and
+  kv head ``(B, hkv)``); other backends get those cases recorded as unsupported (:func:`fp8_reason`);
 * ``unsupported_reason(case)``: ``None`` when it can run ``case``, else why not
   (head dim, dtype, alignment, ...). Unsupported is a recorded outcome, never a pass
   and never a silent fallback to another code path;
@@ -123,6 +124,8 @@ class Backend:
     kv_dtypes: tuple[str, ...] = ()
     #: True when ``run`` also takes an fp8 query (``case.q_fp8``: ``inputs.q`` fp8, ``inputs.q_descale``).
     fp8_queries: bool = False
+    #: The fp8 descale layouts ``run`` takes (``case.fp8_scales``, :data:`parity.case.FP8_SCALES`); per tensor only by default.
+    fp8_scale_layouts: tuple[str, ...] = ("tensor",)
     #: True when :meth:`backward` gives this backend's gradients (``parity run --grad``).
     supports_grad: bool = False
     #: Why a backend without ``supports_grad`` has no backward (the ``unsupported`` reason).
@@ -238,11 +241,16 @@ class Backend:
 def fp8_reason(backend: object, case: Case) -> str | None:
     """Why ``backend`` cannot take ``case``'s fp8 inputs (its ``kv_dtypes`` / ``fp8_queries``); ``None`` if it can."""
     takes = tuple(getattr(backend, "kv_dtypes", ()))
+    name = getattr(backend, "name", type(backend).__name__)
     if case.kv_dtype is not None and case.kv_dtype not in takes:
-        name = getattr(backend, "name", type(backend).__name__)
-        return f"{name} has no fp8 KV path (case has kv_dtype={case.kv_dtype}; it takes {', '.join(takes) or 'none'})"
+        if takes:
+            return f"{name} takes no {case.kv_dtype} KV cache (it takes {', '.join(takes)})"
+        return f"{name} has no fp8 KV path (case has kv_dtype={case.kv_dtype}; it takes none)"
     if case.q_fp8 and not getattr(backend, "fp8_queries", False):
-        return f"{getattr(backend, 'name', type(backend).__name__)} takes no fp8 query (case has q_fp8)"
+        return f"{name} takes no fp8 query (case has q_fp8)"
+    layouts = tuple(getattr(backend, "fp8_scale_layouts", ("tensor",)))
+    if case.kv_dtype is not None and case.fp8_scales not in layouts:
+        return f"{name} takes fp8 descales laid out {', '.join(layouts)} only (case has fp8_scales={case.fp8_scales})"
     return None
 
 

@@ -33,6 +33,15 @@ from .torch_fa2 import FA2_REFUSALS, fa2_case_reason, fa2_window
 flash_window = fa2_window
 
 
+def fa3_descale(d, batch: int, hkv: int):
+    """A descale as FA3's ``q_descale`` / ``k_descale`` / ``v_descale`` ``(B, hkv)`` float32: per tensor ``()``
+    and per kv head ``(hkv,)`` expanded (stride 0 where they repeat, as vLLM expands its layer scales), per
+    sequence and kv head ``(B, hkv)`` as it is."""
+    if d.dim() == 2:
+        return d  # (B, hkv)
+    return (d.reshape(1, 1) if d.dim() == 0 else d.reshape(1, hkv)).expand(batch, hkv)  # (B, hkv)
+
+
 def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, module="flash_attn", descales=None, return_lse=False):
     """The flash-attn package's ``flash_attn_func`` (``dense``: one ``(Sq, Sk)`` for every sequence) or
     ``flash_attn_varlen_func`` (``cu_seqlens_q`` / ``cu_seqlens_k``) on a packed batch.
@@ -40,8 +49,8 @@ def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, d
     ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)``; returns ``(total_q, hq, d)``.
     ``window_size``: ``(left, right)``, inclusive, bottom-right aligned, ``-1`` = unbounded; ``causal``
     stays False. ``module``: ``flash_attn`` (FA2) or ``flash_attn_interface`` (FA3, Hopper). ``descales``:
-    fp8 ``q`` / ``k`` / ``v`` (FA3), their per-tensor ``(q_descale, k_descale, v_descale)`` float32 scalars,
-    passed expanded to the ``(B, hkv)`` FA3 takes.
+    fp8 ``q`` / ``k`` / ``v`` (FA3), their ``(q_descale, k_descale, v_descale)`` float32 descales as the
+    harness lays them out (``()``, ``(hkv,)`` or ``(B, hkv)``), passed as the ``(B, hkv)`` FA3 takes (:func:`fa3_descale`).
     stays False. ``module``: ``flash_attn`` (FA2) or ``flash_attn_interface`` (FA3, Hopper). ``return_lse``:
     ``return_attn_probs=True`` (FA2: ``(out, softmax_lse, S_dmask)``; FA3: ``(out, softmax_lse)``) and
     ``(out, softmax_lse)`` returned, the LSE as it comes (``(B, hq, Sq)`` dense, ``(hq, total_q)`` varlen).
@@ -50,8 +59,8 @@ def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, d
 
     mod = importlib.import_module(module)
     kw = dict(softmax_scale=scale, causal=False, window_size=window_size, softcap=softcap)
-    if descales is not None:  # (B, hkv) float32 each, stride 0: one scale per tensor
-        kw.update({f"{n}_descale": d.reshape(1, 1).expand(len(q_lens), k.shape[-2]) for n, d in zip("qkv", descales)})
+    if descales is not None:  # (B, hkv) float32 each
+        kw.update({f"{n}_descale": fa3_descale(d, len(q_lens), k.shape[-2]) for n, d in zip("qkv", descales)})
     if return_lse:
         kw.update(return_attn_probs=True)
     if dense:
@@ -157,7 +166,7 @@ class FlashAttnBackend(Backend):
 
     def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, return_lse: bool):
         kw = self._kw(case)
-        if inputs.k_descale is not None:  # fp8 q/k/v (FA3: kv_dtypes): () float32 descales each
+        if inputs.k_descale is not None:  # fp8 q/k/v (FA3: kv_dtypes): float32 descales, () / (hkv,) / (B, hkv) each
             kw.update(descales=(inputs.q_descale, inputs.k_descale, inputs.v_descale))
         with refusals(FA2_REFUSALS, self.module):
             got = flash_attn_attention(
@@ -190,7 +199,7 @@ class FlashAttnBackend(Backend):
         kw = self._kw(case)
         args, fp8 = ("q, k, v, descales", ", descales=descales") if case.kv_dtype is not None else ("q, k, v", "")
         return embed(
-            [cu_seqlens, flash_attn_attention],
+            [cu_seqlens, fa3_descale, flash_attn_attention],
             f"""\
             def attention({args}):
                 # flash-attn's window_size: (left, right), inclusive, bottom-right aligned; -1 = unbounded
@@ -265,7 +274,8 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
 class FlashAttn3Backend(FlashAttnBackend):
     """FA3 also takes fp8 e4m3 ``q``, ``k`` and ``v`` (all three: "query and key must have the same dtype")
     with ``q_descale`` / ``k_descale`` / ``v_descale`` ``(B, hkv)`` float32, and writes bfloat16 then
-    ("For FP8 input, output must have dtype BF16"): fp8 cases with ``q_fp8`` and dtype bfloat16."""
+    ("For FP8 input, output must have dtype BF16"): fp8 cases with ``q_fp8`` and dtype bfloat16. Every
+    descale layout (``case.fp8_scales``) becomes that ``(B, hkv)`` (:func:`fa3_descale`); e5m2 is refused."""
 
     name = "fa3-cuda"
     module = "flash_attn_interface"
@@ -273,8 +283,11 @@ class FlashAttn3Backend(FlashAttnBackend):
     description = "flash_attn_interface.flash_attn_func / flash_attn_varlen_func (FA3, Hopper)"
     kv_dtypes = ("float8_e4m3fn",)
     fp8_queries = True
+    fp8_scale_layouts = ("tensor", "kv_head", "batch_kv_head")  # all as (B, hkv) descales
 
     def unsupported_reason(self, case: Case) -> str | None:
+        if case.kv_dtype is not None and case.kv_dtype != "float8_e4m3fn":
+            return f"FA3 takes fp8 e4m3 only ('FlashAttention only supports fp16, bf16, and fp8_e4m3 data type'), not {case.kv_dtype}"
         if case.kv_dtype is not None and not case.q_fp8:
             return "FA3 takes fp8 K/V only with an fp8 query (q, k, v one dtype): needs q_fp8"
         if case.kv_dtype is not None and case.dtype != "bfloat16":

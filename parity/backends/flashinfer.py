@@ -46,11 +46,13 @@ be greater than or equal to qo_len". Softcap is
 ``Sk - 1 - window_left .. Sk - 1``, so any right side is exact (no key lies beyond
 ``Sk - 1``) and only ``window_left`` is passed (:func:`flashinfer_decode_window`).
 
-fp8 KV (``case.kv_dtype`` e4m3, the query in the case's dtype): the fp8 ``k`` / ``v`` (or paged caches)
+fp8 KV (``case.kv_dtype`` e4m3 or e5m2, the query in the case's dtype): the fp8 ``k`` / ``v`` (or paged caches)
 with ``kv_data_type`` their dtype in ``plan``, and the per-tensor descales as ``k_scale`` / ``v_scale``
 floats of ``run`` (``single_prefill_with_kv_cache``'s own keywords), as vLLM's FlashInfer backend passes
 ``layer._k_scale_float``; FlashInfer folds ``k_scale`` into ``sm_scale`` and multiplies the output by
-``v_scale``. fp8 queries are not taken (``q_scale`` belongs to its fa3 / trtllm-gen paths).
+``v_scale``. fp8 queries are not taken (``q_scale`` belongs to its fa3 / trtllm-gen paths), nor descales
+per kv head or per sequence (``case.fp8_scales``, :func:`flashinfer_fp8_reason`): these kernels take one
+float each, and the per-head ``scale_q`` / ``scale_k`` / ``scale_v`` tensors belong to the fa3 fp8-query prefill.
 Learned sinks (``Case.sinks``): ``flashinfer-paged-cuda`` runs sink cases through
 ``BatchAttentionWithAttentionSinkWrapper`` (FlashInfer's AttentionSink variant: constructor with
 ``window_left``, ``plan`` like the paged prefill wrapper's, ``run(q, (k_cache, v_cache), sink,
@@ -293,6 +295,16 @@ def flashinfer_jit_reason() -> str | None:
     )
 
 
+def flashinfer_fp8_reason(case: Case) -> str | None:
+    """Why the FlashInfer calls here cannot take ``case``'s fp8 descale layout (``case.fp8_scales``); None if they can."""
+    if case.kv_dtype is None or case.fp8_scales == "tensor":
+        return None
+    return (
+        f"FlashInfer's fa2 prefill / decode take k_scale / v_scale as one float each, not descales per {case.fp8_scales} "
+        "(its per-head scale_k / scale_v tensors belong to the fa3 fp8-query prefill, not called here)"
+    )
+
+
 def kv_scales(inputs: Inputs) -> tuple[float, float] | None:
     """FlashInfer's ``(k_scale, v_scale)`` of fp8 inputs (the per-tensor descales as floats); None otherwise."""
     return None if inputs.k_descale is None else (inputs.descale("k"), inputs.descale("v"))
@@ -304,7 +316,7 @@ class FlashInferBackend(Backend):
     first_use_compile = True  # an SM90 prefill module took over 4 minutes with 14 lanes compiling (12-06c)
     no_grad_reason = "FlashInfer is an inference library (forward only): no backward"
     device = "cuda"
-    kv_dtypes = ("float8_e4m3fn",)  # kv_data_type / k_scale / v_scale; the query stays in the case's dtype
+    kv_dtypes = ("float8_e4m3fn", "float8_e5m2")  # kv_data_type / k_scale / v_scale; the query stays in the case's dtype
     no_sinks = "single_prefill_with_kv_cache takes no sinks (flashinfer-paged-cuda runs BatchAttentionWithAttentionSinkWrapper)"
     no_chunk = "FlashInfer has no chunked local attention (attention_chunk)"
     description = "flashinfer.single_prefill_with_kv_cache with window_left"
@@ -324,6 +336,8 @@ class FlashInferBackend(Backend):
     def unsupported_reason(self, case: Case) -> str | None:
         if case.dtype not in HALF_DTYPES:
             return f"FlashInfer prefill takes float16/bfloat16, not {case.dtype}"
+        if r := flashinfer_fp8_reason(case):
+            return r
         try:
             for sq, sk in zip(case.q_lens, case.k_lens):
                 flashinfer_window(case.window, sq, sk)
@@ -544,6 +558,8 @@ class FlashInferDecodeBackend(FlashInferPagedBackend):
     def unsupported_reason(self, case: Case) -> str | None:
         if case.dtype not in HALF_DTYPES:
             return f"FlashInfer decode takes float16/bfloat16, not {case.dtype}"
+        if r := flashinfer_fp8_reason(case):
+            return r
         try:
             for sq, sk in zip(case.q_lens, case.k_lens):
                 flashinfer_decode_window(case.window, sq, sk)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..case import FP8_DTYPES, Case, Inputs, pages_seen
+from ..case import FP8_DTYPES, FP8_SCALES, Case, Inputs, pages_seen
 from ..memory import paged_bytes, paged_keys
 from ..reference import attention_reference, reference_workspace_bytes
 from .base import Backend, cuda_unavailable_reason
@@ -18,6 +18,7 @@ class ReferenceBackend(Backend):
     description = "naive banded attention in float64, rounded to the case dtype"
     supports_paged = True
     kv_dtypes = tuple(FP8_DTYPES)  # fp8 inputs: the reference of their dequantized values (a sanity check, not a kernel test)
+    fp8_scale_layouts = FP8_SCALES  # every descale layout: per element (Inputs.dequantized)
     fp8_queries = True
     supports_sinks = True
     supports_chunk = True

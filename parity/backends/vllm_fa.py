@@ -43,8 +43,9 @@ bfloat16 (FA3 also takes fp8, not float32), head dims that are not a multiple of
 256).
 
 fp8 (``vllm-fa3-cuda``, ``case.kv_dtype`` e4m3 with ``case.q_fp8``): fp8 ``q`` / ``k`` / ``v`` (or the
-fp8 paged cache) and ``q_descale`` / ``k_descale`` / ``v_descale``, the per-tensor descales expanded to
-``(B, hkv)`` as vLLM expands its layer scales; FA3 takes fp8 only for all three inputs and writes
+fp8 paged cache) and ``q_descale`` / ``k_descale`` / ``v_descale`` ``(B, hkv)``: per-tensor descales expanded
+as vLLM expands its layer scales, per-kv-head ones along the batch, per-(sequence, kv head) ones as they are
+(``case.fp8_scales``); e5m2 is refused (FA3 takes e4m3 only); FA3 takes fp8 only for all three inputs and writes
 bfloat16 output, so an fp8 KV without an fp8 query and float16 cases are unsupported. FA2: no fp8.
 Learned sinks: FA3's ``s_aux`` ``(hq,)`` (gpt-oss), passed in bfloat16 as vLLM's FA3 build asks
 ("We only support bf16 dtype for S aux."; the harness's sinks are bfloat16 values); Hopper only,
@@ -129,6 +130,15 @@ def takes_attention_chunk(name: str = "attention_chunk") -> bool:
         return False
 
 
+def vllm_descale(d, batch: int, hkv: int):
+    """A descale as FA3's ``q_descale`` / ``k_descale`` / ``v_descale`` ``(B, hkv)`` float32: per tensor ``()``
+    expanded as vLLM expands ``layer._q_scale`` (``expand((num_seqs, num_kv_heads))``, stride 0), per kv
+    head ``(hkv,)`` expanded along the batch, per sequence and kv head ``(B, hkv)`` as it is."""
+    if d.dim() == 2:
+        return d  # (B, hkv)
+    return (d.reshape(1, 1) if d.dim() == 0 else d.reshape(1, hkv)).expand(batch, hkv)  # (B, hkv)
+
+
 def vllm_fa_attention(
     q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None, descales=None,
     s_aux=None, attention_chunk=None, return_lse=False,
@@ -139,9 +149,10 @@ def vllm_fa_attention(
     ``block_table`` ``(B, max_pages)`` int32 and ``seqused_k`` ``(B,)`` int32 the paged caches
     ``(pages, page_size, hkv, d)``. ``out`` ``(total_q, hq, d)``: passed as vLLM passes its output
     buffer, and returned. ``window_size``: ``(left, right)``, inclusive, bottom-right aligned, ``-1`` =
-    unbounded; ``causal=True`` forces ``right = 0``. ``descales``: fp8 inputs (FA3), the per-tensor
-    ``(q_descale, k_descale, v_descale)`` float32 scalars, passed as vLLM passes its layer scales:
-    expanded to ``(B, hkv)``. ``s_aux``: ``(hq,)`` sink logits (FA3), or None; ``attention_chunk``: chunk
+    unbounded; ``causal=True`` forces ``right = 0``. ``descales``: fp8 inputs (FA3), the ``(q_descale,
+    k_descale, v_descale)`` float32 descales as the harness lays them out (``()``, ``(hkv,)`` or ``(B, hkv)``),
+    passed as the ``(B, hkv)`` FA3 takes (:func:`vllm_descale`; a per-tensor one expanded as vLLM expands its
+    layer scales). ``s_aux``: ``(hq,)`` sink logits (FA3), or None; ``attention_chunk``: chunk
     size, or None (passed only when given). ``return_lse``: ``return_softmax_lse=True``, and
     ``(out, softmax_lse)`` returned, the LSE as the library gives it (``(hq, total_q)``, natural log).
     """
@@ -159,9 +170,8 @@ def vllm_fa_attention(
         fa_version=fa_version,
         out=out,  # (total_q, hq, d)
     )
-    if descales is not None:  # (B, hkv) float32 each, stride 0: one scale per tensor
-        shape = (len(q_lens), k.shape[-2])
-        kw.update({f"{n}_descale": d.reshape(1, 1).expand(shape) for n, d in zip("qkv", descales)})
+    if descales is not None:  # (B, hkv) float32 each
+        kw.update({f"{n}_descale": vllm_descale(d, len(q_lens), k.shape[-2]) for n, d in zip("qkv", descales)})
     if s_aux is not None:
         kw["s_aux"] = s_aux.to(device=q.device, dtype=torch.bfloat16).contiguous()  # (hq,)
     if attention_chunk is not None:
@@ -232,6 +242,9 @@ class VllmFa2Backend(Backend):
             return f"vLLM's FlashAttention takes float16/bfloat16 here, not {case.dtype}"
         if case.head_dim % 8 or case.head_dim > 256:
             return f"head_dim {case.head_dim}: vLLM's FlashAttention needs a multiple of 8 up to 256"
+        if case.kv_dtype is not None and self.fa_version == 3 and case.kv_dtype != "float8_e4m3fn":
+            why = "its check: 'FlashAttention only supports fp16, bf16, and fp8_e4m3 data type'"
+            return f"FA3 takes fp8 e4m3 only ({why}), not {case.kv_dtype}"
         if case.kv_dtype is not None and self.fa_version == 3 and not case.q_fp8:
             return "FA3 takes fp8 K/V only with an fp8 query (q, k, v one dtype; vLLM quantizes q for its fp8 cache): needs q_fp8"
         if case.kv_dtype is not None and self.fa_version == 3 and case.dtype != "bfloat16":
@@ -309,7 +322,7 @@ class VllmFa2Backend(Backend):
         if case.kv_dtype is not None:  # fp8 (FA3): the descales as run passes them; the output in DTYPE (bfloat16), not q's fp8
             args, pages = "q, k, v, descales", pages + ", descales=descales"
         return embed(
-            [cu_seqlens, vllm_fa_attention],
+            [cu_seqlens, vllm_descale, vllm_fa_attention],
             f"""\
             def attention({args}):
                 {paged}
@@ -332,6 +345,7 @@ class VllmFa3Backend(VllmFa2Backend):
     fa_version = 3
     kv_dtypes = ("float8_e4m3fn",)  # q_descale / k_descale / v_descale, an fp8 query with it (unsupported_reason)
     fp8_queries = True
+    fp8_scale_layouts = ("tensor", "kv_head", "batch_kv_head")  # all as (B, hkv) descales (vllm_descale)
     supports_sinks = True  # s_aux
     no_sinks = ""
     description = "vllm.vllm_flash_attn flash_attn_varlen_func(fa_version=3, Hopper): cu_seqlens_q, block_table + seqused_k for paged KV"

@@ -22,7 +22,7 @@ import torch
 
 from ..backends.base import Backend
 from ..backends.torch_fa2 import TorchFa2Backend
-from ..case import FP8_DTYPES, Case, Inputs
+from ..case import FP8_DTYPES, FP8_SCALES, Case, Inputs, descale_rows
 
 NEG_INF = float("-inf")
 
@@ -35,6 +35,7 @@ class EagerAttention(Backend):
     description = "self-test: eager float32 attention with prefill/decode/paged paths (honest base of the planted bugs)"
     supports_paged = True
     kv_dtypes = tuple(FP8_DTYPES)  # fp8 K/V (and q): dequantized on load, as an engine's fallback does
+    fp8_scale_layouts = FP8_SCALES  # every descale layout: per element (Inputs.dequantized)
     fp8_queries = True
     supports_sinks = True
     supports_chunk = True
@@ -655,8 +656,41 @@ class Fp8DescaleTwice(EagerAttention):
         out = super().dequantize(case, inputs)
         if inputs.v_descale is None:
             return out
-        v = (out.v.double() * inputs.v_descale.double()).to(out.v.dtype)  # (total_k, hkv, D): descaled again
+        again = descale_rows(inputs.v_descale.double(), case.k_lens, case.hkv)  # (), (1, hkv, 1) or (total_k, hkv, 1)
+        v = (out.v.double() * again).to(out.v.dtype)  # (total_k, hkv, D): descaled again
         return out.with_tensors(out.q, out.k, v)
+
+
+class Fp8DescaleHeadStrideZero(EagerAttention):
+    """The descales' kv-head stride taken as 0: every kv head dequantized with kv head 0's descale. A kernel
+    (or its launcher) written for the per-tensor scales engines pass expanded to ``(B, hkv)`` with stride 0
+    (vLLM's ``layer._k_scale.expand(...)``) computes the same while every head's descale is equal, and
+    scales each other kv head's keys and values by the ratio of the two descales once they differ (an
+    engine or checkpoint with per-head KV scales, FA3's ``(B, hkv)`` descales)."""
+
+    name = "bug-fp8-descale-head-stride-0"
+
+    def dequantize(self, case, inputs):
+        def first_head(d):
+            return d if d is None or d.dim() == 0 else d[..., :1].expand_as(d)  # (hkv,) / (B, hkv): head 0's
+
+        wrong = dataclasses.replace(inputs, **{f"{n}_descale": first_head(getattr(inputs, f"{n}_descale")) for n in "qkv"})
+        return super().dequantize(case, wrong)
+
+
+class Fp8DescaleBatchStrideZero(EagerAttention):
+    """The descales' batch stride taken as 0: every sequence dequantized with sequence 0's descales. The
+    same blind spot as :class:`Fp8DescaleHeadStrideZero`, along the batch: right for per-tensor and
+    per-kv-head descales (the same for every sequence), wrong for FA3's per-(sequence, kv head) ones."""
+
+    name = "bug-fp8-descale-batch-stride-0"
+
+    def dequantize(self, case, inputs):
+        def first_seq(d):
+            return d[:1].expand_as(d) if d is not None and d.dim() == 2 else d  # (B, hkv): sequence 0's row
+
+        wrong = dataclasses.replace(inputs, **{f"{n}_descale": first_seq(getattr(inputs, f"{n}_descale")) for n in "qkv"})
+        return super().dequantize(case, wrong)
 
 
 # -- learned sinks and chunked local attention -------------------------------------------------------
@@ -727,6 +761,8 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-lse-in-log2", "log-sum-exp returned in base 2", LseInLog2),
     PlantedBug("bug-fa2-right-side-clamped-to-sk", "Sq > Sk: a side >= Sk (or unbounded) clamped to Sk (FA2)", Fa2RightSideClampedToSk),
     PlantedBug("bug-fp8-descale-twice", "fp8 KV: the V descale applied twice", Fp8DescaleTwice),
+    PlantedBug("bug-fp8-descale-head-stride-0", "fp8 KV: kv head 0's descale for every kv head", Fp8DescaleHeadStrideZero),
+    PlantedBug("bug-fp8-descale-batch-stride-0", "fp8 KV: sequence 0's descales for every sequence", Fp8DescaleBatchStrideZero),
     PlantedBug("bug-sink-times-scale", "learned sink multiplied by the softmax scale", SinkTimesScale),
     PlantedBug("bug-chunk-top-left", "chunk boundary aligned top-left (chunk of i, not i + Sk - Sq)", ChunkTopLeft),
 )

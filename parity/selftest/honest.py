@@ -32,7 +32,7 @@ import math
 import torch
 
 from ..backends.base import Backend
-from ..case import FP8_DTYPES, Case, Inputs, pages_seen
+from ..case import FP8_DTYPES, FP8_SCALES, Case, Inputs, pages_seen
 from ..reference import P_FP8_OFFSET
 from .bugs import LONG_PATH_KEYS, EagerAttention, EagerWithLse
 
@@ -78,6 +78,7 @@ class _Honest(Backend):
     device = "cpu"
     supports_paged = True
     kv_dtypes = tuple(FP8_DTYPES)  # fp8 inputs dequantized to the case's dtype (Fp8TensorCores: kept fp8)
+    fp8_scale_layouts = FP8_SCALES  # every descale layout: per element (Inputs.dequantized)
     fp8_queries = True
     supports_chunk = True  # band_mask
     #: the case's learned sink logits ``(hq,)`` of the call in progress (set by :meth:`run`; :class:`SplitKV` uses them)
@@ -283,12 +284,16 @@ class Fp8TensorCores(_Honest):
         return None if case.kv_dtype is not None else "an fp8 emulation: fp8 cases only (the other variants cover the rest)"
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        qk = inputs.descale("q") * inputs.descale("k") * case.softmax_scale
-        for q, k, v, qs, _ in sequences_kv(case, inputs):
-            out[qs] = self.attend_fp8(case, q, k, v, qk, inputs.descale("v")).to(out.dtype)
+        for b, (q, k, v, qs, _) in enumerate(sequences_kv(case, inputs)):
+            # descales per query head, folded into the score scale and the output (any layout: Inputs.head_descales)
+            kd = inputs.head_descales("k", b).repeat_interleave(case.group)  # (hq,): query head h takes kv head h // group's
+            qk = (inputs.head_descales("q", b) * kd * case.softmax_scale).float()[:, None, None]  # (hq, 1, 1)
+            vd = inputs.head_descales("v", b).repeat_interleave(case.group).float()[:, None, None]  # (hq, 1, 1)
+            out[qs] = self.attend_fp8(case, q, k, v, qk, vd).to(out.dtype)
         return out
 
-    def attend_fp8(self, case: Case, q, k, v, qk: float, v_descale: float) -> torch.Tensor:
+    def attend_fp8(self, case: Case, q, k, v, qk: torch.Tensor, v_descale: torch.Tensor) -> torch.Tensor:
+        """``qk``: ``q_descale * k_descale * scale`` and ``v_descale`` per query head, ``(hq, 1, 1)`` each."""
         sq, sk = q.shape[0], k.shape[0]
         ok = band_mask(case, sq, sk)  # (Sq, Sk)
         kx = k.repeat_interleave(case.group, dim=1).float().permute(1, 2, 0)  # (hq, D, Sk): raw fp8 values
