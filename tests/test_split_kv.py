@@ -303,3 +303,13 @@ def test_flashinfer_split_variants_refuse_caches_too_short_to_split_and_have_com
     keys = {backends.get(f"flashinfer-decode-split{n}-cuda").compile_key(NEW["float16"]) for n in ("2", "4", "max")}
     assert len(keys) == 1 and next(iter(keys))[0] == "tensor-cores"
     assert backends.get("flashinfer-decode-cuda").compile_key(NEW["float16"]) not in keys
+
+
+def test_a_forced_split_count_is_in_the_memory_estimate():
+    """FA2 / FA3 allocate float32 accumulators per split: 256 splits of a 16k-query prefill are 32 GiB, which the
+    memory gate must hold for (the base backends' estimates have none)."""
+    prefill = Case((16384,), (16384,), 16, 2, 128, "bfloat16", Window(4095, 0))
+    for base, split, n in (("fa3-cuda", "fa3-split256-cuda", 256), ("vllm-fa3-cuda", "vllm-fa3-split256-cuda", 256),
+                           ("fa2-kvcache-cuda", "fa2-kvcache-split128-cuda", 128)):  # fmt: skip
+        extra = backends.get(split).workspace_bytes(prefill) - backends.get(base).workspace_bytes(prefill)
+        assert extra == flash_attn.split_accum_bytes(prefill, n) >= 4 * n * 16384 * 16 * 128

@@ -310,12 +310,24 @@ class FlashAttn3Backend(FlashAttnBackend):
     lse_empty = ("+inf", "-inf")
 
 
+def split_accum_bytes(case: Case, num_splits: int) -> int:
+    """The float32 split-KV accumulators flash-attn allocates for ``num_splits`` splits: ``out_accum`` ``(splits, B,
+    hq, Sq_max, d rounded up to 64)`` and ``softmax_lse_accum`` ``(splits, B, hq, Sq_max)`` (the padded layout is the
+    larger of FA3's two; FA2's ``set_params_splitkv``, FA3's ``mha_fwd``)."""
+    rows = num_splits * case.batch * case.hq * max(case.q_lens)
+    return 4 * rows * (-(-case.head_dim // 64) * 64 + 1)
+
+
 class _SplitVariant:
     """A split-KV variant: ``num_splits`` forced (set by each subclass); the backward is the base backend's
-    (the split count changes the forward only)."""
+    (the split count changes the forward only). Its memory: the base's and the split accumulators."""
 
     supports_grad = False
     no_grad_reason = "a forced split count changes the forward only: the base backend's rows check the backward"
+    num_splits: int
+
+    def workspace_bytes(self, case: Case) -> int:
+        return super().workspace_bytes(case) + split_accum_bytes(case, self.num_splits)  # type: ignore[misc]
 
 
 class Fa2KvcacheSplit2(_SplitVariant, FlashAttnKvcacheBackend):

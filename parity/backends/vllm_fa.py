@@ -367,6 +367,13 @@ class _VllmFa3Split(VllmFa3Backend):
     """vLLM's FA3 with ``num_splits`` forced (each subclass sets it); forward only, as vLLM's FA3 is."""
 
     description = "vllm.vllm_flash_attn flash_attn_varlen_func(fa_version=3, num_splits forced): split-KV on purpose"
+    num_splits: int
+
+    def workspace_bytes(self, case: Case) -> int:
+        """The base's and FA3's split accumulators (:func:`.flash_attn.split_accum_bytes`)."""
+        from .flash_attn import split_accum_bytes
+
+        return super().workspace_bytes(case) + split_accum_bytes(case, self.num_splits)
 
 
 class VllmFa3Split2(_VllmFa3Split):
