@@ -392,6 +392,22 @@ def long_paged_cases(long_len: int) -> list[Case]:
     return [c for c in out if max(c.k_lens) <= long_len]
 
 
+#: ``long_len`` from which :func:`split_kv_cases` adds its 4k-key decode rows (the GPU runs of default and thorough).
+SPLIT_KV_4K = 4096
+
+
+def split_kv_cases(long_len: int) -> list[Case]:
+    """Decode rows for split-KV kernels: one query per sequence over a long ragged contiguous cache (2048 and 1537 keys)
+    with a window of 256 keys, so that most of a split-KV kernel's splits (FA2's ``num_splits`` cut the whole cache)
+    see no key and its merge must give them no weight; in float16, bfloat16 and float32 (a merge that weighs empty
+    splits hides in bfloat16's rounding: vllm#47188). 4k-key caches where ``long_len`` reaches 4096 (GPU runs)."""
+    out = [Case((1, 1), (2048, 1537), 8, 2, 128, dt, Window(255, 0), seed=3200 + n) for n, dt in enumerate(ALL_DTYPES)]
+    if long_len >= SPLIT_KV_4K:
+        half = ("float16", "bfloat16")
+        out += [Case((1, 1, 1), (4096, 2900, 1500), 8, 1, 64, dt, Window(127, 0), seed=3210 + n) for n, dt in enumerate(half)]
+    return [c for c in out if max(c.k_lens) <= long_len]
+
+
 def generate(prof: Profile, seed: int = 0, dtypes: Sequence[str] = ALL_DTYPES, long_len: int | None = None) -> list[Case]:
     """The sweep's cases: every edge case, the profile's covering design, then ``prof.examples``
     drawn ones. ``long_len`` caps the long key ranges (default: the profile's)."""
@@ -401,7 +417,8 @@ def generate(prof: Profile, seed: int = 0, dtypes: Sequence[str] = ALL_DTYPES, l
     out: dict[str, Case] = {}
     for c in fixed + draw_cases(strat, prof.examples, seed):
         out.setdefault(c.case_id, c)
-    long_paged = long_paged_cases(prof.long_len if long_len is None else long_len)
+    longest = prof.long_len if long_len is None else long_len
+    long_paged = long_paged_cases(longest) + split_kv_cases(longest)
     fp8 = fp8_variants(list(out.values())) + fp8_edge_cases()  # of the cases above, not of the long paged ones
     for c in long_paged + fp8:  # the fp8 cases last (a sweep's order; tests/test_fp8.py)
         if c.dtype in dtypes:  # --dtype holds for the fp8 and long paged cases too

@@ -252,6 +252,10 @@ GPU_BACKENDS = [
     "flashinfer-decode-cuda",
     "vllm-fa2-cuda",
     "vllm-fa3-cuda",
+    "fa2-kvcache-split128-cuda",  # split-KV forced to each library's most (tests/test_split_kv.py)
+    "fa3-split256-cuda",
+    "vllm-fa3-split256-cuda",
+    "flashinfer-decode-splitmax-cuda",
 ]
 
 

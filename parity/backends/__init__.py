@@ -43,6 +43,12 @@ BUILTIN: dict[str, str] = {
     "fa2-cuda": ".flash_attn:FlashAttnBackend",
     "fa2-kvcache-cuda": ".flash_attn:FlashAttnKvcacheBackend",
     "fa3-cuda": ".flash_attn:FlashAttn3Backend",
+    "fa2-kvcache-split2-cuda": ".flash_attn:Fa2KvcacheSplit2",
+    "fa2-kvcache-split4-cuda": ".flash_attn:Fa2KvcacheSplit4",
+    "fa2-kvcache-split128-cuda": ".flash_attn:Fa2KvcacheSplit128",
+    "fa3-split2-cuda": ".flash_attn:Fa3Split2",
+    "fa3-split4-cuda": ".flash_attn:Fa3Split4",
+    "fa3-split256-cuda": ".flash_attn:Fa3Split256",
     "fa4-cuda": ".flash_attn4:Fa4Backend",
     "fa4-varlen-cuda": ".flash_attn4:Fa4VarlenBackend",
     "xformers-cutlass-cuda": ".xformers:XformersCutlass",
@@ -53,8 +59,14 @@ BUILTIN: dict[str, str] = {
     "flashinfer-cuda": ".flashinfer:FlashInferBackend",
     "flashinfer-paged-cuda": ".flashinfer:FlashInferPagedBackend",
     "flashinfer-decode-cuda": ".flashinfer:FlashInferDecodeBackend",
+    "flashinfer-decode-split2-cuda": ".flashinfer:FlashInferDecodeSplit2",
+    "flashinfer-decode-split4-cuda": ".flashinfer:FlashInferDecodeSplit4",
+    "flashinfer-decode-splitmax-cuda": ".flashinfer:FlashInferDecodeSplitMax",
     "vllm-fa2-cuda": ".vllm_fa:VllmFa2Backend",
     "vllm-fa3-cuda": ".vllm_fa:VllmFa3Backend",
+    "vllm-fa3-split2-cuda": ".vllm_fa:VllmFa3Split2",
+    "vllm-fa3-split4-cuda": ".vllm_fa:VllmFa3Split4",
+    "vllm-fa3-split256-cuda": ".vllm_fa:VllmFa3Split256",
 }
 
 #: What ``python -m parity run`` sweeps when no --backend is given: the CPU backends.

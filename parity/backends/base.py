@@ -269,6 +269,22 @@ def feature_reason(backend: object, case: Case) -> str | None:
     return None
 
 
+#: The longest query a sequence that the split-KV variants (``*-split*-cuda``) take. Split-KV is the decode path
+#: (engines force splits for decode and short speculative or chunked steps); their base backends' rows cover prefill,
+#: and a variant per split count over every prefill case would multiply a GPU sweep's rows for nothing new.
+SPLIT_MAX_QUERY = 16
+
+
+def split_scope_reason(case: Case) -> str | None:
+    """Why a split-KV variant does not take ``case`` (a query longer than :data:`SPLIT_MAX_QUERY`); None if it does."""
+    if max(case.q_lens) > SPLIT_MAX_QUERY:
+        return (
+            f"split-KV variants run decode-shaped cases only (at most {SPLIT_MAX_QUERY} queries a sequence, this case has "
+            f"{max(case.q_lens)}): the base backend's rows cover prefill"
+        )
+    return None
+
+
 def refusal_reason(backend: Backend, case: Case) -> str | None:
     """Why ``backend`` does not take ``case``, in the order a sweep asks (:mod:`parity.execute`): its own
     ``unsupported_reason``, then :func:`feature_reason` and :func:`fp8_reason`; None when it takes it."""

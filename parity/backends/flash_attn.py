@@ -8,7 +8,14 @@ Entry points, one variant each:
 * ``fa2-kvcache-cuda``: ``flash_attn_with_kvcache`` (decode / chunked prefill against a
   cache; ``cache_seqlens``; paged through ``block_table`` over a
   ``(num_blocks, page_size, hkv, d)`` cache, FA2 wants ``page_size % 256 == 0``);
-* ``fa3-cuda``: ``flash_attn_interface.flash_attn_func`` / ``flash_attn_varlen_func``.
+* ``fa3-cuda``: ``flash_attn_interface.flash_attn_func`` / ``flash_attn_varlen_func``;
+* split-KV forced, ``num_splits`` passed (the libraries' own heuristic otherwise: ``0`` in
+  ``flash_attn_with_kvcache``, ``1`` = no split in FA3's ``flash_attn_func`` / ``_varlen_func``):
+  ``fa2-kvcache-split{2,4,128}-cuda`` (128: FA2's ``TORCH_CHECK(num_splits <= 128)``; FA2 cuts the whole
+  cache into ``num_splits`` ranges of key blocks, so splits past the sequence or outside the window are
+  empty and its combine must give them no weight) and ``fa3-split{2,4,256}-cuda`` (256: FA3's limit; FA3
+  cuts the window's key blocks, so splits beyond their count are empty). FA2's ``flash_attn_func`` /
+  ``_varlen_func`` take no ``num_splits``.
 
 Window translation: ``window_size=(left, right)``, inclusive, bottom-right aligned, and
 ``-1`` = unbounded (FA2 and FA3; FA4 uses None, see :mod:`.flash_attn4`). ``causal`` stays
@@ -26,7 +33,7 @@ import torch
 
 from ..case import Case, Inputs, padded_capacity, padded_layout
 from ..memory import lse_bytes, output_bytes, padded_bytes, paged_bytes
-from .base import GRAD_REFUSALS, Backend, cu_seqlens, cuda_unavailable_reason, import_error_reason, lse_rows, refusals
+from .base import GRAD_REFUSALS, Backend, cu_seqlens, cuda_unavailable_reason, import_error_reason, lse_rows, refusals, split_scope_reason
 from .torch_fa2 import FA2_REFUSALS, fa2_case_reason, fa2_window
 
 #: The flash-attn package (FA2 and FA3) and PyTorch's vendored FA2 share one convention.
@@ -42,7 +49,9 @@ def fa3_descale(d, batch: int, hkv: int):
     return (d.reshape(1, 1) if d.dim() == 0 else d.reshape(1, hkv)).expand(batch, hkv)  # (B, hkv)
 
 
-def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, module="flash_attn", descales=None, return_lse=False):
+def flash_attn_attention(
+    q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, module="flash_attn", descales=None, return_lse=False, num_splits=None
+):  # fmt: skip
     """The flash-attn package's ``flash_attn_func`` (``dense``: one ``(Sq, Sk)`` for every sequence) or
     ``flash_attn_varlen_func`` (``cu_seqlens_q`` / ``cu_seqlens_k``) on a packed batch.
 
@@ -50,15 +59,17 @@ def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, d
     ``window_size``: ``(left, right)``, inclusive, bottom-right aligned, ``-1`` = unbounded; ``causal``
     stays False. ``module``: ``flash_attn`` (FA2) or ``flash_attn_interface`` (FA3, Hopper). ``descales``:
     fp8 ``q`` / ``k`` / ``v`` (FA3), their ``(q_descale, k_descale, v_descale)`` float32 descales as the
-    harness lays them out (``()``, ``(hkv,)`` or ``(B, hkv)``), passed as the ``(B, hkv)`` FA3 takes (:func:`fa3_descale`).
-    stays False. ``module``: ``flash_attn`` (FA2) or ``flash_attn_interface`` (FA3, Hopper). ``return_lse``:
+    harness lays them out (``()``, ``(hkv,)`` or ``(B, hkv)``), passed as the ``(B, hkv)`` FA3 takes (:func:`fa3_descale`). ``return_lse``:
     ``return_attn_probs=True`` (FA2: ``(out, softmax_lse, S_dmask)``; FA3: ``(out, softmax_lse)``) and
     ``(out, softmax_lse)`` returned, the LSE as it comes (``(B, hq, Sq)`` dense, ``(hq, total_q)`` varlen).
+    ``num_splits``: FA3's split-KV count forced (None: not passed, the library's default).
     """
     import importlib
 
     mod = importlib.import_module(module)
     kw = dict(softmax_scale=scale, causal=False, window_size=window_size, softcap=softcap)
+    if num_splits is not None:
+        kw.update(num_splits=num_splits)
     if descales is not None:  # (B, hkv) float32 each
         kw.update({f"{n}_descale": fa3_descale(d, len(q_lens), k.shape[-2]) for n, d in zip("qkv", descales)})
     if return_lse:
@@ -88,12 +99,14 @@ def flash_attn_attention(q, k, v, q_lens, k_lens, scale, window_size, softcap, d
     return (o.reshape(q.shape), lse) if return_lse else o.reshape(q.shape)  # (total_q, hq, d)
 
 
-def flash_attn_kvcache_attention(q, k_cache, v_cache, q_lens, k_lens, block_table, scale, window_size, softcap, return_lse=False):
+def flash_attn_kvcache_attention(
+    q, k_cache, v_cache, q_lens, k_lens, block_table, scale, window_size, softcap, return_lse=False, num_splits=0
+):  # fmt: skip
     """``flash_attn.flash_attn_with_kvcache``: packed ``q`` ``(total_q, hq, d)`` with one ``Sq`` for every
     sequence against caches ``(B, capacity, hkv, d)`` (``block_table`` None) or paged caches ``(pages,
     page_size, hkv, d)`` with ``block_table`` ``(B, max_pages)`` int32; ``cache_seqlens`` = ``k_lens``.
     Returns ``(total_q, hq, d)``, with ``return_lse`` also ``softmax_lse`` ``(B, hq, Sq)`` (``return_softmax_lse``).
-    ``window_size`` as in :func:`flash_attn_attention`."""
+    ``window_size`` as in :func:`flash_attn_attention`; ``num_splits``: the split-KV count (0: FA2's heuristic)."""
     from flash_attn import flash_attn_with_kvcache
 
     b, sq = len(q_lens), q_lens[0]
@@ -109,10 +122,16 @@ def flash_attn_kvcache_attention(q, k_cache, v_cache, q_lens, k_lens, block_tabl
         window_size=window_size,
         softcap=softcap,
         return_softmax_lse=return_lse,
+        num_splits=num_splits,
     )  # (B, Sq, hq, d), or (it, softmax_lse (B, hq, Sq))
     if return_lse:
         return o[0].reshape(q.shape), o[1]
     return o.reshape(q.shape)  # (total_q, hq, d)
+
+
+def _splits(kw: dict) -> str:
+    """The ``num_splits`` keyword of a repro template: forced as ``run`` forces it, else nothing."""
+    return f", num_splits={kw['num_splits']}" if "num_splits" in kw else ""
 
 
 class FlashAttnBackend(Backend):
@@ -149,8 +168,12 @@ class FlashAttnBackend(Backend):
     def unsupported_reason(self, case: Case) -> str | None:
         return fa2_case_reason(case, softcap_ok=self.softcap_ok)
 
+    #: the split-KV count forced on the library (the split variants); None: its own choice
+    num_splits: int | None = None
+
     def _kw(self, case: Case) -> dict:
-        return dict(window_size=flash_window(case.window, case.q_lens, case.k_lens), softcap=case.softcap or 0.0)
+        kw = dict(window_size=flash_window(case.window, case.q_lens, case.k_lens), softcap=case.softcap or 0.0)
+        return kw if self.num_splits is None else {**kw, "num_splits": self.num_splits}
 
     returns_lse = True
     #: flash-attn 2: +inf for a row with no key (softmax.h, flash_fwd_kernel.h, the split-KV combine)
@@ -204,7 +227,7 @@ class FlashAttnBackend(Backend):
             def attention({args}):
                 # flash-attn's window_size: (left, right), inclusive, bottom-right aligned; -1 = unbounded
                 return flash_attn_attention(q, k, v, Q_LENS, K_LENS, SCALE, window_size={kw["window_size"]!r},
-                                            softcap={kw["softcap"]!r}, dense={case.is_uniform!r}, module={self.module!r}{fp8})
+                                            softcap={kw["softcap"]!r}, dense={case.is_uniform!r}, module={self.module!r}{fp8}{_splits(kw)})
             """,
             head=f"import {self.module}  # noqa: F401 - the backend's package (exit 2 here when it does not import)",
         )
@@ -265,7 +288,7 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
                 {caches}
                 # flash-attn's window_size: (left, right), inclusive, bottom-right aligned; -1 = unbounded
                 return flash_attn_kvcache_attention(q, k_cache, v_cache, Q_LENS, K_LENS, table, SCALE,
-                                                    window_size={kw["window_size"]!r}, softcap={kw["softcap"]!r})
+                                                    window_size={kw["window_size"]!r}, softcap={kw["softcap"]!r}{_splits(kw)})
             """,
             head="import flash_attn  # noqa: F401 - the backend's package (exit 2 here when it does not import)",
         )
@@ -297,3 +320,56 @@ class FlashAttn3Backend(FlashAttnBackend):
     #: FA3 (hopper/): the softmax's finalize writes +inf for a row with no key, the epilogue of a tile with
     #: no key block and the split-KV combine -inf
     lse_empty = ("+inf", "-inf")
+
+
+def split_accum_bytes(case: Case, num_splits: int) -> int:
+    """The float32 split-KV accumulators flash-attn allocates for ``num_splits`` splits: ``out_accum`` ``(splits, B,
+    hq, Sq_max, d rounded up to 64)`` and ``softmax_lse_accum`` ``(splits, B, hq, Sq_max)`` (the padded layout is the
+    larger of FA3's two; FA2's ``set_params_splitkv``, FA3's ``mha_fwd``)."""
+    rows = num_splits * case.batch * case.hq * max(case.q_lens)
+    return 4 * rows * (-(-case.head_dim // 64) * 64 + 1)
+
+
+class _SplitVariant:
+    """A split-KV variant: ``num_splits`` forced (set by each subclass); the backward is the base backend's
+    (the split count changes the forward only). Its memory: the base's and the split accumulators."""
+
+    supports_grad = False
+    no_grad_reason = "a forced split count changes the forward only: the base backend's rows check the backward"
+    num_splits: int
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        return split_scope_reason(case) or super().unsupported_reason(case)  # type: ignore[misc]
+
+    def workspace_bytes(self, case: Case) -> int:
+        return super().workspace_bytes(case) + split_accum_bytes(case, self.num_splits)  # type: ignore[misc]
+
+
+class Fa2KvcacheSplit2(_SplitVariant, FlashAttnKvcacheBackend):
+    name, num_splits = "fa2-kvcache-split2-cuda", 2
+    description = "flash_attn.flash_attn_with_kvcache(num_splits=2): split-KV forced"
+
+
+class Fa2KvcacheSplit4(_SplitVariant, FlashAttnKvcacheBackend):
+    name, num_splits = "fa2-kvcache-split4-cuda", 4
+    description = "flash_attn.flash_attn_with_kvcache(num_splits=4): split-KV forced"
+
+
+class Fa2KvcacheSplit128(_SplitVariant, FlashAttnKvcacheBackend):
+    name, num_splits = "fa2-kvcache-split128-cuda", 128
+    description = "flash_attn.flash_attn_with_kvcache(num_splits=128, FA2's most): split-KV forced, most splits empty"
+
+
+class Fa3Split2(_SplitVariant, FlashAttn3Backend):
+    name, num_splits = "fa3-split2-cuda", 2
+    description = "flash_attn_interface.flash_attn_func / _varlen_func(num_splits=2) (FA3): split-KV forced"
+
+
+class Fa3Split4(_SplitVariant, FlashAttn3Backend):
+    name, num_splits = "fa3-split4-cuda", 4
+    description = "flash_attn_interface.flash_attn_func / _varlen_func(num_splits=4) (FA3): split-KV forced"
+
+
+class Fa3Split256(_SplitVariant, FlashAttn3Backend):
+    name, num_splits = "fa3-split256-cuda", 256
+    description = "flash_attn_interface.flash_attn_func / _varlen_func(num_splits=256, FA3's most): split-KV forced, most splits empty"

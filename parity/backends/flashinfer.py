@@ -5,7 +5,15 @@
   the whole batch over a paged cache: the path vLLM's and SGLang's FlashInfer backends take for
   prefill and chunked prefill;
 * ``flashinfer-decode-cuda``: ``BatchDecodeWithPagedKVCacheWrapper``, cases whose every
-  sequence has ``Sq = 1``.
+  sequence has ``Sq = 1``;
+* ``flashinfer-decode-split{2,4,max}-cuda``: the same wrapper with split-KV forced, ``plan(...,
+  fixed_split_size=P)`` (``P`` pages a split; FlashInfer takes it only on its tensor-core decode path,
+  ``use_tensor_cores=True``, which runs the batch prefill kernel and merges the splits with
+  ``merge_states``). Its scheduler plans chunks over the pages a window can reach only
+  (``ceil((window_left + cta_tile_q) / page_size)``, :func:`decode_split_pages`), so ``P`` is chosen to
+  cut the longest sequence's planned pages into at least 2 or 4 splits, or one page a split (``max``); a
+  case whose planned pages cannot be cut so is unsupported, with that reason, as is a FlashInfer whose
+  ``plan`` takes no ``fixed_split_size``.
 
 Layout NHD: ``q`` ``(Sq, hq, d)``, ``k``/``v`` ``(Sk, hkv, d)``; GQA native. The paged
 backends take the harness's page layout (:meth:`parity.case.Inputs.paged`: ``(num_pages,
@@ -195,6 +203,7 @@ def flashinfer_paged_attention(
     causal=None,
     kv_scales=None,
     lse=None,
+    split_pages=None,
 ):
     """FlashInfer over a paged cache ``(pages, page_size, hkv, d)`` (NHD) with ``block_table`` ``(B,
     max_pages)`` and ``seqlens_k``: ``BatchPrefillWithPagedKVCacheWrapper`` (plan + run) when ``causal`` is
@@ -204,20 +213,22 @@ def flashinfer_paged_attention(
     wrappers' float buffer (uint8). ``window_left``: keys from ``i + Sk - Sq - window_left`` on, ``-1`` =
     unbounded; ``causal``: up to ``i + Sk - Sq``. ``kv_scales``: an fp8 cache (``kv_data_type`` its dtype),
     its ``(k_scale, v_scale)`` floats, passed to ``run``. ``lse`` ``(total_q, hq)`` float32, if given, gets
-    the wrapper's ``return_lse`` value as it comes: base 2.
+    the wrapper's ``return_lse`` value as it comes: base 2. ``split_pages``: batch decode with split-KV forced,
+    ``fixed_split_size`` pages a split (the tensor-core decode path, the only one taking it).
     """
     import flashinfer
 
     scales = {} if kv_scales is None else dict(k_scale=kv_scales[0], v_scale=kv_scales[1])
     lse_kw = dict(return_lse=True) if lse is not None else {}
+    split = {} if split_pages is None else dict(fixed_split_size=split_pages)
 
     indptr, indices, last = flashinfer_csr(block_table, seqlens_k, page_size)  # (B + 1,), (pages,), (B,) int32
     hq, hkv, d = q.shape[1], k_cache.shape[2], q.shape[2]
     types = dict(q_data_type=q.dtype, kv_data_type=k_cache.dtype)
     if causal is None:
-        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD")
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", **({"use_tensor_cores": True} if split else {}))
         wrapper.plan(
-            indptr, indices, last, hq, hkv, d, page_size, window_left=window_left, logits_soft_cap=softcap, sm_scale=scale, **types
+            indptr, indices, last, hq, hkv, d, page_size, window_left=window_left, logits_soft_cap=softcap, sm_scale=scale, **types, **split
         )
         o = wrapper.run(q, (k_cache, v_cache), **scales, **lse_kw)  # (B, hq, d): one query per sequence; or (it, lse (B, hq))
         if lse is not None:
@@ -414,6 +425,11 @@ def _fp8_template_args(case: Case) -> tuple[str, str]:
     return "q, k, v, descales", ", kv_scales=(float(descales[1]), float(descales[2]))"
 
 
+def _split_arg(kw: dict) -> str:
+    """The ``split_pages`` keyword of a repro template: forced as ``run`` forces it, else nothing."""
+    return f", split_pages={kw['split_pages']}" if "split_pages" in kw else ""
+
+
 def _paged_template_head(case: Case) -> tuple[str, str]:
     """``(module-level source, page-size name)`` for the paged templates: the case's ``PAGE_SIZE``, or
     :data:`DEFAULT_PAGE` and a copy of ``paged_layout`` (the script has it only for paged cases)."""
@@ -541,7 +557,7 @@ class FlashInferPagedBackend(FlashInferBackend):
                 # keys from i + Sk - Sq - window_left on (-1 = unbounded); causal: up to i + Sk - Sq; None: batch decode
                 return flashinfer_paged_attention(q, k_cache, v_cache, torch.empty_like(q), Q_LENS, table, K_LENS, {page}, SCALE,
                                                   window_left={kw["window_left"]}, softcap={kw["softcap"]!r},
-                                                  workspace=workspace, causal={kw["causal"]!r}{scales})
+                                                  workspace=workspace, causal={kw["causal"]!r}{scales}{_split_arg(kw)})
             """,
             head="import flashinfer  # noqa: F401 - the backend's package (exit 2 here when it does not import)\n\n" + head,
         )
@@ -571,3 +587,74 @@ class FlashInferDecodeBackend(FlashInferPagedBackend):
         """:func:`flashinfer_paged_attention`'s window and softcap for ``case``; ``causal`` None: batch decode."""
         left = flashinfer_decode_window(case.window, case.q_lens[0], case.k_lens[0])
         return dict(window_left=left, softcap=case.softcap or 0.0, causal=None)
+
+
+#: The query tile FlashInfer's scheduler adds to ``window_left`` when it plans the pages a window reaches
+#: (``PrefillSplitQOKVIndptr``: ``ceil_div(window_left + cta_tile_q, page_size)``): 16 for one decode query per
+#: sequence and up to 16 query heads a kv head (``FA2DetermineCtaTileQ``).
+DECODE_CTA_TILE_Q = 16
+
+
+def decode_split_pages(k_lens, page_size: int, window_left: int, splits: int) -> int:
+    """``fixed_split_size`` (pages a split) that cuts the longest sequence's planned pages (those its window can
+    reach, as FlashInfer's scheduler counts them) into at least ``splits`` splits; ``0`` splits: one page a split,
+    the most there can be. Raises :class:`Unsupported` where those pages are fewer than the splits (2 at least)."""
+    reach = -(-(window_left + DECODE_CTA_TILE_Q) // page_size) if window_left >= 0 else None
+    planned = max(min(-(-sk // page_size), reach or sk) for sk in k_lens)
+    want = splits or 2
+    if planned < want:
+        raise Unsupported(
+            f"FlashInfer plans {planned} page(s) of {page_size} keys for this decode (its window's reach): "
+            f"too few to cut into {want} splits"
+        )
+    return 1 if not splits else planned // splits
+
+
+class _FlashInferDecodeSplit(FlashInferDecodeBackend):
+    """``BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True)`` with ``plan(fixed_split_size=...)``: split-KV
+    forced into at least :attr:`splits` splits (0: one page a split); see the module docstring."""
+
+    splits = 0
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        why = super().unsupported_reason(case)
+        if why is None:
+            try:
+                self.native(case)
+            except Unsupported as exc:
+                return str(exc)
+        return why
+
+    def native(self, case: Case) -> dict:
+        """The decode call's arguments and ``split_pages`` (:func:`decode_split_pages`)."""
+        kw = super().native(case)
+        return {**kw, "split_pages": decode_split_pages(case.k_lens, case.page_size or DEFAULT_PAGE, kw["window_left"], self.splits)}
+
+    def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, lse: torch.Tensor | None) -> torch.Tensor:
+        import inspect
+
+        import flashinfer
+
+        if "fixed_split_size" not in inspect.signature(flashinfer.BatchDecodeWithPagedKVCacheWrapper.plan).parameters:
+            raise Unsupported(f"flashinfer {getattr(flashinfer, '__version__', '?')}: the decode wrapper's plan takes no fixed_split_size")
+        return super()._attend(case, inputs, out, lse)
+
+    def compile_key(self, case: Case) -> tuple | None:
+        """The tensor-core decode path builds FlashInfer's batch prefill module (``get_batch_prefill_module``, "fa2"),
+        keyed on the same fields as the decode module; the split size is a ``plan`` argument, not a build one."""
+        return ("tensor-cores", *(super().compile_key(case) or ()))
+
+
+class FlashInferDecodeSplit2(_FlashInferDecodeSplit):
+    name, splits = "flashinfer-decode-split2-cuda", 2
+    description = "flashinfer.BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True), plan(fixed_split_size): 2+ splits"
+
+
+class FlashInferDecodeSplit4(_FlashInferDecodeSplit):
+    name, splits = "flashinfer-decode-split4-cuda", 4
+    description = "flashinfer.BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True), plan(fixed_split_size): 4+ splits"
+
+
+class FlashInferDecodeSplitMax(_FlashInferDecodeSplit):
+    name, splits = "flashinfer-decode-splitmax-cuda", 0
+    description = "flashinfer.BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True), plan(fixed_split_size=1): a split a page"

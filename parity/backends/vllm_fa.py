@@ -56,6 +56,12 @@ Llama 4's chunks as "virtual batches" it builds before the kernel), so chunk cas
 unsupported unless the installed wrapper's signature has ``attention_chunk``
 (:func:`takes_attention_chunk`), which is then passed.
 
+Split-KV forced (``vllm-fa3-split{2,4,256}-cuda``): the wrapper's ``num_splits`` (0: FA3's heuristic, as vLLM
+leaves it unless it captures CUDA graphs, where it passes ``max_num_splits``), forced to 2, 4 and 256, FA3's
+most ("num_splits > 256 not supported"); FA3 cuts the window's key blocks into that many splits, so with more
+splits than blocks most are empty and its combine must give them no weight. The FA2 build has no such
+variant: its wrapper raises ``NotImplementedError("FA2 does not support num_splits > 1")``.
+
 Refusal phrases (:data:`VLLM_FA_REFUSALS`): the ``TORCH_CHECK`` sentences of the two
 extensions (read from the 0.26.0 wheel's binaries), FA2's shared with :data:`.torch_fa2.FA2_REFUSALS`
 ("FlashAttention only supports Ampere GPUs or newer.", "FlashAttention only support fp16 and
@@ -86,7 +92,17 @@ from ..case import Case, Inputs
 from ..memory import lse_bytes, paged_bytes
 from ..results import HALF_DTYPES
 from ..window import Window
-from .base import Backend, BackendError, Unsupported, cu_seqlens, cuda_unavailable_reason, import_error_reason, lse_rows, refusals
+from .base import (
+    Backend,
+    BackendError,
+    Unsupported,
+    cu_seqlens,
+    cuda_unavailable_reason,
+    import_error_reason,
+    lse_rows,
+    refusals,
+    split_scope_reason,
+)
 from .torch_fa2 import FA2_REFUSALS
 
 UNBOUNDED = -1
@@ -141,7 +157,7 @@ def vllm_descale(d, batch: int, hkv: int):
 
 def vllm_fa_attention(
     q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None, descales=None,
-    s_aux=None, attention_chunk=None, return_lse=False,
+    s_aux=None, attention_chunk=None, return_lse=False, num_splits=None,
 ):  # fmt: skip
     """``vllm.vllm_flash_attn``'s ``flash_attn_varlen_func`` as vLLM's FlashAttention backend calls it.
 
@@ -155,6 +171,7 @@ def vllm_fa_attention(
     layer scales). ``s_aux``: ``(hq,)`` sink logits (FA3), or None; ``attention_chunk``: chunk
     size, or None (passed only when given). ``return_lse``: ``return_softmax_lse=True``, and
     ``(out, softmax_lse)`` returned, the LSE as the library gives it (``(hq, total_q)``, natural log).
+    ``num_splits``: the split-KV count forced (FA3), or None (not passed: the library's heuristic).
     """
     import importlib
 
@@ -176,6 +193,8 @@ def vllm_fa_attention(
         kw["s_aux"] = s_aux.to(device=q.device, dtype=torch.bfloat16).contiguous()  # (hq,)
     if attention_chunk is not None:
         kw["attention_chunk"] = attention_chunk
+    if num_splits is not None:
+        kw["num_splits"] = num_splits
     if return_lse:
         kw.update(return_softmax_lse=True)
     if block_table is not None:
@@ -270,7 +289,12 @@ class VllmFa2Backend(Backend):
         kw = dict(causal=causal, window_size=window, softcap=case.softcap or 0.0, fa_version=self.fa_version)
         if case.chunk is not None:
             kw["attention_chunk"] = case.chunk
+        if self.num_splits is not None:
+            kw["num_splits"] = self.num_splits
         return kw
+
+    #: the split-KV count forced on FA3 (the split variants); None: the library's own choice
+    num_splits: int | None = None
 
     returns_lse = True
     #: FA2's kernels write +inf for a row with no key (softmax.h, flash_fwd_kernel.h, the split-KV combine)
@@ -318,6 +342,8 @@ class VllmFa2Backend(Backend):
             pages += ", s_aux=torch.tensor(SINKS, dtype=torch.float32)"
         if case.chunk is not None:
             pages += f", attention_chunk={case.chunk}"
+        if self.num_splits is not None:
+            pages += f", num_splits={self.num_splits}"
         args = "q, k, v"
         if case.kv_dtype is not None:  # fp8 (FA3): the descales as run passes them; the output in DTYPE (bfloat16), not q's fp8
             args, pages = "q, k, v, descales", pages + ", descales=descales"
@@ -359,3 +385,31 @@ class VllmFa3Backend(VllmFa2Backend):
         if major != 9:
             return f"vLLM's FA3 runs on compute capability 9.x (Hopper) only, this GPU has {major}.{minor}"
         return None
+
+
+class _VllmFa3Split(VllmFa3Backend):
+    """vLLM's FA3 with ``num_splits`` forced (each subclass sets it); forward only, as vLLM's FA3 is."""
+
+    description = "vllm.vllm_flash_attn flash_attn_varlen_func(fa_version=3, num_splits forced): split-KV on purpose"
+    num_splits: int
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        return split_scope_reason(case) or super().unsupported_reason(case)
+
+    def workspace_bytes(self, case: Case) -> int:
+        """The base's and FA3's split accumulators (:func:`.flash_attn.split_accum_bytes`)."""
+        from .flash_attn import split_accum_bytes
+
+        return super().workspace_bytes(case) + split_accum_bytes(case, self.num_splits)
+
+
+class VllmFa3Split2(_VllmFa3Split):
+    name, num_splits = "vllm-fa3-split2-cuda", 2
+
+
+class VllmFa3Split4(_VllmFa3Split):
+    name, num_splits = "vllm-fa3-split4-cuda", 4
+
+
+class VllmFa3Split256(_VllmFa3Split):
+    name, num_splits = "vllm-fa3-split256-cuda", 256

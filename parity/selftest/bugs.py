@@ -435,6 +435,83 @@ class DecodeReadsCacheCapacity(EagerAttention):
         return capacity
 
 
+# -- split-KV decode ---------------------------------------------------------------------------------------
+
+#: Keys above which :class:`SplitKvDecode` splits a decode query's cache (a long-context decode path).
+SPLIT_KV_KEYS = 1024
+#: The splits :class:`SplitKvDecode` cuts each sequence's cache into (``num_splits`` forced, as engines force it).
+SPLIT_KV_SPLITS = 16
+
+
+class SplitKvDecode(EagerAttention):
+    """Split-KV (flash-decoding) on the decode path above :data:`SPLIT_KV_KEYS` keys, honest: each sequence's cache
+    cut into :data:`SPLIT_KV_SPLITS` equal key ranges over its whole length, as flash-attn 2's ``num_splits`` cuts
+    it (the window does not move the splits, so most lie outside a small window), each split normalised on its own,
+    the parts merged by their log-sum-exp. A split where the query sees no key is empty: log-sum-exp
+    :attr:`empty_lse` (``-inf``), output 0, no weight in the merge. A learned sink is one more part (its logit, output
+    0). The honest twin of ``bug-split-kv-merge-weighs-empty-splits``; listed with the honest variants."""
+
+    name = "honest-split-kv-decode"
+    description = "self-test: split-KV decode above 1k keys (16 splits over the cache, log-sum-exp merge, empty splits -inf)"
+    #: the log-sum-exp an empty split reports
+    empty_lse = NEG_INF
+
+    def split_ranges(self, used: int) -> list[tuple[int, int]]:
+        """The ``[j0, j1)`` key ranges of a cache of ``used`` keys, :data:`SPLIT_KV_SPLITS` of them (empty past the end)."""
+        n = -(-used // SPLIT_KV_SPLITS)
+        return [(min(j0, used), min(j0 + n, used)) for j0 in range(0, SPLIT_KV_SPLITS * n, n)]
+
+    def run_decode(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        if max(case.k_lens) <= SPLIT_KV_KEYS:
+            return super().run_decode(case, inputs, out)
+        cache = inputs.padded()  # (B, capacity, hkv, D) x2, used lengths (B,)
+        kc, vc = cache.k_cache, cache.v_cache
+        ok = self.decode_mask(case, cache.seqlens_k.long(), kc.shape[1])  # (B, capacity)
+        for n, used in enumerate(cache.seqlens_k.tolist()):
+            q = inputs.q[n : n + 1]  # (1, hq, D)
+            parts = [self.split_part(case, q, kc[n, j0:j1], vc[n, j0:j1], ok[n : n + 1, j0:j1]) for j0, j1 in self.split_ranges(used)]
+            if self._sinks is not None:  # the sink: one more part, its logit as log-sum-exp, output 0
+                sink = self.sink_logits(case, self._sinks)[:, None, None]  # (hq, 1, 1)
+                parts.append((torch.zeros(case.hq, 1, case.head_dim), sink))
+            out[n : n + 1] = merge_splits(parts).transpose(0, 1).to(out.dtype)  # (1, hq, D)
+        return out
+
+    def split_part(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ok: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One split: ``q`` ``(1, hq, D)``, ``k``/``v`` ``(n, hkv, D)``, ``ok`` ``(1, n)`` -> its normalised output
+        ``(hq, 1, D)`` and log-sum-exp ``(hq, 1, 1)``; an empty split (no key visible) :attr:`empty_lse` and 0."""
+        if not bool(ok.any()):
+            return torch.zeros(case.hq, 1, case.head_dim), torch.full((case.hq, 1, 1), self.empty_lse)
+        kx, vx = self.expand_kv(case, k).float(), self.expand_kv(case, v).float()  # (n, hq, D) each
+        s = self.mask_and_cap(case, torch.einsum("qhd,khd->hqk", q.float(), kx) * self.scale(case), ok)  # (hq, 1, n)
+        m = s.amax(-1, keepdim=True)  # (hq, 1, 1): finite, some key is visible
+        p = torch.exp(s - m)  # (hq, 1, n)
+        den = p.sum(-1, keepdim=True)  # (hq, 1, 1)
+        return torch.einsum("hqk,khd->hqd", p, vx) / den, m + torch.log(den)
+
+
+def merge_splits(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Split-KV's merge: parts ``(output (hq, Sq, D), log-sum-exp (hq, Sq, 1))``, each part weighted by
+    ``exp(lse - max lse)`` (0 for ``-inf``) -> ``(hq, Sq, D)``; 0 where no part has weight."""
+    lse = torch.stack([lse for _, lse in parts])  # (splits, hq, Sq, 1)
+    top = lse.amax(0)  # (hq, Sq, 1)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    w = torch.exp(lse - top)  # (splits, hq, Sq, 1)
+    tot = w.sum(0)  # (hq, Sq, 1)
+    return (w * torch.stack([o for o, _ in parts])).sum(0) / torch.where(tot > 0, tot, torch.ones_like(tot))
+
+
+class SplitKvMergeWeighsEmptySplits(SplitKvDecode):
+    """Split-KV decode whose empty splits (no key of the split inside the window) report log-sum-exp 0, not
+    ``-inf``: a split kernel that returns early for a split with nothing to do and leaves its zero-initialised
+    log-sum-exp slot (and output 0) to the merge, which then weighs it by ``exp(0 - lse)`` (vllm#47188). The
+    output shrinks by ``1 / (1 + n_empty x exp(-lse))``: about 0.5% with a 1k-key window on 2k keys (LSE near
+    7.4), under bfloat16's rounding of a 1k-key average, far over float32's. Only caches above
+    :data:`SPLIT_KV_KEYS` keys are split; shorter decode and every prefill are right."""
+
+    name = "bug-split-kv-merge-weighs-empty-splits"
+    empty_lse = 0.0
+
+
 class WindowOnlyWhenLonger(EagerAttention):
     """``use_sliding_windows = query_length > sliding_window``.
 
@@ -744,6 +821,7 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-paged-long-path-reads-from-page-0", "long paged path reads all pages from 0 (x 0)", PagedLongPathReadsFromPageZero),
     PlantedBug("bug-paged-walks-longest-table", "paged path walks the longest sequence's block-table slots (x 0)", PagedWalksLongestTable),
     PlantedBug("bug-decode-reads-cache-capacity", "decode reads slots past the used length (x 0)", DecodeReadsCacheCapacity),
+    PlantedBug("bug-split-kv-merge-weighs-empty-splits", "split-KV merge weighs empty splits (LSE 0)", SplitKvMergeWeighsEmptySplits),
     PlantedBug("bug-window-only-when-longer", "window only when sequence exceeds W", WindowOnlyWhenLonger),
     PlantedBug("bug-sentinel-zero-unbounded", "sentinel: 0 read as unbounded", SentinelZeroIsUnbounded),
     PlantedBug("bug-sentinel-none-zero", "sentinel: None read as 0", SentinelNoneIsZero),

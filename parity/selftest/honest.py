@@ -16,6 +16,9 @@
   float32 row sum, ``v_descale / l`` at the end;
 * :class:`PagedLongPath` - above 1k keys, a paged long-context path walking each sequence's own
   block-table slots page by page, the window's pages only, with an online softmax;
+* :class:`parity.selftest.bugs.SplitKvDecode` - split-KV decode above 1k keys: 16 splits over the whole cache
+  (most outside a small window), empty splits ``-inf`` in the log-sum-exp merge (the planted
+  ``bug-split-kv-merge-weighs-empty-splits`` weighs them);
 * :class:`parity.selftest.bugs.EagerAttention` - the eager float32 base of every planted
   bug (listed in :data:`HONEST` too: a bug only counts as caught if its base passes).
 
@@ -34,7 +37,7 @@ import torch
 from ..backends.base import Backend
 from ..case import FP8_DTYPES, FP8_SCALES, Case, Inputs, pages_seen
 from ..reference import P_FP8_OFFSET
-from .bugs import LONG_PATH_KEYS, EagerAttention, EagerWithLse
+from .bugs import LONG_PATH_KEYS, EagerAttention, EagerWithLse, SplitKvDecode
 
 LOG2E = 1.0 / math.log(2.0)
 
@@ -134,15 +137,18 @@ class SplitKV(_Honest):
     def attend(self, case, q, k, v, pages):
         return self.attend_lse(case, q, k, v, pages)[0]
 
+    def split_ranges(self, sk: int, pages: list[tuple[int, int]] | None) -> list[tuple[int, int]]:
+        """The ``[j0, j1)`` key ranges of the splits of a sequence of ``sk`` keys: its pages when paged, else :attr:`split` keys each."""
+        return pages or [(j0, min(sk, j0 + self.split)) for j0 in range(0, sk, self.split)]
+
     def attend_lse(self, case, q, k, v, pages) -> tuple[torch.Tensor, torch.Tensor]:
         """-> output ``(Sq, hq, D)`` and the merged LSE ``(Sq, hq)`` (``-inf`` where no key)."""
         sk = k.shape[0]
         ok = band_mask(case, q.shape[0], sk)  # (Sq, Sk)
         s = self.logits(case, q, k).masked_fill(~ok, float("-inf"))  # (hq, Sq, Sk)
         vx = v.repeat_interleave(case.group, dim=1).float()  # (Sk, hq, D)
-        splits = pages or [(j0, min(sk, j0 + self.split)) for j0 in range(0, sk, self.split)]
         outs, lses = [], []
-        for j0, j1 in splits:
+        for j0, j1 in self.split_ranges(sk, pages):
             sj = s[..., j0:j1]  # (hq, Sq, n)
             m = sj.amax(-1, keepdim=True)  # (hq, Sq, 1)
             m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
@@ -384,6 +390,7 @@ HONEST: tuple[HonestVariant, ...] = (
     HonestVariant("honest-input-dtype-reversed", "all math in bf16/fp16, reversed keys", LowPrecisionReversed),
     HonestVariant("honest-fp8-tensor-cores", "fp8 cases: FA3's fp8 dtype flow (P * 2**8 in e4m3 for P @ V)", Fp8TensorCores),
     HonestVariant("honest-paged-long-path", "paged long-context path: own slots, window pages, online softmax", PagedLongPath),
+    HonestVariant("honest-split-kv-decode", "decode above 1k keys: 16 splits over the cache, empty splits -inf", SplitKvDecode),
     HonestVariant("selftest-eager", "eager fp32, the base of every planted bug", EagerAttention),
     HonestVariant("selftest-eager-lse", "eager fp32 returning its LSE, the base of the LSE bug", EagerWithLse),
 )
