@@ -13,13 +13,14 @@ Each RUN is a top-level folder of ``lab/runs`` (the one with the lab notes, ``RE
   before on the rows it keeps (the refusals were never judged).
 * ``stages.jsonl[.gz]`` (one line per row: milliseconds per stage) -> ``stages.csv``: per (backend, status) the
   rows, and per stage the sum and the largest, in milliseconds (``timing.json``'s ``stages`` sums it per backend).
-* a log (``logs/``, ``*.log``, ``*.log.gz``) that the notes do not name leaves; a named one is gzipped (``NAME.gz``).
+* a log (``logs/``, ``*.log``, ``*.log.gz``) that the notes do not name leaves; a named one over 8 KB is gzipped (``NAME.gz``).
 * ``coverage.csv`` (rewritten from the results by ``python -m parity report``) leaves.
 * the per-step and per-flip tables of the decode studies (``decode_steps.csv``, ``lm_flips.csv``, plain or gzipped)
   leave: ``decode.csv`` / ``lm_decode.csv`` and ``decode_summary.md`` summarize them (every figure the notes cite).
-* ``timing*.json`` and ``throughput.json`` are gzipped (``NAME.gz``: the same JSON).
+* ``timing*.json`` and ``throughput.json`` over 8 KB are gzipped (``NAME.gz``: the same JSON).
 
-Where a file is gzipped, the notes' mentions of it follow (``NAME`` -> ``NAME.gz``). Everything else stays (results,
+Where a file is gzipped, the notes' mentions of its path follow (``NAME`` -> ``NAME.gz``), and of its bare name where
+every file of that name in the folder was gzipped. Everything else stays (results,
 ``environment.json``, ``summary.md``, masks, shrunk cases, the studies' summaries, notes, small records). The notes
 get a section "Compacted (issue 51)" saying what left, how large it was, and
 ``git show COMMIT:reports/RUN/PATH`` for the full copy (COMMIT: ``--full-at``, the last commit that held the runs
@@ -44,6 +45,8 @@ KEEP_EVERY_ROW = {"h100-2026-12-06b-models/run"}
 REFUSALS = ("unsupported", "unavailable")
 PER_STEP = ("decode_steps.csv", "decode_steps.csv.gz", "lm_flips.csv", "lm_flips.csv.gz")
 SECTION = "## Compacted (issue 51)"
+#: a log or timing file at most this large stays plain
+GZIP_OVER = 8192
 
 
 def _read_text(path: Path) -> str:
@@ -146,11 +149,14 @@ def plan(top: Path) -> tuple[dict[Path, bytes | None], list[tuple[str, int, str]
         elif path.name in PER_STEP:
             writes[path] = None
             done.append((rel, size, "left out (per step / per flip; the study's summary table stays)"))
-        elif (_is_log(path) or _gzipped_kind(path)) and path.suffix != ".gz":
+        elif (_is_log(path) or _gzipped_kind(path)) and path.suffix != ".gz" and size > GZIP_OVER:
             writes[path] = None
             writes[path.with_name(path.name + ".gz")] = data = _gz(path.read_text())
             done.append((rel, size, f"gzipped: `{rel}.gz` ({len(data)} bytes)"))
-            gzipped += [rel, path.name]
+            gzipped.append(rel)
+    # a bare file name in the notes follows only where every file of that name here was gzipped
+    names = {Path(r).name for r in gzipped}
+    gzipped += [n for n in names if all(p.relative_to(top).as_posix() in gzipped for p in top.rglob(n))]
     return writes, done, gzipped
 
 
