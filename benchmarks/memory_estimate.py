@@ -2,9 +2,9 @@
 
     python benchmarks/memory_estimate.py                       # CPU: the reference backend, lengths / 16
     python benchmarks/memory_estimate.py --backend sdpa-cuda --scale 1   # on a GPU: real peaks
-    python benchmarks/memory_estimate.py --run reports/RUN               # a run's rows: peak vs estimate
-    python benchmarks/memory_estimate.py --run reports/RUN --now         # the same rows, today's estimate
-    python benchmarks/memory_estimate.py --bench reports/RUN/mem-benchmark.txt   # a committed GPU benchmark, today's
+    python benchmarks/memory_estimate.py --run lab/runs/RUN             # a run's rows: peak vs estimate
+    python benchmarks/memory_estimate.py --run lab/runs/RUN --now       # the same rows, today's estimate
+    python benchmarks/memory_estimate.py --bench lab/runs/RUN/mem-benchmark.txt   # a committed GPU benchmark, today's
 
 ``--run`` reads a run folder's ``results.csv`` (or ``.csv.gz``): each row's estimate (``est_mem_mb``, what
 the memory gate held for it) against the worker's measured peak (``peak_mem_mb``), per backend and per

@@ -2,18 +2,18 @@
 ``sys.path`` (the tree under test).
 
 One file: write ``OUT/<run>/results.csv`` (and its ``environment.json``) for ``parity diff``: how issue 33 checked
-that the redesign changed no verdict (reports/redesign-verdicts-2026-12-05/README.md)::
+that the redesign changed no verdict (lab/runs/redesign-verdicts-2026-12-05/README.md)::
 
-    PYTHONPATH=TREE python lab/rejudge_committed.py REPORTS_DIR KNOWN_DIVERGENCES_TOML OUT
+    PYTHONPATH=TREE python lab/rejudge_committed.py RUNS_DIR KNOWN_DIVERGENCES_TOML OUT
 
 Two files (``--compare``): judge every row with both, write the rows whose verdict, ``expected_id`` or
 ``unconfirmed_id`` differ to ``OUT.csv`` (one line each, with the words that decided it), and print the counts by
-(before -> after): how issue 48 checked matching by mechanism (reports/rejudge-mechanism-2026-12-06/README.md)::
+(before -> after): how issue 48 checked matching by mechanism (lab/runs/rejudge-mechanism-2026-12-06/README.md)::
 
-    PYTHONPATH=TREE python lab/rejudge_committed.py --compare REPORTS_DIR OLD_TOML NEW_TOML OUT.csv
+    PYTHONPATH=TREE python lab/rejudge_committed.py --compare RUNS_DIR OLD_TOML NEW_TOML OUT.csv
 
-The folders: every ``results.csv[.gz]`` under ``REPORTS_DIR/h[12]00-*/`` (the GPU runs) and ``cpu-grad-*/`` (the CPU
-runs with entries of their own), as tests/test_expect.py re-judges them.
+The folders: every ``results.csv[.gz]`` under ``RUNS_DIR/h[12]00-*/`` (``lab/runs``) (the GPU runs) and ``cpu-grad-*/`` (the CPU
+runs with entries of their own), as lab/tests/test_lab_runs.py re-judges them.
 """
 
 from __future__ import annotations

@@ -241,6 +241,8 @@ FALLBACK_CONTROLS = ("sdpa-math-cuda", "flex-cuda", "vllm-fa3-cuda", "reference-
 #: such rows followed a sticky CUDA error in the same worker; see parity.execute.context_lost)
 HARNESS_SIDE = "at case.py:"
 INDEX_HEADER = "entry\tbackend\tscript\tcontrol"
+#: the record of which case each entry's script uses (package data): an entry named here keeps that case (``--index``)
+INDEX = Path(__file__).with_name("known_divergences_repros.tsv")
 
 
 def shrunk_cases(run) -> dict[tuple[str, str], dict]:

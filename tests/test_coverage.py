@@ -27,6 +27,8 @@ from parity.regimes import LOGIT_STD, REGIMES
 from parity.strategies import PROFILES, edge_cases, generate
 
 ROOT = Path(__file__).resolve().parents[1]
+#: rows of the lab's committed runs the tests need (tests/fixtures/make_lab_rows.py)
+LAB_ROWS = ROOT / "tests" / "fixtures" / "lab-rows"
 FLASH_API = ("torch-fa2-cuda", "torch-fa2-varlen-cuda", "fa4-cuda", "fa4-varlen-cuda", "fa2-cuda", "fa3-cuda")
 
 
@@ -124,11 +126,11 @@ def test_default_profile_runs_the_whole_window_grid_on_flash_kernels():
 
 def test_generated_cases_keep_their_ids():
     """Adding regimes and the design must not change the cases earlier runs were made of: the
-    curated edge cases of the committed sample run have the same ids."""
+    curated edge cases of the lab's sample run (lab/runs/sample-cpu: its rows in tests/fixtures/lab-rows) have
+    the same ids."""
     import csv
-    import gzip
 
-    with gzip.open(ROOT / "reports" / "sample-cpu" / "results.csv.gz", "rt", newline="") as fh:
+    with (LAB_ROWS / "sample-cpu-edge.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     # the sample's edge cases (seed 1000 + template index): every one is still generated, with its id;
     # templates added since (the FA2 clamp's, 2026-12-05) come after them and are new ids
@@ -261,5 +263,5 @@ def test_gaps_compare_backends_of_one_family_only():
 def test_the_committed_run_before_the_design_ran_a_fifth_of_the_grid_on_flash_kernels():
     from parity.coverage import read_rows
 
-    t = tally(read_rows(ROOT / "reports" / "h200-2026-12-02"))
+    t = tally(read_rows(LAB_ROWS / "h200-2026-12-02"))  # every fa4-cuda and torch-fa2-cuda row of lab/runs/h200-2026-12-02
     assert 10 <= grid_count(t, "fa4-cuda") <= 30 and grid_count(t, "torch-fa2-cuda") <= 30

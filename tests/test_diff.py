@@ -171,7 +171,7 @@ def test_a_run_folder_with_gzipped_results_reads_as_the_same_run(base, tmp_path,
     shutil.copytree(base, packed)
     raw = (packed / "results.csv").read_bytes()
     (packed / "results.csv.gz").write_bytes(gzip.compress(raw))
-    (packed / "results.csv").unlink()  # as committed under reports/
+    (packed / "results.csv").unlink()  # as the lab commits its runs (lab/runs/)
     assert load_run(packed).df.equals(load_run(base).df)
     code, out, _ = _diff(capsys, base, packed)
     assert code == 0, out

@@ -1,7 +1,7 @@
 """Known divergences (parity/expect.py, parity/known_divergences.toml): loading and its errors,
-version ranges, the judging table, the committed H200 runs re-judged, and `parity run` / `report`
-/ `diff` / JUnit on fake CPU backends. The pytest side (xfail, property test) is
-tests/test_expect_pytest.py."""
+version ranges, the judging table, the findings on rows of the lab's runs (tests/fixtures), and `parity run` /
+`report` / `diff` / JUnit on fake CPU backends. The pytest side (xfail, property test) is
+tests/test_expect_pytest.py; the lab's committed runs re-judged, folder by folder, are lab/tests/test_lab_runs.py."""
 
 from __future__ import annotations
 
@@ -17,57 +17,11 @@ from parity import Case, Window, expect
 from parity.cli import main
 from parity.expect import ExpectationError, Expectations, VersionRange, load, load_file
 from parity.report.runs import load_run
-from tests.fixtures.make_known_runs import RUN_GLOBS
 
 ROOT = Path(__file__).resolve().parents[1]
-H200 = ROOT / "reports" / "h200-2026-12-02"
-#: every committed GPU run folder (the sweep, the FA4 paged variants, the compile-cache sweeps), and the CPU
-#: runs that found divergences of their own (the backward of SDPA's CPU kernel)
-_RUN_FOLDERS = sorted({p.parent for g in RUN_GLOBS for p in (ROOT / "reports").glob(g)})
-#: runs without environment.json: their backends' versions are unknown, so no entry (each has a version range)
-#: can match their rows. The timeout recheck has no failing row and is judged; the benchmark's warm run (killed
-#: by its device call's timeout) is not. Named here so that a new one is not skipped unnoticed.
-NO_ENVIRONMENT = {"h200-2026-12-04b/seed-systems/fa2-timeout-recheck", "h100-2026-12-05d/throughput/warm"}
-GPU_RUNS = [p for p in _RUN_FOLDERS if str(p.relative_to(ROOT / "reports")) != "h100-2026-12-05d/throughput/warm"]
-#: FA4's own refusal (d = 72, paged): the other half of issue 17 records it as unsupported; no entry
-FA4_REFUSAL = "Paged KV does not support irregular head dim"
-#: xformers' own precondition (varlen, a sequence with Sq > Sk): an error in the 2026-12-04 run,
-#: a refusal (unsupported) since; recorded in xformers' refusal phrases, no entry
-XFORMERS_REFUSAL = "Expected `num_keys >= num_queries`"
-#: the harness's own bug in the 2026-12-04 gate run (a sequence's unaligned view handed to JAX by
-#: DLPack); fixed since in parity.backends.jax_attn.dlpack_ready, no entry
-JAX_UNALIGNED = "must be a multiple of 10"
-#: FlashInfer's own precondition (causal with Sq > Sk): errors in the seed systems' first run, a
-#: refusal since (parity.backends.flashinfer.flashinfer_window), no entry
-FLASHINFER_REFUSAL = "kv_len must be greater than or equal to qo_len"
-#: the harness's own bug in the seed systems' second run: after one sticky CUDA error the same
-#: worker ran the lane's next rows, which failed making their inputs (case.py); the worker is
-#: restarted after such an error since (parity.worker), no entry
-STICKY_COLLATERAL = r"at case\.py:\d+: CUDA error: misaligned address"
-#: one vLLM FA2 decode row timed out while the gate ran beside it on the same GPU; run alone it
-#: passed (seed-systems/fa2-timeout-recheck), no entry
-CONTENDED_TIMEOUT = "no answer within 120 s"
-#: FlashInfer's JIT builds (about 18 s each alone) ran past 240 s while seven jobs shared the GPU and
-#: CPUs on 2026-12-05 (reports/h200-2026-12-05/README.md): the run's contention, no entry
-JIT_CONTENDED_TIMEOUT = "no answer within 240 s"
-
-#: the lab's own bug on the H100 on 2026-12-05 (reports/h100-2026-12-05/README.md): its scripts named the compile
-#: cache CC, the device exports CC, and Inductor ran the cache folder as its C compiler; every flex-cuda row errored.
-#: Fixed since in lab/loan (PARITY_CC), no entry
-LAB_CC = "Permission denied: '/tmp/parity-cc'"
-#: the harness's own bug in the same run: a float16 same-dtype backward baseline with NaN gave a NaN mean budget
-#: and a max budget of the rounding floor alone (4 honest rows missed it by 1.04-1.34x); such a backward is not
-#: judged since (parity.grad._unjudgeable), no entry
-NAN_GRAD_BUDGET = "(budget nan)"
-#: the harness's own bug on the H100 on 2026-12-05 (reports/h100-2026-12-05b/README.md): xformers' backward was called
-#: in the 5-D GQA layout, which xformers 0.0.35's backward refuses; every xformers --grad row errored. Fixed since
-#: (parity.backends.xformers.xformers_layout_trained), no entry
-XFORMERS_5D_GRAD = "is invalid for input of size|Input tensors have incompatible shapes"
-#: the harness's own bug on the H100 on 2026-12-05 (reports/h100-2026-12-05c/README.md): xformers' cutlassB-pt raises
-#: this inside the backward for the attn_bias types it does not declare (its bottom-right local masks); read up
-#: front since (XformersBackend.grad_unsupported_reason: unsupported), no entry
-XFORMERS_BW_BIAS = "Unsupported attn_bias type"
-
+#: the first H200 run (lab/runs/h200-2026-12-02, written before known divergences existed), cut to its failing rows,
+#: the flash kernels' rows and two rows of each other (backend, verdict): tests/fixtures/make_lab_rows.py
+H200 = ROOT / "tests" / "fixtures" / "lab-rows" / "h200-2026-12-02"
 KNOWN = "tests.helpers:EmptyRowsSeeEveryKey"
 KNOWN_PLUS = "tests.helpers:EmptyRowsAndOffByOne"
 FAKE_TOML = """
@@ -258,97 +212,6 @@ def test_any_reasons_needs_one_of_them_and_makes_a_backward_entry(tmp_path):
     assert j("dv_err") == j("max_err") == j("") == ("fail", "")
 
 
-def test_only_the_named_runs_lack_their_environment():
-    missing = {str(p.relative_to(ROOT / "reports")) for p in _RUN_FOLDERS if not (p / "environment.json").exists()}
-    assert missing == NO_ENVIRONMENT
-
-
-def _raw_failing(df):
-    return df[df["raw_verdict"].isin(["fail", "error", "crash", "timeout"])]
-
-
-def _no_mask_evidence(bad):
-    """Failing rows an entry would explain but for the mask probe's words (parity/expect.py, "mask evidence"): the
-    probe did not run there (too many passes at their length), they failed on values, and ``unconfirmed_id`` names
-    an entry that asks for mask words: failures, counted apart, never expected."""
-    named = bad["unconfirmed_id"].fillna("") != ""
-    entries = {e.id: e for e in load().entries}
-    for _, r in bad[named].iterrows():
-        e = entries[r["unconfirmed_id"]]
-        assert r["verdict"] == "fail" and r["mask_check"] == "not_run" and e.needs_mask, (r["backend"], r["case_id"])
-        assert set(r["reasons"].split()) & set(expect.VALUE_REASONS), (r["backend"], r["case_id"], r["reasons"])
-    return named
-
-
-@pytest.mark.parametrize("folder", GPU_RUNS, ids=lambda p: str(p.relative_to(ROOT / "reports")))
-def test_committed_gpu_runs_rejudged(folder):
-    """Every failing row of every committed GPU run is a known divergence, a row the runs' notes name, or a
-    failure an entry would explain but whose mask probe did not run (no mask evidence); no passing row of them
-    contradicts a strict entry. (FA4's own d = 72 refusal has no entry on purpose.)"""
-    df = load_run(folder, load(), rejudge=True).df
-    bad = _raw_failing(df)
-    bad = bad[~_no_mask_evidence(bad)]
-    grad_detail = bad["grad_detail"].fillna("")
-    sticky = bad["detail"].str.contains(STICKY_COLLATERAL)  # two of them match the head-dim-33 entry (README there)
-    nan_budget = grad_detail.str.contains(NAN_GRAD_BUDGET, regex=False) & ~bad["reasons"].str.contains("max_err")
-    xf_grad = bad["backend"].str.startswith("xformers-") & grad_detail.str.contains(f"{XFORMERS_5D_GRAD}|{XFORMERS_BW_BIAS}")
-    refusals = (
-        bad["detail"].str.contains(FA4_REFUSAL, regex=False)
-        | bad["detail"].str.contains(XFORMERS_REFUSAL, regex=False)
-        | bad["detail"].str.contains(JAX_UNALIGNED, regex=False)
-        | bad["detail"].str.contains(FLASHINFER_REFUSAL, regex=False)
-        | sticky
-        | (bad["backend"].eq("vllm-fa2-cuda") & bad["detail"].str.contains(CONTENDED_TIMEOUT, regex=False))
-        | (bad["backend"].str.startswith("flashinfer-") & bad["detail"].str.contains(JIT_CONTENDED_TIMEOUT, regex=False))
-        | (bad["backend"].eq("flex-cuda") & bad["detail"].str.contains(LAB_CC, regex=False))
-        | nan_budget
-        | xf_grad
-        # a backend's row that ran out of device memory at a real model's length (h100-2026-12-06-models: dense
-        # SDPA MATH / XLA scores at 32k, XLA's autotuner): the card's limit, recorded with its estimate, no divergence
-        | bad["detail"].str.startswith("out of memory: ")
-    )
-    assert (bad[~refusals]["verdict"] == "expected").all(), bad[~refusals & (bad["verdict"] != "expected")][["backend", "case_id"]]
-    assert bad[refusals & ~sticky & ~nan_budget & ~xf_grad]["verdict"].isin(["error", "timeout"]).all()
-    assert not (df["verdict"] == "unexpected-pass").any(), df[df["verdict"] == "unexpected-pass"][["backend", "expected_id", "case_id"]]
-    assert (df[df["raw_verdict"] == "pass"]["verdict"] == "pass").all()
-
-
-#: issue 48's comparison (lab/rejudge_committed.py --compare): the known-divergence file before matching by mechanism,
-#: and every committed row whose judgement it changed, with the words that decided it
-MECHANISM = ROOT / "reports" / "rejudge-mechanism-2026-12-06"
-
-
-def _lab_rejudge():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("rejudge_committed", ROOT / "lab" / "rejudge_committed.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.mark.slow  # every committed run judged twice (about 60 s on a 2-core machine)
-@pytest.mark.parametrize("folder", _RUN_FOLDERS, ids=lambda p: str(p.relative_to(ROOT / "reports")))
-def test_the_committed_mechanism_rejudge_is_what_the_code_gives(folder):
-    """reports/rejudge-mechanism-2026-12-06/changes.csv lists, for this run, exactly the rows whose judgement the
-    file before (before.toml) and today's file give differently; and no row that was expected is a failure now
-    without its reason: each such row names the entry that would explain it (no mask evidence)."""
-    import csv
-
-    lab = _lab_rejudge()
-    got = lab.changed_rows(folder, ROOT / "reports", str(MECHANISM / "before.toml"), str(expect.DEFAULT_FILE))
-    rel = folder.relative_to(ROOT / "reports").as_posix()
-    with (MECHANISM / "changes.csv").open(newline="") as fh:
-        want = [r for r in csv.DictReader(fh) if r["run"] == rel]
-    assert [(r["backend"], r["case_id"], r["before"], r["after"]) for r in got] == [
-        (r["backend"], r["case_id"], r["before"], r["after"]) for r in want
-    ]
-    for r in got:
-        if r["before"].startswith("expected") and not r["after"].startswith("expected"):
-            assert r["after"].startswith("fail (no mask evidence: ") and r["mask_check"] == "not_run", r
-
-
 #: a few committed rows per known divergence (tests/fixtures/make_known_runs.py): the row each entry's repro
 #: script is made from, a passing row of the same backend and run, FA4's own refusal; rows.tsv says the verdict
 KNOWN_RUNS = ROOT / "tests" / "fixtures" / "known-runs"
@@ -376,8 +239,7 @@ def test_committed_findings_each_have_their_entry():
 
 
 def _old_run(tmp_path: Path) -> Path:
-    """A copy of the committed 2026-12-02 run (written before known divergences existed), its
-    results.csv unpacked (the committed run keeps it gzipped)."""
+    """A copy of rows of the 2026-12-02 run (:data:`H200`), its results.csv unpacked (the fixture keeps it gzipped)."""
     d = tmp_path / "h200"
     d.mkdir()
     for name in ("environment.json", "masks.jsonl.gz", "shrunk.jsonl"):
@@ -407,7 +269,7 @@ def test_report_renders_an_old_run_known_vs_new_and_leaves_results_csv(tmp_path,
     assert "raw_verdict" not in before.decode().splitlines()[0]
     assert main(["report", str(old)]) == 0
     md = (old / "summary.md").read_text()
-    assert md.startswith("## attn-parity ❌ 2 failing of 4427 rows (99 expected)")  # the two FA4 refusals are new
+    assert md.startswith("## attn-parity ❌ 2 failing of 624 rows (99 expected)")  # the two FA4 refusals are new
     assert "known divergences: 99 rows expected (" in md and "new failures: 2 rows" in md
     assert "<summary>Known divergences (99 rows expected)</summary>" in md
     junit = (old / "junit.xml").read_text()
@@ -418,7 +280,7 @@ def test_report_renders_an_old_run_known_vs_new_and_leaves_results_csv(tmp_path,
     assert (old / "results.csv").read_bytes() == before  # not rewritten unless asked
     assert main(["report", str(old), "--strict"]) == 1  # the two refusals
     assert main(["report", str(old), "--strict", "--expect", "none"]) == 1
-    assert "101 failing of 4427 rows" in (old / "summary.md").read_text()
+    assert "101 failing of 624 rows" in (old / "summary.md").read_text()
     capsys.readouterr()
     assert main(["report", str(old), "--rewrite-results"]) == 0
     raw = load_run(old).df  # no expectations applied on load: what the file now says
@@ -433,7 +295,7 @@ def test_diff_an_old_run_against_its_rejudged_copy(tmp_path, capsys):
     capsys.readouterr()
     assert main(["diff", str(old), str(new)]) == 0  # same schema once loaded; the old run judged with the default file
     out = capsys.readouterr().out
-    assert out.startswith("parity diff: no regression (0 fixed, 4427 rows compared)") and "Still expected: 99" in out
+    assert out.startswith("parity diff: no regression (0 fixed, 624 rows compared)") and "Still expected: 99" in out
     assert main(["diff", str(old), str(new), "--expect", "none"]) == 0  # both back to their raw verdicts
     assert "Still failing: 101" in capsys.readouterr().out
 

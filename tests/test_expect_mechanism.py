@@ -20,7 +20,8 @@ from parity.expect import ExpectationError, case_features, load, load_file
 from tests.test_expect import EMPTY_ROWS, FAKE_TOML, KNOWN, NO_EMPTY_ROWS, _entry, _row, _toml
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS_B = ROOT / "reports" / "h100-2026-12-06b-models" / "run"
+#: the environment of the lab's second models run (lab/runs/h100-2026-12-06b-models/run), as tests/fixtures/known-runs keeps it
+MODELS_B = ROOT / "tests" / "fixtures" / "known-runs" / "h100-2026-12-06b-models__run"
 #: issue 48: the read probe's NaN-page read by FlashInfer's paged prefill at flashinfer#4972's shape (qo_len 300,
 #: kv_len 4096, 8/2 heads, d128, page 16, window_left 333, non-causal: a 334-key band at the last row) ...
 ISSUE_4972 = Case((300,), (4096,), 8, 2, 128, "bfloat16", Window(333, None), page_size=16, seed=4972)

@@ -32,6 +32,7 @@ from parity.backends.torch_fa2 import fa2_window
 from parity.backends.vllm_fa import vllm_fa_window
 from parity.backends.xformers import bias_expr, xformers_bias_spec
 from parity.case import make_inputs
+from parity.export_repro import INDEX as KNOWN_INDEX
 from parity.regimes import REGIMES
 from parity.repro_script import build_script
 
@@ -306,13 +307,12 @@ def test_xformers_bias_expr_is_the_mask_the_harness_builds():
 
 
 KNOWN_RUNS = Path(__file__).resolve().parent / "fixtures" / "known-runs"
-#: the lab's record of which case each known divergence's repro script uses (entry, backend, script, control)
-INDEX = Path(__file__).resolve().parents[1] / "reports" / "findings-repros" / "index.tsv"
+#: the record of which case each known divergence's repro script uses (entry, backend, script, control): package data
+INDEX = KNOWN_INDEX
 
 
 def _export_known(capsys, out: Path, *extra: str) -> tuple[int, list[list[str]]]:
-    folders = sorted(str(d) for d in KNOWN_RUNS.iterdir() if d.is_dir())
-    code = cli.main(["export-repro", "--known", "--runs", *folders, "--out", str(out), *extra])
+    code = cli.main(["export-repro", "--known", "--runs", str(KNOWN_RUNS), "--out", str(out), *extra])  # a folder of run folders
     capsys.readouterr()
     index = out / "index.tsv"
     return code, [ln.split("\t") for ln in index.read_text().splitlines()[1:]] if index.exists() else []
@@ -363,6 +363,9 @@ def test_export_repro_known_repick_takes_each_entrys_smallest_row(tmp_path, caps
         (["export-repro", "--out", "O"], "name a RUN_DIR, or --known"),
         (["export-repro", "RUN", "--runs", "X"], "go with --known"),
         (["export-repro", "--known", "--index", "missing.tsv", "--out", "O"], "--index missing.tsv: no such file"),
+        (["export-repro", "--known", "--out", "O"], "name the run folders to pick rows from with --runs DIR"),
+        (["export-repro", "--known", "--runs", "nowhere", "--out", "O"], "--runs nowhere: no such folder"),
+        (["export-repro", "--known", "--runs", ".", "--out", "O"], "--runs .: no run folder (results.csv or results.csv.gz) in it"),
     ],
 )
 def test_export_repro_known_bad_input(argv, words, tmp_path, capsys, monkeypatch):
@@ -384,7 +387,7 @@ def test_a_cuda_script_on_a_machine_without_one_exits_2_not_1(spec, tmp_path):
     assert "CANNOT RUN on this machine (exit 2)" in res.stdout, res.stdout + res.stderr
 
 
-CPU_GRAD = Path(__file__).resolve().parents[1] / "reports" / "cpu-grad-2026-12-05"
+#: rows of the lab's CPU backward runs (lab/runs/cpu-grad-2026-12-05): the fixtures' seed0 and shrunk-large-values
 
 
 @pytest.mark.parametrize("script", ["sdpa_1e26f8bf6155", "sdpa_960e893e5cc1"])
@@ -393,7 +396,7 @@ def test_cpu_backward_findings_show_in_their_scripts_and_not_in_their_controls(s
     summed in float16 one at a time (the script's baseline must sum the group as the harness's does, not through
     autograd's per-head adds, or the script forgives it), and the large-values case (dq ~1e30 for 0); each exits 1,
     its control (SDPA's MATH kernel) 0."""
-    runs = [str(CPU_GRAD / d) for d in ("seed0", "shrunk-large-values")]
+    runs = [str(KNOWN_RUNS / f"cpu-grad-2026-12-05__{d}") for d in ("seed0", "shrunk-large-values")]
     assert cli.main(["export-repro", "--known", "--runs", *runs, "--out", str(tmp_path)]) == 0
     capsys.readouterr()
     names = (script, script.replace("sdpa_", "sdpa-math_") + ".control")

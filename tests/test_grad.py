@@ -503,7 +503,7 @@ def test_a_cpu_grad_script_runs_agrees_and_catches_a_broken_backward(tmp_path):
 
 
 def test_a_baseline_with_nan_is_not_judged_rather_than_judged_against_nan():
-    """H100, 2026-12-05 (reports/gpu-2026-12-05c): a float16 large-values case whose same-dtype backward overflows
+    """H100, 2026-12-05 (lab/runs/h100-2026-12-05c): a float16 large-values case whose same-dtype backward overflows
     (dq NaN everywhere) was judged with a NaN mean budget (no error exceeds NaN) and a max budget of the rounding
     floor alone (python's max() dropped the NaN): 4 honest rows failed at 1.04-1.34x, others passed unchecked."""
     case = Case((1,), (257,), 2, 2, 64, "float16", Window(19, 255), scale=0.5, seed=959335823, regime="large_values")

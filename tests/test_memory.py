@@ -350,7 +350,8 @@ MODELS_RUNS = [("h100-2026-12-06-models", 130), ("h100-2026-12-06b-models", 300)
 
 
 def _measured_rows(run: str) -> list[tuple[dict, Case, object]]:
-    """The rows of a committed models run with a measured worker peak: (row, case, backend)."""
+    """The rows of a lab models run (lab/runs/RUN/run) with a measured worker peak: (row, case, backend), from
+    tests/fixtures/lab-rows/models-peaks.csv.gz (tests/fixtures/make_lab_rows.py: those rows, the columns read here)."""
     import csv
     import gzip
     import io
@@ -358,8 +359,8 @@ def _measured_rows(run: str) -> list[tuple[dict, Case, object]]:
 
     from parity import backends
 
-    path = Path(__file__).resolve().parents[1] / "reports" / run / "run" / "results.csv.gz"
-    rows = list(csv.DictReader(io.StringIO(gzip.decompress(path.read_bytes()).decode())))
+    path = Path(__file__).resolve().parent / "fixtures" / "lab-rows" / "models-peaks.csv.gz"
+    rows = [r for r in csv.DictReader(io.StringIO(gzip.decompress(path.read_bytes()).decode())) if r["run"] == run]
     measured = [r for r in rows if r["peak_mem_mb"] and float(r["peak_mem_mb"]) > 0]
     return [(r, Case.from_json(r["case_json"]), backends.get(r["backend"])) for r in measured]
 

@@ -486,11 +486,12 @@ out.cut = out.cut.slice(0, 12);
 out.matrix = !!document.querySelector('#matrix-table');
 document.body.insertAdjacentHTML('beforeend', '<pre id="probe">' + JSON.stringify(out) + '</pre>');
 </script>"""
-WIDE_RUN = ROOT / "reports" / "h200-2026-12-04"
+#: rows of the first H200 run (lab/runs/h200-2026-12-02): every one of 19 backends (tests/fixtures/make_lab_rows.py)
+WIDE_RUN = ROOT / "tests" / "fixtures" / "lab-rows" / "h200-2026-12-02"
 
 
 def test_a_wide_real_run_fits_1280_px_in_headless_chromium(tmp_path):
-    """The committed H200 run (18 backends: a wide matrix) at 1280 px: no sideways scrolling of the
+    """Rows of an H200 run (19 backends: a wide matrix) at 1280 px: no sideways scrolling of the
     page; anything wider than the window scrolls inside its own box (nothing is cut off)."""
     chromium = _chromium()
     if not (WIDE_RUN / "results.csv.gz").exists():

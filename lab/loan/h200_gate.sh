@@ -43,11 +43,11 @@ case "$step" in
     exit "$rc" ;;  # 1 is what the planted bug must give
   repros)
     # the scripts are generated from the known-divergence file and the committed runs, then run
-    python3 -m parity export-repro --known --out /tmp/repro-scripts > "$OUT/repros_export.log" 2>&1
+    python3 -m parity export-repro --known --runs lab/runs --out /tmp/repro-scripts > "$OUT/repros_export.log" 2>&1
     bash "$(dirname "$0")/run_repros.sh" /tmp/repro-scripts /tmp/repro-results > "$OUT/repros.log" 2>&1
     cp /tmp/repro-results/results.tsv "$OUT/repros_results.tsv"; tar czf "$OUT/repro-logs.tgz" -C /tmp repro-results
     echo "== xformers refusals recheck"
-    python3 -m parity run -b xformers-cutlass-cuda -b xformers-flash-cuda --case-file reports/findings-repros/xformers-refusal-cases.jsonl \
+    python3 -m parity run -b xformers-cutlass-cuda -b xformers-flash-cuda --case-file lab/runs/findings-repros/xformers-refusal-cases.jsonl \
       --out /tmp/xf-recheck -q --no-report > "$OUT/xformers_recheck.log" 2>&1; echo "rc=$?"
     cp /tmp/xf-recheck/results.csv "$OUT/xformers_recheck.csv"
     cat "$OUT/repros.log"; grep -v "^\s*$" "$OUT/xformers_recheck.log" | tail -n 8 | cut -c1-200 ;;

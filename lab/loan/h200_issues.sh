@@ -19,7 +19,7 @@
 #   bash lab/loan/h200_issues.sh launch [FEAT_S] [GRAD_S] [GATE_S]  # the detached jobs below; returns at once
 #   bash lab/loan/h200_issues.sh collect LIMIT_S    # wait for them (up to LIMIT_S), $OUT/<job>.tgz each
 #   bash lab/loan/h200_issues.sh resume-grad LIMIT_S  # issue 30: continue the committed --grad runs of
-#                                                   # reports/h100-2026-12-05d, both at once, for LIMIT_S; again
+#                                                   # lab/runs/h100-2026-12-05d, both at once, for LIMIT_S; again
 #                                                   # on the same machine until complete -> $OUT/native.tgz, staged.tgz
 # Jobs (lab/device/bg.sh), sharing the one GPU, so their per-row times are not comparable:
 #   features  issue 29: the default profile's sink / chunk / fp8 cases on every GPU backend (FlashInfer included),
@@ -123,7 +123,7 @@ case "${1:-}" in
   resume-grad)
     lim=${2:-400}
     for r in grad-native grad-staged; do  # the first call copies the committed folder; later calls continue it
-      [ -d "/tmp/$r" ] || cp -r "$here/../reports/h100-2026-12-05d/$r" "/tmp/$r"
+      [ -d "/tmp/$r" ] || cp -r "$here/runs/h100-2026-12-05d/$r" "/tmp/$r"
     done
     common="--resume --time-limit $lim -q"
     bg start native --watch /tmp/grad-native -- python3 -m parity run $common --out /tmp/grad-native --jobs 4

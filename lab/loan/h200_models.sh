@@ -3,7 +3,7 @@
 # lengths), resumed over calls until complete. After the four parts are parked and `bash lab/device/install.sh` ran
 # on the same warm machine (lab/device/README.md):
 #   bash lab/loan/h200_models.sh run [LIMIT_S] [JOBS]  # the first call starts /tmp/models, later calls --resume it
-#   SEED=reports/h100-2026-12-06b-models/run bash lab/loan/h200_models.sh run ...  # first call: resume that run
+#   SEED=lab/runs/h100-2026-12-06b-models/run bash lab/loan/h200_models.sh run ...  # first call: resume that run
 #   bash lab/loan/h200_models.sh mem [LIMIT_S]         # benchmarks/memory_estimate.py at scale 1, a few backends
 # Each call leaves $OUT/models.tgz: the run folder (masks.jsonl only while small: a call returns 16 MiB) and its log.
 set -u

@@ -5,7 +5,7 @@
 # staging in lab/device/); writes results.tsv into RESULTS_DIR (default SCRIPTS_DIR) and prints it. Its outcome column:
 # shown (script exit 1, control 0), NOT-SHOWN (script 0), cannot-run (exit 2, or an older script's exit 1
 # from a missing package or GPU), timeout, and CONTROL-DIFFERS / control-cannot-run beside shown.
-#   python -m parity export-repro --known --out /tmp/repro-scripts
+#   python -m parity export-repro --known --runs lab/runs --out /tmp/repro-scripts
 #   bash lab/loan/run_repros.sh /tmp/repro-scripts [RESULTS_DIR]
 set -u
 [ -f "${1:-}/index.tsv" ] || { echo "usage: bash lab/loan/run_repros.sh SCRIPTS_DIR [RESULTS_DIR] (SCRIPTS_DIR/index.tsv from parity export-repro --known)" >&2; exit 2; }

@@ -1,14 +1,15 @@
 """``python -m parity export-repro RUN_DIR [--row N] [--backend B] [--out DIR] [--control C]``: a
 standalone script per divergence (which rows, the scripts: :mod:`parity.export_repro`).
 
-``python -m parity export-repro --known [--runs DIR ...] [--index FILE] [--repick] --out DIR``: one script
+``python -m parity export-repro --known --runs DIR ... [--index FILE] [--repick] --out DIR``: one script
 and its control per entry of the known-divergence file, from the smallest row each entry explains in the
-run folders (default: every run folder under ``reports/``); an entry named in ``--index`` (default
-``reports/findings-repros/index.tsv``, the record of which case each entry uses) keeps that case unless
-``--repick``. Writes ``DIR/index.tsv`` (entry, backend, script, control).
+run folders named (each DIR a run folder or a folder of them, e.g. a checkout's ``lab/runs``); an entry named
+in ``--index`` (default :data:`parity.export_repro.INDEX`, the package's record of which case each entry uses)
+keeps that case unless ``--repick``. Writes ``DIR/index.tsv`` (entry, backend, script, control).
 
 Exit codes: 0 scripts written, or nothing to export (a line says so); 2 bad input (no such
-folder, no results.csv, ``--row`` out of range, a backend with no rows in the run), one line.
+folder, no results.csv, ``--row`` out of range, a backend with no rows in the run, ``--known`` without
+``--runs``), one line.
 """
 
 from __future__ import annotations
@@ -18,9 +19,6 @@ from pathlib import Path
 
 from .. import runfolder
 from ..errors import UserError as UsageError
-
-REPORTS = Path("reports")
-INDEX = REPORTS / "findings-repros" / "index.tsv"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -33,9 +31,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     known = p.add_argument_group("one script per known divergence")
     known.add_argument("--known", action="store_true", help="one script and its control per entry of the known-divergence file")
     known.add_argument(
-        "--runs", type=Path, nargs="+", metavar="DIR", help=f"the run folders --known picks rows from (default: every one under {REPORTS}/)"
+        "--runs",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
+        help="the run folders --known picks rows from: each a run folder or a folder of them (e.g. lab/runs of a checkout)",
     )
-    known.add_argument("--index", type=Path, metavar="FILE", help=f"entries named here keep their case (default {INDEX} where it exists)")
+    known.add_argument("--index", type=Path, metavar="FILE", help="entries named here keep their case (default: the package's record)")
     known.add_argument("--repick", action="store_true", help="--known: ignore --index and take each entry's smallest row again")
     return p
 
@@ -78,15 +80,24 @@ def _out_dir(out_dir: Path) -> Path:
     return out_dir
 
 
-def _run_folders() -> list[Path]:
-    """Every run folder under reports/ (a results.csv or results.csv.gz), not the untracked runs/ and latest."""
-    found = {p.parent for p in REPORTS.glob("**/results.csv*") if p.name in (runfolder.RESULTS, runfolder.RESULTS_GZ)}
-    return sorted(d for d in found if d.relative_to(REPORTS).parts[0] not in ("runs", "latest"))
+def _run_folders(dirs: list[Path]) -> list[Path]:
+    """The run folders of ``--runs``: each DIR itself when it holds a results.csv[.gz], else every one under it
+    (``latest``, a link to one of them, left out); a UserError for a DIR that is missing or holds none."""
+    found: set[Path] = set()
+    for d in dirs:
+        if not d.is_dir():
+            raise UsageError(f"--runs {d}: no such folder")
+        runs = {p.parent for p in d.glob("**/results.csv*") if p.name in (runfolder.RESULTS, runfolder.RESULTS_GZ)}
+        runs = {r for r in runs if "latest" not in r.relative_to(d).parts}
+        if not runs:
+            raise UsageError(f"--runs {d}: no run folder (results.csv or results.csv.gz) in it")
+        found |= runs
+    return sorted(found)
 
 
 def _known(args: argparse.Namespace) -> int:
     from ..expect import load
-    from ..export_repro import export_known, read_index
+    from ..export_repro import INDEX, export_known, read_index
     from ..report.runs import load_run
 
     if args.run_dir is not None or args.row is not None or args.backend or args.control:
@@ -95,9 +106,9 @@ def _known(args: argparse.Namespace) -> int:
         raise UsageError("export-repro --known: name the folder for the scripts with --out DIR")
     if args.index is not None and not args.index.is_file():
         raise UsageError(f"--index {args.index}: no such file")
-    folders = args.runs or _run_folders()
-    if not folders:
-        raise UsageError(f"export-repro --known: no run folder under {REPORTS}/ here; name them with --runs DIR ...")
+    if not args.runs:
+        raise UsageError("export-repro --known: name the run folders to pick rows from with --runs DIR ... (e.g. lab/runs of a checkout)")
+    folders = _run_folders(args.runs)
     expectations = load()
     runs = [load_run(d, expectations, rejudge=True) for d in folders]
     keep = {} if args.repick else read_index(args.index if args.index is not None else INDEX)
