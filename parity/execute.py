@@ -394,7 +394,7 @@ def _refusal_or_fault(exc: Unsupported, device: str) -> dict[str, Any]:
     """A refusal raised after the backend launched work can hide a fault of that work (CUDA reports
     kernel errors late): FlashInfer's decode faulted on head dim 20 (misaligned address), then its
     merge step refused the head dim, and the next row of the worker died making its inputs
-    (reports/h200-2026-12-05/); on the H100 (2026-12-06) FlashInfer rows at head dim 96 ended in an
+    (lab/runs/h200-2026-12-05/); on the H100 (2026-12-06) FlashInfer rows at head dim 96 ended in an
     illegal memory access with "MergeStates ... Unsupported head_dim: 96" raised after it. So the device is
     synchronized first:
 

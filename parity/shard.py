@@ -48,12 +48,12 @@ backends ``B`` (``h_b`` = ``cost_hint``, 1.0 when unknown)::
 ``h_b - 1`` is the part of a backend's hint above a plain backend's: charged per kernel it
 compiles (flex compiles per configuration and length bucket); every backend pays ``w(c)`` per
 case, which grows with the score elements (reference, probes, the call) but slowly: on the
-H200 run of 2026-12-04 (``reports/h200-2026-12-04``, 19 backends) the 16k x 16k case summed 14.7 s
+H200 run of 2026-12-04 (``lab/runs/h200-2026-12-04``, 19 backends) the 16k x 16k case summed 14.7 s
 of backend-call time against a median of 4.2 s for a small case (compiles dominate), hence
 ``2**35`` (that case: w = 5). A shard's cost is the sum over its configurations. LPT bounds the
 most loaded shard by ``mean + max cost(g)``.
 
-Balance (``python benchmarks/shard_balance.py reports/h200-2026-12-04``; ``tests/test_shard.py``
+Balance (``python benchmarks/shard_balance.py lab/runs/h200-2026-12-04``; ``tests/test_shard.py``
 holds max/mean <= 1.05 for the default profile, N <= 5): the default profile (CPU backends, or
 all-gpu, seeds 0/1/7) gives model max/mean <= 1.009 for N = 2..5 and <= 1.021 for N = 8.
 Replaying the H200 run's measured per-case backend-call times (``time_ms`` summed over its 19

@@ -392,7 +392,7 @@ class JaxXla(JaxBackend):
         weights ``(hq, T, Sk)`` and the boolean window mask ``(T, Sk)``, where ``T`` is the query length after
         :func:`jax_window`'s padding (a bottom-right window with Sq < Sk pads the queries to Sk: a decode row
         over 32k keys is a 32k x 32k call; XLA's GEMM autotuner asked for 128 GiB there on the H100,
-        reports/h100-2026-12-06b-models), besides its output. JAX allocates outside torch's allocator, so a
+        lab/runs/h100-2026-12-06b-models), besides its output. JAX allocates outside torch's allocator, so a
         row's ``peak_mem_mb`` does not show it: this hint is what the memory gate knows."""
         return max(2 * case.hq * t * sk * 4 + t * sk + 2 * t * case.hq * case.head_dim * 4 for t, sk in self._padded_rows(case))
 

@@ -1,7 +1,7 @@
 """The compile pre-pass: before the lanes start, build each distinct kernel key of the run's compiling
 backends once, many at a time, so that the lanes run warm from the compilers' disk caches.
 
-Why: on the H100 of 2026-12-06c (reports/h100-2026-12-06c-throughput) 75% of the workers' time was
+Why: on the H100 of 2026-12-06c (lab/runs/h100-2026-12-06c-throughput) 75% of the workers' time was
 first-use compilation, and a compile inside the run cost 5-10x what it costs alone
 (../shared/compile-probe-2026-12-06): 14 lanes each compiled their own keys one after the other while
 running rows, each lane with a compile pool of its own. Here each key is built by one small row of it
