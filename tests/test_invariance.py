@@ -200,6 +200,13 @@ def test_engine_check_entries_explain_only_engine_check_failures(tmp_path):
         assert strict.judge(_row("", inv=inv, detail=""))["verdict"] == "pass"
 
 
+def test_an_engine_check_failure_is_its_own_kind_for_the_shrinker():
+    from parity.sweep.shrinking import failure_kind
+
+    assert failure_kind({"verdict": "fail", "reasons": "batch_invariance"}) == "engine"
+    assert failure_kind({"verdict": "fail", "reasons": "max_err graph_replay"}) == "values"
+
+
 def test_the_pattern_field_is_checked(tmp_path):
     with pytest.raises(ExpectationError, match="invariance_detail"):
         _entries(tmp_path, NOT_PROMISED.replace('invariance_detail = "alone"', 'invariance_detail = "("'))
