@@ -13,7 +13,7 @@ from .execute import ProcessExecutor, backend_info, context_lost, execute
 from .expect import Expectations
 from .judge import BaselineCache, apply_expectations, judge, unavailable
 from .maskcheck import DEFAULT_MAX_PASSES, ProbeResult, run_gqa_probe, run_mask_probe
-from .results import Judged, Verdict
+from .results import ENGINE_CHECKS, Judged, Verdict
 from .verdict import BUDGETS, Budget
 
 _BASELINES = BaselineCache("cpu", keep=16)
@@ -24,16 +24,20 @@ _WORKERS: dict[tuple, ProcessExecutor] = {}
 _LOST: list[str] = []
 
 
-def _worker(spec: str, path: Sequence[str], probes: bool, max_passes: int, grad: bool = False) -> ProcessExecutor:
-    key = (spec, tuple(path), probes, max_passes, grad)
+def _worker(
+    spec: str, path: Sequence[str], probes: bool, max_passes: int, grad: bool = False, checks: tuple[str, ...] = ()
+) -> ProcessExecutor:
+    key = (spec, tuple(path), probes, max_passes, grad, tuple(checks))
     if key not in _WORKERS:
         if not _WORKERS:
             atexit.register(close_workers)
-        _WORKERS[key] = ProcessExecutor(spec, probes, max_passes, extra_path=list(path), grad=grad)
+        _WORKERS[key] = ProcessExecutor(spec, probes, max_passes, extra_path=list(path), grad=grad, checks=tuple(checks))
     return _WORKERS[key]
 
 
-def _in_process(inst: Backend, spec: str, case: Case, probes: bool, max_passes: int, grad: bool = False) -> dict[str, Any]:
+def _in_process(
+    inst: Backend, spec: str, case: Case, probes: bool, max_passes: int, grad: bool = False, checks: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """:func:`execute` here, unless an earlier call lost this process's CUDA context (then a CUDA
     backend is not run); a call that loses it is recorded in :data:`_LOST`."""
     if _LOST and getattr(inst, "device", "cpu") == "cuda":
@@ -42,7 +46,7 @@ def _in_process(inst: Backend, spec: str, case: Case, probes: bool, max_passes: 
             "detail": f"not run: this process's CUDA context was lost earlier ({_LOST[0]}); "
             "name the backend by its spec, or run it with a worker path, to run it in a fresh process",
         }
-    res = execute(inst, case, probes, max_passes, grad=grad)
+    res = execute(inst, case, probes, max_passes, grad=grad, checks=checks)
     if context_lost(res):
         _LOST.append(f"{spec} on {case.summary()}: {str(res.get('detail', ''))[:160]}")
         res = {
@@ -118,12 +122,15 @@ def evaluate(
     expectations: Expectations | None = None,
     worker_path: Sequence[str] | None = None,
     grad: bool = False,
+    checks: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run ``case`` on ``backend`` in this process and judge it: one results row.
 
     ``grad``: the backward too (:mod:`parity.grad`): ``dq``, ``dk``, ``dv`` against the float64
     reference gradients, their exact checks; its reasons join the row's (``grad_check`` and the
     ``*_max_abs_err`` columns say the rest). A backend without a backward: ``grad_check`` unsupported.
+    ``checks``: the engine checks, ``"invariance"`` and / or ``"graph"`` (``--invariance``, ``--graph-replay``;
+    docs/engine-checks.md): their columns, and their reasons on a mismatch.
 
     ``worker_path``: run a named backend in a worker process with these folders first on its
     sys.path (packages that cannot share one sys.path, as ``--worker-path`` in a sweep); a crash
@@ -132,7 +139,7 @@ def evaluate(
     ``expectations``: known divergences (:mod:`parity.expect`) applied to the row, with the
     backend's ``version()`` string: a failure one describes comes back ``expected``, a pass a
     strict one covers ``unexpected-pass`` (``expected_id`` names the entry)."""
-    return evaluate_record(backend, case, probes, budgets, max_passes, baselines, expectations, worker_path, grad).row
+    return evaluate_record(backend, case, probes, budgets, max_passes, baselines, expectations, worker_path, grad, checks).row
 
 
 def evaluate_record(
@@ -145,6 +152,7 @@ def evaluate_record(
     expectations: Expectations | None = None,
     worker_path: Sequence[str] | None = None,
     grad: bool = False,
+    checks: Sequence[str] = (),
 ) -> Judged:
     """:func:`evaluate`, as the judged record: the row and the comparison (for :func:`failure_message`).
 
@@ -157,9 +165,12 @@ def evaluate_record(
                                            a CUDA ``Backend`` instance: not run, an ``error`` row
     =====================================  ==========================================================
     """
+    checks = tuple(checks)
+    if bad := [c for c in checks if c not in ENGINE_CHECKS]:
+        raise ValueError(f"unknown engine check(s) {bad}: known {', '.join(ENGINE_CHECKS)}")
     # after a sticky CUDA error this process's context is gone: a worker has its own
     if isinstance(backend, str) and (worker_path or _LOST):
-        worker = _worker(backend, worker_path or [], probes, max_passes, grad)
+        worker = _worker(backend, worker_path or [], probes, max_passes, grad, checks)
         inst, spec, info = None, backend, worker.info
         if info.get("unavailable"):
             return unavailable(case, spec, info)
@@ -168,7 +179,7 @@ def evaluate_record(
         inst, spec, info = _resolve(backend)
         if info.get("unavailable"):
             return unavailable(case, spec, info)
-        res = _in_process(inst, spec, case, probes, max_passes, grad)
+        res = _in_process(inst, spec, case, probes, max_passes, grad, checks)
     judged = judge(case, spec, info, res, baselines or _BASELINES, budgets or BUDGETS)
     if not expectations:
         return judged
@@ -216,6 +227,10 @@ def miss_lines(record: Verdict | Judged | dict[str, Any]) -> list[str]:
         lines.append(f"grad: {v.grad_detail}")
     if v.lse_check == "fail":
         lines.append(f"lse: {v.lse_detail}")
+    if v.invariance_check == "mismatch":
+        lines.append(f"batch invariance: {v.invariance_detail}")
+    if v.graph_check == "mismatch":
+        lines.append(f"graph replay: {v.graph_detail}")
     if v.unconfirmed_id:
         why = f"the known divergence {v.unconfirmed_id} would explain it, but the mask probe did not run"
         lines.append(f"no mask evidence: {why} ({v.mask_detail})")

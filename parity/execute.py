@@ -28,6 +28,8 @@ from . import backends
 from .backends.base import Backend, Unsupported, lse_call, refusal_reason
 from .case import Case, Inputs, make_inputs
 from .grad import TENSORS, make_dout
+from .graphs import run_graph_check
+from .invariance import run_invariance
 from .maskcheck import DEFAULT_MAX_PASSES, probe_call_case, run_gqa_probe, run_mask_probe, run_read_probe
 from .memory import LARGE_ROW_BYTES, MIB, card_bytes, card_refusal, estimate, free_bytes, is_oom, oom_detail, total_bytes
 from .process import ProcessExecutor, env_worker_paths, parse_worker_paths, recv, send, worker_paths  # noqa: F401 - their old home
@@ -129,8 +131,10 @@ def context_lost(result: dict[str, Any]) -> bool:
     ==========================================================  ========  =====
     """
     if result.get("status") not in ("error", "crash"):
-        grad = result.get("grad")  # the backward of an answered forward can lose the context too
-        return isinstance(grad, dict) and context_lost(grad)
+        # the backward and the engine checks of an answered forward can lose the context too
+        grad, checks = result.get("grad"), [result.get(k) for k in ("invariance", "graph")]
+        lost = any(isinstance(c, dict) and (c.get("lost") or cuda_fault(c.get("detail"))) for c in checks)
+        return lost or (isinstance(grad, dict) and context_lost(grad))
     return cuda_fault(result.get("detail"))
 
 
@@ -191,9 +195,11 @@ def execute(
     max_passes: int = DEFAULT_MAX_PASSES,
     repeats: int = 1,
     grad: bool = False,
+    checks: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Run ``case`` on ``backend``; see the module docstring. ``grad``: then the backward too
-    (``result["grad"]``, :func:`run_grad`), after the forward and its probes. A CUDA row whose estimate
+    (``result["grad"]``, :func:`run_grad`), after the forward and its probes. ``checks``: the engine checks
+    (:data:`parity.results.ENGINE_CHECKS`) after the probes: ``result["invariance"]`` / ``result["graph"]``. A CUDA row whose estimate
     exceeds what its card can hold is ``unsupported`` before its inputs are made (:func:`parity.memory.card_refusal`,
     after the backend's own refusal: the one place ``parity run``, the API and the pytest plugin all pass).
     On CUDA the row's peak device memory (``peak_mem_mb``) is measured from a reset of the allocator's peak, an
@@ -207,7 +213,7 @@ def execute(
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     built = _built(backend)
-    result = _execute(backend, case, probes, max_passes, repeats, grad, too_big)
+    result = _execute(backend, case, probes, max_passes, repeats, grad, too_big, checks)
     after = _built(backend) if built is not None else None
     if after is not None and built is not None and isinstance(result.get("timing"), dict):
         result["timing"]["kernels_built"] = after - built  # what this row built (the library's own count)
@@ -224,7 +230,14 @@ def execute(
 
 
 def _execute(
-    backend: Backend, case: Case, probes: bool, max_passes: int, repeats: int, grad: bool = False, too_big: str | None = None
+    backend: Backend,
+    case: Case,
+    probes: bool,
+    max_passes: int,
+    repeats: int,
+    grad: bool = False,
+    too_big: str | None = None,
+    checks: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     device = backend.device
     try:
@@ -277,6 +290,7 @@ def _execute(
             timing["kernel_key"] = repr(key[1:])
         no_probes = {"probe_s": 0.0, "probe_call_s": 0.0}
         timing.update(_run_probes(backend, case, device, inputs, res, result, max_passes) if probes else no_probes)
+        timing.update(_run_checks(backend, case, inputs, result, checks))
         if first and (cuda or float(getattr(backend, "cost_hint", 1.0)) > 1.0):
             calls = max(1, repeats) + (1 if cuda and repeats > 1 else 0)
             timing["compile_s"] = _compile_seconds(backend, case, inputs, call_s, calls)
@@ -338,6 +352,23 @@ def _run_probes(
         stage = "read" if name == "reads" else name
         out[f"{stage}_s"], out[f"{stage}_call_s"], out[f"{stage}_calls"] = time.perf_counter() - t0, spent() - c0, calls[0] - n0
     out["probe_s"], out["probe_call_s"] = time.perf_counter() - t_probe, spent()
+    return out
+
+
+def _run_checks(backend: Backend, case: Case, inputs: Inputs, result: dict[str, Any], checks: tuple[str, ...]) -> dict[str, float]:
+    """The engine checks asked for, into ``result`` (``invariance``, ``graph``); their seconds (``invariance_s``,
+    ``graph_s``). Batch invariance compares with the row's own output as it came back (``result["output"]``)
+    and calls the backend as the probes do (:func:`probe_runner`); the graph check captures ``graph_call``."""
+    out: dict[str, float] = {}
+    if "invariance" in checks:
+        t0 = time.perf_counter()
+        run, _ = probe_runner(backend, case)
+        result["invariance"] = run_invariance(inputs, result["output"], run)
+        out["invariance_s"] = time.perf_counter() - t0
+    if "graph" in checks:
+        t0 = time.perf_counter()
+        result["graph"] = run_graph_check(backend, case, inputs)
+        out["graph_s"] = time.perf_counter() - t0
     return out
 
 
@@ -458,14 +489,22 @@ def backend_info(spec: str) -> dict[str, Any]:
 class InlineExecutor:
     """Runs the backend in this process (fast; a hard crash takes the run down)."""
 
-    def __init__(self, spec: str, probes: bool = True, max_passes: int = DEFAULT_MAX_PASSES, repeats: int = 1, grad: bool = False):
+    def __init__(
+        self,
+        spec: str,
+        probes: bool = True,
+        max_passes: int = DEFAULT_MAX_PASSES,
+        repeats: int = 1,
+        grad: bool = False,
+        checks: tuple[str, ...] = (),
+    ):
         self.spec = spec
-        self.probes, self.max_passes, self.repeats, self.grad = probes, max_passes, repeats, grad
+        self.probes, self.max_passes, self.repeats, self.grad, self.checks = probes, max_passes, repeats, grad, tuple(checks)
         self.backend = backends.get(spec)
         self.info = backend_info(spec)
 
     def run(self, case: Case) -> dict[str, Any]:
-        return execute(self.backend, case, self.probes, self.max_passes, self.repeats, self.grad)
+        return execute(self.backend, case, self.probes, self.max_passes, self.repeats, self.grad, self.checks)
 
     def submit(self, case: Case) -> dict[str, Any] | None:
         self._result = self.run(case)  # in this process there is nothing to overlap

@@ -33,6 +33,10 @@ The data lives in ``parity/known_divergences.toml`` (:data:`DEFAULT_FILE`), one
                  the entry ask for **mask evidence** (below)
 ``read_detail``  optional: a regular expression that must be found in the row's ``read_detail``
                  (the read probe's words: ``"unused tail"``, ``"poisoned keys"``)
+``invariance_detail``  optional: a regular expression found in the row's ``invariance_detail`` (the batch
+                 invariance check's words: ``"alone"``, ``"rotated"``); with ``batch_invariance`` among
+                 ``reasons`` (or alone) it makes an **engine-check entry** (below)
+``graph_detail`` optional: the same for ``graph_detail`` (the CUDA graph replay's words: ``"padded"``)
 ``features``     optional: mechanism features of the case (:data:`FEATURES`, :func:`case_features`),
                  ``{name = value or [values]}``, matched as ``condition`` is
 ``explanation``  one sentence
@@ -72,6 +76,16 @@ probe could not run (``mask_check`` ``not_run``: too many passes at that length)
 ``unconfirmed_id`` names the entry that would explain it (:meth:`Expectation.explains_but_for_mask`); the
 summary counts such rows apart ("failures an entry would explain but no mask evidence").
 
+**Engine checks.** ``batch_invariance`` and ``graph_replay`` (:data:`CHECK_REASONS`: ``--invariance``,
+``--graph-replay``) are the reasons of the engine checks; an entry naming one of them (in ``reasons``,
+``any_reasons``, or by ``invariance_detail`` / ``graph_detail``) is an engine-check entry, the path for "this
+library does not promise batch invariance" (docs/engine-checks.md). Such an entry covers only rows whose check
+ran (``ok`` / ``close`` / ``mismatch``: a row of one sequence, or of a run without the option, is not an unexpected
+pass); an entry whose reasons are all engine-check reasons explains only a row that failed in its checks alone
+(never a numeric failure beside them); and a row that failed an engine check is explained only by an entry naming
+that check's reason (a numeric finding's entry does not swallow it). Such an entry is usually ``strict = false``:
+a kernel that does not promise invariance can still be invariant on a given case.
+
 Which files (:func:`load`): ``--expect FILE`` (repeatable; it replaces the default file;
 ``default`` names it, ``none`` alone disables), else ``$PARITY_EXPECT`` (files separated by
 ``os.pathsep``, same words), else :data:`DEFAULT_FILE`. Bad input raises
@@ -110,15 +124,21 @@ REASONS: tuple[str, ...] = (
 )  # fmt: skip
 #: Failure reasons of the backward (:mod:`parity.grad`, ``--grad``).
 GRAD_REASONS = ("dq_err", "dk_err", "dv_err", "dsinks_err", "grad_outside", "grad_nan", "grad_error")
-REASONS = (*REASONS, *GRAD_REASONS)
+#: Failure reasons of the engine checks (``--invariance``, ``--graph-replay``; :func:`parity.judge.judge_checks`).
+CHECK_REASONS = ("batch_invariance", "graph_replay")
+REASONS = (*REASONS, *GRAD_REASONS, *CHECK_REASONS)
 #: ``grad_check`` values of a row whose backward ran and was judged.
 GRAD_CHECKED = ("ok", "mismatch", "error")
+#: ``invariance_check`` / ``graph_check`` values of a row whose engine check ran and was judged.
+CHECK_RAN = ("ok", "close", "mismatch")
+#: Each engine-check reason's column and pattern field.
+CHECK_COLUMN = {"batch_invariance": "invariance", "graph_replay": "graph"}
 FIELDS = (
     "id", "backend", "versions", "condition", "features", "verdict", "reasons", "any_reasons", "detail", "mask_detail", "read_detail",
-    "explanation", "upstream", "strict",
+    "invariance_detail", "graph_detail", "explanation", "upstream", "strict",
 )  # fmt: skip
 #: The regular-expression fields: each is searched in the row's column of the same name.
-PATTERN_FIELDS = ("detail", "mask_detail", "read_detail")
+PATTERN_FIELDS = ("detail", "mask_detail", "read_detail", "invariance_detail", "graph_detail")
 #: Reasons of a failure on values (forward or backward): what a missing mask probe leaves unexplained.
 VALUE_REASONS = ("max_err", "mean_err", "nan", "inf", "nan_masked_rows", "dq_err", "dk_err", "dv_err", "dsinks_err", "grad_nan")
 #: ``mask_check`` of a row whose mask probe could not run (too many passes at its length).
@@ -269,6 +289,8 @@ class Expectation:
     detail: str = ""  # a regular expression searched in the row's detail ("": any)
     mask_detail: str = ""  # ... in the row's mask_detail (the mask probe's words)
     read_detail: str = ""  # ... in the row's read_detail (the read probe's words)
+    invariance_detail: str = ""  # ... in the row's invariance_detail (the batch invariance check's words)
+    graph_detail: str = ""  # ... in the row's graph_detail (the CUDA graph replay's words)
     features: tuple[tuple[str, tuple[str, ...]], ...] = ()  # FEATURES: (name, values)
     source: str = ""
 
@@ -287,6 +309,17 @@ class Expectation:
     def backward(self) -> bool:
         """The entry names a failure of the backward (a reason of :data:`GRAD_REASONS`)."""
         return any(r in GRAD_REASONS for r in (*self.reasons, *self.any_reasons))
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        """The engine-check reasons (:data:`CHECK_REASONS`) the entry names: in its reasons, or by a pattern field."""
+        named = set(self.reasons) | set(self.any_reasons)
+        named |= {r for r, col in CHECK_COLUMN.items() if getattr(self, f"{col}_detail")}
+        return tuple(r for r in CHECK_REASONS if r in named)
+
+    def checks_ran(self, row: Mapping[str, Any]) -> bool:
+        """Every engine check the entry names ran on the row (its column ``ok`` / ``close`` / ``mismatch``)."""
+        return all(str(row.get(f"{CHECK_COLUMN[r]}_check") or "") in CHECK_RAN for r in self.checks)
 
     @property
     def needs_mask(self) -> bool:
@@ -324,16 +357,26 @@ class Expectation:
     def _explains_without_mask(self, row: Mapping[str, Any], wanted: set[str]) -> bool:
         """:meth:`explains` but for ``mask_detail``, with ``wanted`` the reasons the row must have."""
         raw = raw_verdict_of(row)
-        for name in ("detail", "read_detail"):
+        for name in ("detail", "read_detail", "invariance_detail", "graph_detail"):
             pattern = getattr(self, name)
             if pattern and not re.search(pattern, str(row.get(name) or "")):
                 return False
         reasons = set(str(row.get("reasons", "")).split())
         if reasons & set(GRAD_REASONS) and not self.backward:
             return False
+        if not self._explains_checks(reasons):
+            return False
         if self.any_reasons and not reasons & set(self.any_reasons):
             return False
         return raw == self.verdict and wanted <= reasons
+
+    def _explains_checks(self, reasons: set[str]) -> bool:
+        """The engine-check rules (the module docstring): every check reason of the row named by the entry, and
+        an entry of check reasons alone explains only a row with no other reason."""
+        if reasons & set(CHECK_REASONS) - set(self.checks):
+            return False
+        named = set(self.reasons) | set(self.any_reasons)
+        return not (self.checks and named <= set(CHECK_REASONS) and reasons - set(CHECK_REASONS))
 
     def describe(self) -> str:
         return f"{self.id}: {self.explanation}"
@@ -342,7 +385,7 @@ class Expectation:
         """The condition and features, then the probe words asked for: ``paged=yes, pages_outside_window=yes;
         read_detail ~ poisoned keys``."""
         text = ", ".join(f"{d}={'|'.join(v)}" for d, v in (*self.condition, *self.features))
-        words = [f"{name} ~ {getattr(self, name)}" for name in ("mask_detail", "read_detail") if getattr(self, name)]
+        words = [f"{name} ~ {getattr(self, name)}" for name in PATTERN_FIELDS[1:] if getattr(self, name)]
         return "; ".join([text, *words])
 
 
@@ -376,7 +419,9 @@ class Expectations:
             return out
         case = case or Case.from_json(row["case_json"])
         checked = row.get("grad_check") in GRAD_CHECKED  # a backward entry speaks only of rows whose backward ran
-        covering = [e for e in candidates if (checked or not e.backward) and e.covers(spec, case, version_text, torch_version)]
+        covering = [
+            e for e in candidates if (checked or not e.backward) and e.checks_ran(row) and e.covers(spec, case, version_text, torch_version)
+        ]
         if raw == "pass":
             hit = next((e for e in covering if e.strict), None)
             if hit:

@@ -11,6 +11,7 @@ show the verdicts a run stored and judge again only when asked (``parity report 
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -22,7 +23,7 @@ from .case import Case, make_inputs
 from .grad import GradBaseline, compare_grads, grad_columns, make_grad_baseline
 from .memory import LARGE_ROW_BYTES, estimate, is_oom
 from .reference import attention_reference
-from .results import Judged, Verdict
+from .results import CHECK_TEXT, Judged, Verdict
 from .verdict import Baseline, Budget, Comparison, compare, compare_lse, make_baseline
 
 _T = TypeVar("_T")
@@ -243,6 +244,9 @@ def judge(
     head = _head(case, spec, info)
     if res.get("grad") is not None:  # the backward was asked: the repro asks it too
         head["repro"] += " --grad"
+    for key, flag in (("invariance", " --invariance"), ("graph", " --graph-replay")):
+        if isinstance(res.get(key), dict):  # an engine check was asked: the repro asks it too
+            head["repro"] += flag
     status = res.get("status")
     if status != "ok":
         raw = status if status in ("unsupported", "error", "crash", "timeout") else "error"
@@ -265,6 +269,8 @@ def judge(
         reasons.append("lse")
     grad = judge_grad(case, res.get("grad"), baselines, budgets[case.dtype])
     reasons += grad.pop("reasons")
+    checks = judge_checks(res, cmp.threshold_max)
+    reasons += checks.pop("reasons")
     raw = "fail" if reasons else "pass"  # apply_expectations may turn it into expected / unexpected-pass
     verdict = Verdict(
         raw,
@@ -282,6 +288,7 @@ def judge(
         time_ms=float(res.get("time_ms", 0.0)),
         **_memory(res),
         **grad,
+        **checks,
     )
     return Judged(head, verdict, comparison=cmp, mask_image=mask.get("image"), summary=case.summary())
 
@@ -299,6 +306,42 @@ def judge_grad(case: Case, grad: dict[str, Any] | None, baselines: BaselineCache
         return {"reasons": [], **grad_columns(None, "unsupported", f"not judged: {base.unjudgeable}")}
     cmp = compare_grads(case, grad, base, budget)
     return {"reasons": list(cmp.reasons), **grad_columns(cmp, "")}
+
+
+#: Why an engine check did not run when the sweep did not ask for it.
+CHECK_OFF = {"invariance": "off (parity run --invariance)", "graph": "off (parity run --graph-replay)"}
+#: The row's failure reason of each engine check's mismatch (parity.expect.CHECK_REASONS).
+CHECK_REASON = {"invariance": "batch_invariance", "graph": "graph_replay"}
+
+
+def judge_checks(res: dict[str, Any], threshold_max: float) -> dict[str, Any]:
+    """The engine checks' verdict fields (``invariance_*``, ``graph_*``) and ``reasons`` to join the row's.
+
+    =============  ==========================  =====================  ==================
+    check          worker's status             column                 reason
+    =============  ==========================  =====================  ==================
+    either         absent (not asked)          ``not_run``: off       none
+    either         ok / not_run / error        the same               none
+    invariance     mismatch                    ``mismatch``           ``batch_invariance``
+    graph replay   differs, within the row's   ``close``              none
+                   max budget (finite)
+    graph replay   differs beyond it, or NaN   ``mismatch``           ``graph_replay``
+    =============  ==========================  =====================  ==================
+    """
+    out: dict[str, Any] = {"reasons": []}
+    for name in ("invariance", "graph"):
+        got = res.get(name)
+        if not isinstance(got, dict):
+            got = {"status": "not_run", "detail": CHECK_OFF[name]}
+        status, diff = str(got.get("status", "error")), got.get("max_diff")
+        if status == "differs":
+            close = isinstance(diff, (int, float)) and math.isfinite(diff) and diff <= threshold_max
+            status = "close" if close else "mismatch"
+        if status == "mismatch":
+            out["reasons"].append(CHECK_REASON[name])
+        out[f"{name}_check"], out[f"{name}_detail"] = status, str(got.get("detail", ""))
+        out[f"{name}_max_diff"] = float(diff) if isinstance(diff, (int, float)) else None
+    return out
 
 
 def _lse_columns(case: Case, res: dict[str, Any], base: Baseline, budget: Budget) -> dict[str, Any]:
@@ -351,6 +394,7 @@ def expect_verdict(
         "mask_check": verdict.mask_check,
         "mask_detail": verdict.mask_detail,
         "read_detail": verdict.read_detail,
+        **{k: getattr(verdict, k) for k in CHECK_TEXT},
     }
     out = expectations.judge(row, version, torch_version, case)
     ids = {k: out.get(k, "") for k in ("expected_id", "unconfirmed_id")}

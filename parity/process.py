@@ -106,11 +106,13 @@ class ProcessExecutor:
         env: dict[str, str] | None = None,
         wait: bool = True,
         grad: bool = False,
+        checks: tuple[str, ...] = (),
     ):
         """``wait=False`` returns at once; :attr:`info` then waits for the worker (start many in parallel)."""
         self.spec = spec
         self.probes, self.max_passes, self.repeats = probes, max_passes, repeats
         self.grad = grad  # the backward too (parity run --grad)
+        self.checks = tuple(checks)  # the engine checks (--invariance, --graph-replay)
         self.timeout = timeout
         self.log_path = log_path
         self.extra_path = extra_path or []
@@ -224,7 +226,8 @@ class ProcessExecutor:
         passes = DEFAULT_MAX_PASSES if self.max_passes is None else self.max_passes
         try:
             req = {"op": "run", "case": case.to_json(), "probes": self.probes, "max_passes": passes, "repeats": self.repeats}
-            send(self.proc.stdin, {**req, "grad": True} if self.grad else req)
+            req = {**req, "grad": True} if self.grad else req
+            send(self.proc.stdin, {**req, "checks": list(self.checks)} if self.checks else req)
         except (BrokenPipeError, OSError):
             code = self.proc.wait(timeout=30)
             self.proc = None

@@ -91,6 +91,12 @@ COLUMNS = [
     "grad_detail",  # the backward's words: each tensor over budget, keys outside every window, NaN, the refusal or error
     "unconfirmed_id",  # a failing row's known divergence that would explain it but for the mask probe's words (parity.expect)
     "mask_probe",  # which mask probe ran (parity.maskcheck.mask_plan): full (one-hot, Sk / d passes) / scaled (residues); empty: none
+    "invariance_check",  # batch invariance (--invariance, parity.invariance): ok / mismatch / not_run / error; empty: no forward
+    "invariance_max_diff",  # max |output in the batch - output alone or reordered| over the sequences compared
+    "invariance_detail",  # which sequence, which variant (alone / rotated), where; or why not run
+    "graph_check",  # CUDA graph replay (--graph-replay, parity.graphs): ok / close / mismatch / not_run / error
+    "graph_max_diff",  # max |replayed - eager| on the new inputs (and the padded batch)
+    "graph_detail",  # the replay's words: bitwise or not, the padded batch; or why not run
 ]
 
 VERDICTS = ("pass", "fail", "error", "crash", "timeout", "expected", "unexpected-pass", "unsupported", "unavailable")
@@ -145,6 +151,13 @@ ADDED_COLUMNS: tuple[str, ...] = (*EXPECT_COLUMNS, "gpu", "model", "layer", "est
 ADDED_COLUMNS = (*ADDED_COLUMNS, *LSE_COLUMNS)
 ADDED_COLUMNS = (*ADDED_COLUMNS, "grad_check", "dq_max_abs_err", "dk_max_abs_err", "dv_max_abs_err", "grad_budget_frac", "grad_detail")
 ADDED_COLUMNS = (*ADDED_COLUMNS, "unconfirmed_id", "mask_probe")
+#: The engine checks a sweep can ask for (``SweepOptions.checks``): batch invariance (``--invariance``,
+#: parity.invariance) and CUDA graph replay (``--graph-replay``, parity.graphs).
+ENGINE_CHECKS = ("invariance", "graph")
+#: The engine checks' columns (batch invariance, CUDA graph replay), appended last.
+CHECK_COLUMNS = ("invariance_check", "invariance_max_diff", "invariance_detail", "graph_check", "graph_max_diff", "graph_detail")
+CHECK_TEXT = ("invariance_check", "invariance_detail", "graph_check", "graph_detail")
+ADDED_COLUMNS = (*ADDED_COLUMNS, *CHECK_COLUMNS)
 #: Columns that hold numbers (the report loader adds a float column ``<name>_f`` for each).
 NUMERIC = (
     "max_abs_err",
@@ -165,6 +178,8 @@ NUMERIC = (
     "dk_max_abs_err",
     "dv_max_abs_err",
     "grad_budget_frac",
+    "invariance_max_diff",
+    "graph_max_diff",
 )
 
 
@@ -194,6 +209,8 @@ FORMATS = {
     "dk_max_abs_err": ".6g",
     "dv_max_abs_err": ".6g",
     "grad_budget_frac": ".4g",
+    "invariance_max_diff": ".6g",
+    "graph_max_diff": ".6g",
 }
 #: The integer columns of a verdict (written as they are).
 COUNTS = ("nan_count", "inf_count", "nan_masked_rows", "worst_seq", "worst_head", "worst_row", "worst_left_edge")
@@ -252,6 +269,12 @@ class Verdict:
     dk_max_abs_err: float | None = None
     dv_max_abs_err: float | None = None
     grad_budget_frac: float | None = None
+    invariance_check: str = ""  # batch invariance (--invariance); empty: the forward did not run
+    invariance_detail: str = ""
+    invariance_max_diff: float | None = None
+    graph_check: str = ""  # CUDA graph replay (--graph-replay); empty: the forward did not run
+    graph_detail: str = ""
+    graph_max_diff: float | None = None
 
     @property
     def measured(self) -> bool:
@@ -276,7 +299,7 @@ class Verdict:
             out[name] = "" if v is None else v
         out["unwritten"] = ("n/a" if self.unwritten is None else self.unwritten) if self.measured else ""
         texts = ("worst_where", "mask_check", "mask_detail", "gqa_check", "gqa_detail", "read_check", "read_detail", *LSE_TEXT)
-        for name in (*texts, "grad_check", "grad_detail", "mask_probe"):
+        for name in (*texts, "grad_check", "grad_detail", "mask_probe", *CHECK_TEXT):
             out[name] = getattr(self, name)
         return out
 
@@ -304,6 +327,7 @@ class Verdict:
                 "grad_check",
                 "grad_detail",
                 "mask_probe",
+                *CHECK_TEXT,
             )
         }
         kw["reasons"] = tuple(text["reasons"].split())

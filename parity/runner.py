@@ -69,6 +69,8 @@ class RunRequest:
     require_coverage: bool = False
     expect: tuple[str, ...] | None = None
     grad: bool = False  # --grad: the backward too (parity.grad)
+    invariance: bool = False  # --invariance: the batch invariance check (parity.invariance)
+    graph_replay: bool = False  # --graph-replay: the CUDA graph replay check (parity.graphs)
 
 
 def load_cases(req: RunRequest, specs: Sequence[str] = ()) -> tuple[list, dict, RunRequest]:
@@ -404,6 +406,7 @@ def sweep_options(req: RunRequest, **checked):
         shrink_calls=req.shrink,
         fail_fast=req.fail_fast,
         grad=req.grad,
+        checks=tuple(c for c, on in (("invariance", req.invariance), ("graph", req.graph_replay)) if on),
         precompile=req.precompile,
         **checked,
     )
@@ -570,6 +573,9 @@ def _print_failures(failures: list[dict], expectations) -> dict[str, int]:
             print(f"  grad: {r['grad_detail']}")
         if r.get("lse_check") == "fail":
             print(f"  lse: {r['lse_detail']}")
+        for c in ("invariance", "graph"):
+            if r.get(f"{c}_check") == "mismatch":
+                print(f"  {c}: {r[f'{c}_detail']}")
         if r.get("worst_where"):
             print(f"  {r['worst_where']} (budget {r['threshold_max']}, err ratio {r['err_ratio']})")
         if r["verdict"] != "fail":

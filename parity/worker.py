@@ -75,7 +75,8 @@ def serve(spec_seen: list[str] | None = None) -> int:
                 send(proto_out, {"status": "error", "detail": "worker has no backend"})
                 continue
             case = Case.from_json(req["case"])
-            result = execute(backend, case, req["probes"], req["max_passes"], req.get("repeats", 1), req.get("grad", False))
+            checks = tuple(req.get("checks", ()))
+            result = execute(backend, case, req["probes"], req["max_passes"], req.get("repeats", 1), req.get("grad", False), checks)
             if context_lost(result):
                 # the CUDA context is unusable: later rows would fail here for this row's fault
                 result["detail"] = result.get("detail", "") + " (CUDA context lost: the worker was restarted for the next row)"

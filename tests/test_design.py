@@ -355,7 +355,7 @@ LAYERS = [
     },
     {"backends"},
     {"coverage", "strategies", "models", "design", "shard", "expect"},
-    {"execute", "worker", "process", "judge"},
+    {"invariance", "graphs", "execute", "worker", "process", "judge"},
     {"sweep", "api", "shrink", "consistency", "decode", "selftest", "export_repro"},
     {"report"},
     {"runner"},

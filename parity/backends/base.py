@@ -35,6 +35,13 @@ A backend is a small class (one file each) with
   backward op overrides it with a module-level call. ``grad_unsupported_reason(case)`` refuses a case
   for the backward only (the forward still runs); backends without ``supports_grad`` are
   ``unsupported`` for the gradient check, with the reason;
+* ``graph_call(case, inputs)`` / ``graph_padded_call(case, inputs, pad)`` / ``no_graph`` (optional,
+  ``parity run --graph-replay``, :mod:`parity.graphs`): the function a CUDA graph captures, on ``inputs``'
+  tensors as static buffers; the default captures ``run`` as it is. A backend whose ``run`` does host work
+  per call (a layout built from lengths, ``.tolist()``) overrides it: that work once, the device work
+  (every copy of the tensors' values included) in the returned function. ``graph_padded_call``: the same
+  call on a batch padded as engines pad it (``pad`` more sequences of 0 keys, block-table slots ``-1``),
+  None where the layout has none (the default). ``no_graph``: why ``run`` cannot be captured at all;
 * ``repro_call(case)`` (optional): Python source of ``attention(q, k, v)`` for the standalone
   scripts of ``python -m parity export-repro`` (see :mod:`parity.repro_script`); backends
   without it are skipped there with a note. For an fp8 case it defines ``attention(q, k, v,
@@ -176,6 +183,25 @@ class Backend:
             return self.run(case, inputs.with_tensors(q, k, v), torch.empty_like(q))
 
         return autograd_grads(attention, inputs.q, inputs.k, inputs.v, dout)
+
+    #: Why ``run`` cannot be captured in a CUDA graph (JAX's own runtime, a host-side library): the graph
+    #: replay check (``--graph-replay``) is then ``not_run`` with it; "" = it can.
+    no_graph: str = ""
+
+    def graph_unsupported_reason(self, case: Case) -> str | None:
+        """Why ``case``'s call cannot be captured in a CUDA graph (:attr:`no_graph` by default); None: it can."""
+        return self.no_graph or None
+
+    def graph_call(self, case: Case, inputs: Inputs) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The function :mod:`parity.graphs` captures once and replays: ``out -> output`` on ``inputs``' tensors,
+        which the harness refills with new values between replays. Default: ``run`` as it is."""
+        return lambda out: self.run(case, inputs, out)
+
+    def graph_padded_call(self, case: Case, inputs: Inputs, pad: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """:meth:`graph_call` on a batch padded as engines pad one to a captured batch size: ``pad`` more
+        sequences of 0 keys (and queries) after ``inputs``' own, their block-table slots ``-1``; the function
+        returns the real sequences' output ``(total_q, hq, d)``. None (the default): no padded layout here."""
+        return None
 
     def lse_unsupported(self, case: Case) -> str | None:
         """Why a backend that ``returns_lse`` gives none for this case (a code path without it); None: it does."""

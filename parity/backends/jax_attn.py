@@ -234,6 +234,8 @@ class JaxBackend(Backend):
     implementation: str | None = None  # "xla" | "cudnn"
     causal_with_window = False  # see the module docstring
     description = "jax.nn.dot_product_attention"
+    #: torch's CUDA graph sees none of XLA's launches (its own stream and runtime; the tensors cross by DLPack)
+    no_graph = "JAX runs on XLA's own stream and runtime: a torch CUDA graph cannot capture it (jax.jit is its own graph)"
 
     def unavailable_reason(self) -> str | None:
         if r := cuda_unavailable_reason():

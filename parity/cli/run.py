@@ -101,6 +101,10 @@ def _how_it_runs(r: argparse.ArgumentParser) -> None:
         "gradient), a budget per tensor, dk/dv exactly 0 for keys outside every window; forward-only backends: "
         "grad_check unsupported (docs/grad.md)",
     )
+    inv = "batch invariance: rows of 2+ sequences run again on sub-batches (3 sequences alone at most, the batch rotated) "
+    r.add_argument("--invariance", action="store_true", help=inv + "and must be equal bit for bit (docs/engine-checks.md)")
+    graph = "CUDA graph replay: a CUDA row's call captured once, replayed on new inputs (and a padded batch) against eager"
+    r.add_argument("--graph-replay", action="store_true", help=graph + " (docs/engine-checks.md)")
     r.add_argument(
         "--max-mask-passes",
         type=int,

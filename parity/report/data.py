@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import coverage
 from ..backends import marker_for
-from ..expect import GRAD_CHECKED
+from ..expect import CHECK_COLUMN, CHECK_RAN, GRAD_CHECKED
 from .runs import FAILING, Run, case_text, partial_words
 
 WORST_PER_BACKEND = 5
@@ -128,6 +128,7 @@ def unmatched_entries(run: Run) -> tuple[int, list[dict[str, Any]]]:
     ======================================  ==============  ==============================
     for no backend that ran here            any             no (another run's backends)
     backward, no backward checked here      any             no
+    engine check, that check not run here   any             no
     for a backend that ran here             one or more     no
     for a backend that ran here             none            yes
     ======================================  ==============  ==============================
@@ -138,12 +139,14 @@ def unmatched_entries(run: Run) -> tuple[int, list[dict[str, Any]]]:
     ran = df[df["verdict"].isin(coverage.RAN)]
     backends = set(ran["backend"])
     graded = set(ran.loc[ran["grad_check"].isin(GRAD_CHECKED), "backend"])
+    checked = {r: set(ran.loc[ran[f"{col}_check"].isin(CHECK_RAN), "backend"]) for r, col in CHECK_COLUMN.items()}
     named = set(df["expected_id"]) | set(df["unconfirmed_id"])
     versions = {k: str(v.get("version") or "") for k, v in (run.env.get("backends") or {}).items() if isinstance(v, dict)}
     torch_version = str(run.env.get("torch") or "")
     out, n = [], 0
     for e in run.expectations.entries:
-        mine = [b for b in (graded if e.backward else backends) if fnmatch.fnmatchcase(b, e.backend)]
+        pool = set.intersection(graded if e.backward else backends, *(checked[r] for r in e.checks))
+        mine = [b for b in pool if fnmatch.fnmatchcase(b, e.backend)]
         n += bool(mine)
         if not mine or e.id in named:
             continue
@@ -373,3 +376,31 @@ def smallest_failing(run: Run) -> dict[str, dict[str, Any]]:
         size, item = min(items, key=lambda x: x[0])
         out[b] = {**item, "size": size[0]}
     return out
+
+
+#: The engine checks' columns and their names in the reports.
+CHECK_NAMES = {"invariance": "batch invariance", "graph": "graph replay"}
+
+
+def engine_checks(run: Run) -> dict[str, dict[str, dict[str, int]]]:
+    """Per backend, per engine check (:data:`CHECK_NAMES`), its rows by ``*_check`` value; empty where no row of
+    the run ran either check (``ok`` / ``close`` / ``mismatch`` / ``error``: a run without ``--invariance`` or
+    ``--graph-replay`` has only ``not_run`` there, or nothing, and no section)."""
+    df = run.df
+    ran = [c for c in CHECK_NAMES if df[f"{c}_check"].isin((*CHECK_RAN, "error")).any()]
+    if not ran:
+        return {}
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for r in records(run):
+        for c in CHECK_NAMES:
+            value = str(r.get(f"{c}_check") or "")
+            if value:
+                cell = out.setdefault(r["backend"], {}).setdefault(c, {})
+                cell[value] = cell.get(value, 0) + 1
+    return out
+
+
+def check_words(cell: dict[str, int] | None) -> str:
+    """One engine check's counts for a backend: ``ok 12 · mismatch 2 · not_run 5``; ``–`` for none."""
+    order = ("mismatch", "error", "close", "ok", "not_run")
+    return " · ".join(f"{k} {cell[k]}" for k in sorted(cell, key=lambda k: (order.index(k) if k in order else 9, k))) if cell else "–"

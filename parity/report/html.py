@@ -19,12 +19,15 @@ from typing import Any
 from .. import coverage
 from . import svg
 from .data import (
+    CHECK_NAMES,
     _finite_or,
     case_dict_text,
+    check_words,
     consistency_counts,
     counts_by,
     coverage_data,
     decode_series,
+    engine_checks,
     fmt,
     gpu_text,
     known_rows,
@@ -131,6 +134,7 @@ def render_html(run: Run) -> str:
     sections = [
         ("matrix", "Matrix", _matrix(run)),
         *([("models", "Models", _models(run))] if model_counts(run) or peak_memory(run) else []),
+        *([("checks", "Engine checks", _checks(run))] if engine_checks(run) else []),
         ("coverage", "Coverage", _coverage(run)),
         ("known", "Known divergences", _known(run)),
         ("worst", "Worst cases", _worst(run)),
@@ -281,6 +285,9 @@ def _worst(run: Run) -> str:
                     lines.append(f'<div class="small">{escape(k.split("_")[0])}: {escape(r[k])}</div>')
             if r.get("lse_check") == "fail":
                 lines.append(f'<div class="small">lse: {escape(r.get("lse_detail", "")[:600])}</div>')
+            for c, name in CHECK_NAMES.items():
+                if r.get(f"{c}_check") == "mismatch":
+                    lines.append(f'<div class="small">{escape(name)}: {escape(r.get(f"{c}_detail", "")[:600])}</div>')
             if r.get("verdict") != "fail" and r.get("detail") and r["detail"].strip() != why:
                 lines.append(f'<div class="small">{escape(r["detail"][:600])}</div>')
             if r.get("_same"):
@@ -289,6 +296,24 @@ def _worst(run: Run) -> str:
                 lines.append(f'<pre class="repro">{escape(r["repro"])}</pre>')
             out.append(f'<div class="worst">{"".join(lines)}</div>')
     return "".join(out)
+
+
+def _checks(run: Run) -> str:
+    """The engine checks (``--invariance``, ``--graph-replay``): per backend, its rows by each check's value."""
+    cells = engine_checks(run)
+    head = "".join(f"<th>{escape(n)}</th>" for n in CHECK_NAMES.values())
+    body = "".join(
+        f"<tr><td><code>{escape(b)}</code></td>"
+        + "".join(f"<td>{escape(check_words(cells.get(b, {}).get(c)))}</td>" for c in CHECK_NAMES)
+        + "</tr>"
+        for b in run.backends()
+    )
+    note = (
+        "<p>Batch invariance: each sequence's output alone and in a rotated batch, bit for bit against the row's own; "
+        "graph replay: the call captured in a CUDA graph, replayed on new inputs (and a padded batch), against eager. "
+        "A mismatch is a failing reason (docs/engine-checks.md).</p>"
+    )
+    return f'{note}<table id="checks-table"><thead><tr><th>backend</th>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def _smallest_html(s: dict[str, Any]) -> str:
@@ -626,6 +651,8 @@ def _stages(run: Run) -> str:
 
 #: The log-sum-exp columns the rows table shows where some row checked an LSE.
 LSE_SHOWN = ("lse_check", "lse_max_abs_err", "lse_budget")
+#: The engine checks' columns the rows table shows where some row ran one (--invariance, --graph-replay).
+CHECKS_SHOWN = ("invariance_check", "invariance_max_diff", "graph_check", "graph_max_diff")
 
 
 def _rows(run: Run) -> str:
@@ -650,6 +677,7 @@ def _rows(run: Run) -> str:
             *(("unconfirmed_id",) if any(r.get("unconfirmed_id") for r in recs) else ()),
             "err_ratio",
             *(LSE_SHOWN if any(r.get("lse_check") in ("pass", "fail") for r in recs) else ()),
+            *(CHECKS_SHOWN if engine_checks(run) else ()),
             "detail",
             "repro",
         )

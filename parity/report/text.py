@@ -21,9 +21,12 @@ from typing import Any
 
 from .. import coverage
 from .data import (
+    CHECK_NAMES,
+    check_words,
     consistency_counts,
     counts_by,
     coverage_data,
+    engine_checks,
     fmt,
     gpu_text,
     known_rows,
@@ -91,6 +94,7 @@ def markdown_summary(run: Run) -> str:
     if bad:
         out += _md_failing(run, bad)
     out += _md_models(run)
+    out += _md_checks(run)
     out += _md_coverage(run)
     out += _known_details(run)
     out += _md_extras(run)
@@ -133,6 +137,9 @@ def _md_failing(run: Run, bad: int) -> list[str]:
                 out.append(f"  - reads: {md_cell(r['read_detail'][:400])}")
             if r.get("lse_check") == "fail":
                 out.append(f"  - lse: {md_cell(r['lse_detail'][:400])}")
+            for c, name in CHECK_NAMES.items():
+                if r.get(f"{c}_check") == "mismatch":
+                    out.append(f"  - {name}: {md_cell(r[f'{c}_detail'][:400])}")
             if r.get("repro"):
                 out += ["", "  ```bash", f"  {r['repro']}", "  ```"]
     for b, s in smallest_failing(run).items():
@@ -149,6 +156,20 @@ def _md_failing(run: Run, bad: int) -> list[str]:
     rest = bad - sum(1 + r.get("_same", 0) for v in worst_rows(run, per_backend=3).values() for r in v)
     if rest > 0:
         out += ["", f"… and {rest} more failing rows: see `report.html` / `results.csv`."]
+    return out
+
+
+def _md_checks(run: Run) -> list[str]:
+    """The engine checks (``--invariance``, ``--graph-replay``): per backend, its rows by each check's value; no
+    lines where no row ran either (docs/engine-checks.md)."""
+    cells = engine_checks(run)
+    if not cells:
+        return []
+    out = ["", "Engine checks (rows by value; a mismatch is a failing reason):", ""]
+    out += ["| backend | " + " | ".join(CHECK_NAMES.values()) + " |", "|---|" + "---|" * len(CHECK_NAMES)]
+    for b in run.backends():
+        mine = cells.get(b, {})
+        out.append(f"| `{md_cell(b)}` | " + " | ".join(md_cell(check_words(mine.get(c))) for c in CHECK_NAMES) + " |")
     return out
 
 

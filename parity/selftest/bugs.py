@@ -119,6 +119,10 @@ class EagerAttention(Backend):
             p = self.softmax(torch.cat([s, col], dim=-1))[..., :-1]  # (hq, Sq, Sk)
         else:
             p = self.softmax(s)  # (hq, Sq, Sk)
+        return self.pv(case, p, vx)  # (Sq, hq, D)
+
+    def pv(self, case: Case, p: torch.Tensor, vx: torch.Tensor) -> torch.Tensor:
+        """``P @ V``: ``p`` ``(hq, Sq, Sk)``, ``vx`` ``(Sk, hq, D)`` -> ``(Sq, hq, D)`` float32."""
         return torch.einsum("hqk,khd->qhd", p, vx)  # (Sq, hq, D)
 
     def dequantize(self, case: Case, inputs: Inputs) -> Inputs:
@@ -799,11 +803,32 @@ class ChunkTopLeft(EagerAttention):
         return i
 
 
+class BatchDependentReduction(EagerAttention):
+    """``P @ V`` summed over key splits whose number depends on the batch size (4 splits alone, 2 in a batch of
+    two, 1 from three on): a split-KV heuristic that picks ``num_splits`` from batch x heads to fill the GPU
+    (flash-attn's ``num_splits_heuristic``, FlashInfer's decode split choice), which vLLM's batch-invariant
+    mode and SGLang's deterministic mode switch off. Each split's partial sum is exact float32; only the order
+    of the summation moves with the batch, so every output stays inside the error budget, but a sequence's
+    output alone differs from its output in a batch in the last bits. Caught only by ``--invariance``
+    (:attr:`PlantedBug.checks`)."""
+
+    name = "bug-batch-dependent-reduction"
+
+    def pv(self, case: Case, p: torch.Tensor, vx: torch.Tensor) -> torch.Tensor:
+        splits = max(1, 4 // case.batch)
+        out = torch.zeros(p.shape[1], p.shape[0], vx.shape[-1], dtype=torch.float32)  # (Sq, hq, D)
+        for keys in torch.tensor_split(torch.arange(vx.shape[0]), splits):
+            out = out + torch.einsum("hqk,khd->qhd", p[..., keys], vx[keys])  # (Sq, hq, D)
+        return out
+
+
 @dataclasses.dataclass(frozen=True)
 class PlantedBug:
     name: str  # the backend's registry-style name
     klass: str  # the bug class of window-semantics.md
     backend: type[EagerAttention]
+    #: the engine checks it is run with (parity.results.ENGINE_CHECKS): a bug only they can catch
+    checks: tuple[str, ...] = ()
 
     @property
     def spec(self) -> str:
@@ -843,6 +868,12 @@ BUGS: tuple[PlantedBug, ...] = (
     PlantedBug("bug-fp8-descale-batch-stride-0", "fp8 KV: sequence 0's descales for every sequence", Fp8DescaleBatchStrideZero),
     PlantedBug("bug-sink-times-scale", "learned sink multiplied by the softmax scale", SinkTimesScale),
     PlantedBug("bug-chunk-top-left", "chunk boundary aligned top-left (chunk of i, not i + Sk - Sq)", ChunkTopLeft),
+    PlantedBug(
+        "bug-batch-dependent-reduction",
+        "split-KV count from the batch size: not batch invariant (--invariance)",
+        BatchDependentReduction,
+        checks=("invariance",),
+    ),
 )
 
 

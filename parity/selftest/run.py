@@ -85,7 +85,7 @@ def detect(
     dtypes: Counter = Counter()
     problems: list[str] = []
     for n, case in enumerate(cases, 1):
-        row = evaluate(backend, case, probes=not grad, baselines=baselines, grad=grad)
+        row = evaluate(backend, case, probes=not grad, baselines=baselines, grad=grad, checks=bug.checks)
         run = n
         if row["verdict"] in ("error", "crash", "timeout"):
             problems.append(f"{row['verdict']} on {case.summary()}: {row['detail']}")
@@ -110,6 +110,8 @@ def detect(
             detail = "grad: " + first["grad_detail"]
         elif first.get("lse_check") == "fail":
             detail = "lse: " + first["lse_detail"]
+        elif first.get("invariance_check") == "mismatch":
+            detail = "batch invariance: " + first["invariance_detail"]
         else:
             detail = first.get("worst_where", "")
     return Detection(

@@ -224,7 +224,7 @@ def make_executor(
 ) -> InlineExecutor | ProcessExecutor:
     """``spec``'s executor as ``options`` say: a worker process (``isolate``), else in this process."""
     if not options.isolate:
-        return InlineExecutor(spec, options.probes, options.max_passes, options.repeats, options.grad)
+        return InlineExecutor(spec, options.probes, options.max_passes, options.repeats, options.grad, options.checks)
     return ProcessExecutor(
         spec,
         probes=options.probes,
@@ -236,6 +236,7 @@ def make_executor(
         env=dict(env or {}),
         wait=wait,
         grad=options.grad,
+        checks=options.checks,
     )
 
 

@@ -105,6 +105,7 @@ class RowLimits:
         if o.timeout is not None:
             return o.timeout
         calls = 1 + (mask_passes_at_most(case, o.max_passes) if o.probes else 0) + (3 if o.grad else 0)  # a backward: ~3 forwards
+        calls += (4 if "invariance" in o.checks else 0) + (5 if "graph" in o.checks else 0)  # sub-batches; eager, warm-ups, replays
         with self.lock:
             seen = sorted(self.ratios.get(spec, []))
         ratio = max(float(calls), seen[len(seen) // 2] if seen else 0.0)

@@ -14,6 +14,7 @@ from ..errors import UserError
 from ..execute import worker_paths
 from ..expect import Expectations
 from ..maskcheck import DEFAULT_MAX_PASSES
+from ..results import ENGINE_CHECKS
 from ..verdict import BUDGETS, Budget
 
 
@@ -47,6 +48,7 @@ class SweepOptions:
     fail_fast: bool = False  # --fail-fast: start no new row after the first failing one (the run is then partial)
     cost_file: str = ""  # measured seconds per row per backend (JSON), read to plan the lanes, updated after the run
     grad: bool = False  # --grad: each backend's backward too (parity.grad), judged with the row
+    checks: tuple[str, ...] = ()  # --invariance / --graph-replay: the engine checks (parity.results.ENGINE_CHECKS) of each row
     precompile: str = "auto"  # --precompile: build each kernel key once before the lanes (parity.sweep.precompile)
 
     def __post_init__(self) -> None:
@@ -55,6 +57,9 @@ class SweepOptions:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, dict(default))
         object.__setattr__(self, "gpus", tuple(str(g) for g in self.gpus or ()))
+        object.__setattr__(self, "checks", tuple(self.checks or ()))
+        if bad := [c for c in self.checks if c not in ENGINE_CHECKS]:
+            raise ValueError(f"unknown engine check(s) {bad}: known {', '.join(ENGINE_CHECKS)}")
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {self.timeout:g}")
         if self.compile_grace < 0:

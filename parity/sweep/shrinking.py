@@ -13,6 +13,7 @@ kind           a failing row whose reasons include (first match, in order)
 ``values``     ``max_err``, ``mean_err``, ``unwritten``
 ``lse``        ``lse``
 ``backward``   a backward reason (``dq_err`` ... ``grad_error``) and none above
+``engine``     an engine check's (``batch_invariance``, ``graph_replay``) and none above
 =============  ==============================================================
 
 A row that is not ``fail`` (``error``, ``crash``, ``timeout``) is of the kind of its verdict.
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..case import Case
-from ..expect import GRAD_REASONS
+from ..expect import CHECK_REASONS, GRAD_REASONS
 from ..judge import BaselineCache, judge
 from ..runfolder import SHRUNK
 from ..shrink import Shrunk, budget_note, shrink
@@ -74,6 +75,7 @@ KINDS = (
     ("values", ("max_err", "mean_err", "unwritten")),
     ("lse", ("lse",)),
     ("backward", GRAD_REASONS),
+    ("engine", CHECK_REASONS),
 )
 
 

@@ -37,6 +37,8 @@ STAGES = (
     "read_probe",
     "read_backend",
     "backward",  # --grad: the backend's backward (autograd or its backward op; a first call compiles here)
+    "invariance",  # --invariance: the batch invariance check's sub-batch calls and comparisons
+    "graph_replay",  # --graph-replay: the eager call on new inputs, the captures and replays
     "worker",  # the whole row in the worker process
     "wait",  # what the lane waited on the worker (overlaps judging the previous row)
     "ipc",  # wait not spent in the worker: sending, pickling the answer, process scheduling
@@ -58,6 +60,8 @@ _WORKER = {
     "read_probe": "read_s",
     "read_backend": "read_call_s",
     "backward": "grad_s",
+    "invariance": "invariance_s",
+    "graph_replay": "graph_s",
     "worker": "worker_s",
 }
 
