@@ -96,7 +96,7 @@ case "${1:-}" in
         --shrink 0 --no-report -q --compile-cache "$w/cc" --out "$w/warm" > "$w/warm.log" 2>&1
       echo "warm rc=$? in $(( $(date +%s) - t1 )) s"; grep -v "^  \|^$" "$w/warm.log" | tail -n 6 | cut -c1-200
     fi
-    python3 "$here/../benchmarks/compile_keys.py" "$w/cold" | tee "$w/compile-keys.txt"
+    PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}" python3 "$here/../benchmarks/compile_keys.py" "$w/cold" | tee "$w/compile-keys.txt"
     du -sh "$w/cc" 2>/dev/null
     tar czf "$OUT/coldwarm.tgz" -C "$w" --exclude=results.json --exclude=masks.jsonl --exclude=cc . ;;
   warm)  # issue 47's warm figure: the whole default profile again into a fresh folder, on the cold run's cache
