@@ -38,7 +38,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         type=Path,
         nargs="+",
         metavar="DIR",
-        help="--write-cases: the runs to pick the cases from (default: every run under reports/)",
+        help="--write-cases: the runs to pick the cases from (required with it; a run folder or a folder of them)",
     )
     step1.add_argument(
         "--index", type=Path, metavar="FILE", help="--write-cases: entries named here keep that case (default: the findings-repros index)"
@@ -84,13 +84,13 @@ def _write_cases(args: argparse.Namespace, expectations, globs: list[str]) -> in
     import fnmatch
 
     from ..case import Case
-    from ..export_repro import pick, read_index, shrunk_cases
+    from ..export_repro import INDEX, pick, read_index, shrunk_cases
     from ..report.runs import load_run
-    from .export_repro import INDEX, REPORTS, _run_folders
+    from .export_repro import _run_folders
 
-    folders = args.runs or _run_folders()
-    if not folders:
-        raise UserError(f"evidence --write-cases: no run folder under {REPORTS}/ here; name them with --runs DIR ...")
+    if not args.runs:
+        raise UserError("evidence --write-cases: name the run folders to pick each entry's case from with --runs DIR ...")
+    folders = _run_folders(args.runs)
     runs = [load_run(d, expectations, rejudge=True) for d in folders]
     picked = pick(runs, read_index(args.index if args.index is not None else INDEX))
     wanted = [e.id for e in expectations.entries if e.id in picked and (not globs or any(fnmatch.fnmatchcase(e.id, g) for g in globs))]
