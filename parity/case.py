@@ -644,10 +644,10 @@ def quantize_fp8(x, fp8_dtype: str, layout: str = "tensor", lens=None, hkv=None)
     hkv = hkv or x.shape[1]
     a = x.float().abs().unflatten(1, (hkv, x.shape[1] // hkv))  # (total, hkv, group, d)
     if layout == "kv_head":
-        amax = a.amax(dim=(0, 2, 3))  # (hkv,)
+        amaxes = a.amax(dim=(0, 2, 3))  # (hkv,)
     else:
-        amax = torch.stack([part.amax(dim=(0, 2, 3)) for part in a.split(list(lens))])  # (B, hkv)
-    descale = torch.where(amax > 0, amax.double() / top, 1.0).float()  # (hkv,) or (B, hkv)
+        amaxes = torch.stack([part.amax(dim=(0, 2, 3)) for part in a.split(list(lens))])  # (B, hkv)
+    descale = torch.where(amaxes > 0, amaxes.double() / top, 1.0).float()  # (hkv,) or (B, hkv)
     per_row = descale_rows(descale, lens, x.shape[1]).float()  # (total, heads, 1)
     return (x.float() / per_row).clamp(-top, top).to(dt), descale
 

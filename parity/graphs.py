@@ -79,7 +79,8 @@ def graph_reason(backend: Backend, case: Case) -> str | None:
 def static_copy(inputs: Inputs) -> Inputs:
     """``inputs`` with every tensor copied: the buffers a graph reads (the row's own inputs stay as they are)."""
     fields = {f.name: getattr(inputs, f.name) for f in dataclasses.fields(inputs)}
-    return dataclasses.replace(inputs, **{k: v.clone() for k, v in fields.items() if isinstance(v, torch.Tensor)})
+    copies: dict[str, Any] = {k: v.clone() for k, v in fields.items() if isinstance(v, torch.Tensor)}
+    return dataclasses.replace(inputs, **copies)
 
 
 def copy_values(static: Inputs, fresh: Inputs) -> None:

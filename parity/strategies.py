@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import seed as hyp_seed
@@ -357,7 +358,7 @@ def fp8_edge_cases() -> list[Case]:
     fp8 = "float8_e4m3fn"
     decode = Case((1, 1, 1), (300, 77, 129), 8, 2, 128, "bfloat16", Window.tokens(64), page_size=16, kv_dtype=fp8, seed=3000)
     chunk = Case((16, 40), (200, 40), 4, 1, 64, "float16", Window(31, 0), kv_dtype=fp8, seed=3002)
-    qkv = dict(dtype="bfloat16", kv_dtype=fp8, q_fp8=True)
+    qkv: dict[str, Any] = dict(dtype="bfloat16", kv_dtype=fp8, q_fp8=True)
     return [
         decode,
         dataclasses.replace(decode, q_fp8=True, seed=3001),

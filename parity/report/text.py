@@ -137,9 +137,9 @@ def _md_failing(run: Run, bad: int) -> list[str]:
                 out.append(f"  - reads: {md_cell(r['read_detail'][:400])}")
             if r.get("lse_check") == "fail":
                 out.append(f"  - lse: {md_cell(r['lse_detail'][:400])}")
-            for c, name in CHECK_NAMES.items():
-                if r.get(f"{c}_check") == "mismatch":
-                    out.append(f"  - {name}: {md_cell(r[f'{c}_detail'][:400])}")
+            for check, name in CHECK_NAMES.items():
+                if r.get(f"{check}_check") == "mismatch":
+                    out.append(f"  - {name}: {md_cell(r[f'{check}_detail'][:400])}")
             if r.get("repro"):
                 out += ["", "  ```bash", f"  {r['repro']}", "  ```"]
     for b, s in smallest_failing(run).items():

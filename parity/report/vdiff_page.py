@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
 from .runs import Run, case_text
-from .vdiff import RowPair, VersionDiff
+from .vdiff import RowPair, Side, VersionDiff
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,7 +20,7 @@ class Table:
     title: str
     note: str
     header: tuple[str, ...]
-    rows: list[tuple[str, ...]]
+    rows: Sequence[tuple[str, ...]]
     more: int = 0  # rows left out past the limit
     repro: tuple[str, ...] = ()  # repro lines (new findings)
 
@@ -136,14 +137,20 @@ def _new_table(d: VersionDiff, limit: int) -> Table:
     )
 
 
+def _side(side: Side | None) -> Side:
+    """A side of a pair these tables list (both present: rows that ran at both versions)."""
+    assert side is not None, "a row listed here ran at both versions"
+    return side
+
+
 def _rows_table(key: str, title: str, note: str, items: list[RowPair], limit: int) -> Table:
     rows = [
         (
             rp.pair.head,
-            f"{rp.base.verdict} → {rp.head.verdict}",
-            _fmt(rp.base.num("err_ratio")) + " → " + _fmt(rp.head.num("err_ratio")),
+            f"{_side(rp.base).verdict} → {_side(rp.head).verdict}",
+            _fmt(_side(rp.base).num("err_ratio")) + " → " + _fmt(_side(rp.head).num("err_ratio")),
             case_text(rp.row),
-        )  # type: ignore[union-attr]
+        )
         for rp in items[:limit]
     ]
     return Table(key, f"{title} ({len(items)})", note, ("backend", "verdict", "err ratio", "case"), rows, max(0, len(items) - limit))

@@ -473,14 +473,18 @@ class SplitKvDecode(EagerAttention):
         ok = self.decode_mask(case, cache.seqlens_k.long(), kc.shape[1])  # (B, capacity)
         for n, used in enumerate(cache.seqlens_k.tolist()):
             q = inputs.q[n : n + 1]  # (1, hq, D)
-            parts = [self.split_part(case, q, kc[n, j0:j1], vc[n, j0:j1], ok[n : n + 1, j0:j1]) for j0, j1 in self.split_ranges(used)]
+            parts: list[tuple[torch.Tensor, torch.Tensor]] = [
+                self.split_part(case, q, kc[n, j0:j1], vc[n, j0:j1], ok[n : n + 1, j0:j1]) for j0, j1 in self.split_ranges(used)
+            ]
             if self._sinks is not None:  # the sink: one more part, its logit as log-sum-exp, output 0
                 sink = self.sink_logits(case, self._sinks)[:, None, None]  # (hq, 1, 1)
                 parts.append((torch.zeros(case.hq, 1, case.head_dim), sink))
             out[n : n + 1] = merge_splits(parts).transpose(0, 1).to(out.dtype)  # (1, hq, D)
         return out
 
-    def split_part(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ok: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def split_part(
+        self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ok: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One split: ``q`` ``(1, hq, D)``, ``k``/``v`` ``(n, hkv, D)``, ``ok`` ``(1, n)`` -> its normalised output
         ``(hq, 1, D)`` and log-sum-exp ``(hq, 1, 1)``; an empty split (no key visible) :attr:`empty_lse` and 0."""
         if not bool(ok.any()):
