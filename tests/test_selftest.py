@@ -50,6 +50,7 @@ def test_quick_profile_flags_planted_bug(bug: PlantedBug):
     assert not det.problems, f"planted bug {bug.name} raised instead of computing: {det.problems}"
     assert det.caught, f"{bug.name} ({bug.klass}) ESCAPED the quick profile: passed all {det.cases_run} cases"
     known = ("max_err", "mean_err", "nan", "nan_masked_rows", "inf", "unwritten", "mask", "gqa", "reads_outside_window", "lse")
+    known += ("batch_invariance", "graph_replay")  # the engine checks a bug is run with (PlantedBug.checks)
     assert det.checks and all(c in known for c in det.checks), det.checks
 
 
