@@ -144,7 +144,7 @@ def test_the_gqa_probe_is_not_applicable_where_kv_heads_are_not_exact_in_e5m2():
 # -- the backends' descales ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fn", [vllm_fa.vllm_descale, fa.fa3_descale], ids=["vllm", "fa3"])
+@pytest.mark.parametrize("fn", [vllm_fa.fa3_descale, fa.fa3_descale], ids=["vllm", "fa3"])
 def test_fa3_gets_b_by_hkv_descales_of_every_layout(fn):
     t, h, bh = torch.tensor(0.5), torch.tensor([1.0, 2.0, 3.0]), torch.arange(6.0).reshape(2, 3)
     assert torch.equal(fn(t, 2, 3), torch.full((2, 3), 0.5)) and fn(t, 2, 3).stride() == (0, 0)

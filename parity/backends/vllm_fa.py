@@ -103,6 +103,7 @@ from .base import (
     refusals,
     split_scope_reason,
 )
+from .flash_attn import fa3_descale
 from .torch_fa2 import FA2_REFUSALS
 
 UNBOUNDED = -1
@@ -146,15 +147,6 @@ def takes_attention_chunk(name: str = "attention_chunk") -> bool:
         return False
 
 
-def vllm_descale(d, batch: int, hkv: int):
-    """A descale as FA3's ``q_descale`` / ``k_descale`` / ``v_descale`` ``(B, hkv)`` float32: per tensor ``()``
-    expanded as vLLM expands ``layer._q_scale`` (``expand((num_seqs, num_kv_heads))``, stride 0), per kv
-    head ``(hkv,)`` expanded along the batch, per sequence and kv head ``(B, hkv)`` as it is."""
-    if d.dim() == 2:
-        return d  # (B, hkv)
-    return (d.reshape(1, 1) if d.dim() == 0 else d.reshape(1, hkv)).expand(batch, hkv)  # (B, hkv)
-
-
 def vllm_fa_attention(
     q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None, descales=None,
     s_aux=None, attention_chunk=None, return_lse=False, num_splits=None,
@@ -167,7 +159,7 @@ def vllm_fa_attention(
     buffer, and returned. ``window_size``: ``(left, right)``, inclusive, bottom-right aligned, ``-1`` =
     unbounded; ``causal=True`` forces ``right = 0``. ``descales``: fp8 inputs (FA3), the ``(q_descale,
     k_descale, v_descale)`` float32 descales as the harness lays them out (``()``, ``(hkv,)`` or ``(B, hkv)``),
-    passed as the ``(B, hkv)`` FA3 takes (:func:`vllm_descale`; a per-tensor one expanded as vLLM expands its
+    passed as the ``(B, hkv)`` FA3 takes (:func:`.flash_attn.fa3_descale`; a per-tensor one expanded as vLLM expands its
     layer scales). ``s_aux``: ``(hq,)`` sink logits (FA3), or None; ``attention_chunk``: chunk
     size, or None (passed only when given). ``return_lse``: ``return_softmax_lse=True``, and
     ``(out, softmax_lse)`` returned, the LSE as the library gives it (``(hq, total_q)``, natural log).
@@ -188,7 +180,7 @@ def vllm_fa_attention(
         out=out,  # (total_q, hq, d)
     )
     if descales is not None:  # (B, hkv) float32 each
-        kw.update({f"{n}_descale": vllm_descale(d, len(q_lens), k.shape[-2]) for n, d in zip("qkv", descales)})
+        kw.update({f"{n}_descale": fa3_descale(d, len(q_lens), k.shape[-2]) for n, d in zip("qkv", descales)})
     if s_aux is not None:
         kw["s_aux"] = s_aux.to(device=q.device, dtype=torch.bfloat16).contiguous()  # (hq,)
     if attention_chunk is not None:
@@ -348,7 +340,7 @@ class VllmFa2Backend(Backend):
         if case.kv_dtype is not None:  # fp8 (FA3): the descales as run passes them; the output in DTYPE (bfloat16), not q's fp8
             args, pages = "q, k, v, descales", pages + ", descales=descales"
         return embed(
-            [cu_seqlens, vllm_descale, vllm_fa_attention],
+            [cu_seqlens, fa3_descale, vllm_fa_attention],
             f"""\
             def attention({args}):
                 {paged}
@@ -371,7 +363,7 @@ class VllmFa3Backend(VllmFa2Backend):
     fa_version = 3
     kv_dtypes = ("float8_e4m3fn",)  # q_descale / k_descale / v_descale, an fp8 query with it (unsupported_reason)
     fp8_queries = True
-    fp8_scale_layouts = ("tensor", "kv_head", "batch_kv_head")  # all as (B, hkv) descales (vllm_descale)
+    fp8_scale_layouts = ("tensor", "kv_head", "batch_kv_head")  # all as (B, hkv) descales (fa3_descale)
     supports_sinks = True  # s_aux
     no_sinks = ""
     description = "vllm.vllm_flash_attn flash_attn_varlen_func(fa_version=3, Hopper): cu_seqlens_q, block_table + seqused_k for paged KV"
