@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Issue 47: why flex and JAX built more kernels than compile keys (lab/runs/h200-2026-12-06d-coldwarm: flex 224 graphs
+# for 119 keys). Nothing staged. lab/loan/compile_probe.py (one process, no lanes, the default profile in order):
+#   1 cold   flex-cuda and jax-xla-cuda on a fresh cache A        (a key too coarse: built on a key met before)
+#   2 warm   the same on cache A, in a new process                (the disk cache across processes: hits, not misses)
+#   3 cand   flex-cuda on a fresh cache B, Dynamo without duck shaping and flex's smallest bucket 256 (two blocks)
+#   bash lab/loan/recompile_probe.sh [FLEX_S] [JAX_S]  -> $OUT/recompile.tgz, a short table last
+set -u
+here=$(cd "$(dirname "$0")/../.." && pwd)
+w=/tmp/rcp; rm -rf "$w"; mkdir -p "$w"; fs=${1:-110}; js=${2:-45}
+export TORCH_LOGS=recompiles JAX_EXPLAIN_CACHE_MISSES=1 PYTHONUNBUFFERED=1 PYTHONPATH="$here"
+p() { local n=$1; shift; t0=$(date +%s); timeout 280 python3 "$here/lab/loan/compile_probe.py" "$w/$n.jsonl" "$@" \
+  > "$w/$n.sum" 2> "$w/$n.log"; echo "$n rc=$? $(( $(date +%s) - t0 )) s"; }
+p cold --cache "$w/A" --seconds "$fs,$js"
+p warm --cache "$w/A" --seconds "$(( fs / 2 )),$(( js / 2 ))"
+p cand --cache "$w/B" --backend flex-cuda --seconds "$fs" --no-duck --min-bucket 256
+for n in cold warm cand; do  # the recompile reasons, numbers stripped, against the newest entry of each
+  grep -A2 "triggered by the following guard" "$w/$n.log" | grep -o -- "- [0-9]*/[0-9]*: .*" | sed 's/^- [0-9/]*: //; s/[0-9]\+/N/g' \
+    | cut -c1-180 | sort | uniq -c | sort -rn > "$w/$n.reasons"
+done
+tar czf "$OUT/recompile.tgz" -C /tmp --exclude=A --exclude=B rcp
+python3 - "$w" <<'PY'
+import json, sys, collections
+w = sys.argv[1]
+for n in ("cold", "warm", "cand"):
+    try:
+        rows = [json.loads(l) for l in open(f"{w}/{n}.jsonl")]
+    except OSError:
+        continue
+    for s in open(f"{w}/{n}.sum"):
+        print(n, s.strip()[:300])
+    extra = [r for r in rows if r.get("seen") and r.get("built")]
+    diffs = collections.Counter((r["backend"], r["b"], min(r["q"]) == 1, r["page"] is not None) for r in extra)
+    print(n, "built on a seen key (backend, batch, decode, paged):", dict(diffs.most_common(8)))
+    errs = collections.Counter((r["backend"], r["error"][:90]) for r in rows if r.get("error"))
+    for (b, e), c in errs.most_common(4):
+        print(n, "error", c, b, e)
+    print(open(f"{w}/{n}.reasons").read()[:900])
+PY
