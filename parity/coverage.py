@@ -28,6 +28,9 @@ dimension      values
 ``empty_rows`` ``no``; ``yes`` (some query row sees no key)
 ``long``       ``no``; ``yes`` (a visible key range of 1024 keys or more in one row)
 ``fp8``        ``no``; ``kv`` (an fp8 KV cache, ``Case.kv_dtype``); ``qkv`` (and an fp8 query, ``q_fp8``)
+``fp8_format`` ``none``; ``e4m3``; ``e5m2`` (the fp8 cache's format)
+``fp8_scales`` ``none``; ``tensor`` (one descale); ``kv_head`` (one per kv head); ``batch_kv_head`` (one per
+               sequence and kv head), as ``Case.fp8_scales`` lays them out
 ``sinks``      ``no``; ``yes`` (learned sink logits, ``Case.sinks``)
 ``chunk``      ``none``; ``on`` (chunked local attention, ``Case.chunk``)
 =============  ========================================================================
@@ -44,7 +47,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from . import runfolder
-from .case import Case
+from .case import FP8_SCALES, Case
 from .regimes import REGIMES
 from .results import HALF_DTYPES
 
@@ -70,6 +73,8 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "empty_rows": ("no", "yes"),
     "long": ("no", "yes"),
     "fp8": ("no", "kv", "qkv"),
+    "fp8_format": ("none", "e4m3", "e5m2"),
+    "fp8_scales": ("none", *FP8_SCALES),
     "sinks": ("no", "yes"),
     "chunk": ("none", "on"),
 }
@@ -158,6 +163,8 @@ def case_cells(case: Case) -> dict[str, frozenset[str]]:
         paged=frozenset({"no" if case.page_size is None else "yes"}),
         regime=frozenset({case.regime}),
         fp8=frozenset({"no" if case.kv_dtype is None else ("qkv" if case.q_fp8 else "kv")}),
+        fp8_format=frozenset({"none" if case.kv_dtype is None else ("e5m2" if "e5m2" in case.kv_dtype else "e4m3")}),
+        fp8_scales=frozenset({"none" if case.kv_dtype is None else case.fp8_scales}),
         sinks=frozenset({"yes" if case.sinks else "no"}),
         chunk=frozenset({"none" if case.chunk is None else "on"}),
     )
