@@ -10,21 +10,30 @@ Each RUN is a top-level folder of ``lab/runs`` (the one with the lab notes, ``RE
   ``repro`` column leaves where every row's is ``python -m parity run --backend B --case 'CASE_JSON'`` (with
   ``--grad`` on every row of a backward run), rebuilt from its own row. No other row or column changes: every
   failing, expected, passing, erroring or timed-out row stays, with every number it had, so every run re-judges as
-  before on the rows it keeps (the refusals were never judged).
+  before on the rows it keeps (the refusals were never judged). Of a row that passed (and was judged a pass),
+  ``worst_where`` is blanked (its place and error are the ``worst_*`` columns and ``max_abs_err``; only the worst
+  element's dim and two values were its own), and ``lse_detail`` where it says only ``max |err| E within budget B (k x
+  same-dtype LSE baseline C + floor)`` (E, B: ``lse_max_abs_err``, ``lse_budget``); failing rows keep both. Neither
+  is read by the judge.
 * ``stages.jsonl[.gz]`` (one line per row: milliseconds per stage) -> ``stages.csv``: per (backend, status) the
   rows, and per stage the sum and the largest, in milliseconds (``timing.json``'s ``stages`` sums it per backend).
 * a log (``logs/``, ``*.log``, ``*.log.gz``) that the notes do not name leaves; a named one over 8 KB is gzipped (``NAME.gz``).
 * ``coverage.csv`` (rewritten from the results by ``python -m parity report``) leaves.
 * the per-step and per-flip tables of the decode studies (``decode_steps.csv``, ``lm_flips.csv``, plain or gzipped)
   leave: ``decode.csv`` / ``lm_decode.csv`` and ``decode_summary.md`` summarize them (every figure the notes cite).
-* ``timing*.json`` and ``throughput.json`` over 8 KB are gzipped (``NAME.gz``: the same JSON).
+* ``timing*.json``, ``throughput.json`` and the decode studies' sidecars (``decode.json``, ``lm_decode.json``) over
+  8 KB are gzipped (``NAME.gz``: the same JSON).
+* ``environment*.json`` is written with one line per top-level key (the same JSON; ``earlier_runs`` repeats each
+  call's backends, most of the indented file).
 
 Where a file is gzipped, the notes' mentions of its path follow (``NAME`` -> ``NAME.gz``), and of its bare name where
 every file of that name in the folder was gzipped. Everything else stays (results,
 ``environment.json``, ``summary.md``, masks, shrunk cases, the studies' summaries, notes, small records). The notes
 get a section "Compacted (issue 51)" saying what left, how large it was, and
 ``git show COMMIT:reports/RUN/PATH`` for the full copy (COMMIT: ``--full-at``, the last commit that held the runs
-whole under ``reports/``). ``--dry-run`` prints the sizes before and after and writes nothing.
+whole under ``reports/``). A folder compacted before keeps that section as it was and gets a table of the later pass
+under it (``git show COMMIT:lab/runs/RUN/PATH``); a pass with nothing to do writes nothing. ``--dry-run`` prints the
+sizes before and after and writes nothing.
 """
 
 from __future__ import annotations
@@ -45,8 +54,16 @@ KEEP_EVERY_ROW = {"h100-2026-12-06b-models/run"}
 REFUSALS = ("unsupported", "unavailable")
 PER_STEP = ("decode_steps.csv", "decode_steps.csv.gz", "lm_flips.csv", "lm_flips.csv.gz")
 SECTION = "## Compacted (issue 51)"
+#: the heading of a later pass's table, under :data:`SECTION`
+AGAIN = "### Compacted again (issue 51: passing rows' `worst_where`, environment one line per key, decode sidecars)"
 #: a log or timing file at most this large stays plain
 GZIP_OVER = 8192
+#: what ``worst_where`` says of a row that the results keep in other columns
+WHERE_KEPT_IN = ("worst_where", "worst_seq", "worst_head", "worst_row", "max_abs_err")
+#: a passing row's whole ``lse_detail`` where it says nothing its numeric columns do not
+LSE_PLAIN = re.compile(r"max \|err\| \S+ within budget \S+ \(k x same-dtype LSE baseline \S+ \+ floor\)")
+#: the decode studies' sidecars (models, training, noise: nothing in ``parity`` reads them back)
+DECODE_SIDECARS = ("decode.json", "lm_decode.json")
 
 
 def _read_text(path: Path) -> str:
@@ -61,21 +78,63 @@ def _derived_repro(row: dict, grad: bool) -> str:
     return f"python -m parity run --backend {row['backend']} --case '{row['case_json']}'" + (" --grad" if grad else "")
 
 
+def _drop_refusals(rows: list[dict], notes: list[str]) -> list[dict]:
+    left = [r for r in rows if r["verdict"] in REFUSALS]
+    counts: dict[str, int] = defaultdict(int)
+    for r in left:
+        counts[r["verdict"]] += 1
+    if left:
+        notes.append("rows " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) + f" (of {len(rows)})")
+    return [r for r in rows if r["verdict"] not in REFUSALS]
+
+
+def _passed(row: dict) -> bool:
+    """A row that passed as it ran and as it was judged (an unexpected pass is not one)."""
+    return row["verdict"] == "pass" and row.get("raw_verdict", "") in ("pass", "")
+
+
+def _blank_passing_where(rows: list[dict], fields: list[str], notes: list[str]) -> None:
+    """``worst_where`` of a passing row: its words are the other worst_* columns, ``max_abs_err`` and the case's
+    window again; only the worst element's dim and its two values are its own. Failing rows keep it."""
+    if not set(WHERE_KEPT_IN) <= set(fields):
+        return
+    passing = [r for r in rows if _passed(r) and r["worst_where"]]
+    for r in passing:
+        r["worst_where"] = ""
+    if passing:
+        notes.append(
+            f"`worst_where` of {len(passing)} passing rows (its place and error stay in `worst_seq` / `worst_head` /"
+            " `worst_row` / `worst_left_edge` and `max_abs_err`; the worst element's dim, got and want left)"
+        )
+
+
+def _blank_passing_lse(rows: list[dict], fields: list[str], notes: list[str]) -> None:
+    """``lse_detail`` of a passing row when it says only :data:`LSE_PLAIN`: its error and budget are
+    ``lse_max_abs_err`` and ``lse_budget`` (the baseline is the budget less the floor, over k). A detail that says
+    more (the rows that see no key and the library's value there) stays."""
+    if not {"lse_detail", "lse_check", "lse_max_abs_err", "lse_budget"} <= set(fields):
+        return
+    plain = [r for r in rows if _passed(r) and r["lse_check"] == "pass" and LSE_PLAIN.fullmatch(r["lse_detail"])]
+    for r in plain:
+        r["lse_detail"] = ""
+    if plain:
+        notes.append(
+            f"`lse_detail` of {len(plain)} passing rows (`max err E within budget B (k x same-dtype LSE baseline C +"
+            " floor)`: E and B stay in `lse_max_abs_err` / `lse_budget`; C left)"
+        )
+
+
 def compact_results(path: Path, rel: str) -> tuple[bytes, list[str]]:
     """The compacted ``results.csv.gz`` of ``path`` and what it left out, in words."""
     text = _read_text(path)
     newline = "\r\n" if "\r\n" in text.split("\n", 1)[0] + "\n" else "\n"
     reader = csv.DictReader(io.StringIO(text, newline=""))
     fields, rows = list(reader.fieldnames or []), list(reader)
-    notes = []
+    notes: list[str] = []
     if rel not in KEEP_EVERY_ROW and "verdict" in fields:
-        left = [r for r in rows if r["verdict"] in REFUSALS]
-        rows = [r for r in rows if r["verdict"] not in REFUSALS]
-        counts = defaultdict(int)
-        for r in left:
-            counts[r["verdict"]] += 1
-        if left:
-            notes.append("rows " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) + f" (of {len(rows) + len(left)})")
+        rows = _drop_refusals(rows, notes)
+        _blank_passing_where(rows, fields, notes)
+        _blank_passing_lse(rows, fields, notes)
     if "repro" in fields and rows:
         grad = rows[0]["repro"].endswith(" --grad")
         if all(r["repro"] == _derived_repro(r, grad) for r in rows):
@@ -86,6 +145,13 @@ def compact_results(path: Path, rel: str) -> tuple[bytes, list[str]]:
     writer.writeheader()
     writer.writerows(rows)
     return _gz(out.getvalue()), notes
+
+
+def environment_text(text: str) -> str:
+    """An ``environment.json`` with one line per top-level key (the same JSON: ``earlier_runs`` repeats each call's
+    backends, which took most of the indented file)."""
+    env = json.loads(text)
+    return "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in env.items()) + "\n}\n"
 
 
 def stages_summary(path: Path) -> str:
@@ -115,8 +181,8 @@ def _is_log(path: Path) -> bool:
 
 
 def _gzipped_kind(path: Path) -> bool:
-    """timing.json, timing-resume.json, first-part-timing.json, ...; throughput.json."""
-    return path.suffix == ".json" and ("timing" in path.name or path.name == "throughput.json")
+    """timing.json, timing-resume.json, first-part-timing.json, ...; throughput.json; decode.json, lm_decode.json."""
+    return path.suffix == ".json" and ("timing" in path.name or path.name in ("throughput.json", *DECODE_SIDECARS))
 
 
 def plan(top: Path) -> tuple[dict[Path, bytes | None], list[tuple[str, int, str]], list[str]]:
@@ -149,6 +215,11 @@ def plan(top: Path) -> tuple[dict[Path, bytes | None], list[tuple[str, int, str]
         elif path.name in PER_STEP:
             writes[path] = None
             done.append((rel, size, "left out (per step / per flip; the study's summary table stays)"))
+        elif path.name.startswith("environment") and path.suffix == ".json":
+            data = environment_text(path.read_text()).encode()
+            if len(data) < size:
+                writes[path] = data
+                done.append((rel, size, f"one line per top-level key (the same JSON; {len(data)} bytes now)"))
         elif (_is_log(path) or _gzipped_kind(path)) and path.suffix != ".gz" and size > GZIP_OVER:
             writes[path] = None
             writes[path.with_name(path.name + ".gz")] = data = _gz(path.read_text())
@@ -175,11 +246,19 @@ def notes_section(done: list[tuple[str, int, str]], top: Path, commit: str) -> s
         "This folder keeps what its findings need (lab/runs/README.md, `lab/compact_runs.py`). The full files are in git",
         f"history: `git show {commit}:reports/{top.name}/PATH` (the folder was `reports/{top.name}/` then).",
         "",
-        "| path | bytes | what |",
-        "|---|---:|---|",
+        *_table(done),
     ]
-    lines += [f"| `{rel}` | {size} | {what} |" for rel, size, what in done]
     return "\n".join(lines) + "\n"
+
+
+def again_section(done: list[tuple[str, int, str]], top: Path, commit: str) -> str:
+    """A later pass over a folder compacted before (its section stays as it was, this one follows it)."""
+    lines = ["", AGAIN, "", f"The files as they were before it: `git show {commit}:lab/runs/{top.name}/PATH`.", "", *_table(done)]
+    return "\n".join(lines) + "\n"
+
+
+def _table(done: list[tuple[str, int, str]]) -> list[str]:
+    return ["| path | bytes | what |", "|---|---:|---|", *[f"| `{rel}` | {size} | {what} |" for rel, size, what in done]]
 
 
 def compact(top: Path, commit: str, dry_run: bool) -> tuple[int, int]:
@@ -195,8 +274,12 @@ def compact(top: Path, commit: str, dry_run: bool) -> tuple[int, int]:
             if data is not None:
                 path.write_bytes(data)
         readme = top / "README.md"
-        text = follow(readme.read_text().split("\n" + SECTION, 1)[0].rstrip("\n") + "\n", gzipped)
-        readme.write_text(text + notes_section(done, top, commit))
+        head, sep, section = readme.read_text().partition("\n" + SECTION)
+        text = follow(head.rstrip("\n") + "\n", gzipped)
+        if sep:  # compacted before: that record stays, this pass's follows it
+            readme.write_text(text + sep + section.rstrip("\n") + "\n" + again_section(done, top, commit))
+        else:
+            readme.write_text(text + notes_section(done, top, commit))
     return before, after
 
 
