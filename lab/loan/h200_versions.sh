@@ -5,7 +5,7 @@
 # /tmp/site-vllm33-fa). Then, on the same machine:
 #   bash lab/loan/h200_versions.sh run [LIMIT_S] [PROFILE]   # each version LIMIT_S (default 200) -> $OUT/versions.tgz
 # Each run is judged with the known divergences (their `versions` say vllm>=0.26,<0.27, so a finding still there at
-# 0.33.0 is loud); `parity vdiff` of the two runs is the version diff (vdiff/vdiff.md), `parity diff` the raw one.
+# 0.33.0 is loud), and each vLLM entry's shrunk case (lab/loan/versions-cases) for `parity evidence`; `parity vdiff` of the two runs is the version diff (vdiff/vdiff.md), `parity diff` the raw one.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 source "$here/loan/h200_env.sh"
@@ -18,6 +18,10 @@ one() {  # SITE NAME LIMIT_S PROFILE
     --out "$w/$2" > "$w/$2.log" 2>&1
   echo "$2 rc=$? in $(( $(date +%s) - t0 )) s: $(( $(zcat -f "$w/$2"/results.csv* 2>/dev/null | wc -l) - 1 )) rows"
   grep -v "^  \|^$" "$w/$2.log" | tail -n 8 | cut -c1-200
+  # each vLLM entry's shrunk case (lab/loan/versions-cases, from `parity evidence --write-cases`), for `parity evidence`
+  PARITY_WORKER_PATH="vllm-fa2-cuda=$1 vllm-fa3-cuda=$1" timeout 120 python3 -m parity run --backend vllm-fa2-cuda \
+    --case-file "$here/loan/versions-cases/vllm-fa2-cuda.jsonl" --jobs 1 --timeout 60 -q --no-report \
+    --out "$w/$2-entries" > "$w/$2-entries.log" 2>&1; echo "$2 entries rc=$?"
 }
 case "${1:-}" in
   run)
@@ -29,6 +33,8 @@ case "${1:-}" in
     one /tmp/site-vllm33-fa vllm-0.33.0 "${2:-200}" "${3:-default}"
     python3 -m parity diff "$w/vllm-0.26.0" "$w/vllm-0.33.0" > "$w/diff.log" 2>&1; echo "diff rc=$?"
     python3 -m parity vdiff "$w/vllm-0.26.0" "$w/vllm-0.33.0" --out "$w/vdiff" > "$w/vdiff.log" 2>&1; echo "vdiff rc=$?"
+    python3 -m parity evidence "$w/vllm-0.26.0-entries" "$w/vllm-0.33.0-entries" "$w/vllm-0.26.0" "$w/vllm-0.33.0" \
+      --entry 'vllm*' --out "$w/evidence" > "$w/evidence.log" 2>&1; echo "evidence rc=$?"; head -n 30 "$w/evidence/evidence.md" | cut -c1-200
     grep -v "^$" "$w/vdiff/vdiff.md" 2>/dev/null | head -n 40 | cut -c1-200
     tar czf "$OUT/versions.tgz" -C /tmp --exclude=results.json --exclude=masks.jsonl versions ;;
   *) sed -n 2,8p "$0"; exit 2 ;;
