@@ -26,7 +26,7 @@ from parity import Case, Window, backends, cli
 from parity.backends.flash_attn import flash_window
 from parity.backends.flash_attn4 import fa4_window
 from parity.backends.flashinfer import flashinfer_decode_window, flashinfer_window
-from parity.backends.flex import bucket_band, bucket_len
+from parity.backends.flex import FlexCudaBackend, bucket_band, bucket_len
 from parity.backends.jax_attn import jax_window
 from parity.backends.torch_fa2 import fa2_window
 from parity.backends.vllm_fa import vllm_fa_window
@@ -215,7 +215,8 @@ def _native_texts(spec: str, case: Case) -> list[str]:
     if spec == "flashinfer-cuda":
         return [f"NATIVE = {[flashinfer_window(w, sq, sk) for sq, sk in pairs]!r}"]
     if spec == "flex-cuda":
-        seqs = [(bucket_len(sq), bucket_len(sk), bucket_band(w, sq, sk)) for sq, sk in pairs]
+        m = FlexCudaBackend.min_bucket  # 256: two blocks at least (tests/test_flex_compile_key.py)
+        seqs = [(bucket_len(sq, m), bucket_len(sk, m), bucket_band(w, sq, sk)) for sq, sk in pairs]
         return ["def tensor_band_mask_mod(t):", f"SEQS = {[(bq, bk, tuple(band)) for bq, bk, band in seqs]!r}"]
     if spec.startswith("sdpa"):
         return [f"kernel={backends.get(spec).kernel!r}"]

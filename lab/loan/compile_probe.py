@@ -93,15 +93,11 @@ def probe(name: str, cases: list, seconds: float, out) -> dict:
 
 def _candidates(a) -> None:
     """Lab-only experiments on the process's torch and flex module (nothing in the product changes)."""
-    if a.no_duck:
-        import torch.fx.experimental._config as fx_config
-
-        fx_config.use_duck_shape = False
-    if a.min_bucket:
+    if a.legacy:
         from parity.backends import flex
 
-        plain = flex.bucket_len
-        flex.bucket_len = lambda n, minimum=128: plain(n, max(minimum, a.min_bucket))
+        flex.FlexCudaBackend.min_bucket = 128
+        flex._without_duck_shapes = lambda fn: fn
 
 
 def main(argv: list[str]) -> int:
@@ -111,8 +107,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--backend", default="flex-cuda,jax-xla-cuda")
     ap.add_argument("--profile", default="default")
     ap.add_argument("--seconds", default="120", help="seconds per backend, one number or one per backend (a,b)")
-    ap.add_argument("--no-duck", action="store_true", help="candidate: Dynamo without duck shaping (no Sq == Sk guards)")
-    ap.add_argument("--min-bucket", type=int, help="candidate: flex's smallest length bucket (128: one block)")
+    ap.add_argument("--legacy", action="store_true", help="flex-cuda as before 2026-12-06 22:30: duck shaping, 128-row buckets")
     a = ap.parse_args(argv)
     _candidates(a)
     compile_cache.enable(Path(a.cache))

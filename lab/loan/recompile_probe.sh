@@ -3,7 +3,7 @@
 # for 119 keys). Nothing staged. lab/loan/compile_probe.py (one process, no lanes, the default profile in order):
 #   1 cold   flex-cuda and jax-xla-cuda on a fresh cache A        (a key too coarse: built on a key met before)
 #   2 warm   the same on cache A, in a new process                (the disk cache across processes: hits, not misses)
-#   3 cand   flex-cuda on a fresh cache B, Dynamo without duck shaping and flex's smallest bucket 256 (two blocks)
+#   3 legacy flex-cuda on a fresh cache B as before 22:30 UTC 2026-12-06 (duck shaping, 128-row buckets), to compare
 #   bash lab/loan/recompile_probe.sh [FLEX_S] [JAX_S]  -> $OUT/recompile.tgz, a short table last
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -13,8 +13,8 @@ p() { local n=$1; shift; t0=$(date +%s); timeout 280 python3 "$here/lab/loan/com
   > "$w/$n.sum" 2> "$w/$n.log"; echo "$n rc=$? $(( $(date +%s) - t0 )) s"; }
 p cold --cache "$w/A" --seconds "$fs,$js"
 p warm --cache "$w/A" --seconds "$(( fs / 2 )),$(( js / 2 ))"
-p cand --cache "$w/B" --backend flex-cuda --seconds "$fs" --no-duck --min-bucket 256
-for n in cold warm cand; do  # the recompile reasons, numbers stripped, against the newest entry of each
+p legacy --cache "$w/B" --backend flex-cuda --seconds "$fs" --legacy
+for n in cold warm legacy; do  # the recompile reasons, numbers stripped, against the newest entry of each
   grep -A2 "triggered by the following guard" "$w/$n.log" | grep -o -- "- [0-9]*/[0-9]*: .*" | sed 's/^- [0-9/]*: //; s/[0-9]\+/N/g' \
     | cut -c1-180 | sort | uniq -c | sort -rn > "$w/$n.reasons"
 done
@@ -22,7 +22,7 @@ tar czf "$OUT/recompile.tgz" -C /tmp --exclude=A --exclude=B rcp
 python3 - "$w" <<'PY'
 import json, sys, collections
 w = sys.argv[1]
-for n in ("cold", "warm", "cand"):
+for n in ("cold", "warm", "legacy"):
     try:
         rows = [json.loads(l) for l in open(f"{w}/{n}.jsonl")]
     except OSError:

@@ -157,20 +157,23 @@ def flex_attention_packed(q, k, v, out, q_lens, k_lens, scale, padded, block_mas
     return out
 
 
-def seq_bands(window: Window, q_lens, k_lens, bucketed: bool, chunk: int | None = None, sink: bool = False) -> list[tuple[int, int, tuple]]:
-    """Per sequence ``(bq, bk, band)`` for :func:`flex_block_mask`: padded lengths and tensor numbers
-    when ``bucketed``, else the real lengths and ``(d, left, right)``; with a ``chunk`` or a ``sink``
-    key, :func:`chunk_sink_mask_mod`'s seven numbers (``bk`` counting the sink key)."""
+def seq_bands(
+    window: Window, q_lens, k_lens, bucketed: bool, chunk: int | None = None, sink: bool = False, minimum: int = 128
+) -> list[tuple[int, int, tuple]]:
+    """Per sequence ``(bq, bk, band)`` for :func:`flex_block_mask`: padded lengths (:func:`bucket_len`, at
+    least ``minimum``) and tensor numbers when ``bucketed``, else the real lengths and ``(d, left, right)``;
+    with a ``chunk`` or a ``sink`` key, :func:`chunk_sink_mask_mod`'s seven numbers (``bk`` counting the sink
+    key)."""
     if chunk is not None or sink:
         out = []
         for sq, sk in zip(q_lens, k_lens):
             d, left, right, _ = bucket_band(window, sq, sk)
             n = sk + int(sink)
-            bq, bk = (bucket_len(sq), bucket_len(n)) if bucketed else (sq, n)
+            bq, bk = (bucket_len(sq, minimum), bucket_len(n, minimum)) if bucketed else (sq, n)
             out.append((bq, bk, (d, left, right, sk, sk - sq, chunk or 0, int(sink))))
         return out
     if bucketed:
-        return [(bucket_len(sq), bucket_len(sk), tuple(bucket_band(window, sq, sk))) for sq, sk in zip(q_lens, k_lens)]
+        return [(bucket_len(sq, minimum), bucket_len(sk, minimum), tuple(bucket_band(window, sq, sk))) for sq, sk in zip(q_lens, k_lens)]
     return [(sq, sk, (window.offset(sq, sk), window.left, window.right)) for sq, sk in zip(q_lens, k_lens)]
 
 
@@ -218,7 +221,24 @@ def _compiled_flex(dynamic: bool = False):
     for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(cfg, name):
             setattr(cfg, name, max(int(getattr(cfg, name)), RECOMPILE_LIMIT))
-    return torch.compile(flex_attention, dynamic=dynamic)
+    compiled = torch.compile(flex_attention, dynamic=dynamic)
+    return _without_duck_shapes(compiled) if dynamic else compiled
+
+
+def _without_duck_shapes(fn):
+    """``fn`` compiled with Dynamo's duck shaping off: with it, lengths equal at the first call share one
+    symbol and a guard (``Sq == Sk``), so the next call with other lengths builds a second graph for the
+    same compile key, and another process's first call of that key may trace a different graph, missing
+    the FX-graph cache (measured with the eager backend on the CPU, 2026-12-06: (256, 256) then (256, 512)
+    made two graphs, one without duck shaping)."""
+    import torch.fx.experimental._config as fx_config
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with fx_config.patch(use_duck_shape=False):
+            return fn(*args, **kwargs)
+
+    return call
 
 
 def inductor_builds() -> int | None:
@@ -246,6 +266,8 @@ class FlexBackend(Backend):
     #: Pad lengths to power-of-two buckets and pass the window and softcap as tensors,
     #: so one compiled kernel serves every case of a bucket (see FlexCudaBackend).
     bucketed = False
+    #: the smallest bucket (:func:`bucket_len`) when bucketed
+    min_bucket = 128
     supports_grad = True  # the backward: autograd through flex_attention_packed (flex's own backward kernel)
     grad_sinks = True  # the sink is one more key scored by sink_mod: autograd reaches q, k, v through it
     #: dsinks is not asked: the compiled path copies the sinks into a buffer (no recompile per case), which the
@@ -269,13 +291,13 @@ class FlexBackend(Backend):
         (:meth:`workspace_again_bytes`): every sequence's block mask is built before the first call. A mask is
         built once per worker for its lengths and window (``_block_mask``): a later row of the same pays none
         (1.4-1.5x its peak in the memory benchmark of 2026-12-06, whose Gemma rows reuse Mistral's masks)."""
-        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks)
+        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks, self.min_bucket)
         return max(max(bq * bk * (8 + 2) for bq, bk, _ in seqs), self.workspace_again_bytes(case))
 
     def workspace_again_bytes(self, case: Case) -> int:
         """A call of lengths it has met: the block masks are kept (``_block_mask`` caches them), so only the
         padded copies of q, k and v (zero rows up to the bucket), its output and LSE over the padded rows."""
-        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks)
+        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks, self.min_bucket)
         return max(self._per_call(case, seqs), default=0)
 
     @staticmethod
@@ -302,7 +324,7 @@ class FlexBackend(Backend):
         key = (case.dtype, case.hq, case.hkv, case.head_dim, *mods)
         if self.dynamic:
             return key
-        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks)
+        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks, self.min_bucket)
         shapes = tuple(sorted({(bq, bk) if self.bucketed else (bq, bk, band) for bq, bk, band in seqs}))
         return (*key, shapes)
 
@@ -341,7 +363,7 @@ class FlexBackend(Backend):
         dev = str(inputs.q.device)
         score_mod = self._score_mod(case, inputs, dev)
         sink = inputs.sinks is not None
-        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, sink)
+        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, sink, self.min_bucket)
         return flex_attention_packed(
             inputs.q,  # (total_q, hq, d)
             inputs.k,  # (total_k, hkv, d)
@@ -363,7 +385,7 @@ class FlexBackend(Backend):
         :func:`flex_attention_packed` and the mask_mod builders as ``run`` calls them."""
         from ..repro_script import embed
 
-        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks)
+        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks, self.min_bucket)
         flex = f"torch.compile(flex_attention, dynamic={self.dynamic})" if self._use_compiled() else "flex_attention  # eager"
         if case.sinks:
             score = "SCORE_MOD = sink_mod(torch.tensor(SINKS, dtype=torch.float32, device=DEVICE), SOFTCAP)  # key 0: the sink"
@@ -441,3 +463,7 @@ class FlexCudaBackend(FlexBackend):
     )
     bucketed = True
     dynamic = True
+    #: Two blocks of 128 at least, each way: with one, Dynamo specialises the block mask's block counts to 1
+    #: (its 0/1 rule) and builds a second graph for the same compile key (measured with the eager backend on the
+    #: CPU, 2026-12-06: (256, 256) then (128, 1024) then (128, 128) made three graphs, 256-row buckets one)
+    min_bucket = 256
