@@ -190,12 +190,12 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def read_environment(folder: Path) -> dict[str, Any] | None:
-    """``environment.json`` (None when there is none); a UserError when it is not JSON."""
-    path = folder / ENVIRONMENT
+    """``environment.json`` (or its .gz; None when there is none); a UserError when it is not JSON."""
+    path = stored_path(folder, ENVIRONMENT)
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON ({exc})") from None
 
@@ -215,10 +215,10 @@ def write_environment(folder: Path, environment: dict[str, Any], keep_earlier: b
 
 
 def read_timing(folder: Path) -> dict[str, Any]:
-    """``timing.json`` ({} when absent or torn: it is rewritten after every case)."""
+    """``timing.json`` (or its .gz in a committed run; {} when absent or torn: it is rewritten after every case)."""
     try:
-        timing = json.loads((folder / TIMING).read_text())
-    except (OSError, ValueError):
+        timing = json.loads(read_text(stored_path(folder, TIMING)))
+    except (OSError, ValueError, UserError):
         return {}
     return timing if isinstance(timing, dict) else {}
 

@@ -113,8 +113,8 @@ def test_report_and_merge_read_results_csv_gz(tmp_path, capsys):
 
 
 def test_every_file_of_a_committed_run_is_read_gzipped(tmp_path):
-    """masks, consistency and decode results kept as NAME.gz (a committed run) are read by the report and by
-    merge as the plain files are: runfolder reads either."""
+    """masks, timing, consistency and decode results kept as NAME.gz (a committed run) are read by the report and
+    by merge as the plain files are: runfolder reads either."""
     import gzip
 
     from parity import runfolder
@@ -135,7 +135,11 @@ def test_every_file_of_a_committed_run_is_read_gzipped(tmp_path):
         (out / name).parent.mkdir(exist_ok=True)
         (out / name).unlink(missing_ok=True)  # the run's empty masks.jsonl: a committed run keeps only the .gz
         (out / (name + ".gz")).write_bytes(gzip.compress(text.encode()))
+    timing = json.loads((out / runfolder.TIMING).read_text())
+    (out / (runfolder.TIMING + ".gz")).write_bytes(gzip.compress((out / runfolder.TIMING).read_bytes()))
+    (out / runfolder.TIMING).unlink()
     run = load_run(out)
+    assert run.timing == timing == runfolder.read_timing(out) and timing
     assert run.masks[0]["picture"] == "#." and run.consistency == [{"backend": "reference", "check": "decode", "verdict": "pass"}]
     assert run.decode_path == out / "decode" / "decode.csv.gz" and list(run.decode["model"]) == ["m"] and len(run.decode_steps) == 1
     assert [r.key for r in run.rows()] == [(r["backend"], r["case_id"]) for r in runfolder.read_rows(out)]
