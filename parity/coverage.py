@@ -294,9 +294,9 @@ def csv_rows(t: Tally) -> list[dict[str, object]]:
     return out
 
 
-def read_rows(out_dir: Path) -> list[dict[str, str]]:
-    """The rows of ``OUT/results.csv`` (or ``results.csv.gz``) as dicts; ``[]`` when there is none."""
-    return [dict(r) for r in runfolder.read_rows(out_dir)]
+def read_rows(out_dir: Path) -> list[runfolder.ResultRow]:
+    """The rows of ``OUT/results.csv`` (or ``results.csv.gz``), typed; ``[]`` when there is none."""
+    return runfolder.read_rows(out_dir)
 
 
 def write_csv(out_dir: Path, dest: Path | None = None, rows: Iterable[Mapping[str, object]] | None = None) -> Path:

@@ -10,8 +10,18 @@
 ``shrunk.jsonl``    the shrunk failing cases (``.gz`` in a committed run)
 ``timing.json``     where the wall time went (:func:`write_timing`)
 ``coverage.csv``    backends x coverage cells (:func:`write_table`, rows from :mod:`parity.coverage`)
-``decode.csv``      greedy-decode results, beside the rows or in ``decode/``
+``stages.jsonl``    where each row's time went, one line per row (:func:`open_jsonl`)
+``logs/``           one log per worker unit (:func:`log_path`) and the compile pre-pass's
+``consistency.csv`` decode vs prefill checks, appended (:func:`append_consistency`)
+``decode.csv``      greedy-decode results, beside the rows or in ``decode/`` (:func:`write_decode`),
+                    with ``decode_steps.csv`` (per step) and ``decode.json`` (its sidecar)
+``lm_decode.csv``   the language-model decode study (:func:`write_lm_study`), with ``lm_flips.csv``,
+                    ``lm_decode.json`` and ``decode_summary.md``
 ==================  =========================================================================
+
+Every file name is a constant here, and each file is read and written here: no other module of
+``parity/`` spells a run folder's file name (``tests/test_runfolder_owns.py`` checks it). Where a
+committed run keeps a file gzipped (``NAME.gz``), its reader reads either.
 
 A folder's rows are read once (:func:`read_results`) and handed to whoever needs them (coverage,
 the reports, results.json, the summary of a resumed run). Imports only ``errors``, ``files`` and
@@ -47,6 +57,15 @@ COVERAGE = "coverage.csv"
 CONSISTENCY = "consistency.csv"
 DECODE = "decode.csv"
 DECODE_STEPS = "decode_steps.csv"
+DECODE_JSON = "decode.json"
+#: The folder of a merged run's (or a sweep's) decode results, beside its rows.
+DECODE_DIR = "decode"
+LM_DECODE = "lm_decode.csv"
+LM_FLIPS = "lm_flips.csv"
+LM_DECODE_JSON = "lm_decode.json"
+DECODE_SUMMARY = "decode_summary.md"
+STAGES = "stages.jsonl"
+LOGS = "logs"
 #: What ``environment.json`` keeps of each earlier, cut-short run into a resumed folder.
 EARLIER_KEEP = ("date_utc", "command", "argv", "wall_seconds", "partial", "rows_run", "rows_planned", "jobs", "backends")
 
@@ -121,7 +140,25 @@ def parse_results(path: Path, text: str) -> Results:
 def read_results(folder: Path) -> Results | None:
     """The folder's rows (results.csv or results.csv.gz), read once; None when it holds none."""
     path = results_path(folder)
-    return None if path is None else parse_results(path, read_text(path))
+    return None if path is None else read_results_file(path)
+
+
+def read_results_file(path: Path) -> Results:
+    """The rows of a results file named by the user (plain or gzipped)."""
+    return parse_results(path, read_text(path))
+
+
+def run_folders_under(root: Path) -> set[Path]:
+    """Every folder at or under ``root`` that holds a run's rows (results.csv or results.csv.gz)."""
+    return {p.parent for p in root.glob(f"**/{RESULTS}*") if p.name in (RESULTS, RESULTS_GZ)}
+
+
+def rewrite_results(folder: Path, path: Path | None, frame: Any) -> Path:
+    """``frame`` (a pandas DataFrame of the results columns: ``parity report --rewrite-results``) written
+    over the file its rows came from (``path``; else the folder's results.csv), by pandas; that path."""
+    path = path or folder / RESULTS
+    frame.to_csv(path, index=False)
+    return path
 
 
 def read_rows(folder: Path) -> list[ResultRow]:
@@ -130,7 +167,7 @@ def read_rows(folder: Path) -> list[ResultRow]:
     return list(res.rows) if res else []
 
 
-def jsonl_path(folder: Path, name: str) -> Path:
+def stored_path(folder: Path, name: str) -> Path:
     """``folder/name``, or ``folder/name.gz`` when only that is there (a committed run)."""
     path, packed = folder / name, folder / (name + ".gz")
     return packed if not path.exists() and packed.exists() else path
@@ -138,7 +175,7 @@ def jsonl_path(folder: Path, name: str) -> Path:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The objects of a .jsonl file (or its .gz); a line cut short by an interrupted run is skipped."""
-    path = jsonl_path(path.parent, path.name)
+    path = stored_path(path.parent, path.name)
     out: list[dict[str, Any]] = []
     if path.exists():
         for line in read_text(path).splitlines():
@@ -153,12 +190,12 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def read_environment(folder: Path) -> dict[str, Any] | None:
-    """``environment.json`` (None when there is none); a UserError when it is not JSON."""
-    path = folder / ENVIRONMENT
+    """``environment.json`` (or its .gz; None when there is none); a UserError when it is not JSON."""
+    path = stored_path(folder, ENVIRONMENT)
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON ({exc})") from None
 
@@ -178,10 +215,10 @@ def write_environment(folder: Path, environment: dict[str, Any], keep_earlier: b
 
 
 def read_timing(folder: Path) -> dict[str, Any]:
-    """``timing.json`` ({} when absent or torn: it is rewritten after every case)."""
+    """``timing.json`` (or its .gz in a committed run; {} when absent or torn: it is rewritten after every case)."""
     try:
-        timing = json.loads((folder / TIMING).read_text())
-    except (OSError, ValueError):
+        timing = json.loads(read_text(stored_path(folder, TIMING)))
+    except (OSError, ValueError, UserError):
         return {}
     return timing if isinstance(timing, dict) else {}
 
@@ -209,6 +246,120 @@ def write_table(path: Path, fields: Iterable[str], rows: Iterable[Mapping[str, A
         w.writeheader()
         w.writerows(rows)
     return path
+
+
+def read_table(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """A CSV of a run folder (plain or gzipped): its header and its rows as dicts."""
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    return list(reader.fieldnames or []), list(reader)
+
+
+def tables(folder: Path, name: str) -> list[Path]:
+    """``folder/name`` and each ``folder/*/name`` that is there (or its ``.gz`` when only that is), in order."""
+    subs = sorted({p.parent for p in folder.glob(f"*/{name}*") if p.name in (name, name + ".gz")})
+    return [p for p in (stored_path(d, name) for d in [folder, *subs]) if p.exists()]
+
+
+def read_lines(folder: Path, name: str) -> list[str]:
+    """The lines of a .jsonl file of the folder (or its .gz); ``[]`` when absent."""
+    path = stored_path(folder, name)
+    return read_text(path).splitlines() if path.exists() else []
+
+
+def write_lines(folder: Path, name: str, lines: list[str]) -> Path:
+    """A .jsonl file of the folder: ``lines``, one per line."""
+    path = folder / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def open_jsonl(folder: Path, name: str, append: bool) -> Any:
+    """A .jsonl file of the folder (``stages.jsonl``, ``shrunk.jsonl``) open for writing, appended to on ``--resume``."""
+    return (folder / name).open("a" if append else "w")
+
+
+def log_path(folder: Path, unit: str) -> Path:
+    """``logs/UNIT.log``: one worker unit's log (its folder made)."""
+    return logs_dir(folder) / f"{unit}.log"
+
+
+def logs_dir(folder: Path) -> Path:
+    """``logs/``: the workers' and the compile pre-pass's logs (made when absent)."""
+    logs = folder / LOGS
+    logs.mkdir(parents=True, exist_ok=True)
+    return logs
+
+
+def read_consistency(folder: Path) -> list[dict[str, str]]:
+    """``consistency.csv`` (or its .gz): its rows that name a backend; ``[]`` when absent."""
+    path = stored_path(folder, CONSISTENCY)
+    return [r for r in read_table(path)[1] if r.get("backend")] if path.exists() else []
+
+
+def append_consistency(folder: Path, fields: list[str], rows: Iterable[Mapping[str, Any]]) -> Path:
+    """Rows appended to ``consistency.csv`` (its header first when the file is new)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / CONSISTENCY
+    new = not path.exists()
+    with path.open("a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        if new:
+            w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def decode_path(folder: Path) -> Path | None:
+    """``decode.csv`` beside the rows, else in ``decode/`` (each, or its .gz); None when absent."""
+    for d in (folder, folder / DECODE_DIR):
+        if (path := stored_path(d, DECODE)).exists():
+            return path
+    return None
+
+
+def read_decode(folder: Path) -> tuple[Path, str, str | None] | None:
+    """The folder's decode results (:func:`decode_path`): that path, its text and its ``decode_steps.csv``'s
+    text (None when absent); None when the folder has none."""
+    path = decode_path(folder)
+    if path is None:
+        return None
+    steps = decode_steps_path(path)
+    return path, read_text(path), None if steps is None else read_text(steps)
+
+
+def decode_steps_path(decode_csv: Path) -> Path | None:
+    """``decode_steps.csv`` (or its .gz) beside a ``decode.csv``; None when absent."""
+    path = stored_path(decode_csv.parent, DECODE_STEPS)
+    return path if path.exists() else None
+
+
+def write_decode(
+    out_dir: Path, columns: Iterable[str], rows: list[dict], step_columns: Iterable[str], steps: list[dict], meta: dict
+) -> None:
+    """``parity decode``'s files: ``decode.csv`` (``columns``), ``decode_steps.csv`` and ``decode.json``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_table(out_dir / DECODE, columns, rows)
+    write_table(out_dir / DECODE_STEPS, step_columns, steps)
+    (out_dir / DECODE_JSON).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+
+
+def write_merged_decode(
+    out: Path, fields: list[str], rows: list[dict[str, str]], step_fields: list[str], steps: list[dict[str, str]] | None
+) -> None:
+    """A merged run's ``decode/decode.csv`` and (``steps`` not None) ``decode/decode_steps.csv``."""
+    write_table(out / DECODE_DIR / DECODE, fields, rows)
+    if steps is not None:
+        write_table(out / DECODE_DIR / DECODE_STEPS, step_fields, steps)
+
+
+def write_lm_study(out_dir: Path, tables: Iterable[tuple[str, Iterable[str], list[dict]]], meta: dict, summary: str) -> None:
+    """The language-model study's files: its ``tables`` (``(LM_DECODE | LM_FLIPS, columns, rows)``),
+    ``lm_decode.json`` and ``decode_summary.md``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, columns, rows in tables:
+        write_table(out_dir / name, columns, rows)
+    (out_dir / LM_DECODE_JSON).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    (out_dir / DECODE_SUMMARY).write_text(summary)
 
 
 #: Where ``parity run`` puts a run without ``--out``: a new folder per run, ``reports/latest`` names the newest.

@@ -308,7 +308,7 @@ def _last_failed(req: RunRequest) -> RunRequest:
     res = runfolder.read_results(req.last_failed) if req.last_failed else None
     if res is None:
         raise UsageError(f"--last-failed {req.last_failed}: no results.csv there (not a run folder)")
-    rows = [r for r in res.rows if r.get("verdict") in FAIL_VERDICTS]
+    rows: list[runfolder.ResultRow] = [r for r in res.rows if r.get("verdict") in FAIL_VERDICTS]
     if not rows:
         raise UsageError(f"--last-failed {req.last_failed}: no failing row in {res.path}; nothing to rerun")
     return dataclasses.replace(
@@ -343,7 +343,7 @@ def run(req: RunRequest) -> int:
     ref_dev = _reference_device(req.reference_device)
     out = _out_dir(req)
     cache_root, cache_before = _compile_cache(req.compile_cache)
-    print(f"parity: {len(cases)} cases x {len(specs)} backends -> {out}/results.csv", file=sys.stderr)
+    print(f"parity: {len(cases)} cases x {len(specs)} backends -> {out / runfolder.RESULTS}", file=sys.stderr)
     costs = "" if cache_root is None else str(cache_root / COSTS)  # measured costs: the lanes' plan
     options = sweep_options(
         req,
@@ -492,7 +492,7 @@ def _finish_run(req: RunRequest, out: Path, result, explicit: list[str], options
     coverage_gaps = _coverage_warnings(out, rows, write=not wrote)
     hidden = sum(max(0, n - 3) for n in shown.values())
     if hidden:
-        print(f"\n... and {hidden} more failing rows in {out}/results.csv")
+        print(f"\n... and {hidden} more failing rows in {out / runfolder.RESULTS}")
     print()
     partial = result.partial or result.already + len(result.rows) < result.total
     stopped = f"{_stopped_by(req, result)}; {len(result.rows)} of {result.planned} rows ran"

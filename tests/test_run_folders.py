@@ -112,6 +112,61 @@ def test_report_and_merge_read_results_csv_gz(tmp_path, capsys):
     assert "results.csv.gz" in err and "\n" not in err
 
 
+def test_every_file_of_a_committed_run_is_read_gzipped(tmp_path):
+    """masks, timing, consistency and decode results kept as NAME.gz (a committed run) are read by the report and
+    by merge as the plain files are: runfolder reads either."""
+    import gzip
+
+    from parity import runfolder
+    from parity.report.merge import merge
+    from parity.report.runs import load_run
+
+    out = tmp_path / "run"
+    assert _run("--out", str(out)) == 0
+    mask = json.dumps({"backend": "reference", "case_id": "c", "picture": "#."})
+    cons = "backend,check,verdict\r\nreference,decode,pass\r\n"
+    dec = "backend,model,prompt_id,step,verdict\r\nreference,m,0,1,pass\r\n"
+    for name, text in (
+        (runfolder.MASKS, mask + "\n"),
+        (runfolder.CONSISTENCY, cons),
+        ("decode/decode.csv", dec),
+        ("decode/decode_steps.csv", dec),
+    ):
+        (out / name).parent.mkdir(exist_ok=True)
+        (out / name).unlink(missing_ok=True)  # the run's empty masks.jsonl: a committed run keeps only the .gz
+        (out / (name + ".gz")).write_bytes(gzip.compress(text.encode()))
+    timing = json.loads((out / runfolder.TIMING).read_text())
+    (out / (runfolder.TIMING + ".gz")).write_bytes(gzip.compress((out / runfolder.TIMING).read_bytes()))
+    (out / runfolder.TIMING).unlink()
+    run = load_run(out)
+    assert run.timing == timing == runfolder.read_timing(out) and timing
+    assert run.masks[0]["picture"] == "#." and run.consistency == [{"backend": "reference", "check": "decode", "verdict": "pass"}]
+    assert run.decode_path == out / "decode" / "decode.csv.gz" and list(run.decode["model"]) == ["m"] and len(run.decode_steps) == 1
+    assert [r.key for r in run.rows()] == [(r["backend"], r["case_id"]) for r in runfolder.read_rows(out)]
+    assert all(isinstance(r, runfolder.ResultRow) for r in run.rows())
+    counts = merge(tmp_path / "merged", [out], check_shards=False)
+    assert counts["consistency_rows"] == 1 and counts["decode_rows"] == 1
+    merged = tmp_path / "merged"
+    assert (merged / runfolder.MASKS).read_text() == mask + "\n"
+    assert (merged / runfolder.CONSISTENCY).read_bytes().decode() == cons
+    assert (merged / "decode" / "decode.csv").read_bytes().decode() == dec == (merged / "decode" / "decode_steps.csv").read_bytes().decode()
+
+
+def test_decode_and_consistency_files_are_written_as_before(tmp_path):
+    """The decode and consistency writers keep their bytes: the csv module's CRLF rows, a None cell empty,
+    decode.json indented; consistency.csv appended under one header."""
+    from parity import runfolder
+
+    runfolder.write_decode(tmp_path, ["a", "b"], [{"a": 1, "b": None, "x": 9}], ["s"], [{"s": 2}], {"k": 1})
+    assert (tmp_path / "decode.csv").read_bytes() == b"a,b\r\n1,\r\n"
+    assert (tmp_path / "decode_steps.csv").read_bytes() == b"s\r\n2\r\n"
+    assert (tmp_path / "decode.json").read_text() == '{\n  "k": 1\n}\n'
+    for v in ("pass", "fail"):
+        runfolder.append_consistency(tmp_path / "c", ["backend", "verdict"], [{"backend": "b", "verdict": v}])
+    assert (tmp_path / "c" / "consistency.csv").read_bytes() == b"backend,verdict\r\nb,pass\r\nb,fail\r\n"
+    assert runfolder.read_consistency(tmp_path / "c") == [{"backend": "b", "verdict": "pass"}, {"backend": "b", "verdict": "fail"}]
+
+
 CASE2 = CASE.replace('"k_lens":[5]', '"k_lens":[7]')
 
 

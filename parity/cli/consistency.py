@@ -8,9 +8,10 @@ check failed or errored.
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 from typing import Any
+
+from .. import runfolder
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,12 +58,5 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
         if args.out:
-            args.out.mkdir(parents=True, exist_ok=True)
-            path = args.out / "consistency.csv"
-            new = not path.exists()
-            with path.open("a", newline="") as fh:
-                w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
-                if new:
-                    w.writeheader()
-                w.writerows(got)
+            runfolder.append_consistency(args.out, FIELDS, got)
     return 1 if any(r["verdict"] in ("fail", "error") for r in rows) else 0

@@ -147,13 +147,16 @@ def run(args: argparse.Namespace) -> int:
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     print(
         f"parity decode: {len(specs)} backends x {len(cfg.models)} models x {len(cfg.prompt_lens)} prompts, "
-        f"{cfg.steps} steps, {cfg.dtype} on {device} -> {args.out}/decode.csv",
+        f"{cfg.steps} steps, {cfg.dtype} on {device} -> {args.out / runfolder.DECODE}",
         file=sys.stderr,
     )
     result = run_decode(specs, cfg, args.out, log)
     print(summary_table(result.rows))
-    print(f"parity decode: {result.seconds:.1f} s; wrote {args.out}/decode.csv, decode_steps.csv, decode.json", file=sys.stderr)
-    if (args.out / runfolder.RESULTS).exists():  # a sweep's folder: refresh its HTML report, which shows the decode section
+    print(
+        f"parity decode: {result.seconds:.1f} s; wrote {args.out / runfolder.DECODE}, {runfolder.DECODE_STEPS}, {runfolder.DECODE_JSON}",
+        file=sys.stderr,
+    )
+    if runfolder.holds_run(args.out):  # a sweep's folder: refresh its HTML report, which shows the decode section
         try:
             from ..report.write import write_all
 
@@ -233,7 +236,8 @@ def _run_lm(args: argparse.Namespace, specs: list[str], explicit: list[str], dev
     print(f"parity decode --lm {args.lm}: {len(specs)} backends x {len(cfg.dtypes)} dtypes on {device} -> {args.out}", file=sys.stderr)
     result = run_study(specs, cfg, args.out, log)
     print(
-        f"parity decode: {result.seconds:.1f} s; wrote {args.out}/lm_decode.csv, lm_flips.csv, lm_decode.json, decode_summary.md",
+        f"parity decode: {result.seconds:.1f} s; wrote {args.out / runfolder.LM_DECODE}, "
+        f"{runfolder.LM_FLIPS}, {runfolder.LM_DECODE_JSON}, {runfolder.DECODE_SUMMARY}",
         file=sys.stderr,
     )
     unavailable = sorted({r["backend"] for r in result.rows if r["verdict"] == "unavailable" and r["backend"] in explicit})

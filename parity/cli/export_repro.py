@@ -87,8 +87,7 @@ def _run_folders(dirs: list[Path]) -> list[Path]:
     for d in dirs:
         if not d.is_dir():
             raise UsageError(f"--runs {d}: no such folder")
-        runs = {p.parent for p in d.glob("**/results.csv*") if p.name in (runfolder.RESULTS, runfolder.RESULTS_GZ)}
-        runs = {r for r in runs if "latest" not in r.relative_to(d).parts}
+        runs = {r for r in runfolder.run_folders_under(d) if "latest" not in r.relative_to(d).parts}
         if not runs:
             raise UsageError(f"--runs {d}: no run folder (results.csv or results.csv.gz) in it")
         found |= runs

@@ -25,9 +25,7 @@ own rows (``error``); one that refuses a case is ``unsupported`` (never a fallba
 from __future__ import annotations
 
 import copy
-import csv
 import dataclasses
-import json
 import math
 import time
 import traceback
@@ -36,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from .. import runfolder
 from ..backends import Backend, BackendError, Unsupported
 from ..backends import get as get_backend
 from ..case import DTYPES, Case, Inputs
@@ -310,18 +309,7 @@ class DecodeResult:
 
 
 def _write(out_dir: Path, rows: list[dict], steps: list[dict], meta: dict) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "decode.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in COLUMNS})
-    with open(out_dir / "decode_steps.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, STEP_COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        for r in steps:
-            w.writerow(r)
-    (out_dir / "decode.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    runfolder.write_decode(out_dir, COLUMNS, rows, STEP_COLUMNS, steps, meta)
 
 
 def run_decode(

@@ -28,9 +28,7 @@ Outputs: ``lm_decode.csv`` (one row per backend and dtype, :data:`COLUMNS`),
 from __future__ import annotations
 
 import copy
-import csv
 import dataclasses
-import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from .. import runfolder
 from ..backends import Backend, Unsupported
 from ..case import DTYPES, Case, Inputs
 from ..errors import UserError
@@ -420,15 +419,8 @@ class _Out:
     def flush(self) -> None:
         if self.out_dir is None:
             return
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        for name, cols, recs in (("lm_decode.csv", COLUMNS, self.rows), ("lm_flips.csv", FLIP_COLUMNS, self.flips)):
-            with open(self.out_dir / name, "w", newline="") as f:
-                w = csv.DictWriter(f, cols, extrasaction="ignore")
-                w.writeheader()
-                for r in recs:
-                    w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in cols})
-        (self.out_dir / "lm_decode.json").write_text(json.dumps(self.meta, indent=2, default=str) + "\n")
-        (self.out_dir / "decode_summary.md").write_text(summary_markdown(self.rows, self.meta))
+        tables = ((runfolder.LM_DECODE, COLUMNS, self.rows), (runfolder.LM_FLIPS, FLIP_COLUMNS, self.flips))
+        runfolder.write_lm_study(self.out_dir, tables, self.meta, summary_markdown(self.rows, self.meta))
 
 
 def _reference(base, cfg: StudyConfig, heldout: bytes, device, prompt_len: int, steps: int) -> _Ref:

@@ -129,7 +129,7 @@ def collect(runs: list[Run], expectations: Expectations, globs: list[str] | None
     for run in runs:
         versions = {k: str(v.get("version") or "") for k, v in (run.env.get("backends") or {}).items() if isinstance(v, dict)}
         torch_version = str(run.env.get("torch") or "")
-        for r in run.df.to_dict("records"):
+        for r in run.rows():
             kernel = str(r["backend"]).split("@", 1)[0]
             mine = [e for e in entries if fnmatch.fnmatchcase(kernel, e.backend)]
             if not mine or not r.get("case_json"):

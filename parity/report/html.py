@@ -16,7 +16,7 @@ import math
 from html import escape
 from typing import Any
 
-from .. import coverage
+from .. import coverage, runfolder
 from . import svg
 from .data import (
     CHECK_NAMES,
@@ -512,7 +512,7 @@ def _decode(run: Run) -> str:
     plot = None
     if run.decode_steps is not None:
         plot = decode_series(run.decode_steps)
-        source = "decode_steps.csv"
+        source = runfolder.DECODE_STEPS
     if plot is None:
         plot = decode_series(df)
         source = str(rel.name)

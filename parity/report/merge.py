@@ -21,32 +21,19 @@ bad input (a folder without results.csv, mismatched columns, conflicting rows).
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 from typing import Any
 
 from .. import runfolder
 from ..errors import UserError
-from ..files import read_text
 
 
-def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
-    return list(reader.fieldnames or []), list(reader)
-
-
-def _write_csv(path: Path, fields: list[str], rows: list[dict[str, str]]) -> None:
-    runfolder.write_table(path, fields, rows)
-
-
-def _lines(paths: list[Path]) -> list[str]:
+def _lines(dirs: list[Path], name: str) -> list[str]:
     seen: dict[str, None] = {}
-    for p in paths:
-        if p.exists():
-            for line in p.read_text().splitlines():
-                if line.strip():
-                    seen.setdefault(line, None)
+    for d in dirs:
+        for line in runfolder.read_lines(d, name):
+            if line.strip():
+                seen.setdefault(line, None)
     return list(seen)
 
 
@@ -56,7 +43,7 @@ def _concat(paths: list[Path], key=None) -> tuple[list[str], list[dict[str, str]
     rows: list[dict[str, str]] = []
     seen: set = set()
     for p in paths:
-        f, rs = _read_csv(p)
+        f, rs = runfolder.read_table(p)
         fields.extend(c for c in f if c not in fields)
         for r in rs:
             k = key(r) if key else None
@@ -103,19 +90,19 @@ def merge(
     out.mkdir(parents=True, exist_ok=True)
     runfolder.write_table(out / runfolder.RESULTS, COLUMNS, list(rows.values()))
     for name in (runfolder.MASKS, runfolder.SHRUNK):
-        lines = _lines([d / name for d in dirs])
+        lines = _lines(dirs, name)
         if lines:
-            (out / name).write_text("\n".join(lines) + "\n")
+            runfolder.write_lines(out, name, lines)
     _merge_environment(out, dirs, rows, shard_set)
     _merge_timing(out, dirs)
     sources = dirs + extra
-    cons = [p for d in sources for p in [d / "consistency.csv", *sorted(d.glob("*/consistency.csv"))] if p.exists()]
+    cons = [p for d in sources for p in runfolder.tables(d, runfolder.CONSISTENCY)]
     n_cons = 0
     if cons:
         fields, crow = _concat(cons)
-        _write_csv(out / "consistency.csv", fields, crow)
+        runfolder.write_table(out / runfolder.CONSISTENCY, fields, crow)
         n_cons = len(crow)
-    dec = [p for d in sources for p in [d / "decode.csv", *sorted(d.glob("*/decode.csv"))] if p.exists()]
+    dec = [p for d in sources for p in runfolder.tables(d, runfolder.DECODE)]
     n_dec = 0
     if dec:
 
@@ -123,12 +110,10 @@ def merge(
             return ("baseline", r.get("model"), r.get("prompt_id"), r.get("step")) if r.get("backend") == "baseline" else None
 
         fields, drows = _concat(dec, base_key)
-        _write_csv(out / "decode" / "decode.csv", fields, drows)
         n_dec = len(drows)
-        steps = [p.parent / "decode_steps.csv" for p in dec if (p.parent / "decode_steps.csv").exists()]
-        if steps:
-            fields, srows = _concat(steps, base_key)
-            _write_csv(out / "decode" / "decode_steps.csv", fields, srows)
+        steps = [s for p in dec if (s := runfolder.decode_steps_path(p)) is not None]
+        step_fields, srows = _concat(steps, base_key) if steps else ([], None)
+        runfolder.write_merged_decode(out, fields, drows, step_fields, srows)
     return {"rows": len(rows), "folders": len(dirs), "consistency_rows": n_cons, "decode_rows": n_dec}
 
 

@@ -30,7 +30,6 @@ from .. import runfolder
 from ..case import FAMILIES, Case
 from ..errors import UserError as UsageError
 from ..expect import Expectations
-from ..files import read_text
 from ..judge import expect_verdict
 from ..results import (
     ADDED_COLUMNS,
@@ -65,6 +64,11 @@ class Run:
     def columns(self) -> list[str]:
         return [c for c in self.df.columns if not c.endswith("_f")]
 
+    def rows(self) -> list[runfolder.ResultRow]:
+        """The rows as typed rows (:class:`parity.runfolder.ResultRow`): their text cells as read, and as judged
+        when the run was judged here; the float copies of NUMERIC (``*_f``) are the DataFrame's only."""
+        return [runfolder.ResultRow.of(r) for r in self.df[self.columns].to_dict("records")]
+
     def backends(self) -> list[str]:
         """Backends in the order the run asked for them (environment.json), then any others as they appear."""
         present = list(dict.fromkeys(self.df["backend"]))
@@ -84,7 +88,7 @@ def read_results(path: Path):
     """``results.csv`` (or a .csv.gz) as a DataFrame of strings, checked for the required columns."""
     if not path.exists():
         raise UsageError(f"{path}: no such file (is this a parity run folder?)")
-    return frame(runfolder.parse_results(path, read_text(path)))
+    return frame(runfolder.read_results_file(path))
 
 
 def frame(results: runfolder.Results):
@@ -122,12 +126,7 @@ def load_run(
     timing = runfolder.read_timing(folder)
     env = _mark_partial(env, timing)
     decode, decode_path, steps = _decode(folder)
-    consistency: list[dict[str, str]] = []
-    if (folder / runfolder.CONSISTENCY).exists():
-        import csv
-
-        with (folder / runfolder.CONSISTENCY).open(newline="") as fh:
-            consistency = [r for r in csv.DictReader(fh) if r.get("backend")]
+    consistency = runfolder.read_consistency(folder)
     run = Run(
         folder,
         df,
@@ -146,24 +145,22 @@ def load_run(
 
 def _decode(folder: Path) -> tuple[Any, Path | None, Any]:
     """decode.csv (beside the rows or in decode/), its path, and decode_steps.csv beside it (None when absent)."""
-    decode, decode_path = None, None
-    for cand in (folder / runfolder.DECODE, folder / "decode" / runfolder.DECODE):
-        if cand.exists():
-            pd = _pandas()
-            try:
-                decode = pd.read_csv(cand, dtype=str, keep_default_na=False)
-                decode_path = cand
-            except (pd.errors.ParserError, pd.errors.EmptyDataError):
-                decode, decode_path = None, cand
-            break
-    steps = None
-    if decode_path is not None and (decode_path.parent / runfolder.DECODE_STEPS).exists():
-        pd = _pandas()
-        try:
-            steps = pd.read_csv(decode_path.parent / runfolder.DECODE_STEPS, dtype=str, keep_default_na=False)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError):
-            steps = None
-    return decode, decode_path, steps
+    found = runfolder.read_decode(folder)
+    if found is None:
+        return None, None, None
+    decode_path, text, steps = found
+    return _csv_frame(text), decode_path, None if steps is None else _csv_frame(steps)
+
+
+def _csv_frame(text: str) -> Any:
+    """A CSV's text as a DataFrame of strings; None when pandas cannot parse it."""
+    import io
+
+    pd = _pandas()
+    try:
+        return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError):
+        return None
 
 
 def _mark_partial(env: dict[str, Any] | None, timing: dict[str, Any]) -> dict[str, Any]:
@@ -228,9 +225,7 @@ def _case(row: dict[str, Any], expectations: Expectations, cases: dict[str, Case
 
 def save_results(run: Run) -> Path:
     """Write ``run``'s rows (verdicts as judged now) back over its results.csv (or .csv.gz)."""
-    path = run.results_path or run.path / runfolder.RESULTS
-    run.df[run.columns].to_csv(path, index=False)
-    return path
+    return runfolder.rewrite_results(run.path, run.results_path, run.df[run.columns])
 
 
 def num(v: Any) -> float:

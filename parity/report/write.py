@@ -39,7 +39,7 @@ def write_reports(run: Run, dest: Path | str) -> list[Path]:
     """Write report.html, summary.md and junit.xml of a loaded ``run`` into ``dest``."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    written = [coverage.write_csv(run.path, dest, rows=run.df[run.columns].to_dict("records"))]
+    written = [coverage.write_csv(run.path, dest, rows=run.rows())]
     for name, text in (("report.html", render_html(run)), ("summary.md", markdown_summary(run)), ("junit.xml", junit_xml(run))):
         path = dest / name
         path.write_text(text, encoding="utf-8")

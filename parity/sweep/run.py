@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .. import shard
+from .. import runfolder, shard
 from ..case import Case
 from ..execute import context_lost
 from ..judge import BaselineCache, apply_expectations, harness_oom_row, judge, unavailable
@@ -141,9 +141,7 @@ class Sweep:
         pre = precompile.plan_precompile(todo, self.options, built=precompile.recorded(precompile.cache_root()))
         if not pre.keys:
             return
-        logs = self.out_dir / "logs" if self.out_dir else None
-        if logs:
-            logs.mkdir(parents=True, exist_ok=True)
+        logs = runfolder.logs_dir(self.out_dir) if self.out_dir else None
         self.timing.precompile = precompile.run_precompile(pre, self.options, logs, self.deadline, self.plan.thread_env)
         if self.options.progress:
             print(f"parity: {precompile.line(self.timing.precompile)}", file=sys.stderr)
@@ -153,9 +151,7 @@ class Sweep:
         env = self.plan.thread_env
         self.timing.worker_threads = int(env["OMP_NUM_THREADS"]) if "OMP_NUM_THREADS" in env else None
         for unit, (spec, _) in self.plan.units.items():
-            log = self.out_dir / "logs" / f"{_safe(unit)}.log" if self.out_dir else None
-            if log:
-                log.parent.mkdir(parents=True, exist_ok=True)
+            log = runfolder.log_path(self.out_dir, _safe(unit)) if self.out_dir else None
             self.executors[unit] = make_executor(spec, self.options, log, self.plan.worker_env(unit), wait=False)
         for unit, ex in self.executors.items():
             self.unit_infos[unit] = ex.info

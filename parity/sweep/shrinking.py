@@ -29,7 +29,7 @@ from typing import Any
 from ..case import Case
 from ..expect import CHECK_REASONS, GRAD_REASONS
 from ..judge import BaselineCache, judge
-from ..runfolder import SHRUNK
+from ..runfolder import SHRUNK, open_jsonl
 from ..shrink import Shrunk, budget_note, shrink
 from .lanes import make_executor
 from .options import SweepOptions
@@ -46,7 +46,7 @@ def shrink_failures(failures: list[dict[str, Any]], options: SweepOptions, out: 
         firsts.setdefault((r["backend"], failure_kind(r)), r)
     baselines = BaselineCache(options.reference_device)
     done = []
-    with (out / SHRUNK).open("a" if options.resume else "w") as fh:
+    with open_jsonl(out, SHRUNK, append=options.resume) as fh:
         for (spec, _), row in firsts.items():
             case = Case.from_json(row["case_json"])
             found = _shrink_one(spec, case, row, options, baselines)

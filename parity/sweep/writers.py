@@ -14,13 +14,13 @@ from typing import Any
 
 from ..case import Case
 from ..results import FAIL_VERDICTS, RAW_FAIL_VERDICTS, VERDICTS, Judged
-from ..runfolder import ResultsWriter
+from ..runfolder import STAGES, ResultsWriter, open_jsonl
 from .eta import Eta, clock
 
 __all__ = ["STAGES_FILE", "Progress", "ResultsWriter", "RowSink", "known_vs_new", "summary_table"]
 
-#: One line per row: where its time went (:data:`parity.sweep.timing.STAGES`, in milliseconds).
-STAGES_FILE = "stages.jsonl"
+#: One line per row: where its time went (:data:`parity.sweep.timing.STAGES`, in milliseconds); the name is runfolder's.
+STAGES_FILE = STAGES
 
 
 class Progress:
@@ -76,7 +76,7 @@ class RowSink:
         lock: threading.RLock,
     ):
         self.writer = ResultsWriter(out_dir, resume) if out_dir else None
-        self.stages_fh = (out_dir / STAGES_FILE).open("a" if resume else "w") if out_dir else None
+        self.stages_fh = open_jsonl(out_dir, STAGES, append=resume) if out_dir else None
         self.fail_fast, self.bar, self.eta, self.on_row, self.lock = fail_fast, bar, eta, on_row, lock
         self.rows: list[dict[str, Any]] = []
         self.failed_fast = threading.Event()
