@@ -234,7 +234,7 @@ def _without_duck_shapes(fn):
     import torch.fx.experimental._config as fx_config
 
     @functools.wraps(fn)
-    def call(*args, **kwargs):
+    def call(*args: object, **kwargs: object) -> object:
         with fx_config.patch(use_duck_shape=False):
             return fn(*args, **kwargs)
 
