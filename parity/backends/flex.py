@@ -235,7 +235,7 @@ def _without_duck_shapes(fn):
 
     @functools.wraps(fn)
     def call(*args: object, **kwargs: object) -> object:
-        with fx_config.patch(use_duck_shape=False):
+        with fx_config.patch(use_duck_shape=False):  # type: ignore[attr-defined]
             return fn(*args, **kwargs)
 
     return call
