@@ -12,6 +12,8 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from ..results import Outcome
+
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", "-b", action="append", required=True)
@@ -65,4 +67,4 @@ def run(args: argparse.Namespace) -> int:
                 if new:
                     w.writeheader()
                 w.writerows(got)
-    return 1 if any(r["verdict"] in ("fail", "error") for r in rows) else 0
+    return 1 if any(r["verdict"] in (Outcome.FAIL, Outcome.ERROR) for r in rows) else 0
