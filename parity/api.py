@@ -225,7 +225,7 @@ def miss_lines(record: Verdict | Judged | dict[str, Any]) -> list[str]:
         lines.append(f"reads: {v.read_detail}")
     if v.grad_check in ("mismatch", "error"):
         lines.append(f"grad: {v.grad_detail}")
-    if v.lse_check == "fail":
+    if v.lse_check == "mismatch":
         lines.append(f"lse: {v.lse_detail}")
     if v.invariance_check == "mismatch":
         lines.append(f"batch invariance: {v.invariance_detail}")

@@ -94,7 +94,7 @@ def _meta(run, index: int, row: dict[str, Any], spec: str, script: Path) -> dict
         "errors": errors,
         "mask_detail": row.get("mask_detail", "") if row.get("mask_check") == "mismatch" else "",
         "gqa_detail": row.get("gqa_detail", "") if row.get("gqa_check") == "mismatch" else "",
-        "lse_detail": row.get("lse_detail", "") if row.get("lse_check") == "fail" else "",
+        "lse_detail": row.get("lse_detail", "") if row.get("lse_check") == "mismatch" else "",
         "worst_where": row.get("worst_where", "") if (row.get("raw_verdict") or row.get("verdict")) == Outcome.FAIL else "",
         "detail": row.get("detail", ""),
         "grad_detail": row.get("grad_detail", "") if row.get("grad_check") in ("mismatch", "error") else "",

@@ -268,7 +268,7 @@ def judge(
     reads = res.get("reads") or {"status": "not_run", "detail": "probes disabled"}
     probes = (("mask", mask), ("gqa", gqa), ("reads_outside_window", reads))
     reasons += [name for name, probe in probes if probe["status"] == "mismatch"]
-    if lse["lse_check"] == "fail":
+    if lse["lse_check"] == "mismatch":
         reasons.append("lse")
     grad = judge_grad(case, res.get("grad"), baselines, budgets[case.dtype])
     reasons += grad.pop("reasons")
@@ -402,7 +402,8 @@ def expect_verdict(
     }
     out = expectations.judge(row, version, torch_version, case)
     ids = {k: out.get(k, "") for k in ("expected_id", "unconfirmed_id")}
-    return dataclasses.replace(verdict, verdict=out["verdict"], raw_verdict=out["raw_verdict"], **ids)
+    judged, raw = Outcome.of(out["verdict"]) or verdict.verdict, Outcome.of(out["raw_verdict"])
+    return dataclasses.replace(verdict, verdict=judged, raw_verdict=raw, **ids)
 
 
 def apply_expectations(judged: Judged, expectations: Any, version: str, case: Case) -> Judged:

@@ -80,7 +80,7 @@ COLUMNS = [
     "peak_mem_mb",  # the worker's peak allocated device memory in the row (CUDA), MiB; empty on the CPU
     "read_check",  # the read probe (paged cases): ok / mismatch / not_run / n/a
     "read_detail",  # its words
-    "lse_check",  # the log-sum-exp output: pass / fail / none (the backend returns none)
+    "lse_check",  # the log-sum-exp output: ok / mismatch / none (the backend returns none); runs before 2026-12-07 say pass / fail
     "lse_max_abs_err",  # max |LSE - reference LSE| over rows that see keys
     "lse_budget",  # its allowed maximum (k_max x the same-dtype baseline's LSE error + floor)
     "lse_detail",  # which rows / heads miss and by how much; the empty rows' values
@@ -185,6 +185,9 @@ EXPECT_COLUMNS = ("raw_verdict", "expected_id")
 #: The log-sum-exp columns (parity.verdict.compare_lse), appended last.
 LSE_COLUMNS = ("lse_check", "lse_max_abs_err", "lse_budget", "lse_detail")
 LSE_TEXT = ("lse_check", "lse_detail")
+#: ``lse_check``'s words before it said ``ok`` / ``mismatch`` as every other check does (runs before 2026-12-07):
+#: read as the words they mean (:meth:`Verdict.from_row`, the report loader).
+LSE_OLD_WORDS = {"pass": "ok", "fail": "mismatch"}
 #: Columns appended after the first release of the schema, in order: older results.csv files lack
 #: them and load with them empty (``runs.read_results``).
 ADDED_COLUMNS: tuple[str, ...] = (*EXPECT_COLUMNS, "gpu", "model", "layer", "est_mem_mb", "peak_mem_mb", "read_check", "read_detail")
@@ -369,6 +372,7 @@ class Verdict:
             )
         }
         kw["reasons"] = tuple(text["reasons"].split())
+        kw["lse_check"] = LSE_OLD_WORDS.get(text["lse_check"], text["lse_check"])
         kw["raw_verdict"] = Outcome.of(text["raw_verdict"])
         verdict = Outcome.of(text["verdict"])
         if verdict is None:

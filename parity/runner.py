@@ -571,7 +571,7 @@ def _print_failures(failures: list[dict], expectations) -> dict[str, int]:
             print(f"  reads: {r['read_detail']}")
         if r.get("grad_check") in ("mismatch", "error"):
             print(f"  grad: {r['grad_detail']}")
-        if r.get("lse_check") == "fail":
+        if r.get("lse_check") == "mismatch":
             print(f"  lse: {r['lse_detail']}")
         for c in ("invariance", "graph"):
             if r.get(f"{c}_check") == "mismatch":

@@ -284,7 +284,7 @@ def _worst(run: Run) -> str:
             for k in ("mask_detail", "gqa_detail", "worst_where"):
                 if r.get(k) and (k == "worst_where" or r.get(k.replace("detail", "check")) == "mismatch"):
                     lines.append(f'<div class="small">{escape(k.split("_")[0])}: {escape(r[k])}</div>')
-            if r.get("lse_check") == "fail":
+            if r.get("lse_check") == "mismatch":
                 lines.append(f'<div class="small">lse: {escape(r.get("lse_detail", "")[:600])}</div>')
             for c, name in CHECK_NAMES.items():
                 if r.get(f"{c}_check") == "mismatch":
@@ -677,7 +677,7 @@ def _rows(run: Run) -> str:
             "expected_id",
             *(("unconfirmed_id",) if any(r.get("unconfirmed_id") for r in recs) else ()),
             "err_ratio",
-            *(LSE_SHOWN if any(r.get("lse_check") in ("pass", "fail") for r in recs) else ()),
+            *(LSE_SHOWN if any(r.get("lse_check") in ("ok", "mismatch") for r in recs) else ()),
             *(CHECKS_SHOWN if engine_checks(run) else ()),
             "detail",
             "repro",

@@ -137,7 +137,7 @@ def _md_failing(run: Run, bad: int) -> list[str]:
                 out.append(f"  - gqa: {md_cell(r['gqa_detail'][:400])}")
             if r.get("read_check") == "mismatch":
                 out.append(f"  - reads: {md_cell(r['read_detail'][:400])}")
-            if r.get("lse_check") == "fail":
+            if r.get("lse_check") == "mismatch":
                 out.append(f"  - lse: {md_cell(r['lse_detail'][:400])}")
             for check, name in CHECK_NAMES.items():
                 if r.get(f"{check}_check") == "mismatch":

@@ -108,7 +108,7 @@ def detect(
             detail = "reads: " + first["read_detail"]
         elif first.get("grad_check") in ("mismatch", "error"):
             detail = "grad: " + first["grad_detail"]
-        elif first.get("lse_check") == "fail":
+        elif first.get("lse_check") == "mismatch":
             detail = "lse: " + first["lse_detail"]
         elif first.get("invariance_check") == "mismatch":
             detail = "batch invariance: " + first["invariance_detail"]
