@@ -28,8 +28,12 @@ def _word(node: ast.AST) -> bool:
 
 
 def _words_only(node: ast.AST) -> bool:
-    """A tuple / list / set literal of verdict words and nothing else."""
-    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and bool(node.elts) and all(_word(e) for e in node.elts)
+    """A tuple / list / set literal of verdict words, and of nothing else but starred names
+    (``("pass", "expected", *FAILING)``)."""
+    if not isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return False
+    words = [e for e in node.elts if not isinstance(e, ast.Starred)]
+    return bool(words) and all(_word(e) for e in words)
 
 
 def _of_a_check(node: ast.Compare) -> bool:
@@ -56,7 +60,7 @@ def verdict_words(source: str) -> list[tuple[int, str]]:
         if isinstance(node, ast.Compare):
             hits += [] if _of_a_check(node) else [(c.lineno, c.value) for c in _compared(node)]  # type: ignore[attr-defined]
         elif _words_only(node) and id(node) not in checks:
-            hits += [(e.lineno, e.value) for e in node.elts]  # type: ignore[attr-defined]
+            hits += [(e.lineno, e.value) for e in node.elts if _word(e)]  # type: ignore[attr-defined]
         elif isinstance(node, ast.Dict) and node.keys and all(k is not None and _word(k) for k in node.keys):
             hits += [(k.lineno, k.value) for k in node.keys]  # type: ignore[union-attr]
     return sorted(set(hits))
@@ -83,6 +87,7 @@ def f(row, r):
     if r.get("grad_check") in ("mismatch", "error"):  # a check's own words
         return 0
     return row["verdict"] in ("expected", "unexpected-pass") or "crash" != row["raw_verdict"]
+RAN = sum(c.get(v, 0) for v in ("pass", *FAILING))
 '''
     assert verdict_words(planted) == [
         (3, "unavailable"),
@@ -93,6 +98,7 @@ def f(row, r):
         (10, "crash"),
         (10, "expected"),
         (10, "unexpected-pass"),
+        (11, "pass"),
     ]
     assert verdict_words('x = row["verdict"] == Outcome.FAIL\nmsg = "pass"\n') == []
 

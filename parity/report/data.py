@@ -388,7 +388,7 @@ def engine_checks(run: Run) -> dict[str, dict[str, dict[str, int]]]:
     the run ran either check (``ok`` / ``close`` / ``mismatch`` / ``error``: a run without ``--invariance`` or
     ``--graph-replay`` has only ``not_run`` there, or nothing, and no section)."""
     df = run.df
-    ran = [c for c in CHECK_NAMES if df[f"{c}_check"].isin((*CHECK_RAN, "error")).any()]
+    ran = [c for c in CHECK_NAMES if (df[f"{c}_check"].isin(CHECK_RAN) | (df[f"{c}_check"] == "error")).any()]
     if not ran:
         return {}
     out: dict[str, dict[str, dict[str, int]]] = {}

@@ -115,7 +115,7 @@ def _md_failing(run: Run, bad: int) -> list[str]:
         row = []
         for f in fams:
             c = cells.get((b, f), {})
-            ran = sum(c.get(v, 0) for v in ("pass", "expected", *FAILING))
+            ran = sum(c.get(v, 0) for v in (Outcome.PASS, Outcome.EXPECTED, *FAILING))
             failing = sum(c.get(v, 0) for v in FAILING)
             row.append("–" if not ran else (f"**{failing}** / {ran}" if failing else f"0 / {ran}"))
         out.append(f"| `{md_cell(b)}` | " + " | ".join(row) + " |")
