@@ -13,7 +13,7 @@ from .execute import ProcessExecutor, backend_info, context_lost, execute
 from .expect import Expectations
 from .judge import BaselineCache, apply_expectations, judge, unavailable
 from .maskcheck import DEFAULT_MAX_PASSES, ProbeResult, run_gqa_probe, run_mask_probe
-from .results import ENGINE_CHECKS, Judged, Verdict
+from .results import ENGINE_CHECKS, Judged, Outcome, Verdict
 from .verdict import BUDGETS, Budget
 
 _BASELINES = BaselineCache("cpu", keep=16)
@@ -225,7 +225,7 @@ def miss_lines(record: Verdict | Judged | dict[str, Any]) -> list[str]:
         lines.append(f"reads: {v.read_detail}")
     if v.grad_check in ("mismatch", "error"):
         lines.append(f"grad: {v.grad_detail}")
-    if v.lse_check == "fail":
+    if v.lse_check == "mismatch":
         lines.append(f"lse: {v.lse_detail}")
     if v.invariance_check == "mismatch":
         lines.append(f"batch invariance: {v.invariance_detail}")
@@ -234,7 +234,7 @@ def miss_lines(record: Verdict | Judged | dict[str, Any]) -> list[str]:
     if v.unconfirmed_id:
         why = f"the known divergence {v.unconfirmed_id} would explain it, but the mask probe did not run"
         lines.append(f"no mask evidence: {why} ({v.mask_detail})")
-    if v.verdict != "fail" and v.detail:
+    if v.verdict != Outcome.FAIL and v.detail:
         lines.append(v.detail)
     return lines
 
@@ -266,7 +266,7 @@ def assert_parity(backend: Backend | str, case: Case, **kw: Any) -> dict[str, An
     backward too (a backend without one passes on its forward; its row says ``grad_check`` unsupported).
     """
     judged = evaluate_record(backend, case, **kw)
-    if judged.row["verdict"] != "pass":
+    if judged.row["verdict"] != Outcome.PASS:
         raise ParityError(failure_message(judged))
     return judged.row
 

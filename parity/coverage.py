@@ -49,7 +49,7 @@ from pathlib import Path
 from . import runfolder
 from .case import FP8_SCALES, Case
 from .regimes import REGIMES
-from .results import HALF_DTYPES
+from .results import HALF_DTYPES, RAN_VERDICTS, Outcome
 
 TILE = 64
 TILES = (64, 128, 256)
@@ -204,7 +204,7 @@ def matches(case: Case, condition: dict[str, Iterable[str] | str]) -> bool:
 # -- what each backend ran -----------------------------------------------------------------------
 
 #: Verdicts of a row whose backend ran the case (whatever the outcome).
-RAN = ("pass", "fail", "error", "crash", "timeout", "expected", "unexpected-pass")
+RAN = RAN_VERDICTS
 Cell = tuple[str, str]  # (dimension, value); dimension "grid" for window-grid cells
 #: Suffix of a backend's backward in a tally (``parity run --grad``): ``"sdpa (backward)"`` counts the cells its
 #: backward ran (``grad_check`` ok / mismatch / error) or refused; compared only with other backwards.
@@ -226,11 +226,12 @@ def tally(rows: Iterable[Mapping[str, object]]) -> Tally:
             except ValueError:
                 cells_of[text] = {}
         verdict = str(r.get("verdict", ""))
-        kind = "ran" if verdict in RAN else ("unsupported" if verdict == "unsupported" else "unavailable")
+        kind = "ran" if verdict in RAN else ("unsupported" if verdict == Outcome.UNSUPPORTED else "unavailable")
         _count(out, str(r.get("backend", "")), cells_of[text], kind)
-        grad = str(r.get("grad_check") or "")
-        if grad:  # --grad: the backward's cells, under "<backend> (backward)"
-            _count(out, str(r.get("backend", "")) + BACKWARD, cells_of[text], "unsupported" if grad == "unsupported" else "ran")
+        grad_check = str(r.get("grad_check") or "")
+        if grad_check:  # --grad: the backward's cells, under "<backend> (backward)"
+            kind = "unsupported" if grad_check == "unsupported" else "ran"
+            _count(out, str(r.get("backend", "")) + BACKWARD, cells_of[text], kind)
     return out
 
 

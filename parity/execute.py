@@ -33,7 +33,7 @@ from .invariance import run_invariance
 from .maskcheck import DEFAULT_MAX_PASSES, probe_call_case, run_gqa_probe, run_mask_probe, run_read_probe
 from .memory import LARGE_ROW_BYTES, MIB, card_bytes, card_refusal, estimate, free_bytes, is_oom, oom_detail, total_bytes
 from .process import ProcessExecutor, env_worker_paths, parse_worker_paths, recv, send, worker_paths  # noqa: F401 - their old home
-from .results import CUDA_FAULT_WORDS, cuda_fault
+from .results import CUDA_FAULT_WORDS, Outcome, cuda_fault
 from .shard import config_key
 from .verdict import POISON
 
@@ -130,7 +130,7 @@ def context_lost(result: dict[str, Any]) -> bool:
     ``RuntimeError ...: head_dim must be 64``                    error     no
     ==========================================================  ========  =====
     """
-    if result.get("status") not in ("error", "crash"):
+    if result.get("status") not in (Outcome.ERROR, Outcome.CRASH):
         # the backward and the engine checks of an answered forward can lose the context too
         grad, checks = result.get("grad"), [result.get(k) for k in ("invariance", "graph")]
         lost = any(isinstance(c, dict) and (c.get("lost") or cuda_fault(c.get("detail"))) for c in checks)

@@ -106,7 +106,7 @@ from typing import Any
 from .case import Case, pages_seen
 from .coverage import DIMENSIONS, GRID_CELLS, matches
 from .errors import UserError
-from .results import RAW_FAIL_VERDICTS, raw_verdict_of
+from .results import RAW_FAIL_VERDICTS, Outcome, raw_verdict_of
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -115,7 +115,7 @@ else:  # pragma: no cover - python 3.10
 
 DEFAULT_FILE = Path(__file__).with_name("known_divergences.toml")
 ENV_VAR = "PARITY_EXPECT"
-EXPECTED, UNEXPECTED_PASS = "expected", "unexpected-pass"
+EXPECTED, UNEXPECTED_PASS = Outcome.EXPECTED, Outcome.UNEXPECTED_PASS
 #: The verdicts an entry can expect (the failing ones of :mod:`parity.sweep`).
 RAW_FAILS = RAW_FAIL_VERDICTS
 #: Failure reasons of :mod:`parity.verdict` and the probes.
@@ -281,7 +281,7 @@ class Expectation:
     condition: tuple[tuple[str, tuple[str, ...]], ...]
     explanation: str
     upstream: str
-    verdict: str = "fail"
+    verdict: Outcome = Outcome.FAIL
     reasons: tuple[str, ...] = ()
     any_reasons: tuple[str, ...] = ()  # at least one of them among the row's (empty: no such requirement)
     strict: bool = True
@@ -410,8 +410,9 @@ class Expectations:
         fault recorded as ``error`` before faults were crashes is a ``crash``: :func:`parity.results.raw_verdict_of`)."""
         out = dict(row)
         raw = raw_verdict_of(row)
-        out.update(raw_verdict=raw, verdict=raw, expected_id="", unconfirmed_id="")
-        if raw not in (*RAW_FAILS, "pass") or not self.entries:
+        word = raw if raw is not None else str(row.get("raw_verdict") or row.get("verdict") or "")  # a word of no verdict: kept
+        out.update(raw_verdict=word, verdict=word, expected_id="", unconfirmed_id="")
+        if raw not in (*RAW_FAILS, Outcome.PASS) or not self.entries:
             return out
         spec = str(row.get("backend", ""))
         candidates = [e for e in self.entries if fnmatch.fnmatchcase(spec, e.backend)]
@@ -422,7 +423,7 @@ class Expectations:
         covering = [
             e for e in candidates if (checked or not e.backward) and e.checks_ran(row) and e.covers(spec, case, version_text, torch_version)
         ]
-        if raw == "pass":
+        if raw == Outcome.PASS:
             hit = next((e for e in covering if e.strict), None)
             if hit:
                 out.update(verdict=UNEXPECTED_PASS, expected_id=hit.id)
@@ -473,17 +474,17 @@ def _text(path: Path, where: str, raw: dict[str, Any], key: str) -> str:
     return v.strip()
 
 
-def _reasons(path: Path, where: str, raw: dict[str, Any], key: str, verdict: str) -> tuple[str, ...]:
+def _reasons(path: Path, where: str, raw: dict[str, Any], key: str, verdict: Outcome) -> tuple[str, ...]:
     """``reasons`` / ``any_reasons``: a list of known reasons, for verdict ``fail`` only."""
     reasons = raw.get(key, [])
     if not isinstance(reasons, list) or any(r not in REASONS for r in reasons):
         raise _fail(path, where, f"field {key!r} must be a list of {', '.join(REASONS)}, got {reasons!r}")
-    if reasons and verdict != "fail":
+    if reasons and verdict != Outcome.FAIL:
         raise _fail(path, where, f"field {key!r} only applies to verdict 'fail'")
     return tuple(reasons)
 
 
-def _pattern(path: Path, where: str, raw: dict[str, Any], key: str, verdict: str) -> str:
+def _pattern(path: Path, where: str, raw: dict[str, Any], key: str, verdict: Outcome) -> str:
     """A regular-expression field (:data:`PATTERN_FIELDS`); the probes' words exist only on a ``fail`` row."""
     pattern = raw.get(key, "")
     if not isinstance(pattern, str):
@@ -492,7 +493,7 @@ def _pattern(path: Path, where: str, raw: dict[str, Any], key: str, verdict: str
         re.compile(pattern)
     except re.error as exc:
         raise _fail(path, where, f"field {key!r} is not a regular expression ({exc})") from None
-    if pattern and key != "detail" and verdict != "fail":
+    if pattern and key != "detail" and verdict != Outcome.FAIL:
         raise _fail(path, where, f"field {key!r} only applies to verdict 'fail' (only a row that ran has the probes' words)")
     return pattern
 
@@ -541,9 +542,9 @@ def _entry(path: Path, n: int, raw: Any, builtin: Sequence[str]) -> Expectation:
     backend = _text(path, where, raw, "backend")
     if ":" not in backend and not fnmatch.filter(builtin, backend):
         raise _fail(path, where, f"field 'backend': {backend!r} matches no known backend (a plugin spec has a ':')")
-    verdict = raw.get("verdict", "fail")
-    if verdict not in RAW_FAILS:
-        raise _fail(path, where, f"field 'verdict' must be one of {', '.join(RAW_FAILS)}, got {verdict!r}")
+    verdict = Outcome.of(raw.get("verdict", Outcome.FAIL)) if isinstance(raw.get("verdict", ""), str) else None
+    if verdict not in RAW_FAILS or verdict is None:
+        raise _fail(path, where, f"field 'verdict' must be one of {', '.join(RAW_FAILS)}, got {raw.get('verdict')!r}")
     reasons, any_reasons = (_reasons(path, where, raw, key, verdict) for key in ("reasons", "any_reasons"))
     patterns = {key: _pattern(path, where, raw, key, verdict) for key in PATTERN_FIELDS}
     strict = raw.get("strict", True)

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError as UsageError
+from .results import Outcome
 
 
 def select_rows(df, run_dir: Path, row: int | None, backend: str | None) -> list[tuple[int, dict[str, Any]]]:
@@ -56,7 +57,7 @@ def select_rows(df, run_dir: Path, row: int | None, backend: str | None) -> list
         if backend is not None and picked["backend"] != backend:
             raise UsageError(f"--row {row} is a row of {picked['backend']}, not of --backend {backend}")
         return [(row, picked)]
-    mask = (df["verdict"] == "fail") | ((df["verdict"] == "expected") & (df.get("raw_verdict", "") == "fail"))
+    mask = (df["verdict"] == Outcome.FAIL) | ((df["verdict"] == Outcome.EXPECTED) & (df.get("raw_verdict", "") == Outcome.FAIL))
     if backend is not None:
         mask &= df["backend"] == backend
     return [(int(i), df.loc[i].to_dict()) for i in df.index[mask]]
@@ -93,8 +94,8 @@ def _meta(run, index: int, row: dict[str, Any], spec: str, script: Path) -> dict
         "errors": errors,
         "mask_detail": row.get("mask_detail", "") if row.get("mask_check") == "mismatch" else "",
         "gqa_detail": row.get("gqa_detail", "") if row.get("gqa_check") == "mismatch" else "",
-        "lse_detail": row.get("lse_detail", "") if row.get("lse_check") == "fail" else "",
-        "worst_where": row.get("worst_where", "") if (row.get("raw_verdict") or row.get("verdict")) == "fail" else "",
+        "lse_detail": row.get("lse_detail", "") if row.get("lse_check") == "mismatch" else "",
+        "worst_where": row.get("worst_where", "") if (row.get("raw_verdict") or row.get("verdict")) == Outcome.FAIL else "",
         "detail": row.get("detail", ""),
         "grad_detail": row.get("grad_detail", "") if row.get("grad_check") in ("mismatch", "error") else "",
         "version": info.get("version", ""),
@@ -250,7 +251,7 @@ def shrunk_cases(run) -> dict[tuple[str, str], dict]:
     return {
         (str(e.get("backend")), str(e.get("from"))): e
         for e in run.shrunk
-        if e.get("verdict") in ("fail", "expected") and isinstance(e.get("case"), dict)
+        if e.get("verdict") in (Outcome.FAIL, Outcome.EXPECTED) and isinstance(e.get("case"), dict)
     }
 
 
@@ -281,7 +282,7 @@ def pick(runs, keep: dict[str, str] | None = None) -> dict[str, tuple[Any, int, 
     for run in runs:
         df = run.df
         smaller = {k: Case.from_dict(e["case"]) for k, e in shrunk_cases(run).items()}
-        rows = df[(df["verdict"] == "expected") & ~df["detail"].str.contains(HARNESS_SIDE, regex=False)]
+        rows = df[(df["verdict"] == Outcome.EXPECTED) & ~df["detail"].str.contains(HARNESS_SIDE, regex=False)]
         for i, r in rows.iterrows():
             c = smaller.get((r["backend"], r["case_id"])) or Case.from_json(r["case_json"])  # the case that is written
             kept = (keep or {}).get(r["expected_id"])

@@ -23,7 +23,7 @@ from .case import Case, make_inputs
 from .grad import GradBaseline, compare_grads, grad_columns, make_grad_baseline
 from .memory import LARGE_ROW_BYTES, estimate, is_oom
 from .reference import attention_reference
-from .results import CHECK_TEXT, Judged, Verdict
+from .results import CHECK_TEXT, Judged, Outcome, Verdict
 from .verdict import Baseline, Budget, Comparison, compare, compare_lse, make_baseline
 
 _T = TypeVar("_T")
@@ -63,7 +63,7 @@ def _head(case: Case, spec: str, info: dict[str, Any]) -> dict[str, Any]:
 
 def unavailable(case: Case, spec: str, info: dict[str, Any]) -> Judged:
     """A backend that cannot run here: verdict ``unavailable``, the reason in ``detail``."""
-    verdict = Verdict("unavailable", raw_verdict="unavailable", detail=info["unavailable"])
+    verdict = Verdict(Outcome.UNAVAILABLE, raw_verdict=Outcome.UNAVAILABLE, detail=info["unavailable"])
     return Judged(_head(case, spec, info), verdict, summary=case.summary())
 
 
@@ -224,7 +224,7 @@ def harness_oom_row(case: Case, spec: str, info: dict[str, Any], res: dict[str, 
     process (on the device and on the CPU): the run goes on."""
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
     detail = f"out of memory in the harness (reference, baseline or comparison): {first}"
-    verdict = Verdict("error", raw_verdict="error", detail=detail, **_memory(res))
+    verdict = Verdict(Outcome.ERROR, raw_verdict=Outcome.ERROR, detail=detail, **_memory(res))
     return Judged(_head(case, spec, info), verdict, summary=case.summary())
 
 
@@ -249,13 +249,16 @@ def judge(
             head["repro"] += flag
     status = res.get("status")
     if status != "ok":
-        raw = status if status in ("unsupported", "error", "crash", "timeout") else "error"
+        raw = Outcome.of(status)
+        raw = raw if raw in (Outcome.UNSUPPORTED, Outcome.ERROR, Outcome.CRASH, Outcome.TIMEOUT) else Outcome.ERROR
         verdict = Verdict(raw, raw_verdict=raw, detail=res.get("detail", ""), **_memory(res))
         return Judged(head, verdict, summary=case.summary())
     base = baselines.get(case)
     if base.unjudgeable:  # recorded, never a pass: the dtype cannot hold this case's baseline
         return Judged(
-            head, Verdict("unsupported", raw_verdict="unsupported", detail=f"not judged: {base.unjudgeable}"), summary=case.summary()
+            head,
+            Verdict(Outcome.UNSUPPORTED, raw_verdict=Outcome.UNSUPPORTED, detail=f"not judged: {base.unjudgeable}"),
+            summary=case.summary(),
         )
     cmp = compare_safely(case, res["output"], base, budgets[case.dtype], res.get("unwritten"))
     reasons = list(cmp.reasons)
@@ -265,13 +268,13 @@ def judge(
     reads = res.get("reads") or {"status": "not_run", "detail": "probes disabled"}
     probes = (("mask", mask), ("gqa", gqa), ("reads_outside_window", reads))
     reasons += [name for name, probe in probes if probe["status"] == "mismatch"]
-    if lse["lse_check"] == "fail":
+    if lse["lse_check"] == "mismatch":
         reasons.append("lse")
     grad = judge_grad(case, res.get("grad"), baselines, budgets[case.dtype])
     reasons += grad.pop("reasons")
     checks = judge_checks(res, cmp.threshold_max)
     reasons += checks.pop("reasons")
-    raw = "fail" if reasons else "pass"  # apply_expectations may turn it into expected / unexpected-pass
+    raw = Outcome.FAIL if reasons else Outcome.PASS  # apply_expectations may turn it into expected / unexpected-pass
     verdict = Verdict(
         raw,
         raw_verdict=raw,
@@ -299,8 +302,9 @@ def judge_grad(case: Case, grad: dict[str, Any] | None, baselines: BaselineCache
     if grad is None:
         return {"reasons": []}
     if grad.get("status") != "ok":
-        status = "unsupported" if grad.get("status") == "unsupported" else "error"
-        return {"reasons": ["grad_error"] if status == "error" else [], **grad_columns(None, status, str(grad.get("detail", "")))}
+        unsupported = grad.get("status") == Outcome.UNSUPPORTED  # grad_check's words: unsupported / error
+        status = "unsupported" if unsupported else "error"
+        return {"reasons": [] if unsupported else ["grad_error"], **grad_columns(None, status, str(grad.get("detail", "")))}
     base = baselines.grad(case)
     if base.unjudgeable:  # recorded, never a pass: the dtype cannot hold this case's gradients
         return {"reasons": [], **grad_columns(None, "unsupported", f"not judged: {base.unjudgeable}")}
@@ -398,7 +402,8 @@ def expect_verdict(
     }
     out = expectations.judge(row, version, torch_version, case)
     ids = {k: out.get(k, "") for k in ("expected_id", "unconfirmed_id")}
-    return dataclasses.replace(verdict, verdict=out["verdict"], raw_verdict=out["raw_verdict"], **ids)
+    judged, raw = Outcome.of(out["verdict"]) or verdict.verdict, Outcome.of(out["raw_verdict"])
+    return dataclasses.replace(verdict, verdict=judged, raw_verdict=raw, **ids)
 
 
 def apply_expectations(judged: Judged, expectations: Any, version: str, case: Case) -> Judged:

@@ -50,6 +50,7 @@ from typing import Any
 import pytest
 
 from .markers import MARKERS
+from .results import Outcome
 
 _EXPECT = pytest.StashKey[Any]()  # parity.expect.Expectations of the session
 _PATHS = pytest.StashKey[dict]()  # {backend: [folders]}
@@ -294,15 +295,15 @@ def check_row(row: dict[str, Any], expectations: Any = None, judged: Any = None)
     from .api import ParityError, failure_message
 
     v = row["verdict"]
-    if v == "pass":
+    if v == Outcome.PASS:
         return row
-    if v in ("unsupported", "unavailable"):
+    if v in (Outcome.UNSUPPORTED, Outcome.UNAVAILABLE):
         pytest.skip(f"{row['backend']} {v}: {row.get('detail')}")
     entry = expectations.get(row.get("expected_id", "")) if expectations else None
     words = entry.describe() if entry else str(row.get("expected_id"))
-    if v == "expected":
+    if v == Outcome.EXPECTED:
         pytest.xfail(f"{words} [{row.get('reasons') or row.get('raw_verdict')}]")
-    if v == "unexpected-pass":
+    if v == Outcome.UNEXPECTED_PASS:
         raise ParityError(
             f"{row['backend']} UNEXPECTED PASS: the strict known divergence {words} expects a failure; "
             f"retire or narrow the entry\n  repro: {row['repro']}"

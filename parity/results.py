@@ -12,6 +12,7 @@ context: :func:`cuda_fault`), ``timeout``; ``expected`` (a raw failure a known d
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 from collections.abc import Mapping
 from typing import Any
@@ -79,7 +80,7 @@ COLUMNS = [
     "peak_mem_mb",  # the worker's peak allocated device memory in the row (CUDA), MiB; empty on the CPU
     "read_check",  # the read probe (paged cases): ok / mismatch / not_run / n/a
     "read_detail",  # its words
-    "lse_check",  # the log-sum-exp output: pass / fail / none (the backend returns none)
+    "lse_check",  # the log-sum-exp output: ok / mismatch / none (the backend returns none); runs before 2026-12-07 say pass / fail
     "lse_max_abs_err",  # max |LSE - reference LSE| over rows that see keys
     "lse_budget",  # its allowed maximum (k_max x the same-dtype baseline's LSE error + floor)
     "lse_detail",  # which rows / heads miss and by how much; the empty rows' values
@@ -99,11 +100,50 @@ COLUMNS = [
     "graph_detail",  # the replay's words: bitwise or not, the padded batch; or why not run
 ]
 
-VERDICTS = ("pass", "fail", "error", "crash", "timeout", "expected", "unexpected-pass", "unsupported", "unavailable")
+
+class Outcome(str, enum.Enum):
+    """A row's verdict word, typed: the one place the words are spelled. A ``str`` enum, so that
+    results.csv, JSON and the reports write the same words as before (``str()``, ``format()`` and
+    hashing are the word's); a word read back becomes a member with :meth:`of`. The decode study and the
+    consistency check give their rows verdicts from the same set (pass, fail, error, unsupported,
+    unavailable), and a worker's ``status`` uses the words it shares with them (crash, timeout, ...)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    EXPECTED = "expected"
+    UNEXPECTED_PASS = "unexpected-pass"
+    UNSUPPORTED = "unsupported"
+    UNAVAILABLE = "unavailable"
+
+    __hash__ = str.__hash__
+
+    def __str__(self) -> str:
+        return str.__str__(self)  # the word (an Enum's own str() says Outcome.PASS), as pandas and csv write it
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(str(self), spec)
+
+    @classmethod
+    def of(cls, word: object) -> Outcome | None:
+        """The member a word read back names; None for an empty or unknown word (a row of another file)."""
+        try:
+            return cls(str(word or ""))
+        except ValueError:
+            return None
+
+
+VERDICTS: tuple[Outcome, ...] = tuple(Outcome)
 #: What a backend's row can fail with before known divergences are applied (``raw_verdict``).
-RAW_FAIL_VERDICTS = ("fail", "error", "crash", "timeout")
+RAW_FAIL_VERDICTS = (Outcome.FAIL, Outcome.ERROR, Outcome.CRASH, Outcome.TIMEOUT)
 #: Verdicts that make a run fail (exit 1): the raw failures and a strict entry's unexpected pass.
-FAIL_VERDICTS = (*RAW_FAIL_VERDICTS, "unexpected-pass")
+FAIL_VERDICTS = (*RAW_FAIL_VERDICTS, Outcome.UNEXPECTED_PASS)
+#: Verdicts of a row the backend did not run: it refused the case, or is not installed here.
+SKIP_VERDICTS = (Outcome.UNSUPPORTED, Outcome.UNAVAILABLE)
+#: Verdicts of a row that ran (its backend answered, crashed or timed out).
+RAN_VERDICTS = tuple(v for v in Outcome if v not in SKIP_VERDICTS)
 
 #: Words of CUDA errors that leave the process's CUDA context unusable ("sticky" errors): a fault of the
 #: backend's own kernel. Every later call in that process fails the same way, so its worker is restarted;
@@ -133,11 +173,11 @@ def cuda_fault(detail: object) -> bool:
     return "cuda" in text and any(w in text for w in CUDA_FAULT_WORDS)
 
 
-def raw_verdict_of(row: Mapping[str, Any]) -> str:
+def raw_verdict_of(row: Mapping[str, Any]) -> Outcome | None:
     """A row's verdict before known divergences: ``raw_verdict`` (``verdict`` where a run predates it). A row
     written before CUDA faults were crashes (2026-12-06) says ``error`` with the fault's words: ``crash``."""
-    raw = str(row.get("raw_verdict") or row.get("verdict") or "")
-    return "crash" if raw == "error" and cuda_fault(row.get("detail")) else raw
+    raw = Outcome.of(row.get("raw_verdict") or row.get("verdict"))
+    return Outcome.CRASH if raw == Outcome.ERROR and cuda_fault(row.get("detail")) else raw
 
 
 #: Columns added by known divergences; older runs get them empty (so their schema matches).
@@ -145,6 +185,9 @@ EXPECT_COLUMNS = ("raw_verdict", "expected_id")
 #: The log-sum-exp columns (parity.verdict.compare_lse), appended last.
 LSE_COLUMNS = ("lse_check", "lse_max_abs_err", "lse_budget", "lse_detail")
 LSE_TEXT = ("lse_check", "lse_detail")
+#: ``lse_check``'s words before it said ``ok`` / ``mismatch`` as every other check does (runs before 2026-12-07):
+#: read as the words they mean (:meth:`Verdict.from_row`, the report loader).
+LSE_OLD_WORDS = {"pass": "ok", "fail": "mismatch"}
 #: Columns appended after the first release of the schema, in order: older results.csv files lack
 #: them and load with them empty (``runs.read_results``).
 ADDED_COLUMNS: tuple[str, ...] = (*EXPECT_COLUMNS, "gpu", "model", "layer", "est_mem_mb", "peak_mem_mb", "read_check", "read_detail")
@@ -223,8 +266,8 @@ class Verdict:
     (results.csv) and by those that show it. ``None``: not measured (the backend did not run, or the
     column is empty). ``threshold_mean`` and ``elements`` are not columns: a row read back has them None."""
 
-    verdict: str
-    raw_verdict: str = ""
+    verdict: Outcome
+    raw_verdict: Outcome | None = None
     reasons: tuple[str, ...] = ()
     detail: str = ""
     expected_id: str = ""
@@ -287,7 +330,7 @@ class Verdict:
             "verdict": self.verdict,
             "reasons": " ".join(self.reasons),
             "detail": self.detail,
-            "raw_verdict": self.raw_verdict,
+            "raw_verdict": self.raw_verdict or "",
             "expected_id": self.expected_id,
             "unconfirmed_id": self.unconfirmed_id,
         }
@@ -310,8 +353,6 @@ class Verdict:
         kw: dict[str, Any] = {
             k: text[k]
             for k in (
-                "verdict",
-                "raw_verdict",
                 "detail",
                 "expected_id",
                 "unconfirmed_id",
@@ -331,6 +372,12 @@ class Verdict:
             )
         }
         kw["reasons"] = tuple(text["reasons"].split())
+        kw["lse_check"] = LSE_OLD_WORDS.get(text["lse_check"], text["lse_check"])
+        kw["raw_verdict"] = Outcome.of(text["raw_verdict"])
+        verdict = Outcome.of(text["verdict"])
+        if verdict is None:
+            raise ValueError(f"a results row with no known verdict: {text['verdict']!r} (known: {', '.join(VERDICTS)})")
+        kw["verdict"] = verdict
         kw.update({k: _number(text[k], float) for k in FORMATS})
         kw.update({k: _number(text[k], int) for k in COUNTS})
         kw["unwritten"] = _number(text["unwritten"], int)

@@ -16,7 +16,7 @@ from . import runfolder
 from .errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL
 from .errors import UserError as UsageError
 from .files import read_text
-from .results import DTYPES
+from .results import DTYPES, Outcome
 
 
 def split_list(values: Sequence[str] | None) -> list[str]:
@@ -483,7 +483,7 @@ def _finish_run(req: RunRequest, out: Path, result, explicit: list[str], options
 
     failures = [r for r in result.rows if r["verdict"] in FAIL_VERDICTS]
     shown = _print_failures(failures, options.expectations)
-    to_shrink = [r for r in failures if r["verdict"] != "unexpected-pass"]  # a pass has nothing to shrink
+    to_shrink = [r for r in failures if r["verdict"] != Outcome.UNEXPECTED_PASS]  # a pass has nothing to shrink
     if req.shrink > 0 and to_shrink:
         _shrink_failures(to_shrink, options, out)
     folder = runfolder.read_results(out)
@@ -552,7 +552,7 @@ def _print_failures(failures: list[dict], expectations) -> dict[str, int]:
         shown[r["backend"]] = shown.get(r["backend"], 0) + 1
         if shown[r["backend"]] > 3:
             continue
-        if r["verdict"] == "unexpected-pass":
+        if r["verdict"] == Outcome.UNEXPECTED_PASS:
             entry = expectations.get(r["expected_id"])
             print(f"\nUNEXPECTED-PASS {r['backend']} [{r['expected_id']}] {r['case_id']}")
             print(
@@ -571,14 +571,14 @@ def _print_failures(failures: list[dict], expectations) -> dict[str, int]:
             print(f"  reads: {r['read_detail']}")
         if r.get("grad_check") in ("mismatch", "error"):
             print(f"  grad: {r['grad_detail']}")
-        if r.get("lse_check") == "fail":
+        if r.get("lse_check") == "mismatch":
             print(f"  lse: {r['lse_detail']}")
         for c in ("invariance", "graph"):
             if r.get(f"{c}_check") == "mismatch":
                 print(f"  {c}: {r[f'{c}_detail']}")
         if r.get("worst_where"):
             print(f"  {r['worst_where']} (budget {r['threshold_max']}, err ratio {r['err_ratio']})")
-        if r["verdict"] != "fail":
+        if r["verdict"] != Outcome.FAIL:
             print(f"  {r['detail']}")
         print(f"  repro: {r['repro']}")
     return shown

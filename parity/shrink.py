@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .case import Case
+from .results import Outcome
 from .window import SpecError, Window
 
 Judge = Callable[[Case], dict[str, Any]]
@@ -88,11 +89,11 @@ def same_failure(original: dict[str, Any], row: dict[str, Any]) -> bool:
     """Whether ``row`` fails the way ``original`` did: a shared reason for ``fail``; the same
     verdict for the others, and for ``error`` / ``crash`` also the same :func:`error_words` (a
     smaller case that fails otherwise, e.g. a kernel that does not build, is another failure)."""
-    if original["verdict"] != "fail":
-        if original["verdict"] in ("error", "crash") and row["verdict"] == original["verdict"]:
+    if original["verdict"] != Outcome.FAIL:
+        if original["verdict"] in (Outcome.ERROR, Outcome.CRASH) and row["verdict"] == original["verdict"]:
             return error_words(row.get("detail", "")) == error_words(original.get("detail", ""))
         return row["verdict"] == original["verdict"]
-    if row["verdict"] != "fail":
+    if row["verdict"] != Outcome.FAIL:
         return False
     return bool(set(original["reasons"].split()) & set(row["reasons"].split()))
 

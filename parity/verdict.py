@@ -355,7 +355,7 @@ def compare(
 class LseComparison:
     """A backend's LSE ``(total_q, hq)`` against the reference's (:func:`compare_lse`)."""
 
-    check: str  # pass / fail
+    check: str  # ok / mismatch
     max_abs_err: float  # over rows that see keys
     budget: float  # the allowed max-abs error
     detail: str
@@ -443,4 +443,4 @@ def compare_lse(case: Case, lse: torch.Tensor, base: Baseline, budget: Budget, c
     if ok:
         within = f"max |err| {max_err:.3g} within budget {thr:.3g}"
         parts.insert(0, f"{within} (k x same-dtype LSE baseline {base.lse_baseline_max:.3g} + floor)")
-    return LseComparison("pass" if ok else "fail", max_err, thr, "; ".join(parts))
+    return LseComparison("ok" if ok else "mismatch", max_err, thr, "; ".join(parts))

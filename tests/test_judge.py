@@ -84,7 +84,8 @@ def same_but_float_noise(got: str, want: str) -> bool:
 
 def test_a_small_sweep_writes_the_same_results_csv_as_before(tmp_path, capsys):
     """tests/fixtures/judge-sweep/results.csv was written by the code before the typed verdict record
-    (main at 536a1a8), time_ms and est_mem_mb blanked: the same cases, backends and known divergences give the same bytes."""
+    (main at 536a1a8), time_ms and est_mem_mb blanked, its lse_check ``pass`` since written ``ok`` (the word every check
+    says, 2026-12-07): the same cases, backends and known divergences give the same bytes."""
     argv = [
         "run",
         "--case-file",

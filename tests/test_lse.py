@@ -56,7 +56,7 @@ def test_baseline_lse_error_sets_a_budget_and_the_reference_passes_it():
     assert base.ref_lse is not None and base.lse_baseline_max > 0  # bf16 arithmetic costs the baseline something
     got = base.ref_lse.float()
     c = compare_lse(EMPTY, got, base, BUDGETS["bfloat16"], ("-inf",))
-    assert c.check == "pass" and c.max_abs_err < c.budget, c.detail
+    assert c.check == "ok" and c.max_abs_err < c.budget, c.detail
     assert "5 row(s) see no key: LSE -inf (the library's convention: -inf)" in c.detail
 
 
@@ -64,7 +64,7 @@ def test_log2_lse_fails_and_names_rows_heads_and_the_miss():
     base = compute_baseline(EMPTY, "cpu")
     got = base.ref_lse.float() / math.log(2.0)
     c = compare_lse(EMPTY, got, base, BUDGETS["bfloat16"], ("-inf",))
-    assert c.check == "fail" and c.max_abs_err > c.budget
+    assert c.check == "mismatch" and c.max_abs_err > c.budget
     assert "(row, head) LSE values over budget" in c.detail and "seq 1 rows 0..5 (6 rows)" in c.detail
     assert "heads 0,1,2,3" in c.detail and "got " in c.detail and "want " in c.detail
 
@@ -74,21 +74,21 @@ def test_one_wrong_row_is_named():
     got = base.ref_lse.float().clone()
     got[3, 1] += 0.01  # over the float32 budget
     c = compare_lse(PLAIN, got, base, BUDGETS["float32"])
-    assert c.check == "fail" and "1 of 14 (row, head)" in c.detail and "seq 0 row 3; heads 1" in c.detail
+    assert c.check == "mismatch" and "1 of 14 (row, head)" in c.detail and "seq 0 row 3; heads 1" in c.detail
 
 
 @pytest.mark.parametrize(
     "value, conventions, check",
     [
-        (float("-inf"), ("-inf",), "pass"),
-        (float("inf"), ("+inf",), "pass"),
-        (float("inf"), ("+inf", "-inf"), "pass"),
-        (float("-inf"), ("+inf",), "fail"),  # not the library's documented value
-        (0.0, ("-inf",), "fail"),
-        (0.0, ("0",), "pass"),
-        (float("nan"), ("-inf",), "fail"),
-        (float("nan"), ("nan",), "pass"),
-        (123.0, ("any",), "pass"),  # undocumented: recorded, not judged
+        (float("-inf"), ("-inf",), "ok"),
+        (float("inf"), ("+inf",), "ok"),
+        (float("inf"), ("+inf", "-inf"), "ok"),
+        (float("-inf"), ("+inf",), "mismatch"),  # not the library's documented value
+        (0.0, ("-inf",), "mismatch"),
+        (0.0, ("0",), "ok"),
+        (float("nan"), ("-inf",), "mismatch"),
+        (float("nan"), ("nan",), "ok"),
+        (123.0, ("any",), "ok"),  # undocumented: recorded, not judged
     ],
 )
 def test_empty_rows_follow_the_librarys_convention(value, conventions, check):
@@ -105,7 +105,7 @@ def test_a_non_finite_lse_on_a_row_that_sees_keys_fails():
     got = base.ref_lse.float().clone()
     got[7, 2] = float("inf")
     c = compare_lse(EMPTY, got, base, BUDGETS["bfloat16"], ("+inf", "-inf"))
-    assert c.check == "fail" and "got +inf" in c.detail
+    assert c.check == "mismatch" and "got +inf" in c.detail
 
 
 def test_lse_call_only_where_run_is_not_overridden_below_run_lse():
@@ -123,11 +123,11 @@ def test_lse_call_only_where_run_is_not_overridden_below_run_lse():
 
 def test_rows_carry_the_lse_columns():
     row = evaluate("flex", EMPTY)
-    assert row["verdict"] == "pass" and row["lse_check"] == "pass", row["lse_detail"]
+    assert row["verdict"] == "pass" and row["lse_check"] == "ok", row["lse_detail"]
     assert float(row["lse_max_abs_err"]) <= float(row["lse_budget"])
     assert evaluate("sdpa", PLAIN)["lse_check"] == "none"
     v = Verdict.from_row(row)
-    assert v.lse_check == "pass" and isinstance(v.lse_budget, float)
+    assert v.lse_check == "ok" and isinstance(v.lse_budget, float)
     assert {c: str(x) for c, x in v.columns().items() if c in LSE_COLUMNS} == {c: row[c] for c in LSE_COLUMNS}
 
 
@@ -170,7 +170,7 @@ def test_honest_split_kv_and_online_softmax_lse_pass_their_conventions():
 
     for be in (SplitKV(), OnlineSoftmaxTiled()):
         row = evaluate(be, EMPTY)
-        assert row["verdict"] == "pass" and row["lse_check"] == "pass", (be.name, row["lse_detail"])
+        assert row["verdict"] == "pass" and row["lse_check"] == "ok", (be.name, row["lse_detail"])
     assert "LSE +inf (the library's convention: +inf)" in evaluate(OnlineSoftmaxTiled(), EMPTY)["lse_detail"]
     wrong = dataclasses.replace(EMPTY)  # same case; the online-softmax variant declaring -inf must fail
     bad = type("Declares", (OnlineSoftmaxTiled,), {"lse_empty": ("-inf",)})()
@@ -206,3 +206,21 @@ def test_the_pytest_plugin_fails_on_lse_with_the_miss():
         check_row(judged.row, None, judged)
     with pytest.raises(ParityError, match=r"lse: 14 of 14"):
         check_row(judged.row)  # from the results row alone (its columns)
+
+
+def test_an_older_runs_pass_and_fail_are_read_as_ok_and_mismatch(tmp_path):
+    """lse_check said pass / fail before 2026-12-07 (every other check says ok / mismatch): read back as those."""
+    import csv
+
+    from parity.report.runs import read_results
+    from parity.results import COLUMNS, blank_row
+
+    words = ("pass", "fail", "none", "")
+    rows = [{**blank_row(), "backend": "x", "case_id": str(i), "verdict": "pass", "lse_check": w} for i, w in enumerate(words)]
+    path = tmp_path / "results.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    assert list(read_results(path)["lse_check"]) == ["ok", "mismatch", "none", ""]
+    assert [Verdict.from_row(r).lse_check for r in rows] == ["ok", "mismatch", "none", ""]

@@ -359,7 +359,7 @@ def test_resume_of_a_run_before_the_lse_columns_keeps_its_rows(tmp_path, capsys)
     at, added = COLUMNS.index("lse_check"), ADDED_COLUMNS.index("lse_check")
     assert reader.fieldnames == COLUMNS and COLUMNS[at : at + 4] == list(LSE_COLUMNS) == list(ADDED_COLUMNS[added : added + 4])
     assert rows[0]["lse_check"] == "" and all(rows[0][c] == v for c, v in old[0].items() if not c.startswith("lse_"))
-    assert rows[1]["lse_check"] == "pass" and float(rows[1]["lse_budget"]) > 0  # a new row: the reference returns its LSE
+    assert rows[1]["lse_check"] == "ok" and float(rows[1]["lse_budget"]) > 0  # a new row: the reference returns its LSE
 
 
 def _typed(monkeypatch, *args):

@@ -12,6 +12,7 @@ import json
 
 from ..errors import UserError
 from ..process import ProcessExecutor, worker_paths
+from ..results import Outcome
 from .common import EXIT_OK
 
 
@@ -131,7 +132,7 @@ class SharedProbe(ProcessExecutor):
         out: list[dict] = []
         for spec in self.specs_checked():
             reply = self._reply(self.timeout)
-            if reply.get("status") in ("crash", "timeout"):  # this spec took the worker down
+            if reply.get("status") in (Outcome.CRASH, Outcome.TIMEOUT):  # this spec took the worker down
                 out += _infos_in_workers([spec], paths)
                 rest = self.specs_checked()[len(out) :]
                 return out + (SharedProbe(rest, self.extra_path).infos(paths) if rest else [])

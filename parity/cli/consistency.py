@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import runfolder
+from ..results import Outcome
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,4 +60,4 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.out:
             runfolder.append_consistency(args.out, FIELDS, got)
-    return 1 if any(r["verdict"] in ("fail", "error") for r in rows) else 0
+    return 1 if any(r["verdict"] in (Outcome.FAIL, Outcome.ERROR) for r in rows) else 0

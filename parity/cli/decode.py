@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import runfolder
 from ..errors import UserError as UsageError
-from ..results import DTYPES
+from ..results import DTYPES, Outcome
 from .common import latest_run
 from .common import split_list as _split
 
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
             print("parity decode: refreshed " + ", ".join(str(p) for p in written), file=sys.stderr)
         except Exception as exc:  # noqa: BLE001 - the report is a convenience; decode.csv is the result
             print(f"parity decode: report not refreshed ({type(exc).__name__}: {exc})", file=sys.stderr)
-    unavailable = sorted({r["backend"] for r in result.rows if r["verdict"] == "unavailable" and r["backend"] in explicit})
+    unavailable = sorted({r["backend"] for r in result.rows if r["verdict"] == Outcome.UNAVAILABLE and r["backend"] in explicit})
     for s in unavailable:
         print(f"parity decode: requested backend {s} is unavailable", file=sys.stderr)
     return 1 if (result.failed or unavailable) else 0
@@ -240,7 +240,7 @@ def _run_lm(args: argparse.Namespace, specs: list[str], explicit: list[str], dev
         f"{runfolder.LM_FLIPS}, {runfolder.LM_DECODE_JSON}, {runfolder.DECODE_SUMMARY}",
         file=sys.stderr,
     )
-    unavailable = sorted({r["backend"] for r in result.rows if r["verdict"] == "unavailable" and r["backend"] in explicit})
+    unavailable = sorted({r["backend"] for r in result.rows if r["verdict"] == Outcome.UNAVAILABLE and r["backend"] in explicit})
     for s in unavailable:
         print(f"parity decode: requested backend {s} is unavailable", file=sys.stderr)
     print(result.summary, flush=True)

@@ -39,6 +39,7 @@ from ..backends import Backend, BackendError, Unsupported
 from ..backends import get as get_backend
 from ..case import DTYPES, Case, Inputs
 from ..reference import attention_reference
+from ..results import Outcome
 from ..verdict import POISON
 from ..window import Window
 from .model import AttnFn, ModelConfig, TinyDecoder, config_for
@@ -305,7 +306,7 @@ class DecodeResult:
 
     @property
     def failed(self) -> bool:
-        return any(r["verdict"] in ("fail", "error") for r in self.rows)
+        return any(r["verdict"] in (Outcome.FAIL, Outcome.ERROR) for r in self.rows)
 
 
 def _write(out_dir: Path, rows: list[dict], steps: list[dict], meta: dict) -> None:
@@ -524,7 +525,7 @@ def summarize(rows: list[dict]) -> str:
         return "no rows"
     by: dict[str, int] = {}
     for r in rows:
-        key = r["verdict"] if r["verdict"] not in ("pass", "fail") else f"{r['verdict']}/{r.get('div_class')}"
+        key = r["verdict"] if r["verdict"] not in (Outcome.PASS, Outcome.FAIL) else f"{r['verdict']}/{r.get('div_class')}"
         by[key] = by.get(key, 0) + 1
     return ", ".join(f"{k} {v}" for k, v in sorted(by.items()))
 
@@ -537,7 +538,7 @@ def summary_table(rows: list[dict]) -> str:
     head = f"{'backend':<38}{'model':<9}{'ok':>4}{'real':>6}{'tie':>5}{'other':>7}  {'min agree':>9}  {'max |dlogit|':>12}  {'/noise':>7}"
     lines = [head + "  first real divergence"]
     for (be, model), rs in groups.items():
-        ok = [r for r in rs if r["verdict"] in ("pass", "fail")]
+        ok = [r for r in rs if r["verdict"] in (Outcome.PASS, Outcome.FAIL)]
         real = [r for r in ok if r["div_class"] == "real" or int(r.get("tf_real_flips") or 0) > 0]
         tie = [r for r in ok if r["div_class"] == "near_tie" and r not in real]
         other = len(rs) - len(ok)

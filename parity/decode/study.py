@@ -40,6 +40,7 @@ from .. import runfolder
 from ..backends import Backend, Unsupported
 from ..case import DTYPES, Case, Inputs
 from ..errors import UserError
+from ..results import Outcome
 from ..window import Window
 from . import lm
 from .run import _error_detail, _f, checked_run, load_backends, margins, step_errors
@@ -119,7 +120,7 @@ class StudyResult:
 
     @property
     def failed(self) -> bool:
-        return any(r["verdict"] in ("fail", "error") for r in self.rows)
+        return any(r["verdict"] in (Outcome.FAIL, Outcome.ERROR) for r in self.rows)
 
 
 # -- the model and its prompts ---------------------------------------------------------------------
@@ -504,7 +505,7 @@ def pr_lines(rows: list[dict]) -> list[str]:
         if r["backend"] == BASELINE:
             continue
         dt = r["dtype"]
-        if r["verdict"] not in ("pass", "fail"):
+        if r["verdict"] not in (Outcome.PASS, Outcome.FAIL):
             lines.append(f"{dt}: {r['backend']}: {r['verdict']} ({str(r.get('detail', ''))[:100]})")
             continue
         real = int(r.get("real_flips") or 0)
@@ -562,7 +563,7 @@ def summary_markdown(rows: list[dict], meta: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        if r["verdict"] not in ("pass", "fail"):
+        if r["verdict"] not in (Outcome.PASS, Outcome.FAIL):
             head.append(f"| {r['dtype']} | {r['backend']} | {r['verdict']} | | | | | | | | |")
             continue
         head.append(

@@ -15,6 +15,7 @@ from typing import Any
 from .. import coverage
 from ..backends import marker_for
 from ..expect import CHECK_COLUMN, CHECK_RAN, GRAD_CHECKED
+from ..results import Outcome
 from .runs import FAILING, Run, case_text, partial_words
 
 WORST_PER_BACKEND = 5
@@ -46,7 +47,7 @@ def worst_rows(run: Run, per_backend: int = WORST_PER_BACKEND) -> dict[str, list
         kept: list[dict[str, Any]] = []
         first: dict[tuple[str, str], dict[str, Any]] = {}
         for r in rows:
-            if r["verdict"] != "fail":
+            if r["verdict"] != Outcome.FAIL:
                 key = (r["verdict"], (r.get("detail") or "").strip().split("\n")[0][:300])
                 if key in first:
                     first[key]["_same"] += 1
@@ -71,18 +72,18 @@ def status_line(run: Run) -> tuple[str, str]:
     ======================================  ========  ==========================================
     """
     total, bad, known = len(run.df), n_failing(run), n_expected(run)
-    passed = int((run.df["verdict"] == "pass").sum())
+    passed = int((run.df["verdict"] == Outcome.PASS).sum())
     ran = passed + bad + known
     known_text = f", {known} expected (known divergences)" if known else ""
     if partial_words(run):  # a cut-short run is never a green PASS
-        return ("fail" if bad else "partial"), (f"FAIL: {bad} failing of {total} rows · " if bad else "") + partial_words(run)
+        return (Outcome.FAIL if bad else "partial"), (f"FAIL: {bad} failing of {total} rows · " if bad else "") + partial_words(run)
     if bad:
-        return "fail", f"FAIL: {bad} failing of {total} rows{known_text}"
+        return Outcome.FAIL, f"FAIL: {bad} failing of {total} rows{known_text}"
     if not ran:
         return "nothing", f"NOTHING RAN: {total} rows, none passed or failed (all unsupported / unavailable, or an empty run)"
     if known:
-        return "pass", f"PASS: {ran} rows ran: {passed} passed{known_text}, {total - ran} skipped with a reason"
-    return "pass", f"PASS: {ran} rows ran and passed, {total - ran} skipped with a reason"
+        return Outcome.PASS, f"PASS: {ran} rows ran: {passed} passed{known_text}, {total - ran} skipped with a reason"
+    return Outcome.PASS, f"PASS: {ran} rows ran and passed, {total - ran} skipped with a reason"
 
 
 def n_failing(run: Run) -> int:
@@ -91,12 +92,12 @@ def n_failing(run: Run) -> int:
 
 
 def n_expected(run: Run) -> int:
-    return int((run.df["verdict"] == "expected").sum())
+    return int((run.df["verdict"] == Outcome.EXPECTED).sum())
 
 
 def why_text(r: dict[str, Any], run: Run, limit: int = 160) -> str:
     """What a failing row failed with: its reasons, its error's first line, or for an unexpected pass the entry."""
-    if r.get("verdict") == "unexpected-pass":
+    if r.get("verdict") == Outcome.UNEXPECTED_PASS:
         e = run.expectations.get(r.get("expected_id", "")) if run.expectations else None
         return f"passed, but strict known divergence {r.get('expected_id')} expects {e.verdict if e else 'a failure'}"
     return r.get("reasons") or (r.get("detail") or "").split("\n")[0][:limit]
@@ -109,10 +110,10 @@ def known_rows(run: Run) -> list[dict[str, Any]]:
     for e in run.expectations.entries if run.expectations else ():
         out[e.id] = {"id": e.id, "entry": e, "expected": 0, "unexpected": 0}
     for r in records(run):
-        if r["verdict"] in ("expected", "unexpected-pass"):
+        if r["verdict"] in (Outcome.EXPECTED, Outcome.UNEXPECTED_PASS):
             k = r.get("expected_id") or "?"
             d = out.setdefault(k, {"id": k, "entry": None, "expected": 0, "unexpected": 0})
-            d["expected" if r["verdict"] == "expected" else "unexpected"] += 1
+            d["expected" if r["verdict"] == Outcome.EXPECTED else "unexpected"] += 1
     return list(out.values())
 
 
@@ -387,7 +388,7 @@ def engine_checks(run: Run) -> dict[str, dict[str, dict[str, int]]]:
     the run ran either check (``ok`` / ``close`` / ``mismatch`` / ``error``: a run without ``--invariance`` or
     ``--graph-replay`` has only ``not_run`` there, or nothing, and no section)."""
     df = run.df
-    ran = [c for c in CHECK_NAMES if df[f"{c}_check"].isin((*CHECK_RAN, "error")).any()]
+    ran = [c for c in CHECK_NAMES if (df[f"{c}_check"].isin(CHECK_RAN) | (df[f"{c}_check"] == "error")).any()]
     if not ran:
         return {}
     out: dict[str, dict[str, dict[str, int]]] = {}

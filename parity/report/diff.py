@@ -37,9 +37,10 @@ from html import escape
 from typing import Any
 
 from ..errors import UserError as UsageError
+from ..results import SKIP_VERDICTS, Outcome
 from .runs import FAILING, Run, case_text
 
-SKIPPED = ("unsupported", "unavailable")
+SKIPPED = SKIP_VERDICTS
 
 
 @dataclasses.dataclass
@@ -100,19 +101,19 @@ def _ratio(r: dict[str, Any] | None) -> float:
 def _classify(bv: str | None, hv: str) -> str | None:
     """The section a (BASE verdict or None if absent, HEAD verdict) pair goes to (module docstring), or None."""
     b_bad, h_bad = bv in FAILING, hv in FAILING
-    if hv == "unexpected-pass":
-        return "still_failing" if bv == "unexpected-pass" else "unexpected_passes"
+    if hv == Outcome.UNEXPECTED_PASS:
+        return "still_failing" if bv == Outcome.UNEXPECTED_PASS else "unexpected_passes"
     if h_bad:
         return "still_failing" if b_bad else "new_failures"
-    if hv == "expected":
-        return "still_expected" if bv == "expected" else "newly_expected"
+    if hv == Outcome.EXPECTED:
+        return "still_expected" if bv == Outcome.EXPECTED else "newly_expected"
     if bv is None:
         return None
-    if b_bad or bv == "expected":
-        return "fixed" if hv == "pass" else "coverage_lost"
-    if bv == "pass" and hv in SKIPPED:
+    if b_bad or bv == Outcome.EXPECTED:
+        return "fixed" if hv == Outcome.PASS else "coverage_lost"
+    if bv == Outcome.PASS and hv in SKIPPED:
         return "coverage_lost"
-    if bv in SKIPPED and hv == "pass":
+    if bv in SKIPPED and hv == Outcome.PASS:
         return "coverage_gained"
     return None
 
@@ -149,7 +150,8 @@ def compare_runs(
         section = _classify(b["verdict"] if b else None, h["verdict"])
         if section:
             getattr(d, section).append(Change(key[0], key[1], b, h))
-        if b is not None and b["verdict"] == h["verdict"] and h["verdict"] in ("pass", "fail"):  # a changed verdict is listed above
+        # a changed verdict is listed above
+        if b is not None and b["verdict"] == h["verdict"] and h["verdict"] in (Outcome.PASS, Outcome.FAIL):
             rb, rh = _ratio(b), _ratio(h)
             if not (math.isnan(rb) or math.isnan(rh)):
                 if rh > rb * ratio_threshold and rh - rb > min_ratio_delta:

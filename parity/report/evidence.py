@@ -32,10 +32,10 @@ from typing import Any
 
 from ..case import Case
 from ..expect import Expectation, Expectations, version_key
-from ..results import RAW_FAIL_VERDICTS, raw_verdict_of
+from ..results import RAW_FAIL_VERDICTS, SKIP_VERDICTS, Outcome, raw_verdict_of
 from .runs import Run
 
-SKIPPED = ("unsupported", "unavailable")
+SKIPPED = SKIP_VERDICTS
 
 
 @dataclasses.dataclass
@@ -149,13 +149,13 @@ def _count(cell: Cell, alone: Expectations, row: dict[str, Any], case: Case, whe
         return
     if where not in cell.runs:
         cell.runs.append(where)
-    seen = raw in RAW_FAIL_VERDICTS and alone.judge(row, case=case).get("verdict") == "expected"
+    seen = raw in RAW_FAIL_VERDICTS and alone.judge(row, case=case).get("verdict") == Outcome.EXPECTED
     if seen and not cell.seen:
         cell.example = str(row["case_id"])  # the first row seen, over any that only ran
     cell.example = cell.example or str(row["case_id"])
     if seen:
         cell.seen += 1
-    elif raw == "pass":
+    elif raw == Outcome.PASS:
         cell.clean += 1
     else:
         cell.other += 1

@@ -17,6 +17,7 @@ from html import escape
 from typing import Any
 
 from .. import coverage, runfolder
+from ..results import Outcome
 from . import svg
 from .data import (
     CHECK_NAMES,
@@ -48,13 +49,13 @@ from .runs import FAILING, Run, case_text, dtype_order, family_order, partial_wo
 
 #: Chips in the matrix, in order: verdicts counted together, css class, label.
 CHIPS = (
-    (("pass",), "c-pass", "pass"),
-    (("fail",), "c-fail", "fail"),
-    (("error", "crash", "timeout"), "c-err", "error / crash / timeout"),
-    (("unexpected-pass",), "c-xpass", "unexpected pass (a strict known divergence passed)"),
-    (("expected",), "c-exp", "expected (a known divergence)"),
-    (("unsupported",), "c-unsup", "unsupported"),
-    (("unavailable",), "c-unav", "unavailable"),
+    ((Outcome.PASS,), "c-pass", "pass"),
+    ((Outcome.FAIL,), "c-fail", "fail"),
+    ((Outcome.ERROR, Outcome.CRASH, Outcome.TIMEOUT), "c-err", "error / crash / timeout"),
+    ((Outcome.UNEXPECTED_PASS,), "c-xpass", "unexpected pass (a strict known divergence passed)"),
+    ((Outcome.EXPECTED,), "c-exp", "expected (a known divergence)"),
+    ((Outcome.UNSUPPORTED,), "c-unsup", "unsupported"),
+    ((Outcome.UNAVAILABLE,), "c-unav", "unavailable"),
 )
 MAX_MASKS = 6
 MAX_ROWS_TABLE = 400
@@ -119,7 +120,7 @@ def render_html(run: Run) -> str:
     env = run.env
     title = f"attn-parity report: {run.path.name}"
     kind, text = status_line(run)
-    status = f'<span class="status {"good" if kind == "pass" else "bad"}">{escape(text)}</span>'
+    status = f'<span class="status {"good" if kind == Outcome.PASS else "bad"}">{escape(text)}</span>'
     meta = " · ".join(
         x
         for x in (
@@ -274,7 +275,7 @@ def _worst(run: Run) -> str:
                 f'<div class="why">{escape(r["verdict"].upper())} [{escape(why)}] {escape(case_text(r))} '
                 f'<span class="small">case {escape(r["case_id"])}</span></div>'
             ]
-            if r.get("verdict") == "fail":
+            if r.get("verdict") == Outcome.FAIL:
                 lines.append(
                     f"<div>err ratio <b>{fmt(r.get('err_ratio'))}</b>, budget used <b>{fmt(r.get('budget_frac'))}</b>x, "
                     f"max |err| {fmt(r.get('max_abs_err'))} (budget {fmt(r.get('threshold_max'))}), "
@@ -283,12 +284,12 @@ def _worst(run: Run) -> str:
             for k in ("mask_detail", "gqa_detail", "worst_where"):
                 if r.get(k) and (k == "worst_where" or r.get(k.replace("detail", "check")) == "mismatch"):
                     lines.append(f'<div class="small">{escape(k.split("_")[0])}: {escape(r[k])}</div>')
-            if r.get("lse_check") == "fail":
+            if r.get("lse_check") == "mismatch":
                 lines.append(f'<div class="small">lse: {escape(r.get("lse_detail", "")[:600])}</div>')
             for c, name in CHECK_NAMES.items():
                 if r.get(f"{c}_check") == "mismatch":
                     lines.append(f'<div class="small">{escape(name)}: {escape(r.get(f"{c}_detail", "")[:600])}</div>')
-            if r.get("verdict") != "fail" and r.get("detail") and r["detail"].strip() != why:
+            if r.get("verdict") != Outcome.FAIL and r.get("detail") and r["detail"].strip() != why:
                 lines.append(f'<div class="small">{escape(r["detail"][:600])}</div>')
             if r.get("_same"):
                 lines.append(f'<div class="small">and {r["_same"]} more rows of this backend failed with the same message</div>')
@@ -389,8 +390,8 @@ def thin(recs: list[dict[str, Any]], limit: int) -> tuple[list[dict[str, Any]], 
     for r in recs:
         by_backend.setdefault(r["backend"], []).append(r)
     for rows in by_backend.values():
-        fails = [r for r in rows if r["verdict"] != "pass"]
-        passes = [r for r in rows if r["verdict"] == "pass"]
+        fails = [r for r in rows if r["verdict"] != Outcome.PASS]
+        passes = [r for r in rows if r["verdict"] == Outcome.PASS]
         room = max(limit - len(fails), 0)
         if len(passes) > room:
             step = len(passes) / max(room, 1)
@@ -407,7 +408,7 @@ def _raw(r: dict[str, Any]) -> str:
 
 
 def _plots(run: Run) -> str:
-    recs, thinned = thin([r for r in records(run) if _raw(r) in ("pass", "fail")], MAX_POINTS)
+    recs, thinned = thin([r for r in records(run) if _raw(r) in (Outcome.PASS, Outcome.FAIL)], MAX_POINTS)
     if not recs:
         return "<p>No row ran to a comparison (nothing to plot).</p>"
     series: list[tuple[str, list[tuple[float, float, bool, str]]]] = []
@@ -420,7 +421,7 @@ def _plots(run: Run) -> str:
             if math.isnan(r["worst_left_edge_f"]) or math.isnan(r["budget_frac_f"]):
                 undrawn += 1
                 continue
-            pts.append((r["worst_left_edge_f"], r["budget_frac_f"], _raw(r) == "fail", _point_title(r)))
+            pts.append((r["worst_left_edge_f"], r["budget_frac_f"], _raw(r) == Outcome.FAIL, _point_title(r)))
         if pts:
             series.append((b, pts))
     edge = (
@@ -533,14 +534,14 @@ def _decode(run: Run) -> str:
 
 
 def _consistency(run: Run) -> str:
-    verdicts = sorted({r.get("verdict", "") for r in run.consistency}, key=lambda v: (v != "pass", v))
+    verdicts = sorted({r.get("verdict", "") for r in run.consistency}, key=lambda v: (v != Outcome.PASS, v))
     rows = [{"backend": b, **{v: c.get(v, 0) for v in verdicts}} for b, c in consistency_counts(run).items()]
     intro = (
         '<p class="small">consistency.csv (<code>python -m parity.consistency</code>): each decode step (Sq = 1 at '
         "position p) must equal the full prefill's row p, and prefill in odd-sized chunks must equal one-shot "
         "prefill, within twice the case's error budget; both also against the float64 reference.</p>"
     )
-    bad = [r for r in run.consistency if r.get("verdict") != "pass"]
+    bad = [r for r in run.consistency if r.get("verdict") != Outcome.PASS]
     cols = ["backend", "check", "where", "case", "max_diff_vs_prefill", "max_err_vs_reference", "tolerance", "verdict", "detail"]
     detail = f"<h3>Rows that did not pass</h3>{_table(bad, cols, 60)}" if bad else "<p>Every row passed.</p>"
     return intro + _table(rows, ["backend", *verdicts], 200) + detail
@@ -656,7 +657,7 @@ CHECKS_SHOWN = ("invariance_check", "invariance_max_diff", "graph_check", "graph
 
 
 def _rows(run: Run) -> str:
-    recs = [r for r in records(run) if r["verdict"] != "pass"]
+    recs = [r for r in records(run) if r["verdict"] != Outcome.PASS]
     if not recs:
         return "<p>Every row passed.</p>"
     cols: list[str] = [
@@ -676,7 +677,7 @@ def _rows(run: Run) -> str:
             "expected_id",
             *(("unconfirmed_id",) if any(r.get("unconfirmed_id") for r in recs) else ()),
             "err_ratio",
-            *(LSE_SHOWN if any(r.get("lse_check") in ("pass", "fail") for r in recs) else ()),
+            *(LSE_SHOWN if any(r.get("lse_check") in ("ok", "mismatch") for r in recs) else ()),
             *(CHECKS_SHOWN if engine_checks(run) else ()),
             "detail",
             "repro",

@@ -34,6 +34,7 @@ from ..judge import expect_verdict
 from ..results import (
     ADDED_COLUMNS,
     DTYPES,
+    LSE_OLD_WORDS,
     NUMERIC,
     RAW_FAIL_VERDICTS,  # noqa: F401 - re-exported for report and diff
     VERDICTS,  # noqa: F401 - re-exported for report and diff
@@ -102,6 +103,7 @@ def frame(results: runfolder.Results):
     for c in ADDED_COLUMNS:
         if c not in df.columns:
             df[c] = ""
+    df["lse_check"] = df["lse_check"].replace(LSE_OLD_WORDS)  # an older run's pass / fail
     for c in NUMERIC:
         df[c + "_f"] = pd.to_numeric(df[c], errors="coerce") if c in df.columns else float("nan")
     return df
@@ -210,7 +212,7 @@ def judge_run(run: Run, expectations: Expectations, rejudge: bool = False) -> Ru
                 versions.get(r["backend"], ""),
                 torch_version,
             )
-            r.update(verdict=v.verdict, raw_verdict=v.raw_verdict, expected_id=v.expected_id, unconfirmed_id=v.unconfirmed_id)
+            r.update(verdict=v.verdict, raw_verdict=v.raw_verdict or "", expected_id=v.expected_id, unconfirmed_id=v.unconfirmed_id)
     df = pd.DataFrame(recs, columns=run.df.columns) if recs else run.df
     return dataclasses.replace(run, df=df, expectations=expectations)
 

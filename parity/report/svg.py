@@ -10,16 +10,18 @@ import math
 from collections.abc import Sequence
 from html import escape
 
+from ..results import Outcome
+
 #: Okabe-Ito, colour-blind safe; yellow dropped (unreadable on white).
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#999999")
-VERDICT_COLOURS = {
-    "pass": "#1a7f37",
-    "fail": "#cf222e",
-    "error": "#8250df",
-    "crash": "#8250df",
-    "timeout": "#8250df",
-    "expected": "#bf8700",
-    "unexpected-pass": "#cf222e",
+VERDICT_COLOURS: dict[str, str] = {
+    Outcome.PASS: "#1a7f37",
+    Outcome.FAIL: "#cf222e",
+    Outcome.ERROR: "#8250df",
+    Outcome.CRASH: "#8250df",
+    Outcome.TIMEOUT: "#8250df",
+    Outcome.EXPECTED: "#bf8700",
+    Outcome.UNEXPECTED_PASS: "#cf222e",
 }
 MASK_COLOURS = {"1": "#57606a", "+": "#cf222e", "-": "#f0a30a", "p": "#8250df", ".": "#ffffff"}
 

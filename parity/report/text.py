@@ -20,6 +20,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from .. import coverage
+from ..results import Outcome
 from .data import (
     CHECK_NAMES,
     check_words,
@@ -60,7 +61,8 @@ def markdown_summary(run: Run) -> str:
     env = run.env
     total, bad = len(run.df), n_failing(run)
     kind, text = status_line(run)
-    icon = {"fail": "❌", "pass": "✅"}.get(kind, "⚠️")
+    icons: dict[str, str] = {Outcome.FAIL: "❌", Outcome.PASS: "✅"}
+    icon = icons.get(kind, "⚠️")
     head = f"{bad} failing of {total} rows" + (f" ({n_expected(run)} expected)" if n_expected(run) else "") if bad else text
     if bad and partial_words(run):
         head += " · " + partial_words(run)
@@ -113,7 +115,7 @@ def _md_failing(run: Run, bad: int) -> list[str]:
         row = []
         for f in fams:
             c = cells.get((b, f), {})
-            ran = sum(c.get(v, 0) for v in ("pass", "expected", *FAILING))
+            ran = sum(c.get(v, 0) for v in (Outcome.PASS, Outcome.EXPECTED, *FAILING))
             failing = sum(c.get(v, 0) for v in FAILING)
             row.append("–" if not ran else (f"**{failing}** / {ran}" if failing else f"0 / {ran}"))
         out.append(f"| `{md_cell(b)}` | " + " | ".join(row) + " |")
@@ -122,7 +124,7 @@ def _md_failing(run: Run, bad: int) -> list[str]:
         for r in rows:
             why = why_text(r, run, 200)
             line = f"- `{md_cell(b)}` **{r['verdict']}** [{md_cell(why)}] {md_cell(case_text(r))}"
-            if r["verdict"] == "fail":
+            if r["verdict"] == Outcome.FAIL:
                 line += f": err ratio {fmt(r.get('err_ratio'))}, budget used {fmt(r.get('budget_frac'))}x"
             if r.get("_same"):
                 line += f" (and {r['_same']} more rows with the same message)"
@@ -135,7 +137,7 @@ def _md_failing(run: Run, bad: int) -> list[str]:
                 out.append(f"  - gqa: {md_cell(r['gqa_detail'][:400])}")
             if r.get("read_check") == "mismatch":
                 out.append(f"  - reads: {md_cell(r['read_detail'][:400])}")
-            if r.get("lse_check") == "fail":
+            if r.get("lse_check") == "mismatch":
                 out.append(f"  - lse: {md_cell(r['lse_detail'][:400])}")
             for check, name in CHECK_NAMES.items():
                 if r.get(f"{check}_check") == "mismatch":
@@ -191,7 +193,7 @@ def _md_extras(run: Run) -> list[str]:
     if run.consistency:
         parts = []
         for b, c in consistency_counts(run).items():
-            not_pass = {k: v for k, v in c.items() if k != "pass"}
+            not_pass = {k: v for k, v in c.items() if k != Outcome.PASS}
             extra = " (" + ", ".join(f"{k} {v}" for k, v in sorted(not_pass.items())) + ")" if not_pass else ""
             parts.append(f"`{md_cell(b)}` {c.get('pass', 0)}/{sum(c.values())}{extra}")
         out += ["", "Decode / chunked-prefill consistency (pass / rows): " + ", ".join(parts) + "."]
@@ -270,9 +272,9 @@ def junit_xml(run: Run) -> str:
         st["tests"] += 1
         st["time"] += t
         v = r["verdict"]
-        if v in ("expected", "unexpected-pass"):
+        if v in (Outcome.EXPECTED, Outcome.UNEXPECTED_PASS):
             _junit_known(tc, st, run, r)
-        elif v == "fail":
+        elif v == Outcome.FAIL:
             st["failures"] += 1
             msg = f"[{r.get('reasons', '')}] err ratio {r.get('err_ratio', '')}, budget used {r.get('budget_frac', '')}"
             el = ET.SubElement(tc, "failure", message=msg, type="parity.fail")
@@ -289,10 +291,10 @@ def junit_xml(run: Run) -> str:
             st["errors"] += 1
             el = ET.SubElement(tc, "error", message=f"{v}: {r.get('detail', '')[:300]}", type=f"parity.{v}")
             el.text = f"{r.get('detail', '')}\nrepro: {r.get('repro', '')}"
-        elif v in ("unsupported", "unavailable"):
+        elif v in (Outcome.UNSUPPORTED, Outcome.UNAVAILABLE):
             st["skipped"] += 1
             ET.SubElement(tc, "skipped", message=f"{v}: {r.get('detail', '')}")
-        elif v != "pass":
+        elif v != Outcome.PASS:
             st["errors"] += 1
             ET.SubElement(tc, "error", message=f"unknown verdict {v!r}", type="parity.unknown")
     for b, el in suites.items():
@@ -308,7 +310,7 @@ def junit_xml(run: Run) -> str:
 def _junit_known(tc: ET.Element, st: dict[str, float], run: Run, r: dict[str, Any]) -> None:
     """An expected row as a skip with the entry's words; an unexpected pass as a failure naming the entry."""
     eid, text = _entry_text(run, r)
-    if r["verdict"] == "expected":
+    if r["verdict"] == Outcome.EXPECTED:
         st["skipped"] += 1
         raw = r.get("raw_verdict") or "fail"
         why = f" [{r['reasons']}]" if r.get("reasons") else (f": {r.get('detail', '')[:200]}" if r.get("detail") else "")

@@ -45,10 +45,10 @@ from typing import Any
 from ..case import Case
 from ..errors import UserError
 from ..expect import Expectations
-from ..results import RAW_FAIL_VERDICTS, raw_verdict_of
+from ..results import RAW_FAIL_VERDICTS, SKIP_VERDICTS, Outcome, raw_verdict_of
 from .runs import Run
 
-SKIPPED = ("unsupported", "unavailable")
+SKIPPED = SKIP_VERDICTS
 #: The numbers compared where both sides pass: (column, label).
 METRICS = (("max_abs_err", "max abs error"), ("mean_abs_err", "mean abs error"), ("lse_max_abs_err", "LSE max abs error"))
 TAG = "@"  # X@TAG: the kernel X staged a second time (docs/version-diff.md)
@@ -72,7 +72,7 @@ class Side:
     """One row of a pair at one version, judged (module docstring)."""
 
     row: dict[str, Any]
-    raw: str  # raw verdict
+    raw: Outcome | None  # raw verdict (None: a row of no known verdict)
     verdict: str  # judged with the entries as written
     entry: str  # expected_id / the unexpected pass's entry (as written)
     mechanism: str  # the entry explaining a raw failure with versions ignored ("" for none, and for a pass)
@@ -260,15 +260,15 @@ class Judge:
         if row is None:
             return None
         raw = raw_verdict_of(row)
-        if not self.expectations or raw not in (*RAW_FAIL_VERDICTS, "pass"):
-            return Side(row, raw, raw, "", "")
+        if not self.expectations or raw not in (*RAW_FAIL_VERDICTS, Outcome.PASS):
+            return Side(row, raw, str(raw or ""), "", "")
         mine = {**row, "backend": spec, "raw_verdict": raw}
         case = self._case(str(row.get("case_json") or ""))
         if case is None:  # a row without its case cannot be matched to an entry
-            return Side(row, raw, raw, "", "")
+            return Side(row, raw, str(raw or ""), "", "")
         out = self.expectations.judge(mine, version, torch_version, case)
-        blind = self.blind.judge(mine, version, torch_version, case) if raw != "pass" else {}
-        mechanism = blind.get("expected_id", "") if blind.get("verdict") == "expected" else ""
+        blind = self.blind.judge(mine, version, torch_version, case) if raw != Outcome.PASS else {}
+        mechanism = blind.get("expected_id", "") if blind.get("verdict") == Outcome.EXPECTED else ""
         return Side(row, raw, out["verdict"], out.get("expected_id", ""), mechanism)
 
     def _case(self, case_json: str) -> Case | None:
@@ -329,7 +329,7 @@ def _classify(d: VersionDiff, rp: RowPair) -> None:
         d.new.append(rp)
     if b is not None and b.raw not in SKIPPED and h.raw in SKIPPED:
         d.coverage_lost.append(rp)
-    if b is not None and b.raw == h.raw and h.raw in ("pass", "fail"):
+    if b is not None and b.raw == h.raw and h.raw in (Outcome.PASS, Outcome.FAIL):
         rb, rh = b.num("err_ratio"), h.num("err_ratio")
         if not (math.isnan(rb) or math.isnan(rh)) and rh > rb * d.ratio_threshold and rh - rb > d.min_ratio_delta:
             d.ratio_up.append(rp)
@@ -350,7 +350,7 @@ def findings(rows: list[RowPair], expectations: Expectations) -> list[Finding]:
             f.not_run += 1
         elif h.mechanism == b.mechanism:
             f.still += 1
-        elif h.raw == "pass":
+        elif h.raw == Outcome.PASS:
             f.fixed += 1
         else:
             f.other += 1
@@ -368,7 +368,7 @@ def _finding(entry_id: str, rp: RowPair, expectations: Expectations) -> Finding:
 
 def spread(rows: list[RowPair], column: str, label: str, factor: float, top: int = 10) -> Spread:
     """head / base of ``column`` over the rows whose raw verdict is pass at both versions."""
-    both = [(rp, rp.ratio(column)) for rp in rows if rp.base and rp.head and rp.base.raw == rp.head.raw == "pass"]
+    both = [(rp, rp.ratio(column)) for rp in rows if rp.base and rp.head and rp.base.raw == rp.head.raw == Outcome.PASS]
     both = [(rp, r) for rp, r in both if not math.isnan(r)]
     moved = sorted((x for x in both if x[1] >= factor or x[1] <= 1 / factor), key=lambda x: -_size(x[1]))[:top]
     return Spread(column, label, tuple(r for _, r in both), factor, tuple(moved))

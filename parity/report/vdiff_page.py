@@ -120,7 +120,7 @@ def _new_table(d: VersionDiff, limit: int) -> Table:
     groups: dict[tuple[str, str, str, str], list[RowPair]] = {}
     for rp in d.new:
         h = rp.head
-        key = (rp.pair.head, h.raw, str(h.row.get("reasons") or str(h.row.get("detail") or "")[:100]), h.mechanism)  # type: ignore[union-attr]
+        key = (rp.pair.head, str(h.raw or ""), str(h.row.get("reasons") or str(h.row.get("detail") or "")[:100]), h.mechanism)  # type: ignore[union-attr]
         groups.setdefault(key, []).append(rp)
     ordered = sorted(groups.items(), key=lambda kv: -len(kv[1]))
     rows = [

@@ -23,7 +23,7 @@ from typing import Any
 from ..api import evaluate, evaluate_record
 from ..case import Case
 from ..judge import BaselineCache
-from ..results import DTYPES
+from ..results import DTYPES, Outcome
 from .bugs import PlantedBug
 from .honest import HonestVariant
 
@@ -48,7 +48,7 @@ def seeds_cases(profile: str, seeds: Sequence[int]) -> list[Case]:
 
 
 def _checks(row: dict[str, Any]) -> list[str]:
-    return row["reasons"].split() if row["verdict"] == "fail" else [row["verdict"]]
+    return row["reasons"].split() if row["verdict"] == Outcome.FAIL else [row["verdict"]]
 
 
 @dataclasses.dataclass
@@ -87,9 +87,9 @@ def detect(
     for n, case in enumerate(cases, 1):
         row = evaluate(backend, case, probes=not grad, baselines=baselines, grad=grad, checks=bug.checks)
         run = n
-        if row["verdict"] in ("error", "crash", "timeout"):
+        if row["verdict"] in (Outcome.ERROR, Outcome.CRASH, Outcome.TIMEOUT):
             problems.append(f"{row['verdict']} on {case.summary()}: {row['detail']}")
-        if row["verdict"] != "fail":
+        if row["verdict"] != Outcome.FAIL:
             continue
         failing += 1
         counts.update(_checks(row))
@@ -108,7 +108,7 @@ def detect(
             detail = "reads: " + first["read_detail"]
         elif first.get("grad_check") in ("mismatch", "error"):
             detail = "grad: " + first["grad_detail"]
-        elif first.get("lse_check") == "fail":
+        elif first.get("lse_check") == "mismatch":
             detail = "lse: " + first["lse_detail"]
         elif first.get("invariance_check") == "mismatch":
             detail = "batch invariance: " + first["invariance_detail"]
@@ -165,10 +165,10 @@ def check_honest(
                 frac = max(frac or 0.0, judged.verdict.grad_budget_frac)
             res.seconds += time.perf_counter() - t0
             res.cases += 1
-            if row["verdict"] == "unsupported":
+            if row["verdict"] == Outcome.UNSUPPORTED:
                 res.unsupported += 1
                 continue
-            if row["verdict"] == "pass":
+            if row["verdict"] == Outcome.PASS:
                 res.passed += 1
             else:  # fail, error, crash, timeout: a false alarm
                 res.failed.append(row)

@@ -12,6 +12,7 @@ from typing import Any
 from ..case import Case
 from ..judge import BaselineCache
 from ..maskcheck import mask_passes_at_most
+from ..results import Outcome
 from .lanes import LanePlan, unit_key
 from .options import SweepOptions
 
@@ -92,7 +93,7 @@ class RowLimits:
         """An answered row built its configuration in the worker; a timeout or crash restarts the worker, so
         what it built in memory is gone (its disk cache stays, but a build killed halfway is lost)."""
         with self.lock:
-            if res.get("status") in ("timeout", "crash"):
+            if res.get("status") in (Outcome.TIMEOUT, Outcome.CRASH):
                 self.built.pop(unit, None)
             elif res.get("status") == "ok":
                 self.built.setdefault(unit, set()).add(unit_key(self.plan.units[unit][0])(case))

@@ -47,6 +47,7 @@ from typing import Any
 
 from ..case import Case
 from ..memory import estimate
+from ..results import Outcome
 from .lanes import backend_object, make_executor, unit_key
 from .options import SweepOptions
 
@@ -248,7 +249,7 @@ def _record(plan: PrecompilePlan, results: dict[str, list[dict[str, Any]]], wall
             "keys": len(reps),
             "ran": len(got),
             "ok": sum(r["status"] == "ok" for r in got),
-            "failed": sum(r["status"] not in ("ok", "unsupported") for r in got),
+            "failed": sum(r["status"] not in ("ok", Outcome.UNSUPPORTED) for r in got),
             "left_to_lanes": plan.left.get(spec, 0),
             "procs": plan.procs[spec],
             "worker_s": round(sum(r["s"] for r in got), 3),

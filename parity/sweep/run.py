@@ -18,7 +18,7 @@ from ..case import Case
 from ..execute import context_lost
 from ..judge import BaselineCache, apply_expectations, harness_oom_row, judge, unavailable
 from ..memory import is_oom
-from ..results import FAIL_VERDICTS, Judged
+from ..results import FAIL_VERDICTS, Judged, Outcome
 from ..runfolder import read_timing
 from . import precompile
 from .eta import Eta, case_cost
@@ -259,7 +259,7 @@ class Sweep:
         retried: bool = False,
     ) -> None:
         spec, part = self.plan.units[unit]
-        if res.get("status") == "timeout" and not retried and self.options.isolate:
+        if res.get("status") == Outcome.TIMEOUT and not retried and self.options.isolate:
             with self.lock:  # judged after the lanes, once retried alone (:meth:`_retry_timeouts`)
                 self.retries.append((case, unit, info, res, wait_s, ref_s, limit))
             self.memory.release(unit, case)  # its memory hold too: the retry runs after the lanes, alone
@@ -284,7 +284,7 @@ class Sweep:
             stages = self.timing.add(spec, case, res, wait_s, judge_s, baseline_s, unit=unit, part=part)
             self.sink.stages(spec, case, res, stages)
             if self.sink.eta:
-                self.sink.eta.done(spec, case.case_id, wait_s + judge_s + baseline_s, ran=res.get("status") != "unsupported")
+                self.sink.eta.done(spec, case.case_id, wait_s + judge_s + baseline_s, ran=res.get("status") != Outcome.UNSUPPORTED)
         self._emit(judged, unit)
 
     def _emit(self, judged: Judged, unit: str) -> None:
@@ -314,7 +314,7 @@ class Sweep:
             t0 = time.perf_counter()
             failed = ex.submit(case)
             again = failed if failed is not None else ex.collect(timeout=longer)
-            if again.get("status") == "timeout":
+            if again.get("status") == Outcome.TIMEOUT:
                 ref = self.limits.reference_seconds(case, unit)
                 again = {
                     **again,

@@ -29,6 +29,7 @@ from typing import Any
 from ..case import Case
 from ..expect import CHECK_REASONS, GRAD_REASONS
 from ..judge import BaselineCache, judge
+from ..results import Outcome
 from ..runfolder import SHRUNK, open_jsonl
 from ..shrink import Shrunk, budget_note, shrink
 from .lanes import make_executor
@@ -83,7 +84,7 @@ def failure_kind(row: dict[str, Any]) -> str:
     """Which kind of failure ``row`` shows (the module docstring's table)."""
     verdict = str(row.get("raw_verdict") or row["verdict"])  # an `expected` row's own verdict
     reasons = set(str(row.get("reasons", "")).split())
-    if verdict != "fail" or not reasons:
+    if verdict != Outcome.FAIL or not reasons:
         return verdict
     return next((kind for kind, names in KINDS if reasons & set(names)), "other")
 

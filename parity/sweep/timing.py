@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..case import Case
+from ..results import Outcome
 from ..runfolder import read_timing, write_timing
 
 __all__ = [
@@ -219,7 +220,7 @@ class SweepTiming:
         for k in ("call_s", "probe_call_s", "probe_s", "gen_s"):
             t[k] += float(w.get(k, 0.0))
         # a case the backend declines costs it nothing: it would only inflate the rate
-        if res.get("status") != "unsupported" and max(max(case.q_lens), max(case.k_lens)) <= 4096:
+        if res.get("status") != Outcome.UNSUPPORTED and max(max(case.q_lens), max(case.k_lens)) <= 4096:
             self.small_times.setdefault(spec, []).append(exec_s + judge_s)
             if part is not None:
                 sums = self.part_small.setdefault(spec, {})

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..case import Case
-from ..results import FAIL_VERDICTS, RAW_FAIL_VERDICTS, VERDICTS, Judged
+from ..results import FAIL_VERDICTS, RAW_FAIL_VERDICTS, VERDICTS, Judged, Outcome
 from ..runfolder import STAGES, ResultsWriter, open_jsonl
 from .eta import Eta, clock
 
@@ -160,23 +160,23 @@ def known_vs_new(rows: Iterable[dict[str, Any]]) -> list[str]:
     anything else                                        counted only
     ===================================================  =============================================
     """
-    by_id: dict[str, dict[str, int]] = {}
+    by_id: dict[str, dict[Outcome, int]] = {}
     unconfirmed: dict[str, int] = {}
     new = oom = 0
     crashes: dict[str, int] = {}
     for r in rows:
-        if r["verdict"] in ("expected", "unexpected-pass"):
-            n = by_id.setdefault(r.get("expected_id") or "?", {"expected": 0, "unexpected-pass": 0})
+        if r["verdict"] in (Outcome.EXPECTED, Outcome.UNEXPECTED_PASS):
+            n = by_id.setdefault(r.get("expected_id") or "?", {Outcome.EXPECTED: 0, Outcome.UNEXPECTED_PASS: 0})
             n[r["verdict"]] += 1
         elif r["verdict"] in RAW_FAIL_VERDICTS:
             new += 1
-            oom += r["verdict"] == "error" and str(r.get("detail") or "").startswith("out of memory")
+            oom += r["verdict"] == Outcome.ERROR and str(r.get("detail") or "").startswith("out of memory")
             if r.get("unconfirmed_id"):
                 unconfirmed[r["unconfirmed_id"]] = unconfirmed.get(r["unconfirmed_id"], 0) + 1
-            if r["verdict"] == "crash":
+            if r["verdict"] == Outcome.CRASH:
                 crashes[str(r.get("backend") or "?")] = crashes.get(str(r.get("backend") or "?"), 0) + 1
-    expected = {k: v["expected"] for k, v in by_id.items() if v["expected"]}
-    xpass = {k: v["unexpected-pass"] for k, v in by_id.items() if v["unexpected-pass"]}
+    expected = {k: v[Outcome.EXPECTED] for k, v in by_id.items() if v[Outcome.EXPECTED]}
+    xpass = {k: v[Outcome.UNEXPECTED_PASS] for k, v in by_id.items() if v[Outcome.UNEXPECTED_PASS]}
     out = []
     if expected or new or xpass:
         out.append(
