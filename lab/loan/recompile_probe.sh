@@ -4,7 +4,7 @@
 #   1 cold   flex-cuda and jax-xla-cuda on a fresh cache A        (a key too coarse: built on a key met before)
 #   2 warm   the same on cache A, in a new process                (the disk cache across processes: hits, not misses)
 #   3 legacy flex-cuda on a fresh cache B as before 22:30 UTC 2026-12-06 (duck shaping, 128-row buckets), to compare
-#   bash lab/loan/recompile_probe.sh [FLEX_S] [JAX_S]   (JAX_S 0: flex only)  -> $OUT/recompile.tgz, a short table last
+#   [LEGACY=0] bash lab/loan/recompile_probe.sh [FLEX_S] [JAX_S]   (JAX_S 0: flex only; LEGACY=0: no third run)  -> $OUT/recompile.tgz, a short table last
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 w=/tmp/rcp; rm -rf "$w"; mkdir -p "$w"; fs=${1:-110}; js=${2:-45}; be=flex-cuda,jax-xla-cuda
@@ -14,7 +14,7 @@ p() { local n=$1; shift; t0=$(date +%s); timeout 280 python3 "$here/lab/loan/com
   > "$w/$n.sum" 2> "$w/$n.log"; echo "$n rc=$? $(( $(date +%s) - t0 )) s"; }
 p cold --cache "$w/A" --backend "$be" --seconds "$fs,$js"
 p warm --cache "$w/A" --backend "$be" --seconds "$(( fs / 2 )),$(( js / 2 ))"
-p legacy --cache "$w/B" --backend flex-cuda --seconds "$fs" --legacy
+[ "${LEGACY:-1}" = 1 ] && p legacy --cache "$w/B" --backend flex-cuda --seconds "$fs" --legacy
 for n in cold warm legacy; do  # the recompile reasons, numbers stripped, against the newest entry of each
   grep -A2 "triggered by the following guard" "$w/$n.log" | grep -o -- "- [0-9]*/[0-9]*: .*" | sed 's/^- [0-9/]*: //; s/[0-9]\+/N/g' \
     | cut -c1-180 | sort | uniq -c | sort -rn > "$w/$n.reasons"
