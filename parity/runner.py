@@ -73,7 +73,7 @@ class RunRequest:
     graph_replay: bool = False  # --graph-replay: the CUDA graph replay check (parity.graphs)
 
 
-def load_cases(req: RunRequest, specs: Sequence[str] = ()) -> tuple[list, dict, RunRequest]:
+def load_cases(req: RunRequest, backend_names: Sequence[str] = ()) -> tuple[list, dict, RunRequest]:
     """The run's cases, what the design did (long-case cap, siblings per backend) for environment.json,
     and ``req`` with the profile it ran (``first`` / ``default`` when none was given)."""
     from .case import Case
@@ -104,11 +104,11 @@ def load_cases(req: RunRequest, specs: Sequence[str] = ()) -> tuple[list, dict, 
             cases = [c for c in cases if c.dtype in req.dtype]
         return cases, {}, req
     if req.model or req.profile == "models":
-        return (*_model_cases(req, specs), req)
+        return (*_model_cases(req, backend_names), req)
     from . import backends
     from .design import place
 
-    instances = {s: backends.get(s) for s in specs}
+    instances = {s: backends.get(s) for s in backend_names}
     gpu = any(getattr(b, "device", "cpu") == "cuda" for b in instances.values())
     chosen = req.profile
     req = dataclasses.replace(req, profile=first_run_profile(req.profile, instances, _gpu_here() if gpu else False))
@@ -131,14 +131,14 @@ def load_cases(req: RunRequest, specs: Sequence[str] = ()) -> tuple[list, dict, 
     return cases, design, req
 
 
-def _model_cases(req: RunRequest, specs: Sequence[str]) -> tuple[list, dict]:
+def _model_cases(req: RunRequest, backend_names: Sequence[str]) -> tuple[list, dict]:
     """``--model`` / ``--profile models``: the models' cases; lengths divided on a run without a GPU backend (said on stdout)."""
     from . import backends
     from .models import CPU_SCALE_DOWN, profile_cases
 
     if req.profile not in (None, "models"):
         raise UsageError(f"--model runs the models' own cases: drop --profile {req.profile} (or use --profile models)")
-    gpu = any(getattr(backends.get(s), "device", "cpu") == "cuda" for s in specs)
+    gpu = any(getattr(backends.get(s), "device", "cpu") == "cuda" for s in backend_names)
     if req.length_scale is not None and req.length_scale < 1:
         raise UsageError(f"--length-scale must be >= 1, got {req.length_scale}")
     scale = req.length_scale or (1 if gpu else CPU_SCALE_DOWN)
@@ -225,18 +225,18 @@ def _run_specs(req: RunRequest) -> tuple[list[str], list[str]]:
     if req.backend and not requested:
         raise UsageError(f"--backend {' '.join(map(repr, req.backend))} names no backend")
     explicit = [s for s in requested if s not in backends.SELECTORS]
-    specs: list[str] = []
+    backend_names: list[str] = []
     for s in requested or list(backends.DEFAULT_CPU):
-        specs.extend(backends.expand(s))
-    for spec in specs:  # resolve now: an unknown name is a usage error, not a row
+        backend_names.extend(backends.expand(s))
+    for backend in backend_names:  # resolve now: an unknown name is a usage error, not a row
         try:
-            backends.get(spec)
+            backends.get(backend)
         except backends.BackendSpecError as exc:
             raise UsageError(str(exc)) from None
-    return specs, explicit
+    return backend_names, explicit
 
 
-def _check_run_args(req: RunRequest, specs: list[str]) -> tuple[dict, dict[str, int], bool]:
+def _check_run_args(req: RunRequest, backend_names: list[str]) -> tuple[dict, dict[str, int], bool]:
     """The run's numeric arguments checked; its error budgets, its ``--split`` parts (as given: ``B=1``
     keeps B whole under ``--split auto``) and whether ``--split auto`` was given."""
     from .sweep import check_splits
@@ -259,7 +259,7 @@ def _check_run_args(req: RunRequest, specs: list[str]) -> tuple[dict, dict[str, 
         raise UsageError("--precompile on builds kernels in worker processes: it cannot go with --no-isolate")
     splits, auto = _splits(req.split)
     try:  # before any case is generated: a bad --split costs nothing
-        check_splits(splits, specs, req.jobs, not req.no_isolate)
+        check_splits(splits, backend_names, req.jobs, not req.no_isolate)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return budgets, splits, auto
@@ -328,12 +328,12 @@ def run(req: RunRequest) -> int:
     req = dataclasses.replace(req, dtype=_dtypes(req.dtype))
     if req.last_failed:
         req = _last_failed(req)
-    specs, explicit = _run_specs(req)
-    budgets, splits, auto_split = _check_run_args(req, specs)
+    backend_names, explicit = _run_specs(req)
+    budgets, splits, auto_split = _check_run_args(req, backend_names)
     gpus = read_gpus(req.gpus, not req.no_isolate)  # before any case is generated: a bad --gpus costs nothing
     expectations = load_checked(req.expect)
-    cases, design, req = load_cases(req, specs)
-    cases, shard_rec = _shard(req, cases, specs)
+    cases, design, req = load_cases(req, backend_names)
+    cases, shard_rec = _shard(req, cases, backend_names)
     if req.list_cases:
         for c in cases:
             print(c.to_json())
@@ -343,7 +343,7 @@ def run(req: RunRequest) -> int:
     ref_dev = _reference_device(req.reference_device)
     out = _out_dir(req)
     cache_root, cache_before = _compile_cache(req.compile_cache)
-    print(f"parity: {len(cases)} cases x {len(specs)} backends -> {out / runfolder.RESULTS}", file=sys.stderr)
+    print(f"parity: {len(cases)} cases x {len(backend_names)} backends -> {out / runfolder.RESULTS}", file=sys.stderr)
     costs = "" if cache_root is None else str(cache_root / COSTS)  # measured costs: the lanes' plan
     options = sweep_options(
         req,
@@ -357,7 +357,7 @@ def run(req: RunRequest) -> int:
         cost_file=costs,
     )
     try:
-        result = run_sweep(specs, cases, out, options)
+        result = run_sweep(backend_names, cases, out, options)
     except KeyboardInterrupt:
         print(
             f"parity: interrupted: a PARTIAL run; its finished rows are in {out}/results.csv; "
@@ -426,7 +426,7 @@ def _out_dir(req: RunRequest) -> Path:
     return out
 
 
-def _shard(req: RunRequest, cases: list, specs: Sequence[str]) -> tuple[list, dict | None]:
+def _shard(req: RunRequest, cases: list, backend_names: Sequence[str]) -> tuple[list, dict | None]:
     """``--shard K/N``: the shard's cases and its ``environment.json["shard"]`` (:mod:`parity.shard`)."""
     if not req.shard:
         return cases, None
@@ -434,7 +434,7 @@ def _shard(req: RunRequest, cases: list, specs: Sequence[str]) -> tuple[list, di
 
     filters = shard.run_filters(req.dtype, req.case, req.case_file, req.no_siblings)
     try:
-        return shard.for_run(cases, req.shard, specs, profile=_profile_name(req), seed=req.seed, filters=filters)
+        return shard.for_run(cases, req.shard, backend_names, profile=_profile_name(req), seed=req.seed, filters=filters)
     except ValueError as exc:
         raise UsageError(f"--shard {req.shard}: {exc}") from None
 
@@ -589,10 +589,10 @@ def _shrink_failures(failures: list[dict], options, out: Path) -> None:
     from .sweep.shrinking import shrink_failures
 
     for rec in shrink_failures(failures, options, out):
-        small_row, spec = rec["row"], rec["backend"]
+        small_row, backend = rec["row"], rec["backend"]
         if rec["small"].case_id != rec["original"].case_id:
             print(
-                f"\nSHRUNK {spec} [{small_row.get('reasons') or small_row.get('detail')}] {rec['original'].summary()}  ->  "
+                f"\nSHRUNK {backend} [{small_row.get('reasons') or small_row.get('detail')}] {rec['original'].summary()}  ->  "
                 f"{rec['small'].summary()} ({rec['calls']} calls{'; ' + rec['note'] if rec.get('note') else ''})"
             )
             if small_row.get("mask_check") == "mismatch":
