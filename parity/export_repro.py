@@ -41,21 +41,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError as UsageError
+from .errors import UserError
 from .results import Outcome
 
 
 def select_rows(df, run_dir: Path, row: int | None, backend: str | None) -> list[tuple[int, dict[str, Any]]]:
-    """``(index, row)`` pairs to export; raises :class:`UsageError` on bad input."""
+    """``(index, row)`` pairs to export; raises :class:`UserError` on bad input."""
     present = list(dict.fromkeys(df["backend"]))
     if backend is not None and backend not in present:
-        raise UsageError(f"--backend {backend}: no rows of it in {run_dir} (it has: {', '.join(present) or 'none'})")
+        raise UserError(f"--backend {backend}: no rows of it in {run_dir} (it has: {', '.join(present) or 'none'})")
     if row is not None:
         if not 0 <= row < len(df):
-            raise UsageError(f"--row {row}: {run_dir} has rows 0..{len(df) - 1} (0-based, in results.csv order)")
+            raise UserError(f"--row {row}: {run_dir} has rows 0..{len(df) - 1} (0-based, in results.csv order)")
         picked = df.iloc[row].to_dict()
         if backend is not None and picked["backend"] != backend:
-            raise UsageError(f"--row {row} is a row of {picked['backend']}, not of --backend {backend}")
+            raise UserError(f"--row {row} is a row of {picked['backend']}, not of --backend {backend}")
         return [(row, picked)]
     mask = (df["verdict"] == Outcome.FAIL) | ((df["verdict"] == Outcome.EXPECTED) & (df.get("raw_verdict", "") == Outcome.FAIL))
     if backend is not None:
@@ -117,7 +117,7 @@ def export_one(
     try:
         case = Case.from_json(row["case_json"])
     except ValueError as exc:
-        raise UsageError(f"{run.path}/results.csv row {index}: {exc}") from None
+        raise UserError(f"{run.path}/results.csv row {index}: {exc}") from None
     entry = shrunk.get((backend, case.case_id))
     row_summary, extra = case.summary(), ""
     if entry is not None:

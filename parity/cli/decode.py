@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .. import runfolder
-from ..errors import UserError as UsageError
+from ..errors import UserError
 from ..results import DTYPES, Outcome
 from .common import latest_run
 from .common import split_list as _split
@@ -118,17 +118,17 @@ def run(args: argparse.Namespace) -> int:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device here")
+        raise UserError("--device cuda: no CUDA device here")
     on_gpu = device == "cuda"
     backend_names, explicit = _specs(args, on_gpu)
     if args.lm:
         return _run_lm(args, backend_names, explicit, device)
     if args.dtype and len(args.dtype) > 1:
-        raise UsageError("--dtype once, unless --lm")
+        raise UserError("--dtype once, unless --lm")
     args.dtype = args.dtype[0] if args.dtype else None
     steps = args.steps if args.steps is not None else (32 if on_gpu else 24)
     if steps < 1 or args.window < 2 or args.tie_factor <= 0 or (args.page_size is not None and args.page_size < 1):
-        raise UsageError("--steps >= 1, --window >= 2, --tie-factor > 0 and --page-size >= 1 are required")
+        raise UserError("--steps >= 1, --window >= 2, --tie-factor > 0 and --page-size >= 1 are required")
     models = _models(args)
     cfg = DecodeConfig(
         models=tuple(models),
@@ -183,9 +183,9 @@ def _specs(args: argparse.Namespace, on_gpu: bool) -> tuple[list[str], list[str]
         try:
             backends.get(backend)
         except backends.BackendSpecError as exc:
-            raise UsageError(str(exc)) from None
+            raise UserError(str(exc)) from None
     if not backend_names:
-        raise UsageError("no backend selected")
+        raise UserError("no backend selected")
     return backend_names, explicit
 
 
@@ -195,15 +195,15 @@ def _models(args: argparse.Namespace) -> list[str]:
     if args.hf_checkpoint and "hf-checkpoint" not in models:
         models.append("hf-checkpoint")
     if "hf-checkpoint" in models and not args.hf_checkpoint:
-        raise UsageError("--model hf-checkpoint needs --hf-checkpoint DIR")
+        raise UserError("--model hf-checkpoint needs --hf-checkpoint DIR")
     if args.hf_checkpoint and not Path(args.hf_checkpoint).is_dir():
-        raise UsageError(f"--hf-checkpoint {args.hf_checkpoint}: no such directory")
+        raise UserError(f"--hf-checkpoint {args.hf_checkpoint}: no such directory")
     if any(m.startswith("hf") for m in models):
         from ..decode.hf import unavailable_reason
 
         why = unavailable_reason()
         if why:
-            raise UsageError(why)
+            raise UserError(why)
     return models
 
 
@@ -214,11 +214,11 @@ def _run_lm(args: argparse.Namespace, backend_names: list[str], explicit: list[s
     on_gpu = device == "cuda"
     for name, val in (("--prompts", args.prompts), ("--prompt-bytes", args.prompt_bytes), ("--steps", args.steps)):
         if val is not None and val < 1:
-            raise UsageError(f"{name} must be >= 1")
+            raise UserError(f"{name} must be >= 1")
     if args.tie_factor <= 0:
-        raise UsageError("--tie-factor must be > 0")
+        raise UserError("--tie-factor must be > 0")
     if args.swap_from and args.swap_from not in backend_names:
-        raise UsageError(f"--swap-from {args.swap_from}: not one of the backends of this run ({', '.join(backend_names)})")
+        raise UserError(f"--swap-from {args.swap_from}: not one of the backends of this run ({', '.join(backend_names)})")
     cfg = StudyConfig(
         model=args.lm,
         dtypes=tuple(dict.fromkeys(args.dtype or ["bfloat16", "float16"])),
