@@ -17,10 +17,10 @@ from .results import ENGINE_CHECKS, Judged, Outcome, Verdict
 from .verdict import BUDGETS, Budget
 
 _BASELINES = BaselineCache("cpu", keep=16)
-#: Worker processes of :func:`evaluate` with ``worker_path``, one per (spec, path, probes, passes).
+#: Worker processes of :func:`evaluate` with ``worker_path``, one per (backend, path, probes, passes).
 _WORKERS: dict[tuple, ProcessExecutor] = {}
 #: The in-process call that lost this process's CUDA context (a sticky CUDA error), if one did:
-#: ``"spec on case: detail"``. Later calls of named backends then run in worker processes.
+#: ``"backend on case: detail"``. Later calls of named backends then run in worker processes.
 _LOST: list[str] = []
 
 
@@ -44,7 +44,7 @@ def _in_process(
         return {
             "status": "error",
             "detail": f"not run: this process's CUDA context was lost earlier ({_LOST[0]}); "
-            "name the backend by its spec, or run it with a worker path, to run it in a fresh process",
+            "pass the backend by name, or run it with a worker path, to run it in a fresh process",
         }
     res = execute(inst, case, probes, max_passes, grad=grad, checks=checks)
     if context_lost(res):
@@ -159,7 +159,7 @@ def evaluate_record(
     =====================================  ==========================================================
     call                                   runs where
     =====================================  ==========================================================
-    a spec with ``worker_path``            that backend's worker process (a crash is its own row)
+    a name with ``worker_path``            that backend's worker process (a crash is its own row)
     in process, no CUDA error yet          this process
     in process, after a sticky CUDA error  a named backend: a worker process (fresh CUDA context);
                                            a CUDA ``Backend`` instance: not run, an ``error`` row

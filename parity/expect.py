@@ -5,7 +5,7 @@ The data lives in ``parity/known_divergences.toml`` (:data:`DEFAULT_FILE`), one
 
 ===============  =============================================================================
 ``id``           unique name, what reports, JUnit and pytest's xfail message show
-``backend``      :mod:`fnmatch` glob over the backend spec (``"fa4-*"``, ``"mypkg.k:Kernel"``)
+``backend``      :mod:`fnmatch` glob over the backend name (``"fa4-*"``, ``"mypkg.k:Kernel"``)
 ``versions``     optional ``"PACKAGE SPECIFIERS"``, e.g. ``"xformers>=0.0.35,<0.0.36"``: applies
                  only where the backend's version string (``environment.json`` /
                  ``parity backends``) holds ``PACKAGE <version>`` inside the range (for ``torch``

@@ -56,7 +56,7 @@ _EXPECT = pytest.StashKey[Any]()  # parity.expect.Expectations of the session
 _PATHS = pytest.StashKey[dict]()  # {backend: [folders]}
 _PROFILE = pytest.StashKey[str]()  # the hypothesis profile loaded (absent: none)
 _CASES = pytest.StashKey[list]()
-_INFO = pytest.StashKey[dict]()  # spec -> backend_info
+_INFO = pytest.StashKey[dict]()  # backend name -> backend_info
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -209,7 +209,7 @@ def _info(config: pytest.Config, backend: str) -> dict[str, Any]:
 
 
 def backend_params(config: pytest.Config, backend_names: list[str]) -> list[Any]:
-    """One ``pytest.param`` per backend spec: its id, its marker (and ``gpu``), skipped when unavailable."""
+    """One ``pytest.param`` per backend name: its id, its marker (and ``gpu``), skipped when unavailable."""
     params = []
     for backend in backend_names:
         from .markers import marker_for
@@ -278,7 +278,7 @@ def parity_expectations(pytestconfig: pytest.Config) -> Any:
 
 @pytest.fixture(scope="session")
 def parity_worker_paths(pytestconfig: pytest.Config) -> dict[str, list[str]]:
-    """``{backend: [folders]}``: pass ``worker_path=parity_worker_paths.get(spec)`` to :func:`parity.evaluate`."""
+    """``{backend: [folders]}``: pass ``worker_path=parity_worker_paths.get(backend)`` to :func:`parity.evaluate`."""
     return worker_paths(pytestconfig)
 
 

@@ -95,13 +95,13 @@ Wiring (where each hook goes)
   (``r.add_argument("--shard", metavar="K/N", help="run shard K of N of the cases (configurations
   whole; parity merge joins the shards)")``). In ``parity.runner.run``, with the other argument checks
   (before any case is generated): ``shard.parse_shard(req.shard)`` (``ValueError`` ->
-  ``UsageError(f"--shard: {exc}")``). Right after ``cases, design, req = load_cases(req, specs)`` (:mod:`parity.runner`) and
+  ``UserError(f"--shard: {exc}")``). Right after ``cases, design, req = load_cases(req, backend_names)`` (:mod:`parity.runner`) and
   **before** ``if req.list_cases`` (so ``--list-cases --shard K/N`` lists the shard's cases)::
 
       shard_rec = None
       if req.shard:
           try:
-              cases, shard_rec = shard.for_run(cases, req.shard, specs, profile=<the profile name
+              cases, shard_rec = shard.for_run(cases, req.shard, backend_names, profile=<the profile name
                   recorded as environment.json "profile">, seed=req.seed, filters=shard.run_filters(req.dtype, ...))
           except ValueError as exc:
               raise UsageError(f"--shard {req.shard}: {exc}") from None
@@ -264,14 +264,14 @@ def select(cases: Sequence[Any], k: int, n: int, backend_names: Sequence[str], c
 
 
 def cost_hints(backend_names: Iterable[str]) -> dict[str, float]:
-    """``{spec: its backend's cost_hint}`` (1.0 when the backend cannot be built here)."""
+    """``{backend: its cost_hint}`` (1.0 when the backend cannot be built here)."""
     from . import backends
 
     out = {}
     for s in backend_names:
         try:
             out[s] = float(getattr(backends.get(s), "cost_hint", 1.0))
-        except Exception:  # noqa: BLE001 - an unknown spec is the CLI's error to report, not ours
+        except Exception:  # noqa: BLE001 - an unknown backend is the CLI's error to report, not ours
             out[s] = 1.0
     return out
 

@@ -60,7 +60,7 @@ def serve(spec_seen: list[str] | None = None) -> int:
             except Exception as exc:  # noqa: BLE001
                 send(proto_out, {"status": "error", "detail": f"{type(exc).__name__}: {exc}", "fatal": True})
             continue
-        if op == "infos":  # `parity backends`: every spec's info from this one process, one answer each
+        if op == "infos":  # `parity backends`: every backend's info from this one process, one answer each
             backend_names = req["specs"]
             if backend_names is None:
                 from . import backends
@@ -91,7 +91,7 @@ def serve(spec_seen: list[str] | None = None) -> int:
 def _info_reply(backend_info, backend: str) -> dict:
     try:
         return {"status": "ok", "info": backend_info(backend)}
-    except Exception as exc:  # noqa: BLE001 - a spec that does not resolve: its row says why
+    except Exception as exc:  # noqa: BLE001 - a backend name that does not resolve: its row says why
         return {"status": "error", "detail": f"{type(exc).__name__}: {exc}"}
 
 

@@ -242,7 +242,7 @@ def make_executor(
 
 @dataclasses.dataclass(frozen=True)
 class LanePlan:
-    """What runs where. A unit is a backend, or one part of a split backend (``spec#k``)."""
+    """What runs where. A unit is a backend, or one part of a split backend (``backend#k``)."""
 
     units: dict[str, tuple[str, int | None]]  # unit -> (backend, part or None)
     part_of: dict[str, dict[str, int]]  # split backend -> case id -> its part

@@ -153,7 +153,7 @@ def representatives(
 def plan_precompile(
     cases_of: Mapping[str, list[Case]], options: SweepOptions, cpus: int | None = None, built: Mapping[str, set[str]] | None = None
 ) -> PrecompilePlan:
-    """The pre-pass of a sweep whose backends have ``cases_of[spec]`` rows still to run: its keys per backend
+    """The pre-pass of a sweep whose backends have ``cases_of[backend]`` rows still to run: its keys per backend
     (less those ``built`` already, :func:`recorded`), and worker processes dealt to the backends by their keys x
     cost hint (at least one each that has keys), ``cpus`` (default: this machine's) in all."""
     tasks, left = {}, {}
@@ -199,7 +199,7 @@ def _build(
 def run_precompile(
     plan: PrecompilePlan, options: SweepOptions, log_dir: Path | None, deadline: float | None, lane_env: Mapping[str, str]
 ) -> dict[str, Any]:
-    """Build ``plan``'s keys, ``plan.procs[spec]`` workers per backend, all at once, each with the lanes' thread
+    """Build ``plan``'s keys, ``plan.procs[backend]`` workers per backend, all at once, each with the lanes' thread
     environment ``lane_env`` and :data:`WORKER_ENV`; ``timing.json``'s record of it."""
     t0 = time.perf_counter()
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in plan.tasks}

@@ -80,7 +80,7 @@ def reference_caches(lane_plan: LanePlan, options: SweepOptions) -> dict[str | N
 
 
 class Sweep:
-    """One run of ``cases`` x ``specs`` with ``options``; :meth:`run` once. Its parts: the lanes and their
+    """One run of ``cases`` x ``backend_names`` with ``options``; :meth:`run` once. Its parts: the lanes and their
     executors (:mod:`.lanes`), time limits per row (:class:`.limits.RowLimits`), device memory per row
     (:class:`.rowmemory.RowMemory`), where rows go (:class:`.writers.RowSink`), timing (:mod:`.timing`)."""
 
@@ -424,7 +424,7 @@ def run_sweep(
 ) -> SweepResult:
     """Run every case on every backend with ``options`` (:class:`SweepOptions`); see
     :mod:`parity.sweep` for the verdicts. ``fields``: :class:`SweepOptions` fields given one by
-    one (``run_sweep(specs, cases, jobs=2, isolate=False)``), over ``options``.
+    one (``run_sweep(backend_names, cases, jobs=2, isolate=False)``), over ``options``.
 
     ``jobs > 1`` splits the backends over that many lanes that run at once (each lane: cases
     outer, its backends inner), so compile-bound backends (flex, JAX) do not hold up the rest;
