@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing it
 
-from parity.errors import UserError as UsageError  # noqa: E402
+from parity.errors import UserError  # noqa: E402
 from parity.report.runs import load_run  # noqa: E402
 
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"expected NAME=FOLDER, got {item!r}")
         try:
             runs[name] = load(Path(folder))
-        except (OSError, ValueError, KeyError, UsageError) as exc:
+        except (OSError, ValueError, KeyError, UserError) as exc:
             print(f"compile_cache: {folder}: not a finished run folder ({exc})", file=sys.stderr)
             return 2
     for n, r in runs.items():

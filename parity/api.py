@@ -17,26 +17,26 @@ from .results import ENGINE_CHECKS, Judged, Outcome, Verdict
 from .verdict import BUDGETS, Budget
 
 _BASELINES = BaselineCache("cpu", keep=16)
-#: Worker processes of :func:`evaluate` with ``worker_path``, one per (spec, path, probes, passes).
+#: Worker processes of :func:`evaluate` with ``worker_path``, one per (backend, path, probes, passes).
 _WORKERS: dict[tuple, ProcessExecutor] = {}
 #: The in-process call that lost this process's CUDA context (a sticky CUDA error), if one did:
-#: ``"spec on case: detail"``. Later calls of named backends then run in worker processes.
+#: ``"backend on case: detail"``. Later calls of named backends then run in worker processes.
 _LOST: list[str] = []
 
 
 def _worker(
-    spec: str, path: Sequence[str], probes: bool, max_passes: int, grad: bool = False, checks: tuple[str, ...] = ()
+    backend: str, path: Sequence[str], probes: bool, max_passes: int, grad: bool = False, checks: tuple[str, ...] = ()
 ) -> ProcessExecutor:
-    key = (spec, tuple(path), probes, max_passes, grad, tuple(checks))
+    key = (backend, tuple(path), probes, max_passes, grad, tuple(checks))
     if key not in _WORKERS:
         if not _WORKERS:
             atexit.register(close_workers)
-        _WORKERS[key] = ProcessExecutor(spec, probes, max_passes, extra_path=list(path), grad=grad, checks=tuple(checks))
+        _WORKERS[key] = ProcessExecutor(backend, probes, max_passes, extra_path=list(path), grad=grad, checks=tuple(checks))
     return _WORKERS[key]
 
 
 def _in_process(
-    inst: Backend, spec: str, case: Case, probes: bool, max_passes: int, grad: bool = False, checks: tuple[str, ...] = ()
+    inst: Backend, backend: str, case: Case, probes: bool, max_passes: int, grad: bool = False, checks: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     """:func:`execute` here, unless an earlier call lost this process's CUDA context (then a CUDA
     backend is not run); a call that loses it is recorded in :data:`_LOST`."""
@@ -44,11 +44,11 @@ def _in_process(
         return {
             "status": "error",
             "detail": f"not run: this process's CUDA context was lost earlier ({_LOST[0]}); "
-            "name the backend by its spec, or run it with a worker path, to run it in a fresh process",
+            "pass the backend by name, or run it with a worker path, to run it in a fresh process",
         }
     res = execute(inst, case, probes, max_passes, grad=grad, checks=checks)
     if context_lost(res):
-        _LOST.append(f"{spec} on {case.summary()}: {str(res.get('detail', ''))[:160]}")
+        _LOST.append(f"{backend} on {case.summary()}: {str(res.get('detail', ''))[:160]}")
         res = {
             **res,
             "detail": f"{res.get('detail', '')} [this process's CUDA context is lost: later calls of named "
@@ -63,9 +63,9 @@ def close_workers() -> None:
         _WORKERS.popitem()[1].close()
 
 
-def worker_info(spec: str, path: Sequence[str]) -> dict[str, Any]:
-    """:func:`parity.execute.backend_info` of ``spec`` as seen by a worker with ``path`` first on sys.path."""
-    return dict(_worker(spec, path, True, DEFAULT_MAX_PASSES).info)
+def worker_info(backend: str, path: Sequence[str]) -> dict[str, Any]:
+    """:func:`parity.execute.backend_info` of ``backend`` as seen by a worker with ``path`` first on sys.path."""
+    return dict(_worker(backend, path, True, DEFAULT_MAX_PASSES).info)
 
 
 class ParityError(AssertionError):
@@ -159,7 +159,7 @@ def evaluate_record(
     =====================================  ==========================================================
     call                                   runs where
     =====================================  ==========================================================
-    a spec with ``worker_path``            that backend's worker process (a crash is its own row)
+    a name with ``worker_path``            that backend's worker process (a crash is its own row)
     in process, no CUDA error yet          this process
     in process, after a sticky CUDA error  a named backend: a worker process (fresh CUDA context);
                                            a CUDA ``Backend`` instance: not run, an ``error`` row
@@ -171,16 +171,16 @@ def evaluate_record(
     # after a sticky CUDA error this process's context is gone: a worker has its own
     if isinstance(backend, str) and (worker_path or _LOST):
         worker = _worker(backend, worker_path or [], probes, max_passes, grad, checks)
-        inst, spec, info = None, backend, worker.info
+        inst, backend_name, info = None, backend, worker.info
         if info.get("unavailable"):
-            return unavailable(case, spec, info)
+            return unavailable(case, backend_name, info)
         res = worker.run(case)
     else:
-        inst, spec, info = _resolve(backend)
+        inst, backend_name, info = _resolve(backend)
         if info.get("unavailable"):
-            return unavailable(case, spec, info)
-        res = _in_process(inst, spec, case, probes, max_passes, grad, checks)
-    judged = judge(case, spec, info, res, baselines or _BASELINES, budgets or BUDGETS)
+            return unavailable(case, backend_name, info)
+        res = _in_process(inst, backend_name, case, probes, max_passes, grad, checks)
+    judged = judge(case, backend_name, info, res, baselines or _BASELINES, budgets or BUDGETS)
     if not expectations:
         return judged
     version = info.get("version")

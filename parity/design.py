@@ -391,8 +391,8 @@ def place(cases: Sequence[Case], backends: Mapping[str, object]) -> tuple[list[C
     out, added = list(cases), {s: 0 for s in backends}
     for case in cases:
         family = [case]
-        for spec in order:
-            be = backends[spec]
+        for backend in order:
+            be = backends[backend]
             if takes(be, case):
                 continue
             sib = siblings(case, be, family)
@@ -400,7 +400,7 @@ def place(cases: Sequence[Case], backends: Mapping[str, object]) -> tuple[list[C
                 known.add(sib.case_id)
                 family.append(sib)
                 out.append(sib)
-                added[spec] += 1
+                added[backend] += 1
             elif sib is not None:
                 family.append(sib)
     return out, added

@@ -462,9 +462,9 @@ def _generic_error(exc: BaseException) -> dict[str, Any]:
     return {"status": "error", "detail": f"{type(exc).__name__}{where}: {msg[:300]}"}
 
 
-def backend_info(spec: str) -> dict[str, Any]:
-    """Resolve ``spec`` and ask it whether it can run here."""
-    backend = backends.get(spec)
+def backend_info(backend_name: str) -> dict[str, Any]:
+    """Resolve ``backend_name`` and ask it whether it can run here."""
+    backend = backends.get(backend_name)
     try:
         reason = backend.unavailable_reason()
     except Exception as exc:  # noqa: BLE001
@@ -476,8 +476,8 @@ def backend_info(spec: str) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001
             version = f"unknown ({type(exc).__name__})"
     return {
-        "spec": spec,
-        "name": getattr(backend, "name", spec),
+        "spec": backend_name,
+        "name": getattr(backend, "name", backend_name),
         "device": getattr(backend, "device", "cpu"),
         "description": getattr(backend, "description", ""),
         "unavailable": reason,
@@ -491,17 +491,17 @@ class InlineExecutor:
 
     def __init__(
         self,
-        spec: str,
+        backend: str,
         probes: bool = True,
         max_passes: int = DEFAULT_MAX_PASSES,
         repeats: int = 1,
         grad: bool = False,
         checks: tuple[str, ...] = (),
     ):
-        self.spec = spec
+        self.backend_name = backend
         self.probes, self.max_passes, self.repeats, self.grad, self.checks = probes, max_passes, repeats, grad, tuple(checks)
-        self.backend = backends.get(spec)
-        self.info = backend_info(spec)
+        self.backend = backends.get(backend)
+        self.info = backend_info(backend)
 
     def run(self, case: Case) -> dict[str, Any]:
         return execute(self.backend, case, self.probes, self.max_passes, self.repeats, self.grad, self.checks)

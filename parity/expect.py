@@ -5,7 +5,7 @@ The data lives in ``parity/known_divergences.toml`` (:data:`DEFAULT_FILE`), one
 
 ===============  =============================================================================
 ``id``           unique name, what reports, JUnit and pytest's xfail message show
-``backend``      :mod:`fnmatch` glob over the backend spec (``"fa4-*"``, ``"mypkg.k:Kernel"``)
+``backend``      :mod:`fnmatch` glob over the backend name (``"fa4-*"``, ``"mypkg.k:Kernel"``)
 ``versions``     optional ``"PACKAGE SPECIFIERS"``, e.g. ``"xformers>=0.0.35,<0.0.36"``: applies
                  only where the backend's version string (``environment.json`` /
                  ``parity backends``) holds ``PACKAGE <version>`` inside the range (for ``torch``
@@ -294,9 +294,9 @@ class Expectation:
     features: tuple[tuple[str, tuple[str, ...]], ...] = ()  # FEATURES: (name, values)
     source: str = ""
 
-    def covers(self, spec: str, case: Case, version_text: str = "", torch_version: str = "") -> bool:
+    def covers(self, backend: str, case: Case, version_text: str = "", torch_version: str = "") -> bool:
         """The entry speaks about this row: backend glob, version range, condition and features all match."""
-        if not fnmatch.fnmatchcase(spec, self.backend):
+        if not fnmatch.fnmatchcase(backend, self.backend):
             return False
         if self.versions is not None and not self.versions.admits(version_text, torch_version):
             return False
@@ -414,14 +414,16 @@ class Expectations:
         out.update(raw_verdict=word, verdict=word, expected_id="", unconfirmed_id="")
         if raw not in (*RAW_FAILS, Outcome.PASS) or not self.entries:
             return out
-        spec = str(row.get("backend", ""))
-        candidates = [e for e in self.entries if fnmatch.fnmatchcase(spec, e.backend)]
+        backend = str(row.get("backend", ""))
+        candidates = [e for e in self.entries if fnmatch.fnmatchcase(backend, e.backend)]
         if not candidates:
             return out
         case = case or Case.from_json(row["case_json"])
         checked = row.get("grad_check") in GRAD_CHECKED  # a backward entry speaks only of rows whose backward ran
         covering = [
-            e for e in candidates if (checked or not e.backward) and e.checks_ran(row) and e.covers(spec, case, version_text, torch_version)
+            e
+            for e in candidates
+            if (checked or not e.backward) and e.checks_ran(row) and e.covers(backend, case, version_text, torch_version)
         ]
         if raw == Outcome.PASS:
             hit = next((e for e in covering if e.strict), None)

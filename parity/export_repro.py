@@ -41,21 +41,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError as UsageError
+from .errors import UserError
 from .results import Outcome
 
 
 def select_rows(df, run_dir: Path, row: int | None, backend: str | None) -> list[tuple[int, dict[str, Any]]]:
-    """``(index, row)`` pairs to export; raises :class:`UsageError` on bad input."""
+    """``(index, row)`` pairs to export; raises :class:`UserError` on bad input."""
     present = list(dict.fromkeys(df["backend"]))
     if backend is not None and backend not in present:
-        raise UsageError(f"--backend {backend}: no rows of it in {run_dir} (it has: {', '.join(present) or 'none'})")
+        raise UserError(f"--backend {backend}: no rows of it in {run_dir} (it has: {', '.join(present) or 'none'})")
     if row is not None:
         if not 0 <= row < len(df):
-            raise UsageError(f"--row {row}: {run_dir} has rows 0..{len(df) - 1} (0-based, in results.csv order)")
+            raise UserError(f"--row {row}: {run_dir} has rows 0..{len(df) - 1} (0-based, in results.csv order)")
         picked = df.iloc[row].to_dict()
         if backend is not None and picked["backend"] != backend:
-            raise UsageError(f"--row {row} is a row of {picked['backend']}, not of --backend {backend}")
+            raise UserError(f"--row {row} is a row of {picked['backend']}, not of --backend {backend}")
         return [(row, picked)]
     mask = (df["verdict"] == Outcome.FAIL) | ((df["verdict"] == Outcome.EXPECTED) & (df.get("raw_verdict", "") == Outcome.FAIL))
     if backend is not None:
@@ -63,8 +63,8 @@ def select_rows(df, run_dir: Path, row: int | None, backend: str | None) -> list
     return [(int(i), df.loc[i].to_dict()) for i in df.index[mask]]
 
 
-def worker_paths(command: str, spec: str) -> list[str]:
-    """The ``--worker-path SPEC=PATH`` entries of the run's command line for ``spec``."""
+def worker_paths(command: str, backend: str) -> list[str]:
+    """The ``--worker-path SPEC=PATH`` entries of the run's command line for ``backend``."""
     try:
         words = shlex.split(command or "")
     except ValueError:
@@ -72,22 +72,22 @@ def worker_paths(command: str, spec: str) -> list[str]:
     out: list[str] = []
     for flag, value in zip(words, words[1:]):
         name, sep, path = value.partition("=")
-        if flag == "--worker-path" and sep and name == spec:
+        if flag == "--worker-path" and sep and name == backend:
             out.append(path)
     return out
 
 
-def _meta(run, index: int, row: dict[str, Any], spec: str, script: Path) -> dict[str, Any]:
+def _meta(run, index: int, row: dict[str, Any], backend: str, script: Path) -> dict[str, Any]:
     env = run.env
-    info = (env.get("backends") or {}).get(spec) or {}
+    info = (env.get("backends") or {}).get(backend) or {}
     gpu = env.get("gpu") or {}
-    paths = worker_paths(env.get("command", ""), spec)
+    paths = worker_paths(env.get("command", ""), backend)
     prefix = f"PYTHONPATH={shlex.quote(':'.join(paths))} " if paths else ""
     errors = ""
     if row.get("max_abs_err"):
         errors = f"max|err| {row['max_abs_err']}, budget {row.get('threshold_max', '?')} (err ratio {row.get('err_ratio', '?')})"
     return {
-        "backend": spec,
+        "backend": backend,
         "verdict": (row.get("raw_verdict") or row.get("verdict", ""))
         + (f" (the known divergence {row['expected_id']})" if row.get("expected_id") else ""),
         "reasons": row.get("reasons", ""),
@@ -113,12 +113,12 @@ def export_one(
     ``None`` (after a one-line note) when it cannot be made."""
     from .case import Case
 
-    spec = row["backend"]
+    backend = row["backend"]
     try:
         case = Case.from_json(row["case_json"])
     except ValueError as exc:
-        raise UsageError(f"{run.path}/results.csv row {index}: {exc}") from None
-    entry = shrunk.get((spec, case.case_id))
+        raise UserError(f"{run.path}/results.csv row {index}: {exc}") from None
+    entry = shrunk.get((backend, case.case_id))
     row_summary, extra = case.summary(), ""
     if entry is not None:
         case = Case.from_dict(entry["case"])
@@ -126,12 +126,14 @@ def export_one(
             f"the row's case to ({entry.get('calls', '?')} backend calls); the harness's verdict on it: "
             f"{entry.get('verdict', '?')} [{entry.get('reasons', '')}]"
         )
-    path = _write(run, index, row, spec, case, dict(row_summary=row_summary, shrunk=extra), out_dir / f"{_safe(spec)}_{case.case_id}.py")
+    path = _write(
+        run, index, row, backend, case, dict(row_summary=row_summary, shrunk=extra), out_dir / f"{_safe(backend)}_{case.case_id}.py"
+    )
     refusal = _control_refusal(control, case) if path is not None and control else None
     if refusal:
         _note(f"no control for row {index}: {control} refuses this case ({refusal}); name another with --control")
     elif path is not None and control:
-        meta = dict(row_summary=row_summary, shrunk=extra, control_of=spec)
+        meta = dict(row_summary=row_summary, shrunk=extra, control_of=backend)
         ctl = {"verdict": "control", "grad_check": row.get("grad_check", "")}  # a --grad row's control checks its backward too
         _write(run, index, ctl, control, case, meta, out_dir / f"{_safe(control)}_{case.case_id}.control.py")
     return path
@@ -149,20 +151,20 @@ def _control_refusal(control: str, case) -> str | None:
         return f"cannot be loaded here: {exc}"
 
 
-def _write(run, index: int, row: dict[str, Any], spec: str, case, extra: dict[str, str], path: Path) -> Path | None:
-    """One script: ``spec``'s own call template on ``case``; ``None`` after a note when it has none."""
+def _write(run, index: int, row: dict[str, Any], backend_name: str, case, extra: dict[str, str], path: Path) -> Path | None:
+    """One script: ``backend_name``'s own call template on ``case``; ``None`` after a note when it has none."""
     from . import backends
     from .backends.base import refusal_reason
     from .repro_script import FP8_SIGNATURE, build_script
 
     try:
-        backend = backends.get(spec)
+        backend = backends.get(backend_name)
     except backends.BackendSpecError as exc:
-        _note(f"backend {spec} cannot be loaded here ({exc}); row {index} skipped")
+        _note(f"backend {backend_name} cannot be loaded here ({exc}); row {index} skipped")
         return None
     template = getattr(backend, "repro_call", None)
     if not callable(template):
-        _note(f"backend {spec} has no standalone call template (a repro_call(case) method); row {index} skipped")
+        _note(f"backend {backend_name} has no standalone call template (a repro_call(case) method); row {index} skipped")
         return None
     try:
         why = refusal_reason(backend, case)
@@ -172,14 +174,14 @@ def _write(run, index: int, row: dict[str, Any], spec: str, case, extra: dict[st
     except Exception as exc:  # noqa: BLE001 - a template that cannot express the case: a note, not a traceback
         why = f"{type(exc).__name__}: {exc}"
     if why or call is None:
-        _note(f"backend {spec} cannot run {case.summary()} ({why}); row {index} skipped")
+        _note(f"backend {backend_name} cannot run {case.summary()} ({why}); row {index} skipped")
         return None
-    meta = _meta(run, index, row, spec, path)
+    meta = _meta(run, index, row, backend_name, path)
     meta.update(summary=case.summary(), case_json=case.to_json(), **extra)
     grad = _grad_part(backend, case, row)
     meta["grad"] = bool(grad)
     path.write_text(build_script(case, call, backend.device, meta, grad, read_probe(backend, case)))
-    print(f"export-repro: wrote {path} ({spec}: {case.summary()})")
+    print(f"export-repro: wrote {path} ({backend_name}: {case.summary()})")
     return path
 
 

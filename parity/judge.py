@@ -57,19 +57,19 @@ def case_columns(case: Case) -> dict[str, Any]:
     }
 
 
-def _head(case: Case, spec: str, info: dict[str, Any]) -> dict[str, Any]:
-    return {**case_columns(case), "backend": spec, "backend_name": info.get("name", spec), "repro": case.repro(spec)}
+def _head(case: Case, backend: str, info: dict[str, Any]) -> dict[str, Any]:
+    return {**case_columns(case), "backend": backend, "backend_name": info.get("name", backend), "repro": case.repro(backend)}
 
 
-def unavailable(case: Case, spec: str, info: dict[str, Any]) -> Judged:
+def unavailable(case: Case, backend: str, info: dict[str, Any]) -> Judged:
     """A backend that cannot run here: verdict ``unavailable``, the reason in ``detail``."""
     verdict = Verdict(Outcome.UNAVAILABLE, raw_verdict=Outcome.UNAVAILABLE, detail=info["unavailable"])
-    return Judged(_head(case, spec, info), verdict, summary=case.summary())
+    return Judged(_head(case, backend, info), verdict, summary=case.summary())
 
 
-def unavailable_row(case: Case, spec: str, info: dict[str, Any]) -> dict[str, Any]:
+def unavailable_row(case: Case, backend: str, info: dict[str, Any]) -> dict[str, Any]:
     """:func:`unavailable`'s results row."""
-    return unavailable(case, spec, info).row
+    return unavailable(case, backend, info).row
 
 
 class BaselineCache:
@@ -219,13 +219,13 @@ def compare_safely(case: Case, out: torch.Tensor, base: Baseline, budget: Budget
     return compare(case, out.cpu(), cpu, budget, unwritten)
 
 
-def harness_oom_row(case: Case, spec: str, info: dict[str, Any], res: dict[str, Any], exc: BaseException) -> Judged:
+def harness_oom_row(case: Case, backend: str, info: dict[str, Any], res: dict[str, Any], exc: BaseException) -> Judged:
     """The ``error`` row of a case whose reference, baseline or comparison ran out of memory in this
     process (on the device and on the CPU): the run goes on."""
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
     detail = f"out of memory in the harness (reference, baseline or comparison): {first}"
     verdict = Verdict(Outcome.ERROR, raw_verdict=Outcome.ERROR, detail=detail, **_memory(res))
-    return Judged(_head(case, spec, info), verdict, summary=case.summary())
+    return Judged(_head(case, backend, info), verdict, summary=case.summary())
 
 
 def _memory(res: dict[str, Any]) -> dict[str, Any]:
@@ -234,14 +234,14 @@ def _memory(res: dict[str, Any]) -> dict[str, Any]:
 
 def judge(
     case: Case,
-    spec: str,
+    backend: str,
     info: dict[str, Any],
     res: dict[str, Any],
     baselines: BaselineCache,
     budgets: Mapping[str, Budget],
 ) -> Judged:
     """One execution result judged against the reference (known divergences not yet applied)."""
-    head = _head(case, spec, info)
+    head = _head(case, backend, info)
     if res.get("grad") is not None:  # the backward was asked: the repro asks it too
         head["repro"] += " --grad"
     for key, flag in (("invariance", " --invariance"), ("graph", " --graph-replay")):
@@ -384,11 +384,11 @@ def _measures(cmp: Comparison) -> dict[str, Any]:
 
 
 def expect_verdict(
-    verdict: Verdict, expectations: Any, spec: str, case: Case | None, case_json: str = "", version: str = "", torch_version: str = ""
+    verdict: Verdict, expectations: Any, backend: str, case: Case | None, case_json: str = "", version: str = "", torch_version: str = ""
 ) -> Verdict:
     """``verdict`` judged against the known divergences (``parity.expect``), anew from its raw verdict."""
     row = {
-        "backend": spec,
+        "backend": backend,
         "verdict": verdict.verdict,
         "raw_verdict": verdict.raw_verdict,
         "reasons": " ".join(verdict.reasons),

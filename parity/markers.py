@@ -40,12 +40,12 @@ MARKERS: dict[str, str] = {
 }
 
 
-def marker_for(spec: str) -> str:
+def marker_for(backend: str) -> str:
     """The pytest marker of a backend (``pytest -m sdpa``): by name prefix, else ``plugin``."""
-    if ":" in spec:
+    if ":" in backend:
         return "plugin"
     best, found = "", "plugin"
     for prefix, marker in PREFIXES:
-        if spec.startswith(prefix) and len(prefix) > len(best):
+        if backend.startswith(prefix) and len(prefix) > len(best):
             best, found = prefix, marker
     return found

@@ -96,7 +96,7 @@ class ProcessExecutor:
 
     def __init__(
         self,
-        spec: str,
+        backend: str,
         probes: bool = True,
         max_passes: int | None = None,
         repeats: int = 1,
@@ -109,7 +109,7 @@ class ProcessExecutor:
         checks: tuple[str, ...] = (),
     ):
         """``wait=False`` returns at once; :attr:`info` then waits for the worker (start many in parallel)."""
-        self.spec = spec
+        self.backend_name = backend
         self.probes, self.max_passes, self.repeats = probes, max_passes, repeats
         self.grad = grad  # the backward too (parity run --grad)
         self.checks = tuple(checks)  # the engine checks (--invariance, --graph-replay)
@@ -162,15 +162,15 @@ class ProcessExecutor:
         send(self.proc.stdin, self._first_request())
 
     def _first_request(self) -> dict[str, Any]:
-        return {"op": "init", "spec": self.spec}
+        return {"op": "init", "spec": self.backend_name}
 
     def _await_init(self) -> dict[str, Any]:
         reply = self._reply(timeout=max(self.timeout, 120.0))
         if reply.get("status") != "ok":
             # import-time crash or a broken plugin: report it as the backend's info
             return {
-                "spec": self.spec,
-                "name": self.spec,
+                "spec": self.backend_name,
+                "name": self.backend_name,
                 "device": "?",
                 "description": "",
                 "unavailable": f"worker failed to start: {reply.get('detail')}",

@@ -56,7 +56,7 @@ _EXPECT = pytest.StashKey[Any]()  # parity.expect.Expectations of the session
 _PATHS = pytest.StashKey[dict]()  # {backend: [folders]}
 _PROFILE = pytest.StashKey[str]()  # the hypothesis profile loaded (absent: none)
 _CASES = pytest.StashKey[list]()
-_INFO = pytest.StashKey[dict]()  # spec -> backend_info
+_INFO = pytest.StashKey[dict]()  # backend name -> backend_info
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -193,45 +193,45 @@ def worker_paths(config: pytest.Config) -> dict[str, list[str]]:
     return config.stash[_PATHS]
 
 
-def _info(config: pytest.Config, spec: str) -> dict[str, Any]:
+def _info(config: pytest.Config, backend: str) -> dict[str, Any]:
     infos = config.stash.setdefault(_INFO, {})
-    if spec not in infos:
+    if backend not in infos:
         from . import backends
         from .api import worker_info
         from .execute import backend_info
 
-        path = worker_paths(config).get(spec)
+        path = worker_paths(config).get(backend)
         try:
-            infos[spec] = worker_info(spec, path) if path else backend_info(spec)
+            infos[backend] = worker_info(backend, path) if path else backend_info(backend)
         except backends.BackendSpecError as exc:
             raise pytest.UsageError(str(exc)) from None
-    return infos[spec]
+    return infos[backend]
 
 
-def backend_params(config: pytest.Config, specs: list[str]) -> list[Any]:
-    """One ``pytest.param`` per backend spec: its id, its marker (and ``gpu``), skipped when unavailable."""
+def backend_params(config: pytest.Config, backend_names: list[str]) -> list[Any]:
+    """One ``pytest.param`` per backend name: its id, its marker (and ``gpu``), skipped when unavailable."""
     params = []
-    for spec in specs:
+    for backend in backend_names:
         from .markers import marker_for
 
-        info = _info(config, spec)
-        marks = [getattr(pytest.mark, marker_for(spec))]
+        info = _info(config, backend)
+        marks = [getattr(pytest.mark, marker_for(backend))]
         if info["device"] == "cuda":
             marks.append(pytest.mark.gpu)
         if info["unavailable"]:
-            marks.append(pytest.mark.skip(reason=f"{spec} unavailable: {info['unavailable']}"))
-        params.append(pytest.param(spec, marks=marks, id=spec))
+            marks.append(pytest.mark.skip(reason=f"{backend} unavailable: {info['unavailable']}"))
+        params.append(pytest.param(backend, marks=marks, id=backend))
     return params
 
 
 def selected_backends(config: pytest.Config) -> list[str]:
     """``--parity-backend`` (selectors such as ``all-gpu`` expanded), else the ``parity_backends`` ini list."""
-    specs = config.getoption("parity_backend") or list(config.getini("parity_backends"))
-    if not specs:
+    backend_names = config.getoption("parity_backend") or list(config.getini("parity_backends"))
+    if not backend_names:
         return []
     from . import backends
 
-    return [n for s in specs for n in backends.expand(s)]
+    return [n for s in backend_names for n in backends.expand(s)]
 
 
 def cases(config: pytest.Config) -> list[Any]:
@@ -249,9 +249,9 @@ def cases(config: pytest.Config) -> list[Any]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = metafunc.fixturenames
     if "parity_backend" in names:
-        specs = selected_backends(metafunc.config)
-        if specs:
-            metafunc.parametrize("parity_backend", backend_params(metafunc.config, specs))
+        backend_names = selected_backends(metafunc.config)
+        if backend_names:
+            metafunc.parametrize("parity_backend", backend_params(metafunc.config, backend_names))
         else:
             metafunc.parametrize(
                 "parity_backend",
@@ -278,7 +278,7 @@ def parity_expectations(pytestconfig: pytest.Config) -> Any:
 
 @pytest.fixture(scope="session")
 def parity_worker_paths(pytestconfig: pytest.Config) -> dict[str, list[str]]:
-    """``{backend: [folders]}``: pass ``worker_path=parity_worker_paths.get(spec)`` to :func:`parity.evaluate`."""
+    """``{backend: [folders]}``: pass ``worker_path=parity_worker_paths.get(backend)`` to :func:`parity.evaluate`."""
     return worker_paths(pytestconfig)
 
 

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import runfolder
-from .errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL
-from .errors import UserError as UsageError
+from .errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL, UserError
 from .files import read_text
 from .results import DTYPES, Outcome
 
@@ -73,7 +72,7 @@ class RunRequest:
     graph_replay: bool = False  # --graph-replay: the CUDA graph replay check (parity.graphs)
 
 
-def load_cases(req: RunRequest, specs: Sequence[str] = ()) -> tuple[list, dict, RunRequest]:
+def load_cases(req: RunRequest, backend_names: Sequence[str] = ()) -> tuple[list, dict, RunRequest]:
     """The run's cases, what the design did (long-case cap, siblings per backend) for environment.json,
     and ``req`` with the profile it ran (``first`` / ``default`` when none was given)."""
     from .case import Case
@@ -83,7 +82,7 @@ def load_cases(req: RunRequest, specs: Sequence[str] = ()) -> tuple[list, dict, 
         cases = [Case.from_json(text) for text in req.case or []]
         if req.case_file:
             if not req.case_file.exists():
-                raise UsageError(f"--case-file {req.case_file}: no such file")
+                raise UserError(f"--case-file {req.case_file}: no such file")
             text = read_text(req.case_file)
             if req.case_file.name.endswith((".csv", ".csv.gz")):
                 import csv
@@ -99,23 +98,23 @@ def load_cases(req: RunRequest, specs: Sequence[str] = ()) -> tuple[list, dict, 
                         try:
                             cases.append(Case.from_json(line))
                         except ValueError as exc:
-                            raise UsageError(f"{req.case_file}:{n}: {exc}") from None
+                            raise UserError(f"{req.case_file}:{n}: {exc}") from None
         if req.dtype:
             cases = [c for c in cases if c.dtype in req.dtype]
         return cases, {}, req
     if req.model or req.profile == "models":
-        return (*_model_cases(req, specs), req)
+        return (*_model_cases(req, backend_names), req)
     from . import backends
     from .design import place
 
-    instances = {s: backends.get(s) for s in specs}
+    instances = {s: backends.get(s) for s in backend_names}
     gpu = any(getattr(b, "device", "cpu") == "cuda" for b in instances.values())
     chosen = req.profile
     req = dataclasses.replace(req, profile=first_run_profile(req.profile, instances, _gpu_here() if gpu else False))
     try:
         prof = profile(req.profile or "")
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UserError(str(exc)) from None
     long_len = prof.long_len if gpu else min(prof.long_len, CPU_LONG_CAP)
     cases = generate(prof, req.seed, tuple(req.dtype) if req.dtype else DTYPES, long_len)
     design = {
@@ -131,16 +130,16 @@ def load_cases(req: RunRequest, specs: Sequence[str] = ()) -> tuple[list, dict, 
     return cases, design, req
 
 
-def _model_cases(req: RunRequest, specs: Sequence[str]) -> tuple[list, dict]:
+def _model_cases(req: RunRequest, backend_names: Sequence[str]) -> tuple[list, dict]:
     """``--model`` / ``--profile models``: the models' cases; lengths divided on a run without a GPU backend (said on stdout)."""
     from . import backends
     from .models import CPU_SCALE_DOWN, profile_cases
 
     if req.profile not in (None, "models"):
-        raise UsageError(f"--model runs the models' own cases: drop --profile {req.profile} (or use --profile models)")
-    gpu = any(getattr(backends.get(s), "device", "cpu") == "cuda" for s in specs)
+        raise UserError(f"--model runs the models' own cases: drop --profile {req.profile} (or use --profile models)")
+    gpu = any(getattr(backends.get(s), "device", "cpu") == "cuda" for s in backend_names)
     if req.length_scale is not None and req.length_scale < 1:
-        raise UsageError(f"--length-scale must be >= 1, got {req.length_scale}")
+        raise UserError(f"--length-scale must be >= 1, got {req.length_scale}")
     scale = req.length_scale or (1 if gpu else CPU_SCALE_DOWN)
     cases, models = profile_cases(list(req.model), tuple(req.dtype) if req.dtype else ("bfloat16",), scale, req.seed)
     why = (
@@ -208,11 +207,11 @@ def _splits(items: Sequence[str] | None) -> tuple[dict[str, int], bool]:
         name, sep, k = item.partition("=")
         if name.strip() == "auto":
             if sep:
-                raise UsageError(f"--split {item}: auto takes no K (it picks each backend's K from its cost); give --split auto")
+                raise UserError(f"--split {item}: auto takes no K (it picks each backend's K from its cost); give --split auto")
             auto = True
             continue
         if not sep or not name or not k.strip().isdigit():
-            raise UsageError(f"--split wants BACKEND=K (K a whole number) or auto, got {item!r}")
+            raise UserError(f"--split wants BACKEND=K (K a whole number) or auto, got {item!r}")
         out[name] = int(k)
     return out, auto
 
@@ -223,20 +222,20 @@ def _run_specs(req: RunRequest) -> tuple[list[str], list[str]]:
 
     requested = split_list(req.backend)
     if req.backend and not requested:
-        raise UsageError(f"--backend {' '.join(map(repr, req.backend))} names no backend")
+        raise UserError(f"--backend {' '.join(map(repr, req.backend))} names no backend")
     explicit = [s for s in requested if s not in backends.SELECTORS]
-    specs: list[str] = []
+    backend_names: list[str] = []
     for s in requested or list(backends.DEFAULT_CPU):
-        specs.extend(backends.expand(s))
-    for spec in specs:  # resolve now: an unknown name is a usage error, not a row
+        backend_names.extend(backends.expand(s))
+    for backend in backend_names:  # resolve now: an unknown name is a usage error, not a row
         try:
-            backends.get(spec)
+            backends.get(backend)
         except backends.BackendSpecError as exc:
-            raise UsageError(str(exc)) from None
-    return specs, explicit
+            raise UserError(str(exc)) from None
+    return backend_names, explicit
 
 
-def _check_run_args(req: RunRequest, specs: list[str]) -> tuple[dict, dict[str, int], bool]:
+def _check_run_args(req: RunRequest, backend_names: list[str]) -> tuple[dict, dict[str, int], bool]:
     """The run's numeric arguments checked; its error budgets, its ``--split`` parts (as given: ``B=1``
     keeps B whole under ``--split auto``) and whether ``--split auto`` was given."""
     from .sweep import check_splits
@@ -245,23 +244,23 @@ def _check_run_args(req: RunRequest, specs: list[str]) -> tuple[dict, dict[str, 
     try:
         budgets = budgets_with(list(req.budget) or None)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UserError(str(exc)) from None
     for flag, value in (("--repeats", req.repeats), ("--max-mask-passes", req.max_mask_passes), ("--jobs", req.jobs)):
         if value < 1:
-            raise UsageError(f"{flag} must be >= 1, got {value}")
+            raise UserError(f"{flag} must be >= 1, got {value}")
     if req.timeout is not None and req.timeout <= 0:
-        raise UsageError(f"--timeout must be > 0 seconds, got {req.timeout:g}")
+        raise UserError(f"--timeout must be > 0 seconds, got {req.timeout:g}")
     if req.compile_grace < 0:
-        raise UsageError(f"--compile-grace must be >= 0 seconds, got {req.compile_grace:g}")
+        raise UserError(f"--compile-grace must be >= 0 seconds, got {req.compile_grace:g}")
     if req.time_limit is not None and req.time_limit <= 0:
-        raise UsageError(f"--time-limit must be > 0 seconds, got {req.time_limit:g}")
+        raise UserError(f"--time-limit must be > 0 seconds, got {req.time_limit:g}")
     if req.precompile == "on" and req.no_isolate:
-        raise UsageError("--precompile on builds kernels in worker processes: it cannot go with --no-isolate")
+        raise UserError("--precompile on builds kernels in worker processes: it cannot go with --no-isolate")
     splits, auto = _splits(req.split)
     try:  # before any case is generated: a bad --split costs nothing
-        check_splits(splits, specs, req.jobs, not req.no_isolate)
+        check_splits(splits, backend_names, req.jobs, not req.no_isolate)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UserError(str(exc)) from None
     return budgets, splits, auto
 
 
@@ -272,7 +271,7 @@ def _reference_device(choice: str) -> str:
     if ref_dev == "auto":
         ref_dev = "cuda" if torch.cuda.is_available() else "cpu"
     if ref_dev == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--reference-device cuda: no CUDA device here")
+        raise UserError("--reference-device cuda: no CUDA device here")
     return ref_dev
 
 
@@ -286,7 +285,7 @@ def _compile_cache(choice: str | None) -> tuple[Path | None, dict[str, dict[str,
         try:
             compile_cache.enable(cache_root)
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            raise UserError(str(exc)) from None
         cache_before = compile_cache.inventory(cache_root)
     return cache_root, cache_before
 
@@ -296,7 +295,7 @@ def _dtypes(values: Sequence[str] | None) -> tuple[str, ...] | None:
     names = tuple(split_list(values))
     for d in names:
         if d not in DTYPES:
-            raise UsageError(f"--dtype: invalid choice: {d!r} (choose from {', '.join(DTYPES)})")
+            raise UserError(f"--dtype: invalid choice: {d!r} (choose from {', '.join(DTYPES)})")
     return names or None
 
 
@@ -307,10 +306,10 @@ def _last_failed(req: RunRequest) -> RunRequest:
 
     res = runfolder.read_results(req.last_failed) if req.last_failed else None
     if res is None:
-        raise UsageError(f"--last-failed {req.last_failed}: no results.csv there (not a run folder)")
+        raise UserError(f"--last-failed {req.last_failed}: no results.csv there (not a run folder)")
     rows: list[runfolder.ResultRow] = [r for r in res.rows if r.get("verdict") in FAIL_VERDICTS]
     if not rows:
-        raise UsageError(f"--last-failed {req.last_failed}: no failing row in {res.path}; nothing to rerun")
+        raise UserError(f"--last-failed {req.last_failed}: no failing row in {res.path}; nothing to rerun")
     return dataclasses.replace(
         req,
         case=(*req.case, *dict.fromkeys(r["case_json"] for r in rows)),
@@ -328,22 +327,22 @@ def run(req: RunRequest) -> int:
     req = dataclasses.replace(req, dtype=_dtypes(req.dtype))
     if req.last_failed:
         req = _last_failed(req)
-    specs, explicit = _run_specs(req)
-    budgets, splits, auto_split = _check_run_args(req, specs)
+    backend_names, explicit = _run_specs(req)
+    budgets, splits, auto_split = _check_run_args(req, backend_names)
     gpus = read_gpus(req.gpus, not req.no_isolate)  # before any case is generated: a bad --gpus costs nothing
     expectations = load_checked(req.expect)
-    cases, design, req = load_cases(req, specs)
-    cases, shard_rec = _shard(req, cases, specs)
+    cases, design, req = load_cases(req, backend_names)
+    cases, shard_rec = _shard(req, cases, backend_names)
     if req.list_cases:
         for c in cases:
             print(c.to_json())
         return EXIT_OK
     if not cases:
-        raise UsageError("no case selected (check --case / --case-file / --dtype)")
+        raise UserError("no case selected (check --case / --case-file / --dtype)")
     ref_dev = _reference_device(req.reference_device)
     out = _out_dir(req)
     cache_root, cache_before = _compile_cache(req.compile_cache)
-    print(f"parity: {len(cases)} cases x {len(specs)} backends -> {out / runfolder.RESULTS}", file=sys.stderr)
+    print(f"parity: {len(cases)} cases x {len(backend_names)} backends -> {out / runfolder.RESULTS}", file=sys.stderr)
     costs = "" if cache_root is None else str(cache_root / COSTS)  # measured costs: the lanes' plan
     options = sweep_options(
         req,
@@ -357,7 +356,7 @@ def run(req: RunRequest) -> int:
         cost_file=costs,
     )
     try:
-        result = run_sweep(specs, cases, out, options)
+        result = run_sweep(backend_names, cases, out, options)
     except KeyboardInterrupt:
         print(
             f"parity: interrupted: a PARTIAL run; its finished rows are in {out}/results.csv; "
@@ -422,11 +421,11 @@ def _out_dir(req: RunRequest) -> Path:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"--out {out}: cannot use it as the output folder ({exc.strerror or exc})") from None
+        raise UserError(f"--out {out}: cannot use it as the output folder ({exc.strerror or exc})") from None
     return out
 
 
-def _shard(req: RunRequest, cases: list, specs: Sequence[str]) -> tuple[list, dict | None]:
+def _shard(req: RunRequest, cases: list, backend_names: Sequence[str]) -> tuple[list, dict | None]:
     """``--shard K/N``: the shard's cases and its ``environment.json["shard"]`` (:mod:`parity.shard`)."""
     if not req.shard:
         return cases, None
@@ -434,9 +433,9 @@ def _shard(req: RunRequest, cases: list, specs: Sequence[str]) -> tuple[list, di
 
     filters = shard.run_filters(req.dtype, req.case, req.case_file, req.no_siblings)
     try:
-        return shard.for_run(cases, req.shard, specs, profile=_profile_name(req), seed=req.seed, filters=filters)
+        return shard.for_run(cases, req.shard, backend_names, profile=_profile_name(req), seed=req.seed, filters=filters)
     except ValueError as exc:
-        raise UsageError(f"--shard {req.shard}: {exc}") from None
+        raise UserError(f"--shard {req.shard}: {exc}") from None
 
 
 def _profile_name(req: RunRequest) -> str:
@@ -589,10 +588,10 @@ def _shrink_failures(failures: list[dict], options, out: Path) -> None:
     from .sweep.shrinking import shrink_failures
 
     for rec in shrink_failures(failures, options, out):
-        small_row, spec = rec["row"], rec["backend"]
+        small_row, backend = rec["row"], rec["backend"]
         if rec["small"].case_id != rec["original"].case_id:
             print(
-                f"\nSHRUNK {spec} [{small_row.get('reasons') or small_row.get('detail')}] {rec['original'].summary()}  ->  "
+                f"\nSHRUNK {backend} [{small_row.get('reasons') or small_row.get('detail')}] {rec['original'].summary()}  ->  "
                 f"{rec['small'].summary()} ({rec['calls']} calls{'; ' + rec['note'] if rec.get('note') else ''})"
             )
             if small_row.get("mask_check") == "mismatch":

@@ -95,13 +95,13 @@ Wiring (where each hook goes)
   (``r.add_argument("--shard", metavar="K/N", help="run shard K of N of the cases (configurations
   whole; parity merge joins the shards)")``). In ``parity.runner.run``, with the other argument checks
   (before any case is generated): ``shard.parse_shard(req.shard)`` (``ValueError`` ->
-  ``UsageError(f"--shard: {exc}")``). Right after ``cases, design, req = load_cases(req, specs)`` (:mod:`parity.runner`) and
+  ``UserError(f"--shard: {exc}")``). Right after ``cases, design, req = load_cases(req, backend_names)`` (:mod:`parity.runner`) and
   **before** ``if req.list_cases`` (so ``--list-cases --shard K/N`` lists the shard's cases)::
 
       shard_rec = None
       if req.shard:
           try:
-              cases, shard_rec = shard.for_run(cases, req.shard, specs, profile=<the profile name
+              cases, shard_rec = shard.for_run(cases, req.shard, backend_names, profile=<the profile name
                   recorded as environment.json "profile">, seed=req.seed, filters=shard.run_filters(req.dtype, ...))
           except ValueError as exc:
               raise UsageError(f"--shard {req.shard}: {exc}") from None
@@ -195,13 +195,13 @@ def case_weight(case: Any) -> float:
 
 def config_costs(
     cases: Iterable[Any],
-    specs: Sequence[str],
+    backend_names: Sequence[str],
     cost: Mapping[str, float] | None = None,
     key: Callable[[Any], tuple[Any, ...]] = config_key,
 ) -> dict[str, tuple[float, list[Any]]]:
     """``{config key JSON: (cost, its cases in input order)}`` (the model: module docstring)."""
     cost = cost or {}
-    hints = [float(cost.get(s, 1.0)) for s in sorted(set(specs))]
+    hints = [float(cost.get(s, 1.0)) for s in sorted(set(backend_names))]
     compile_w = sum(max(0.0, h - 1.0) for h in hints)
     per_case = float(len(hints))
     groups: dict[str, list[Any]] = {}
@@ -218,7 +218,7 @@ def config_costs(
 
 def assign(
     cases: Iterable[Any],
-    specs: Sequence[str],
+    backend_names: Sequence[str],
     n: int,
     cost: Mapping[str, float] | None = None,
     key: Callable[[Any], tuple[Any, ...]] = config_key,
@@ -227,7 +227,7 @@ def assign(
     least loaded shard. ValueError when ``n < 1`` or ``n`` exceeds the configurations."""
     if n < 1:
         raise ValueError(f"the number of shards must be >= 1, got {n}")
-    groups = config_costs(cases, specs, cost, key)
+    groups = config_costs(cases, backend_names, cost, key)
     if n > len(groups):
         raise ValueError(
             f"{n} shards but only {len(groups)} configurations (dtype, heads, head dim, softcap, paged) "
@@ -244,34 +244,34 @@ def assign(
     return out
 
 
-def shard_loads(cases: Iterable[Any], specs: Sequence[str], n: int, cost: Mapping[str, float] | None = None) -> list[float]:
+def shard_loads(cases: Iterable[Any], backend_names: Sequence[str], n: int, cost: Mapping[str, float] | None = None) -> list[float]:
     """Each shard's cost under :func:`assign` (for balance figures)."""
     cases = list(cases)
-    groups = config_costs(cases, specs, cost)
-    where = assign(cases, specs, n, cost)
+    groups = config_costs(cases, backend_names, cost)
+    where = assign(cases, backend_names, n, cost)
     load = [0.0] * n
     for c, members in groups.values():
         load[where[members[0].case_id]] += c
     return load
 
 
-def select(cases: Sequence[Any], k: int, n: int, specs: Sequence[str], cost: Mapping[str, float] | None = None) -> list[Any]:
+def select(cases: Sequence[Any], k: int, n: int, backend_names: Sequence[str], cost: Mapping[str, float] | None = None) -> list[Any]:
     """The cases of shard ``k`` of ``n`` (``k`` 1-based, as ``--shard K/N``), in their sweep order."""
     if not 1 <= k <= n:
         raise ValueError(f"shard {k}/{n}: K must be between 1 and N")
-    where = assign(cases, specs, n, cost)
+    where = assign(cases, backend_names, n, cost)
     return [c for c in cases if where[c.case_id] == k - 1]
 
 
-def cost_hints(specs: Iterable[str]) -> dict[str, float]:
-    """``{spec: its backend's cost_hint}`` (1.0 when the backend cannot be built here)."""
+def cost_hints(backend_names: Iterable[str]) -> dict[str, float]:
+    """``{backend: its cost_hint}`` (1.0 when the backend cannot be built here)."""
     from . import backends
 
     out = {}
-    for s in specs:
+    for s in backend_names:
         try:
             out[s] = float(getattr(backends.get(s), "cost_hint", 1.0))
-        except Exception:  # noqa: BLE001 - an unknown spec is the CLI's error to report, not ours
+        except Exception:  # noqa: BLE001 - an unknown backend is the CLI's error to report, not ours
             out[s] = 1.0
     return out
 
@@ -280,7 +280,12 @@ def cost_hints(specs: Iterable[str]) -> dict[str, float]:
 
 
 def shard_key(
-    profile: str | None, seed: int, filters: Mapping[str, Any], specs: Sequence[str], costs: Mapping[str, float], case_ids: Iterable[str]
+    profile: str | None,
+    seed: int,
+    filters: Mapping[str, Any],
+    backend_names: Sequence[str],
+    costs: Mapping[str, float],
+    case_ids: Iterable[str],
 ) -> str:
     """A fingerprint of the sweep the shards cut (not of the shard): equal on every shard."""
     doc = {
@@ -288,8 +293,8 @@ def shard_key(
         "profile": profile,
         "seed": seed,
         "filters": {k: filters[k] for k in sorted(filters)},
-        "backends": sorted(set(specs)),
-        "costs": {s: float(costs.get(s, 1.0)) for s in sorted(set(specs))},
+        "backends": sorted(set(backend_names)),
+        "costs": {s: float(costs.get(s, 1.0)) for s in sorted(set(backend_names))},
         "cases": sorted(set(case_ids)),
     }
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
@@ -303,13 +308,13 @@ def shard_record(
     profile: str | None,
     seed: int,
     filters: Mapping[str, Any],
-    specs: Sequence[str],
+    backend_names: Sequence[str],
     costs: Mapping[str, float],
     case_ids: Iterable[str],
     shard_cases: int | None = None,
 ) -> dict[str, Any]:
     """``environment.json["shard"]`` of a shard run; ``case_ids``: the whole sweep's, before the filter."""
-    rec: dict[str, Any] = {"k": int(k), "n": int(n), "key": shard_key(profile, seed, filters, specs, costs, case_ids)}
+    rec: dict[str, Any] = {"k": int(k), "n": int(n), "key": shard_key(profile, seed, filters, backend_names, costs, case_ids)}
     if shard_cases is not None:
         rec["cases"] = int(shard_cases)
     return rec
@@ -395,7 +400,7 @@ def run_filters(
 def for_run(
     cases: Sequence[Any],
     text: str,
-    specs: Sequence[str],
+    backend_names: Sequence[str],
     *,
     profile: str | None,
     seed: int,
@@ -403,18 +408,18 @@ def for_run(
     costs: Mapping[str, float] | None = None,
 ) -> tuple[list[Any], dict[str, Any]]:
     """``parity run --shard TEXT`` in one call: (the shard's cases, its ``environment.json["shard"]``).
-    ``cases``: the whole sweep's; ``costs``: default :func:`cost_hints` of ``specs``. ValueError
+    ``cases``: the whole sweep's; ``costs``: default :func:`cost_hints` of ``backend_names``. ValueError
     on a bad ``K/N`` or too many shards."""
     k, n = parse_shard(text)
-    costs = dict(costs) if costs is not None else cost_hints(specs)
-    chosen = select(cases, k, n, specs, costs)
+    costs = dict(costs) if costs is not None else cost_hints(backend_names)
+    chosen = select(cases, k, n, backend_names, costs)
     rec = shard_record(
         k,
         n,
         profile=profile,
         seed=seed,
         filters=filters,
-        specs=specs,
+        backend_names=backend_names,
         costs=costs,
         case_ids=[c.case_id for c in cases],
         shard_cases=len(chosen),

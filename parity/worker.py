@@ -21,11 +21,11 @@ def main() -> int:
     import cProfile
 
     prof = cProfile.Profile()
-    spec: list[str] = []
+    backend: list[str] = []
     try:
-        return prof.runcall(serve, spec)
+        return prof.runcall(serve, backend)
     finally:
-        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in (spec[0] if spec else "worker"))
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in (backend[0] if backend else "worker"))
         os.makedirs(out_dir, exist_ok=True)
         prof.dump_stats(os.path.join(out_dir, f"{name}.{os.getpid()}.pstats"))
 
@@ -60,15 +60,15 @@ def serve(spec_seen: list[str] | None = None) -> int:
             except Exception as exc:  # noqa: BLE001
                 send(proto_out, {"status": "error", "detail": f"{type(exc).__name__}: {exc}", "fatal": True})
             continue
-        if op == "infos":  # `parity backends`: every spec's info from this one process, one answer each
-            specs = req["specs"]
-            if specs is None:
+        if op == "infos":  # `parity backends`: every backend's info from this one process, one answer each
+            backend_names = req["specs"]
+            if backend_names is None:
                 from . import backends
 
-                specs = [n for n in backends.names() if n not in req.get("skip", [])]
-                send(proto_out, {"status": "ok", "specs": specs})
-            for spec in specs:
-                send(proto_out, _info_reply(backend_info, spec))
+                backend_names = [n for n in backends.names() if n not in req.get("skip", [])]
+                send(proto_out, {"status": "ok", "specs": backend_names})
+            for backend_name in backend_names:
+                send(proto_out, _info_reply(backend_info, backend_name))
             continue
         if op == "run":
             if backend is None:
@@ -88,10 +88,10 @@ def serve(spec_seen: list[str] | None = None) -> int:
         send(proto_out, {"status": "error", "detail": f"unknown op {op!r}"})
 
 
-def _info_reply(backend_info, spec: str) -> dict:
+def _info_reply(backend_info, backend: str) -> dict:
     try:
-        return {"status": "ok", "info": backend_info(spec)}
-    except Exception as exc:  # noqa: BLE001 - a spec that does not resolve: its row says why
+        return {"status": "ok", "info": backend_info(backend)}
+    except Exception as exc:  # noqa: BLE001 - a backend name that does not resolve: its row says why
         return {"status": "error", "detail": f"{type(exc).__name__}: {exc}"}
 
 

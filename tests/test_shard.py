@@ -222,7 +222,14 @@ def test_more_shards_than_configurations_is_refused():
 
 def _record(k: int, n: int, seed: int = 0, ids=("a", "b", "c")) -> dict:
     return shard.shard_record(
-        k, n, profile="default", seed=seed, filters={"dtype": None}, specs=["sdpa", "flex"], costs={"sdpa": 1.0, "flex": 10.0}, case_ids=ids
+        k,
+        n,
+        profile="default",
+        seed=seed,
+        filters={"dtype": None},
+        backend_names=["sdpa", "flex"],
+        costs={"sdpa": 1.0, "flex": 10.0},
+        case_ids=ids,
     )
 
 
@@ -238,7 +245,7 @@ def test_shard_record_key_fingerprints_the_sweep_not_the_shard():
         profile="quick",
         seed=0,
         filters={"dtype": None},
-        specs=["sdpa", "flex"],
+        backend_names=["sdpa", "flex"],
         costs={"sdpa": 1.0, "flex": 10.0},
         case_ids=("a", "b", "c"),
         shard_cases=1,

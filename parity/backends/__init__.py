@@ -77,13 +77,13 @@ DEFAULT_CPU = ("reference", "sdpa", "sdpa-causal", "flex")
 SELECTORS = ("all", "all-cpu", "all-gpu")
 
 
-def expand(spec: str) -> list[str]:
+def expand(backend: str) -> list[str]:
     """A selector's backend names (by device, without importing optional packages), or ``[spec]``."""
-    if spec not in SELECTORS:
-        return [spec]
-    if spec == "all":
+    if backend not in SELECTORS:
+        return [backend]
+    if backend == "all":
         return [n for n in names()]
-    want = "cuda" if spec == "all-gpu" else "cpu"
+    want = "cuda" if backend == "all-gpu" else "cpu"
     out = []
     for n in names():
         try:
@@ -140,44 +140,44 @@ def _load_path(path: str, package: str | None = None) -> object:
     return obj
 
 
-def _instantiate(obj: object, spec: str) -> Backend:
+def _instantiate(obj: object, backend: str) -> Backend:
     if isinstance(obj, Backend):
         inst = obj
     elif callable(obj):
         try:
             inst = obj()
         except Exception as exc:  # noqa: BLE001 - a constructor that raises: one line, not a traceback
-            raise BackendSpecError(f"backend {spec!r}: constructing it raised {type(exc).__name__}: {exc}") from None
+            raise BackendSpecError(f"backend {backend!r}: constructing it raised {type(exc).__name__}: {exc}") from None
     else:
-        raise BackendSpecError(f"backend {spec!r} is neither a Backend subclass nor a factory")
+        raise BackendSpecError(f"backend {backend!r} is neither a Backend subclass nor a factory")
     if not isinstance(inst, Backend):
         missing = [m for m in ("name", "run", "unsupported_reason", "unavailable_reason") if not hasattr(inst, m)]
         if missing:
-            raise BackendSpecError(f"backend {spec!r} does not implement the Backend interface (missing {missing})")
+            raise BackendSpecError(f"backend {backend!r} does not implement the Backend interface (missing {missing})")
     return inst  # type: ignore[return-value]
 
 
-def get(spec: str) -> Backend:
+def get(backend: str) -> Backend:
     """Resolve a name or ``module:Class`` path to a backend instance."""
-    if not isinstance(spec, str) or not spec:
-        raise BackendSpecError(f"backend must be a non-empty string, got {spec!r}")
-    if spec in BUILTIN:
-        inst = _instantiate(_load_path(BUILTIN[spec], __name__), spec)
-    elif spec in _EXTRA:
-        target = _EXTRA[spec]
-        inst = _instantiate(_load_path(target) if isinstance(target, str) else target, spec)
-    elif ":" in spec:
-        inst = _instantiate(_load_path(spec), spec)
+    if not isinstance(backend, str) or not backend:
+        raise BackendSpecError(f"backend must be a non-empty string, got {backend!r}")
+    if backend in BUILTIN:
+        inst = _instantiate(_load_path(BUILTIN[backend], __name__), backend)
+    elif backend in _EXTRA:
+        target = _EXTRA[backend]
+        inst = _instantiate(_load_path(target) if isinstance(target, str) else target, backend)
+    elif ":" in backend:
+        inst = _instantiate(_load_path(backend), backend)
     else:
         eps = _entry_points()
-        if spec not in eps:
-            close = [n for n in names() if spec.lower() in n.lower() or n.lower() in spec.lower()]
+        if backend not in eps:
+            close = [n for n in names() if backend.lower() in n.lower() or n.lower() in backend.lower()]
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise BackendSpecError(
-                f"unknown backend {spec!r}{hint} (python -m parity backends lists them; "
+                f"unknown backend {backend!r}{hint} (python -m parity backends lists them; "
                 "your own kernel: --backend package.module:ClassName)"
             )
-        inst = _instantiate(eps[spec].load(), spec)
+        inst = _instantiate(eps[backend].load(), backend)
     return inst
 
 

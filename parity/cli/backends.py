@@ -109,42 +109,42 @@ def _infos_fast(names: list[str], paths: dict[str, list[str]]) -> list[dict]:
 
 
 class SharedProbe(ProcessExecutor):
-    """One worker that answers ``backend_info`` for several specs, one reply each (``specs=None``:
+    """One worker that answers ``backend_info`` for several backends, one reply each (``backend_names=None``:
     every registered backend but ``skip``, the worker says which first)."""
 
-    def __init__(self, specs: list[str] | None, extra_path: list[str], skip: list[str] | None = None):
-        self.specs, self.skip = specs, skip or []
-        super().__init__(specs[0] if specs else "*", timeout=120, extra_path=extra_path, wait=False)
+    def __init__(self, backend_names: list[str] | None, extra_path: list[str], skip: list[str] | None = None):
+        self.backend_names, self.skip = backend_names, skip or []
+        super().__init__(backend_names[0] if backend_names else "*", timeout=120, extra_path=extra_path, wait=False)
 
     def _first_request(self) -> dict:
-        return {"op": "infos", "specs": self.specs, "skip": self.skip}
+        return {"op": "infos", "specs": self.backend_names, "skip": self.skip}
 
     def specs_checked(self) -> list[str]:
-        if self.specs is None:
+        if self.backend_names is None:
             reply = self._reply(self.timeout)
             if reply.get("status") != "ok":  # the registry itself failed there: each in its own worker
-                self.specs = []
+                self.backend_names = []
                 return []
-            self.specs = reply["specs"]
-        return self.specs
+            self.backend_names = reply["specs"]
+        return self.backend_names
 
     def infos(self, paths: dict[str, list[str]]) -> list[dict]:
         out: list[dict] = []
-        for spec in self.specs_checked():
+        for backend in self.specs_checked():
             reply = self._reply(self.timeout)
             if reply.get("status") in (Outcome.CRASH, Outcome.TIMEOUT):  # this spec took the worker down
-                out += _infos_in_workers([spec], paths)
+                out += _infos_in_workers([backend], paths)
                 rest = self.specs_checked()[len(out) :]
                 return out + (SharedProbe(rest, self.extra_path).infos(paths) if rest else [])
-            out.append(reply["info"] if reply.get("status") == "ok" else _bad_spec(spec, reply))
+            out.append(reply["info"] if reply.get("status") == "ok" else _bad_spec(backend, reply))
         self.close()
         return out
 
 
-def _bad_spec(spec: str, reply: dict) -> dict:
+def _bad_spec(backend: str, reply: dict) -> dict:
     # the same row as a worker of its own gives (ProcessExecutor's failed start)
     detail = f"worker failed to start: {reply.get('detail')}"
-    return {"spec": spec, "name": spec, "device": "?", "description": "", "unavailable": detail, "version": "", "fatal": True}
+    return {"spec": backend, "name": backend, "device": "?", "description": "", "unavailable": detail, "version": "", "fatal": True}
 
 
 def _print_backends(rows: list, as_json: bool) -> int:

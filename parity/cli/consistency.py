@@ -44,11 +44,11 @@ def run(args: argparse.Namespace) -> int:
 
     case = Case((args.seq,), (args.seq,), args.hq, args.hkv, args.head_dim, args.dtype, Window.tokens(args.window), seed=7)
     rows: list[dict[str, Any]] = []
-    for spec in args.backend:  # each backend's rows are printed and written as soon as they are in
-        be = backends.get(spec)
+    for backend in args.backend:  # each backend's rows are printed and written as soon as they are in
+        be = backends.get(backend)
         why = be.unavailable_reason()
         if why:
-            got = [{"backend": spec, "check": "all", "verdict": "unavailable", "detail": why, "case": case.summary()}]
+            got = [{"backend": backend, "check": "all", "verdict": "unavailable", "detail": why, "case": case.summary()}]
         else:
             got = check(be, case)
         rows.extend(got)

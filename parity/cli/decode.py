@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .. import runfolder
-from ..errors import UserError as UsageError
+from ..errors import UserError
 from ..results import DTYPES, Outcome
 from .common import latest_run
 from .common import split_list as _split
@@ -118,17 +118,17 @@ def run(args: argparse.Namespace) -> int:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device here")
+        raise UserError("--device cuda: no CUDA device here")
     on_gpu = device == "cuda"
-    specs, explicit = _specs(args, on_gpu)
+    backend_names, explicit = _specs(args, on_gpu)
     if args.lm:
-        return _run_lm(args, specs, explicit, device)
+        return _run_lm(args, backend_names, explicit, device)
     if args.dtype and len(args.dtype) > 1:
-        raise UsageError("--dtype once, unless --lm")
+        raise UserError("--dtype once, unless --lm")
     args.dtype = args.dtype[0] if args.dtype else None
     steps = args.steps if args.steps is not None else (32 if on_gpu else 24)
     if steps < 1 or args.window < 2 or args.tie_factor <= 0 or (args.page_size is not None and args.page_size < 1):
-        raise UsageError("--steps >= 1, --window >= 2, --tie-factor > 0 and --page-size >= 1 are required")
+        raise UserError("--steps >= 1, --window >= 2, --tie-factor > 0 and --page-size >= 1 are required")
     models = _models(args)
     cfg = DecodeConfig(
         models=tuple(models),
@@ -146,11 +146,11 @@ def run(args: argparse.Namespace) -> int:
     )
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     print(
-        f"parity decode: {len(specs)} backends x {len(cfg.models)} models x {len(cfg.prompt_lens)} prompts, "
+        f"parity decode: {len(backend_names)} backends x {len(cfg.models)} models x {len(cfg.prompt_lens)} prompts, "
         f"{cfg.steps} steps, {cfg.dtype} on {device} -> {args.out / runfolder.DECODE}",
         file=sys.stderr,
     )
-    result = run_decode(specs, cfg, args.out, log)
+    result = run_decode(backend_names, cfg, args.out, log)
     print(summary_table(result.rows))
     print(
         f"parity decode: {result.seconds:.1f} s; wrote {args.out / runfolder.DECODE}, {runfolder.DECODE_STEPS}, {runfolder.DECODE_JSON}",
@@ -176,17 +176,17 @@ def _specs(args: argparse.Namespace, on_gpu: bool) -> tuple[list[str], list[str]
 
     requested = _split(args.backend)
     explicit = [s for s in requested if s not in backends.SELECTORS]
-    specs: list[str] = []
+    backend_names: list[str] = []
     for s in requested or (["all-gpu"] if on_gpu else list(DEFAULT_CPU_BACKENDS)):
-        specs.extend(x for x in backends.expand(s) if x not in specs)
-    for spec in specs:
+        backend_names.extend(x for x in backends.expand(s) if x not in backend_names)
+    for backend in backend_names:
         try:
-            backends.get(spec)
+            backends.get(backend)
         except backends.BackendSpecError as exc:
-            raise UsageError(str(exc)) from None
-    if not specs:
-        raise UsageError("no backend selected")
-    return specs, explicit
+            raise UserError(str(exc)) from None
+    if not backend_names:
+        raise UserError("no backend selected")
+    return backend_names, explicit
 
 
 def _models(args: argparse.Namespace) -> list[str]:
@@ -195,30 +195,30 @@ def _models(args: argparse.Namespace) -> list[str]:
     if args.hf_checkpoint and "hf-checkpoint" not in models:
         models.append("hf-checkpoint")
     if "hf-checkpoint" in models and not args.hf_checkpoint:
-        raise UsageError("--model hf-checkpoint needs --hf-checkpoint DIR")
+        raise UserError("--model hf-checkpoint needs --hf-checkpoint DIR")
     if args.hf_checkpoint and not Path(args.hf_checkpoint).is_dir():
-        raise UsageError(f"--hf-checkpoint {args.hf_checkpoint}: no such directory")
+        raise UserError(f"--hf-checkpoint {args.hf_checkpoint}: no such directory")
     if any(m.startswith("hf") for m in models):
         from ..decode.hf import unavailable_reason
 
         why = unavailable_reason()
         if why:
-            raise UsageError(why)
+            raise UserError(why)
     return models
 
 
-def _run_lm(args: argparse.Namespace, specs: list[str], explicit: list[str], device: str) -> int:
+def _run_lm(args: argparse.Namespace, backend_names: list[str], explicit: list[str], device: str) -> int:
     """``--lm``: the study on a language model (:mod:`parity.decode.study`); the PR summary printed last."""
     from ..decode.study import StudyConfig, run_study
 
     on_gpu = device == "cuda"
     for name, val in (("--prompts", args.prompts), ("--prompt-bytes", args.prompt_bytes), ("--steps", args.steps)):
         if val is not None and val < 1:
-            raise UsageError(f"{name} must be >= 1")
+            raise UserError(f"{name} must be >= 1")
     if args.tie_factor <= 0:
-        raise UsageError("--tie-factor must be > 0")
-    if args.swap_from and args.swap_from not in specs:
-        raise UsageError(f"--swap-from {args.swap_from}: not one of the backends of this run ({', '.join(specs)})")
+        raise UserError("--tie-factor must be > 0")
+    if args.swap_from and args.swap_from not in backend_names:
+        raise UserError(f"--swap-from {args.swap_from}: not one of the backends of this run ({', '.join(backend_names)})")
     cfg = StudyConfig(
         model=args.lm,
         dtypes=tuple(dict.fromkeys(args.dtype or ["bfloat16", "float16"])),
@@ -233,8 +233,10 @@ def _run_lm(args: argparse.Namespace, specs: list[str], explicit: list[str], dev
         use_cache=not args.no_cache,
     )
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
-    print(f"parity decode --lm {args.lm}: {len(specs)} backends x {len(cfg.dtypes)} dtypes on {device} -> {args.out}", file=sys.stderr)
-    result = run_study(specs, cfg, args.out, log)
+    print(
+        f"parity decode --lm {args.lm}: {len(backend_names)} backends x {len(cfg.dtypes)} dtypes on {device} -> {args.out}", file=sys.stderr
+    )
+    result = run_study(backend_names, cfg, args.out, log)
     print(
         f"parity decode: {result.seconds:.1f} s; wrote {args.out / runfolder.LM_DECODE}, "
         f"{runfolder.LM_FLIPS}, {runfolder.LM_DECODE_JSON}, {runfolder.DECODE_SUMMARY}",

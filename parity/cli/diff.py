@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import UserError as UsageError
+from ..errors import UserError
 from .common import LATEST, RUNS_DIR, add_expect_argument, latest_run, load_expectations, newest_runs
 
 
@@ -55,7 +55,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     if args.ratio_threshold < 1 or args.min_ratio_delta < 0:
-        raise UsageError("--ratio-threshold must be >= 1 and --min-ratio-delta >= 0")
+        raise UserError("--ratio-threshold must be >= 1 and --min-ratio-delta >= 0")
     from ..report.diff import SECTIONS, compare_runs, headline, render_html, render_markdown
     from ..report.runs import load_run
 
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         (out / "diff.md").write_text(render_markdown(d), encoding="utf-8")
         (out / "diff.html").write_text(render_html(d), encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"cannot write diff.html / diff.md: {exc}") from None
+        raise UserError(f"cannot write diff.html / diff.md: {exc}") from None
     print(f"parity: diff: compared {_shown(args.base)} (base) with {_shown(args.head)} (head)", file=sys.stderr)
     print(f"parity diff: {headline(d)}")
     for attr, title, _ in SECTIONS:
@@ -83,12 +83,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _folders(base: Path | None, head: Path | None) -> tuple[Path, Path]:
     """BASE_DIR and HEAD_DIR as given, HEAD_DIR defaulting to the latest run, and both to the two newest
-    runs under reports/runs/; a one-line :class:`UsageError` saying what to pass when there are none."""
+    runs under reports/runs/; a one-line :class:`UserError` saying what to pass when there are none."""
     if base is None:
         runs = newest_runs(2)
         if len(runs) < 2:
             n = len(runs)
-            raise UsageError(
+            raise UserError(
                 f"found {n} run{'' if n == 1 else 's'} under {RUNS_DIR}/, two are needed to compare; "
                 "pass the run folders: parity diff BASE_DIR HEAD_DIR"
             )
@@ -97,9 +97,9 @@ def _folders(base: Path | None, head: Path | None) -> tuple[Path, Path]:
         return base, head
     latest = latest_run()
     if not latest.is_dir():
-        raise UsageError(f"no latest run ({LATEST} names none) to compare {base} with; pass HEAD_DIR too: parity diff {base} HEAD_DIR")
+        raise UserError(f"no latest run ({LATEST} names none) to compare {base} with; pass HEAD_DIR too: parity diff {base} HEAD_DIR")
     if base.exists() and base.resolve() == latest.resolve():
-        raise UsageError(f"{base} is the latest run ({LATEST}); pass the run to compare it with: parity diff BASE_DIR HEAD_DIR")
+        raise UserError(f"{base} is the latest run ({LATEST}); pass the run to compare it with: parity diff BASE_DIR HEAD_DIR")
     return base, latest
 
 

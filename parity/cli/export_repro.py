@@ -18,7 +18,7 @@ import argparse
 from pathlib import Path
 
 from .. import runfolder
-from ..errors import UserError as UsageError
+from ..errors import UserError
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -49,9 +49,9 @@ def run(args: argparse.Namespace) -> int:
     if args.known:
         return _known(args)
     if args.run_dir is None:
-        raise UsageError("export-repro: name a RUN_DIR, or --known for one script per known divergence")
+        raise UserError("export-repro: name a RUN_DIR, or --known for one script per known divergence")
     if args.runs or args.index or args.repick:
-        raise UsageError("export-repro: --runs, --index and --repick go with --known")
+        raise UserError("export-repro: --runs, --index and --repick go with --known")
     run_ = load_run(args.run_dir)
     rows = select_rows(run_.df, args.run_dir, args.row, args.backend)
     if not rows:
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             backends.get(args.control)
         except backends.BackendSpecError as exc:
-            raise UsageError(f"--control {args.control}: {exc}") from None
+            raise UserError(f"--control {args.control}: {exc}") from None
     written = [p for i, r in rows if (p := export_one(run_, i, r, shrunk, out_dir, args.control)) is not None]
     print(f"export-repro: {len(written)} script(s) in {out_dir}" if written else "export-repro: no script written")
     return 0
@@ -76,7 +76,7 @@ def _out_dir(out_dir: Path) -> Path:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"--out {out_dir}: cannot write there ({exc.strerror or exc})") from None
+        raise UserError(f"--out {out_dir}: cannot write there ({exc.strerror or exc})") from None
     return out_dir
 
 
@@ -86,10 +86,10 @@ def _run_folders(dirs: list[Path]) -> list[Path]:
     found: set[Path] = set()
     for d in dirs:
         if not d.is_dir():
-            raise UsageError(f"--runs {d}: no such folder")
+            raise UserError(f"--runs {d}: no such folder")
         runs = {r for r in runfolder.run_folders_under(d) if "latest" not in r.relative_to(d).parts}
         if not runs:
-            raise UsageError(f"--runs {d}: no run folder (results.csv or results.csv.gz) in it")
+            raise UserError(f"--runs {d}: no run folder (results.csv or results.csv.gz) in it")
         found |= runs
     return sorted(found)
 
@@ -100,13 +100,13 @@ def _known(args: argparse.Namespace) -> int:
     from ..report.runs import load_run
 
     if args.run_dir is not None or args.row is not None or args.backend or args.control:
-        raise UsageError("export-repro --known: takes --runs DIR ..., not RUN_DIR, --row, --backend or --control")
+        raise UserError("export-repro --known: takes --runs DIR ..., not RUN_DIR, --row, --backend or --control")
     if args.out is None:
-        raise UsageError("export-repro --known: name the folder for the scripts with --out DIR")
+        raise UserError("export-repro --known: name the folder for the scripts with --out DIR")
     if args.index is not None and not args.index.is_file():
-        raise UsageError(f"--index {args.index}: no such file")
+        raise UserError(f"--index {args.index}: no such file")
     if not args.runs:
-        raise UsageError("export-repro --known: name the run folders to pick rows from with --runs DIR ... (e.g. lab/runs of a checkout)")
+        raise UserError("export-repro --known: name the run folders to pick rows from with --runs DIR ... (e.g. lab/runs of a checkout)")
     folders = _run_folders(args.runs)
     expectations = load()
     runs = [load_run(d, expectations, rejudge=True) for d in folders]

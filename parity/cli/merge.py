@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import UserError as UsageError
+from ..errors import UserError
 from .common import add_expect_argument, load_expectations
 
 
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         counts = merge(args.out, args.dirs, args.prefer_last, args.extra, check_shards=not args.no_shard_check)
     except (ValueError, OSError) as exc:
-        raise UsageError(f"merge: {exc}") from None
+        raise UserError(f"merge: {exc}") from None
     print(
         f"parity merge: {counts['rows']} rows from {counts['folders']} folders, {counts['consistency_rows']} consistency rows, "
         f"{counts['decode_rows']} decode rows -> {args.out}",

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import UserError as UsageError
+from ..errors import UserError
 from .common import EXIT_PARTIAL, add_expect_argument, latest_run, load_expectations
 
 
@@ -58,14 +58,14 @@ def run(args: argparse.Namespace) -> int:
         # this run explained itself would turn back into failures
         words = f"{run_.path} has no environment.json, so its backends' versions are unknown and no known divergence can match"
         if args.rewrite_results:
-            raise UsageError(f"{words}: results.csv is not rewritten (the verdicts its run gave stay)")
+            raise UserError(f"{words}: results.csv is not rewritten (the verdicts its run gave stay)")
         print(f"parity: warning: {words}; the reports show every failing row as new", file=sys.stderr)
     try:
         written = write_reports(run_, args.out or args.dir)
         if args.rewrite_results:
             written.append(save_results(run_))
     except OSError as exc:
-        raise UsageError(f"cannot write the reports: {exc}") from None
+        raise UserError(f"cannot write the reports: {exc}") from None
     print("parity: wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     from ..report.runs import partial_words
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError as UsageError
+from ..errors import UserError
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -31,9 +31,9 @@ def parse_seeds(text: str) -> list[int]:
             else:
                 out.append(int(part))
         except ValueError:
-            raise UsageError(f"--seeds wants N, A-B or a comma-separated list of them, got {text!r}") from None
+            raise UserError(f"--seeds wants N, A-B or a comma-separated list of them, got {text!r}") from None
     if any(s < 0 for s in out) or not out:
-        raise UsageError(f"--seeds must be non-negative, got {text!r}")
+        raise UserError(f"--seeds must be non-negative, got {text!r}")
     return list(dict.fromkeys(out))
 
 
@@ -66,7 +66,7 @@ def _select(names: list[str] | None, items: Sequence[Any], what: str) -> list[An
     by_name = {i.name: i for i in items}
     unknown = [n for n in names if n not in by_name]
     if unknown:
-        raise UsageError(f"unknown {what} {', '.join(map(repr, unknown))}; known: {', '.join(by_name)}")
+        raise UserError(f"unknown {what} {', '.join(map(repr, unknown))}; known: {', '.join(by_name)}")
     return [by_name[n] for n in names]
 
 
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from ..selftest.run import write_csvs
 
     if args.seed < 0:
-        raise UsageError(f"--seed must be >= 0, got {args.seed}")
+        raise UserError(f"--seed must be >= 0, got {args.seed}")
     bugs = [] if args.no_bugs else _select(args.bug, GRAD_BUGS if args.grad else BUGS, "planted bug")
     variants = [] if args.no_honest else _select(args.honest, HONEST, "honest variant")
     seeds = parse_seeds(args.honest_seeds)

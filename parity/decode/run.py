@@ -160,14 +160,14 @@ def backend_attn(
     return attn
 
 
-def load_backends(specs: Sequence[str]) -> dict[str, Backend | Exception]:
-    """Each backend of ``specs`` loaded once, or the exception loading it raised (recorded as that backend's rows)."""
+def load_backends(backend_names: Sequence[str]) -> dict[str, Backend | Exception]:
+    """Each backend of ``backend_names`` loaded once, or the exception loading it raised (recorded as that backend's rows)."""
     backends: dict[str, Backend | Exception] = {}
-    for spec in specs:
+    for backend in backend_names:
         try:
-            backends[spec] = get_backend(spec)
+            backends[backend] = get_backend(backend)
         except Exception as exc:  # noqa: BLE001 - recorded as the backend's rows
-            backends[spec] = exc
+            backends[backend] = exc
     return backends
 
 
@@ -314,12 +314,12 @@ def _write(out_dir: Path, rows: list[dict], steps: list[dict], meta: dict) -> No
 
 
 def run_decode(
-    specs: Sequence[str],
+    backend_names: Sequence[str],
     cfg: DecodeConfig,
     out_dir: Path | None = None,
     log: Callable[[str], None] | None = None,
 ) -> DecodeResult:
-    """Run every backend in ``specs`` (names or ``module:Class``) on every model and prompt.
+    """Run every backend in ``backend_names`` (names or ``module:Class``) on every model and prompt.
 
     The model's tensors are tiny, so the CPU work runs on one intra-op thread (several
     times faster than the default on a shared machine); the setting is restored after.
@@ -327,7 +327,7 @@ def run_decode(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _run_decode(specs, cfg, out_dir, log)
+        return _run_decode(backend_names, cfg, out_dir, log)
     finally:
         torch.set_num_threads(threads)
 
@@ -353,11 +353,11 @@ class _ModelRun:
     threshold: float
     baseline: dict  # prompt id -> (teacher-forced logits, free tokens) of the same-dtype naive attention
 
-    def common(self, spec: str, name: str, pid: str) -> dict:
+    def common(self, backend: str, name: str, pid: str) -> dict:
         n = int(self.prompts[pid].shape[0])
         w = self.mcfg.window
         return {
-            "backend": spec,
+            "backend": backend,
             "backend_name": name,
             "model": self.arch,
             "layers": " ".join(self.mcfg.layer_kinds()),
@@ -373,13 +373,13 @@ class _ModelRun:
             "tie_threshold": _f(self.threshold),
         }
 
-    def scored(self, spec: str, pid: str, tf, free) -> tuple[dict, list[dict]]:
+    def scored(self, backend: str, pid: str, tf, free) -> tuple[dict, list[dict]]:
         ref_toks, ref_logits = self.refs[pid]
         row, steps = score(tf, free, ref_logits, ref_toks, self.threshold, self.noise)
         p = int(self.prompts[pid].shape[0])
         if row["first_div_step"] is not None:
             row["first_div_pos"] = p + row["first_div_step"] - 1  # the query position whose logits diverged
-        recs = [{"backend": spec, "model": self.arch, "prompt_id": pid, "pos": p + st["step"] - 1, **st} for st in steps]
+        recs = [{"backend": backend, "model": self.arch, "prompt_id": pid, "pos": p + st["step"] - 1, **st} for st in steps]
         return row, recs
 
 
@@ -426,27 +426,28 @@ def _prepare_model(arch: str, cfg: DecodeConfig, device, tdt, log, meta: dict) -
     return _ModelRun(arch, cfg, mcfg, test_model, prompts, refs, noise, threshold, noise_tf)
 
 
-def _run_backend(mr: _ModelRun, spec: str, be: Backend | Exception, device, tdt) -> tuple[list[dict], list[dict]]:
+def _run_backend(mr: _ModelRun, backend: str, be: Backend | Exception, device, tdt) -> tuple[list[dict], list[dict]]:
     cfg = mr.cfg
     rows: list[dict] = []
     recs: list[dict] = []
     if isinstance(be, Exception):
         return [
-            {**mr.common(spec, spec, pid), "verdict": "error", "detail": f"cannot load: {type(be).__name__}: {be}"} for pid in mr.prompts
+            {**mr.common(backend, backend, pid), "verdict": "error", "detail": f"cannot load: {type(be).__name__}: {be}"}
+            for pid in mr.prompts
         ], []
-    name = getattr(be, "name", spec)
+    name = getattr(be, "name", backend)
     try:
         why = be.unavailable_reason()
     except Exception as exc:  # noqa: BLE001
         why = f"unavailable_reason raised {_error_detail(exc)}"
     if why:
-        return [{**mr.common(spec, name, pid), "verdict": "unavailable", "detail": why} for pid in mr.prompts], []
+        return [{**mr.common(backend, name, pid), "verdict": "unavailable", "detail": why} for pid in mr.prompts], []
     deadline = [0.0]
     attn = backend_attn(be, cfg.dtype, mr.mcfg.hq, mr.mcfg.hkv, mr.mcfg.head_dim, cfg.page_size, deadline)
     spent = 0.0
     limit_msg = f"time limit {cfg.time_limit:g} s per backend and model reached"
     for pid, ptoks in mr.prompts.items():
-        base_row = {**mr.common(spec, name, pid), "device": getattr(be, "device", "cpu")}
+        base_row = {**mr.common(backend, name, pid), "device": getattr(be, "device", "cpu")}
         if spent > cfg.time_limit:
             rows.append({**base_row, "verdict": "skipped", "detail": limit_msg})
             continue
@@ -467,13 +468,13 @@ def _run_backend(mr: _ModelRun, spec: str, be: Backend | Exception, device, tdt)
             continue
         finally:
             spent += time.perf_counter() - t0
-        row, steps = mr.scored(spec, pid, tf, free)
+        row, steps = mr.scored(backend, pid, tf, free)
         rows.append({**base_row, **row, "time_s": f"{time.perf_counter() - t0:.3f}", "detail": ""})
         recs.extend(steps)
     return rows, recs
 
 
-def _run_decode(specs, cfg: DecodeConfig, out_dir: Path | None, log) -> DecodeResult:
+def _run_decode(backend_names, cfg: DecodeConfig, out_dir: Path | None, log) -> DecodeResult:
     t_start = time.perf_counter()
     log = log or (lambda s: None)
     device = torch.device(cfg.device)
@@ -483,13 +484,13 @@ def _run_decode(specs, cfg: DecodeConfig, out_dir: Path | None, log) -> DecodeRe
     meta: dict = {
         "task": TASK_NAME,
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()},
-        "backends": list(specs),
+        "backends": list(backend_names),
         "models": {},
         "torch": torch.__version__,
         "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    backends = load_backends(specs)
+    backends = load_backends(backend_names)
 
     def flush() -> None:
         if out_dir is not None:
@@ -509,11 +510,11 @@ def _run_decode(specs, cfg: DecodeConfig, out_dir: Path | None, log) -> DecodeRe
                 }
             )
             all_steps.extend(steps)
-        for spec in specs:
-            new_rows, steps = _run_backend(mr, spec, backends[spec], device, tdt)
+        for backend in backend_names:
+            new_rows, steps = _run_backend(mr, backend, backends[backend], device, tdt)
             rows.extend(new_rows)
             all_steps.extend(steps)
-            log(f"decode: {arch} {spec}: " + summarize(new_rows))
+            log(f"decode: {arch} {backend}: " + summarize(new_rows))
             flush()
     meta["wall_seconds"] = round(time.perf_counter() - t_start, 2)
     flush()

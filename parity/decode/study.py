@@ -314,10 +314,10 @@ class _Ref:
 
 
 def _run_backend(
-    model_d, ref: _Ref, spec: str, be: Backend | Exception, dtype: str, device, cfg: StudyConfig
+    model_d, ref: _Ref, backend: str, be: Backend | Exception, dtype: str, device, cfg: StudyConfig
 ) -> tuple[dict, Measured | None]:
     """One backend in one dtype: its row (identity, time, detail) and its measurement (None: no result)."""
-    row = {"backend": spec, "backend_name": getattr(be, "name", spec), "dtype": dtype, "device": getattr(be, "device", "cpu")}
+    row = {"backend": backend, "backend_name": getattr(be, "name", backend), "dtype": dtype, "device": getattr(be, "device", "cpu")}
     if isinstance(be, Exception):
         return {**row, "verdict": "error", "detail": f"cannot load: {type(be).__name__}: {be}"}, None
     try:
@@ -347,7 +347,7 @@ def _flips_vs_ref(name, dtype, m: Measured, ref: _Ref, noise, threshold) -> list
     return flip_records(name, dtype, "reference", want, m.argmax, ref.tokens, ref.margin, m.err, noise, threshold, ref.prompts)
 
 
-def _dtype_pass(base, ref: _Ref, specs, backends, dtype: str, device, cfg: StudyConfig, out: _Out) -> dict:
+def _dtype_pass(base, ref: _Ref, backend_names, backends, dtype: str, device, cfg: StudyConfig, out: _Out) -> dict:
     """Every backend in one dtype: rows and flips appended to ``out``; returns the dtype's meta."""
     tdt = DTYPES[dtype]
     model_d = copy.deepcopy(base).to(device=device, dtype=tdt)
@@ -355,7 +355,9 @@ def _dtype_pass(base, ref: _Ref, specs, backends, dtype: str, device, cfg: Study
     noise = max(float(mb.err.max()), 1e-7)
     if not math.isfinite(noise):  # the model itself overflows in this dtype: no threshold to judge flips by
         detail = f"the model in {dtype} with exact attention gives non-finite logits: no noise to measure flips against"
-        out.rows.extend({"backend": spec, "dtype": dtype, "verdict": "error", "detail": detail} for spec in [BASELINE, *specs])
+        out.rows.extend(
+            {"backend": backend, "dtype": dtype, "verdict": "error", "detail": detail} for backend in [BASELINE, *backend_names]
+        )
         out.log(f"decode: {dtype}: {detail}")
         out.flush()
         return {"noise": noise, "tie_threshold": None, "reference_steps_within_threshold": None}
@@ -375,35 +377,38 @@ def _dtype_pass(base, ref: _Ref, specs, backends, dtype: str, device, cfg: Study
     )
     out.flips.extend(_flips_vs_ref(BASELINE, dtype, mb, ref, noise, threshold))
     measured: dict[str, tuple[dict, Measured]] = {}
-    a_name = cfg.swap_from or (specs[0] if specs else None)
+    a_name = cfg.swap_from or (backend_names[0] if backend_names else None)
     swapped: set[str] = set()
 
     def swap_all() -> None:  # every measured backend against the swap-from one, as soon as both are measured
         if a_name not in measured:
             return
         a = measured[a_name][1]
-        for spec, (row, m) in measured.items():
-            if spec in swapped or spec == a_name:
+        for backend, (row, m) in measured.items():
+            if backend in swapped or backend == a_name:
                 continue
-            swapped.add(spec)
+            swapped.add(backend)
             row.update({"swap_from": a_name, **swap_row(a, m, ref.margin, threshold)})
             k = min(a.argmax.shape[0], m.argmax.shape[0])
             out.flips.extend(
-                flip_records(spec, dtype, a_name, a.argmax[:k], m.argmax[:k], ref.tokens, ref.margin, m.err, noise, threshold, ref.prompts)
+                flip_records(
+                    backend, dtype, a_name, a.argmax[:k], m.argmax[:k], ref.tokens, ref.margin, m.err, noise, threshold, ref.prompts
+                )
             )
 
-    for spec in specs:
-        row, m = _run_backend(model_d, ref, spec, backends[spec], dtype, device, cfg)
+    for backend in backend_names:
+        row, m = _run_backend(model_d, ref, backend, backends[backend], dtype, device, cfg)
         row.update(common)
         if m is not None:
             row.update(ref_row(m, ref.tokens, ref.margin, noise, threshold))
             row["verdict"] = "fail" if row["real_flips"] else "pass"
-            out.flips.extend(_flips_vs_ref(spec, dtype, m, ref, noise, threshold))
-            measured[spec] = (row, m)
+            out.flips.extend(_flips_vs_ref(backend, dtype, m, ref, noise, threshold))
+            measured[backend] = (row, m)
             swap_all()
         out.rows.append(row)
         out.log(
-            f"decode: {dtype} {spec}: {row['verdict']} " + (f"{row['flips']} flips in {row['tokens']} tokens" if m else row["detail"][:100])
+            f"decode: {dtype} {backend}: {row['verdict']} "
+            + (f"{row['flips']} flips in {row['tokens']} tokens" if m else row["detail"][:100])
         )
         out.flush()
     return {"noise": noise, "tie_threshold": threshold, "reference_steps_within_threshold": int((ref.margin <= threshold).sum())}
@@ -431,20 +436,22 @@ def _reference(base, cfg: StudyConfig, heldout: bytes, device, prompt_len: int, 
     return _Ref(prompts, tokens, logits, margins(logits.flatten(0, 1)).view(logits.shape[:2]))
 
 
-def run_study(specs: Sequence[str], cfg: StudyConfig, out_dir: Path | None = None, log: Callable[[str], None] | None = None) -> StudyResult:
-    """Every backend of ``specs`` in every dtype of ``cfg`` on the language model ``cfg.model``.
+def run_study(
+    backend_names: Sequence[str], cfg: StudyConfig, out_dir: Path | None = None, log: Callable[[str], None] | None = None
+) -> StudyResult:
+    """Every backend of ``backend_names`` in every dtype of ``cfg`` on the language model ``cfg.model``.
 
     On the CPU the work runs on one intra-op thread (small tensors; restored after)."""
     threads = torch.get_num_threads()
     if torch.device(cfg.device).type == "cpu":
         torch.set_num_threads(1)
     try:
-        return _run_study(specs, cfg, out_dir, log)
+        return _run_study(backend_names, cfg, out_dir, log)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run_study(specs: Sequence[str], cfg: StudyConfig, out_dir: Path | None, log: Callable[[str], None] | None) -> StudyResult:
+def _run_study(backend_names: Sequence[str], cfg: StudyConfig, out_dir: Path | None, log: Callable[[str], None] | None) -> StudyResult:
     t_start = time.perf_counter()
     log = log or (lambda s: None)
     device = torch.device(cfg.device)
@@ -459,7 +466,7 @@ def _run_study(specs: Sequence[str], cfg: StudyConfig, out_dir: Path | None, log
     meta: dict = {
         "study": "lm-decode",
         "config": dataclasses.asdict(cfg),
-        "backends": list(specs),
+        "backends": list(backend_names),
         "model": {"config": config, "metrics": metrics, "layer_kinds": base.cfg.layer_kinds()},
         "reference": {
             "margin_median": float(ref.margin.median()),
@@ -476,10 +483,10 @@ def _run_study(specs: Sequence[str], cfg: StudyConfig, out_dir: Path | None, log
         f"decode: reference decoded {ref.tokens.shape[0]} prompts x {ref.tokens.shape[1]} tokens; "
         f"margin median {meta['reference']['margin_median']:.3g}"
     )
-    backends = load_backends(specs)
+    backends = load_backends(backend_names)
     out = _Out([], [], meta, out_dir, log)
     for dtype in cfg.dtypes:
-        meta["dtypes"][dtype] = _dtype_pass(base, ref, list(specs), backends, dtype, device, cfg, out)
+        meta["dtypes"][dtype] = _dtype_pass(base, ref, list(backend_names), backends, dtype, device, cfg, out)
         d = meta["dtypes"][dtype]
         log(f"decode: {dtype} noise {d['noise']:.3g}, tie threshold {d['tie_threshold'] or float('nan'):.3g}")
     meta["wall_seconds"] = round(time.perf_counter() - t_start, 2)

@@ -36,7 +36,7 @@ import math
 from html import escape
 from typing import Any
 
-from ..errors import UserError as UsageError
+from ..errors import UserError
 from ..results import SKIP_VERDICTS, Outcome
 from .runs import FAILING, Run, case_text
 
@@ -132,10 +132,10 @@ def compare_runs(
             )
             or "same columns, different order"
         )
-        raise UsageError(f"BASE and HEAD results.csv have different schemas ({what}); rerun both with the same attn-parity")
+        raise UserError(f"BASE and HEAD results.csv have different schemas ({what}); rerun both with the same attn-parity")
     common_cases = set(base.df["case_id"]) & set(head.df["case_id"])
     if not common_cases:
-        raise UsageError("BASE and HEAD have no case in common: not two runs of the same cases (same --profile, --seed, --dtype?)")
+        raise UserError("BASE and HEAD have no case in common: not two runs of the same cases (same --profile, --seed, --dtype?)")
     d = Diff(base, head, ratio_threshold, min_ratio_delta, allow_coverage_loss)
     b_rows = {(r["backend"], r["case_id"]): r for r in base.df.to_dict("records")}
     h_rows = {(r["backend"], r["case_id"]): r for r in head.df.to_dict("records")}

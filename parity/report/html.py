@@ -596,12 +596,12 @@ def _environment(run: Run) -> str:
     ]
     rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in keys if v not in (None, ""))
     bk = []
-    for spec, info in (env.get("backends") or {}).items():
+    for backend, info in (env.get("backends") or {}).items():
         if not isinstance(info, dict):
             continue
         status = f"unavailable: {info['unavailable']}" if info.get("unavailable") else "available"
         bk.append(
-            f"<tr><td><code>{escape(spec)}</code></td><td>{escape(str(info.get('name', '')))}</td>"
+            f"<tr><td><code>{escape(backend)}</code></td><td>{escape(str(info.get('name', '')))}</td>"
             f"<td>{escape(str(info.get('device', '')))}</td>"
             f"<td>{escape(str(info.get('version', '')))}</td><td>{escape(status)}</td></tr>"
         )

@@ -141,9 +141,9 @@ def _merge_environment(out: Path, dirs: list[Path], rows: dict, shard_set: dict[
         env = dict(envs[0][1])
         backends: dict[str, Any] = {}
         for _, e in envs:
-            for spec, info in (e.get("backends") or {}).items():
-                if spec not in backends or (backends[spec].get("unavailable") and not (info or {}).get("unavailable")):
-                    backends[spec] = info
+            for backend, info in (e.get("backends") or {}).items():
+                if backend not in backends or (backends[backend].get("unavailable") and not (info or {}).get("unavailable")):
+                    backends[backend] = info
         env["backends"] = backends
         keep = ("date_utc", "command", "wall_seconds", "partial", "rows_run", "rows_in_folder", "rows_total", "jobs", "earlier_runs")
         env["merged_from"] = [{"folder": str(d), **{k: e.get(k) for k in keep if k in e}} for d, e in envs]

@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import runfolder
 from ..case import FAMILIES, Case
-from ..errors import UserError as UsageError
+from ..errors import UserError
 from ..expect import Expectations
 from ..judge import expect_verdict
 from ..results import (
@@ -81,14 +81,14 @@ def _pandas():
     try:
         import pandas as pd
     except ImportError:  # pragma: no cover - pandas is in the report/test extras
-        raise UsageError("reports need pandas: pip install 'attn-parity[report]'") from None
+        raise UserError("reports need pandas: pip install 'attn-parity[report]'") from None
     return pd
 
 
 def read_results(path: Path):
     """``results.csv`` (or a .csv.gz) as a DataFrame of strings, checked for the required columns."""
     if not path.exists():
-        raise UsageError(f"{path}: no such file (is this a parity run folder?)")
+        raise UserError(f"{path}: no such file (is this a parity run folder?)")
     return frame(runfolder.read_results_file(path))
 
 
@@ -98,7 +98,7 @@ def frame(results: runfolder.Results):
     pd = _pandas()
     missing = [c for c in REQUIRED if c not in results.fields]
     if missing:
-        raise UsageError(f"{results.path}: not a parity results.csv (missing columns: {', '.join(missing)})")
+        raise UserError(f"{results.path}: not a parity results.csv (missing columns: {', '.join(missing)})")
     df = pd.DataFrame([r.cells for r in results.rows], columns=list(dict.fromkeys(results.fields)), dtype=str)  # a repeated column once
     for c in ADDED_COLUMNS:
         if c not in df.columns:
@@ -116,13 +116,13 @@ def load_run(
     its rows when already read (``parity run`` reads them once)."""
     folder = Path(folder)
     if not folder.exists():
-        raise UsageError(f"{folder}: no such folder")
+        raise UserError(f"{folder}: no such folder")
     if not folder.is_dir():
-        raise UsageError(f"{folder}: not a folder (give the run folder that holds results.csv)")
+        raise UserError(f"{folder}: not a folder (give the run folder that holds results.csv)")
     if results is None:
         results = runfolder.read_results(folder)
     if results is None:
-        raise UsageError(f"{folder / runfolder.RESULTS}: no such file (is this a parity run folder?)")
+        raise UserError(f"{folder / runfolder.RESULTS}: no such file (is this a parity run folder?)")
     df = frame(results)
     env = runfolder.read_environment(folder)
     timing = runfolder.read_timing(folder)

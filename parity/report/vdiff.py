@@ -256,13 +256,13 @@ class Judge:
         self.expectations, self.blind = expectations, versionless(expectations)
         self._cases: dict[str, Case | None] = {}
 
-    def side(self, row: dict[str, Any] | None, spec: str, version: str, torch_version: str) -> Side | None:
+    def side(self, row: dict[str, Any] | None, backend: str, version: str, torch_version: str) -> Side | None:
         if row is None:
             return None
         raw = raw_verdict_of(row)
         if not self.expectations or raw not in (*RAW_FAIL_VERDICTS, Outcome.PASS):
             return Side(row, raw, str(raw or ""), "", "")
-        mine = {**row, "backend": spec, "raw_verdict": raw}
+        mine = {**row, "backend": backend, "raw_verdict": raw}
         case = self._case(str(row.get("case_json") or ""))
         if case is None:  # a row without its case cannot be matched to an entry
             return Side(row, raw, str(raw or ""), "", "")

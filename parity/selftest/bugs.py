@@ -835,7 +835,7 @@ class PlantedBug:
     checks: tuple[str, ...] = ()
 
     @property
-    def spec(self) -> str:
+    def backend_name(self) -> str:
         return f"{__name__}:{self.backend.__name__}"
 
 

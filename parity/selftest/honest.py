@@ -378,7 +378,7 @@ class HonestVariant:
     backend: type[Backend]
 
     @property
-    def spec(self) -> str:
+    def backend_name(self) -> str:
         return f"{self.backend.__module__}:{self.backend.__name__}"
 
 

@@ -220,7 +220,7 @@ def write_csvs(out: Path, dets: Sequence[Detection], results: Sequence[HonestRes
         w.writerow(["bug_class", "backend", "caught", "checks", "first_case", "first_index", "cases_run", "failing", "detail", "repro"])
         for d in dets:
             w.writerow(
-                [d.bug.klass, d.bug.spec, d.caught, " ".join(d.checks), d.first_case, d.first_index]
+                [d.bug.klass, d.bug.backend_name, d.caught, " ".join(d.checks), d.first_case, d.first_index]
                 + [d.cases_run, d.failing, d.detail, d.repro]
             )
     with (out / "honest.csv").open("w", newline="") as fh:
@@ -228,6 +228,6 @@ def write_csvs(out: Path, dets: Sequence[Detection], results: Sequence[HonestRes
         w.writerow(["variant", "backend", "cases", "pass", "unsupported", "fail", "worst_budget_frac", "worst_case"])
         for r in results:
             w.writerow(
-                [r.variant.name, r.variant.spec, r.cases, r.passed, r.unsupported, len(r.failed)]
+                [r.variant.name, r.variant.backend_name, r.cases, r.passed, r.unsupported, len(r.failed)]
                 + [f"{r.worst_budget_frac:.4g}", r.worst_case]
             )

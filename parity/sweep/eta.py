@@ -67,9 +67,9 @@ class Eta:
         self.plan: dict[Key, tuple[float, bool]] = {}
         self.left_n: dict[tuple[str, bool], int] = {}
         self.left_c: dict[tuple[str, bool], float] = {}
-        for spec, case_id, cost, runs in planned:
-            self.plan[(spec, case_id)] = (cost, runs)
-            self._count(spec, runs, cost, 1)
+        for backend, case_id, cost, runs in planned:
+            self.plan[(backend, case_id)] = (cost, runs)
+            self._count(backend, runs, cost, 1)
         self.done_n: dict[tuple[str, bool], int] = {}
         self.done_c: dict[tuple[str, bool], float] = {}
         self.fits: dict[str, _Fit] = {}
@@ -80,63 +80,63 @@ class Eta:
         self.errors: dict[str, list[float]] = {}  # per backend: summed |error| of [the line, the mean] before each row
         self._last: tuple[float, float | None] | None = None  # (elapsed, estimate): recomputed once a second
 
-    def _count(self, spec: str, runs: bool, cost: float, sign: int) -> None:
-        self.left_n[(spec, runs)] = self.left_n.get((spec, runs), 0) + sign
-        self.left_c[(spec, runs)] = self.left_c.get((spec, runs), 0.0) + sign * cost
+    def _count(self, backend: str, runs: bool, cost: float, sign: int) -> None:
+        self.left_n[(backend, runs)] = self.left_n.get((backend, runs), 0) + sign
+        self.left_c[(backend, runs)] = self.left_c.get((backend, runs), 0.0) + sign * cost
 
-    def done(self, spec: str, case_id: str, seconds: float, ran: bool = True) -> None:
+    def done(self, backend: str, case_id: str, seconds: float, ran: bool = True) -> None:
         """A row finished in ``seconds`` (``ran``: not declined); a row not planned is ignored."""
-        planned = self.plan.pop((spec, case_id), None)
+        planned = self.plan.pop((backend, case_id), None)
         if planned is None:
             return
         cost, runs = planned
-        self._count(spec, runs, cost, -1)
-        self.done_n[(spec, ran)] = self.done_n.get((spec, ran), 0) + 1
-        self.done_c[(spec, ran)] = self.done_c.get((spec, ran), 0.0) + cost
-        self.finished.append((spec, ran, cost))
+        self._count(backend, runs, cost, -1)
+        self.done_n[(backend, ran)] = self.done_n.get((backend, ran), 0) + 1
+        self.done_c[(backend, ran)] = self.done_c.get((backend, ran), 0.0) + cost
+        self.finished.append((backend, ran, cost))
         self._last = None
         if ran:
-            self._score(spec, min(cost, 4 * self.top) if self.top else cost, seconds)
+            self._score(backend, min(cost, 4 * self.top) if self.top else cost, seconds)
             self.top = max(self.top, cost)
-            self.fits.setdefault(spec, _Fit()).add(cost, seconds)
+            self.fits.setdefault(backend, _Fit()).add(cost, seconds)
             self.all_fit.add(cost, seconds)
         else:
-            d = self.declined.setdefault(spec, [0.0, 0.0])
+            d = self.declined.setdefault(backend, [0.0, 0.0])
             d[0] += 1
             d[1] += seconds
 
-    def _score(self, spec: str, cost: float, seconds: float) -> None:
+    def _score(self, backend: str, cost: float, seconds: float) -> None:
         """Each model's error on this row, predicted before the row joins the fit."""
-        fit = self.fits.get(spec)
+        fit = self.fits.get(backend)
         line = fit.line() if fit is not None else None
         if fit is None or line is None:
             return
-        err = self.errors.setdefault(spec, [0.0, 0.0])
+        err = self.errors.setdefault(backend, [0.0, 0.0])
         err[0] += abs(line[0] + line[1] * cost - seconds)
         err[1] += abs(fit.t / fit.n - seconds)
 
-    def _use_line(self, spec: str, fit: _Fit) -> bool:
-        err = self.errors.get(spec)
+    def _use_line(self, backend: str, fit: _Fit) -> bool:
+        err = self.errors.get(backend)
         return fit.n >= LINE_MIN_ROWS and err is not None and err[0] < LINE_BETTER * err[1]
 
-    def skip(self, spec: str, case_id: str) -> None:
+    def skip(self, backend: str, case_id: str) -> None:
         """A planned row that will not run here (already in the folder, backend unavailable)."""
-        planned = self.plan.pop((spec, case_id), None)
+        planned = self.plan.pop((backend, case_id), None)
         if planned is not None:
-            self._count(spec, planned[1], planned[0], -1)
+            self._count(backend, planned[1], planned[0], -1)
 
-    def _weight(self, spec: str, runs: bool, n: int, cost: float) -> float:
-        """The modelled seconds of ``n`` rows of ``spec`` costing ``cost`` in all."""
+    def _weight(self, backend: str, runs: bool, n: int, cost: float) -> float:
+        """The modelled seconds of ``n`` rows of ``backend`` costing ``cost`` in all."""
         if not n:
             return 0.0
         if not runs:
-            d = self.declined.get(spec)
+            d = self.declined.get(backend)
             return n * d[1] / d[0] if d else 0.0
-        fit = self.fits.get(spec) or self.all_fit
+        fit = self.fits.get(backend) or self.all_fit
         if not fit.n:
             return 0.0
         line = fit.line()
-        if line is not None and self._use_line(spec, fit):
+        if line is not None and self._use_line(backend, fit):
             return n * line[0] + line[1] * cost
         return n * fit.t / fit.n
 

@@ -70,22 +70,22 @@ def lane_thread_env(jobs: int, n_specs: int, cpus: int | None = None) -> dict[st
 _BACKENDS: dict[str, Any] = {}
 
 
-def backend_object(spec: str) -> Any:
-    """``spec``'s backend object in this process (None for a plugin only its worker can import); made once."""
-    if spec not in _BACKENDS:
+def backend_object(backend: str) -> Any:
+    """``backend``'s backend object in this process (None for a plugin only its worker can import); made once."""
+    if backend not in _BACKENDS:
         from .. import backends
 
         try:
-            _BACKENDS[spec] = backends.get(spec)
+            _BACKENDS[backend] = backends.get(backend)
         except Exception:  # noqa: BLE001 - a plugin importable only with its --worker-path
-            _BACKENDS[spec] = None
-    return _BACKENDS[spec]
+            _BACKENDS[backend] = None
+    return _BACKENDS[backend]
 
 
-def unit_key(spec: str) -> Callable[[Case], tuple[Any, ...]]:
-    """What ``spec`` builds a kernel for (:func:`parity.execute.kernel_key`): cases of one key run on one
+def unit_key(backend: str) -> Callable[[Case], tuple[Any, ...]]:
+    """What ``backend`` builds a kernel for (:func:`parity.execute.kernel_key`): cases of one key run on one
     kernel, so parts and the compile grace keep them together; the configuration where the backend is unknown here."""
-    be = backend_object(spec)
+    be = backend_object(backend)
     return (lambda c: kernel_key(be, c)) if be is not None else config_key
 
 
@@ -105,9 +105,9 @@ def save_costs(path: str | os.PathLike[str], per_backend: Mapping[str, Mapping[s
     """Update the cost file at ``path`` with each backend's seconds per row of this run (``per_backend``:
     timing.json's, its ``exec_s + judge_s`` over its ``cases``); backends this run did not time are kept."""
     costs = measured_costs(path)
-    for spec, t in per_backend.items():
+    for backend, t in per_backend.items():
         if t.get("cases"):
-            costs[spec] = round((float(t.get("exec_s", 0.0)) + float(t.get("judge_s", 0.0))) / float(t["cases"]), 6)
+            costs[backend] = round((float(t.get("exec_s", 0.0)) + float(t.get("judge_s", 0.0))) / float(t["cases"]), 6)
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps({"seconds_per_row": dict(sorted(costs.items()))}, indent=1) + "\n")
@@ -126,33 +126,33 @@ def lane_costs(hints: Mapping[str, float], measured: Mapping[str, float]) -> dic
     return {s: measured.get(s, h * scale) for s, h in hints.items()}
 
 
-def plan_lanes(specs: list[str], jobs: int, costs: dict[str, float], group: dict[str, str] | None = None) -> list[list[str]]:
+def plan_lanes(backend_names: list[str], jobs: int, costs: dict[str, float], group: dict[str, str] | None = None) -> list[list[str]]:
     """Split backends over ``jobs`` lanes, heaviest first onto the least loaded lane (LPT).
 
     ``group``: the parts of one split backend (``--split``) share a group and go to different
     lanes while there are lanes without one of them (they exist to run at once).
     """
     group = group or {}
-    jobs = max(1, min(jobs, len(specs)))
+    jobs = max(1, min(jobs, len(backend_names)))
     lanes: list[list[str]] = [[] for _ in range(jobs)]
     load = [0.0] * jobs
-    for spec in sorted(specs, key=lambda s: -costs.get(s, 1.0)):
-        g = group.get(spec, spec)
+    for backend in sorted(backend_names, key=lambda s: -costs.get(s, 1.0)):
+        g = group.get(backend, backend)
         free = [i for i in range(jobs) if all(group.get(o, o) != g for o in lanes[i])] or list(range(jobs))
         i = min(free, key=lambda j: (load[j], j))
-        lanes[i].append(spec)
-        load[i] += costs.get(spec, 1.0)
-    order = {s: n for n, s in enumerate(specs)}
+        lanes[i].append(backend)
+        load[i] += costs.get(backend, 1.0)
+    order = {s: n for n, s in enumerate(backend_names)}
     return [sorted(lane, key=order.__getitem__) for lane in lanes if lane]
 
 
-def check_splits(splits: dict[str, int] | None, specs: list[str], jobs: int, isolate: bool) -> dict[str, int]:
+def check_splits(splits: dict[str, int] | None, backend_names: list[str], jobs: int, isolate: bool) -> dict[str, int]:
     """The backends really split (K > 1) of ``splits`` (``--split``); ValueError naming what cannot be."""
     for s, k in (splits or {}).items():
         if k < 1:
             raise ValueError(f"--split {s}={k}: K must be >= 1")
-        if s not in specs:
-            raise ValueError(f"--split {s}={k}: {s!r} is not among the backends of this run ({', '.join(specs)})")
+        if s not in backend_names:
+            raise ValueError(f"--split {s}={k}: {s!r} is not among the backends of this run ({', '.join(backend_names)})")
     out = {s: k for s, k in (splits or {}).items() if k > 1}
     if out and not isolate:
         raise ValueError("--split runs a backend in several worker processes; it cannot be used with --no-isolate")
@@ -192,10 +192,10 @@ def auto_splits(loads: Mapping[str, float], configs: Mapping[str, int], jobs: in
         return {}
     mean = total / jobs
     out: dict[str, int] = {}
-    for spec, load in loads.items():
-        k = min(jobs, configs.get(spec, 1), math.ceil(load / mean - 1e-9))  # 1e-9: a load equal to M is not split
+    for backend, load in loads.items():
+        k = min(jobs, configs.get(backend, 1), math.ceil(load / mean - 1e-9))  # 1e-9: a load equal to M is not split
         if k > 1:
-            out[spec] = k
+            out[backend] = k
     return out
 
 
@@ -220,19 +220,19 @@ def split_cases(cases: list[Case], parts: int, key: Callable[[Case], tuple[Any, 
 
 
 def make_executor(
-    spec: str, options: SweepOptions, log_path: Path | None = None, env: Mapping[str, str] | None = None, wait: bool = True
+    backend: str, options: SweepOptions, log_path: Path | None = None, env: Mapping[str, str] | None = None, wait: bool = True
 ) -> InlineExecutor | ProcessExecutor:
-    """``spec``'s executor as ``options`` say: a worker process (``isolate``), else in this process."""
+    """``backend``'s executor as ``options`` say: a worker process (``isolate``), else in this process."""
     if not options.isolate:
-        return InlineExecutor(spec, options.probes, options.max_passes, options.repeats, options.grad, options.checks)
+        return InlineExecutor(backend, options.probes, options.max_passes, options.repeats, options.grad, options.checks)
     return ProcessExecutor(
-        spec,
+        backend,
         probes=options.probes,
         max_passes=options.max_passes,
         repeats=options.repeats,
         timeout=options.timeout or options.timeout_floor,
         log_path=log_path,
-        extra_path=options.worker_paths.get(spec),
+        extra_path=options.worker_paths.get(backend),
         env=dict(env or {}),
         wait=wait,
         grad=options.grad,
@@ -242,7 +242,7 @@ def make_executor(
 
 @dataclasses.dataclass(frozen=True)
 class LanePlan:
-    """What runs where. A unit is a backend, or one part of a split backend (``spec#k``)."""
+    """What runs where. A unit is a backend, or one part of a split backend (``backend#k``)."""
 
     units: dict[str, tuple[str, int | None]]  # unit -> (backend, part or None)
     part_of: dict[str, dict[str, int]]  # split backend -> case id -> its part
@@ -255,8 +255,8 @@ class LanePlan:
 
     def runs(self, unit: str, case: Case) -> bool:
         """Does ``unit`` run ``case``? (A part of a split backend runs its own configurations only.)"""
-        spec, part = self.units[unit]
-        return part is None or self.part_of[spec][case.case_id] == part
+        backend, part = self.units[unit]
+        return part is None or self.part_of[backend][case.case_id] == part
 
     def auto_line(self) -> str:
         """What ``--split auto`` chose, in one line ("" where it did not run: not asked, one lane, no isolation)."""
@@ -272,16 +272,16 @@ class LanePlan:
         return env
 
 
-def plan(specs: Sequence[str], cases: list[Case], options: SweepOptions) -> LanePlan:
+def plan(backend_names: Sequence[str], cases: list[Case], options: SweepOptions) -> LanePlan:
     """The sweep's units, lanes and their GPUs, before any worker starts: lanes from the backends'
     cost hints (:func:`parity.shard.cost_hints`), or their seconds per row measured by earlier runs
     (``options.cost_file``, :func:`lane_costs`), over their parts (:func:`chosen_splits`), placed on
     ``options.gpus`` by :func:`parity.shard.unit_gpus`."""
     # one lane: nothing to balance
-    hints = lane_costs(shard.cost_hints(specs), measured_costs(options.cost_file)) if options.jobs > 1 else {}
-    splits, auto = chosen_splits(specs, cases, options, hints)
+    hints = lane_costs(shard.cost_hints(backend_names), measured_costs(options.cost_file)) if options.jobs > 1 else {}
+    splits, auto = chosen_splits(backend_names, cases, options, hints)
     units: dict[str, tuple[str, int | None]] = {}
-    for s in specs:
+    for s in backend_names:
         parts = splits.get(s)
         units.update({f"{s}#{i + 1}": (s, i) for i in range(parts)} if parts else {s: (s, None)})
     costs = {u: hints.get(s, 1.0) / splits.get(s, 1) for u, (s, _) in units.items()}
@@ -300,16 +300,16 @@ def plan(specs: Sequence[str], cases: list[Case], options: SweepOptions) -> Lane
 
 
 def chosen_splits(
-    specs: Sequence[str], cases: list[Case], options: SweepOptions, costs: Mapping[str, float]
+    backend_names: Sequence[str], cases: list[Case], options: SweepOptions, costs: Mapping[str, float]
 ) -> tuple[dict[str, int], dict[str, int] | None]:
     """The backends split (K > 1) and those :func:`auto_splits` chose (``options.auto_split``; None where
     not asked, or where parts would get no worker processes or lanes: ``isolate`` off, ``jobs`` 1).
     ``--split B=K`` wins for B; auto loads each backend with its cases x ``costs`` (its cost per row)."""
-    splits = check_splits(dict(options.splits), list(specs), options.jobs, options.isolate)
+    splits = check_splits(dict(options.splits), list(backend_names), options.jobs, options.isolate)
     if not (options.auto_split and options.isolate and options.jobs > 1):
         return splits, None
-    loads = {s: len(cases) * costs.get(s, 1.0) for s in specs}
-    configs = {s: len({unit_key(s)(c) for c in cases}) for s in specs}
+    loads = {s: len(cases) * costs.get(s, 1.0) for s in backend_names}
+    configs = {s: len({unit_key(s)(c) for c in cases}) for s in backend_names}
     auto = {s: k for s, k in auto_splits(loads, configs, options.jobs).items() if s not in options.splits}
     return {**splits, **auto}, auto
 

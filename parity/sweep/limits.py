@@ -56,13 +56,13 @@ class RowLimits:
             return f"? s (it could not be computed: {type(exc).__name__})"
         return f"{self.reference_s_of(case, unit):.3g} s"
 
-    def note_ratio(self, spec: str, case: Case, unit: str, wait_s: float) -> None:
+    def note_ratio(self, backend: str, case: Case, unit: str, wait_s: float) -> None:
         """An answered row's seconds waited against the reference's (the base limit's median ratio)."""
         if self.options.timeout is None:
             with self.lock:
-                self.ratios.setdefault(spec, []).append(wait_s / max(self.reference_s_of(case, unit), 1e-3))
+                self.ratios.setdefault(backend, []).append(wait_s / max(self.reference_s_of(case, unit), 1e-3))
 
-    def limit(self, case: Case, spec: str, unit: str, scale: float = 1.0) -> float:
+    def limit(self, case: Case, backend: str, unit: str, scale: float = 1.0) -> float:
         """The row's time limit: its base (:meth:`base_limit`) ``x scale`` (a retry's), plus the compile
         grace of a first row of its configuration in a compiling backend's worker (:meth:`grace`). The grace
         ends with ``--time-limit``: a build still running then is killed at its base limit past it, and the
@@ -70,7 +70,7 @@ class RowLimits:
         grace = self.grace(case, unit)
         if grace and self.deadline is not None:
             grace = min(grace, max(0.0, self.deadline - time.perf_counter()))
-        return self.base_limit(case, spec, unit) * scale + grace
+        return self.base_limit(case, backend, unit) * scale + grace
 
     def grace(self, case: Case, unit: str) -> float:
         """``--compile-grace`` where ``unit``'s backend builds kernels on first use (``first_use_compile``) and
@@ -98,7 +98,7 @@ class RowLimits:
             elif res.get("status") == "ok":
                 self.built.setdefault(unit, set()).add(unit_key(self.plan.units[unit][0])(case))
 
-    def base_limit(self, case: Case, spec: str, unit: str) -> float:
+    def base_limit(self, case: Case, backend: str, unit: str) -> float:
         """``--timeout``, else ``floor + scale x`` the reference's seconds on the case ``x`` the backend's
         calls per row (1 + mask probe passes, the scaled probe's describing ones included, or the median ratio
         of its rows so far of seconds waited to the reference's seconds, the larger)."""
@@ -108,6 +108,6 @@ class RowLimits:
         calls = 1 + (mask_passes_at_most(case, o.max_passes) if o.probes else 0) + (3 if o.grad else 0)  # a backward: ~3 forwards
         calls += (4 if "invariance" in o.checks else 0) + (5 if "graph" in o.checks else 0)  # sub-batches; eager, warm-ups, replays
         with self.lock:
-            seen = sorted(self.ratios.get(spec, []))
+            seen = sorted(self.ratios.get(backend, []))
         ratio = max(float(calls), seen[len(seen) // 2] if seen else 0.0)
         return o.timeout_floor + o.timeout_scale * ratio * self.reference_s_of(case, unit)

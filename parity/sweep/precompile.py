@@ -114,8 +114,8 @@ def remember(root: Path | None, keys: Mapping[str, set[str]]) -> None:
     if root is None or not any(keys.values()):
         return
     have = recorded(root)
-    for spec, ks in keys.items():
-        have.setdefault(spec, set()).update(ks)
+    for backend, ks in keys.items():
+        have.setdefault(backend, set()).update(ks)
     doc = {"for": _fingerprint(), "keys": {s: sorted(ks) for s, ks in sorted(have.items())}}
     try:
         (root / RECORD).write_text(json.dumps(doc, indent=1) + "\n")
@@ -123,15 +123,17 @@ def remember(root: Path | None, keys: Mapping[str, set[str]]) -> None:
         pass
 
 
-def representatives(spec: str, cases: list[Case], options: SweepOptions, built: AbstractSet[str] = frozenset()) -> tuple[list[Case], int]:
-    """``spec``'s cases to build, one per kernel key of two rows or more that is not ``built`` already (its
+def representatives(
+    backend_name: str, cases: list[Case], options: SweepOptions, built: AbstractSet[str] = frozenset()
+) -> tuple[list[Case], int]:
+    """``backend_name``'s cases to build, one per kernel key of two rows or more that is not ``built`` already (its
     smallest case that the backend takes), and how many such keys are left to the lanes for their size."""
-    be = backend_object(spec)
+    be = backend_object(backend_name)
     if be is None or not getattr(be, "first_use_compile", False):
         return [], 0
     from ..design import takes
 
-    key = unit_key(spec)
+    key = unit_key(backend_name)
     groups: dict[Any, list[Case]] = {}
     for c in cases:
         if takes(be, c):
@@ -151,17 +153,17 @@ def representatives(spec: str, cases: list[Case], options: SweepOptions, built: 
 def plan_precompile(
     cases_of: Mapping[str, list[Case]], options: SweepOptions, cpus: int | None = None, built: Mapping[str, set[str]] | None = None
 ) -> PrecompilePlan:
-    """The pre-pass of a sweep whose backends have ``cases_of[spec]`` rows still to run: its keys per backend
+    """The pre-pass of a sweep whose backends have ``cases_of[backend]`` rows still to run: its keys per backend
     (less those ``built`` already, :func:`recorded`), and worker processes dealt to the backends by their keys x
     cost hint (at least one each that has keys), ``cpus`` (default: this machine's) in all."""
     tasks, left = {}, {}
     built = built or {}
-    for spec, cases in cases_of.items():
-        reps, n_left = representatives(spec, cases, options, built.get(spec, set()))
+    for backend, cases in cases_of.items():
+        reps, n_left = representatives(backend, cases, options, built.get(backend, set()))
         if reps:
-            tasks[spec] = reps
+            tasks[backend] = reps
         if n_left:
-            left[spec] = n_left
+            left[backend] = n_left
     total = max(1, cpus or os.cpu_count() or 1)
     weight = {s: len(r) * max(1.0, float(getattr(backend_object(s), "cost_hint", 1.0))) for s, r in tasks.items()}
     whole = sum(weight.values()) or 1.0
@@ -170,11 +172,11 @@ def plan_precompile(
 
 
 def _build(
-    spec: str, chunk: list[Case], options: SweepOptions, log: Path | None, env: dict[str, str], stop: float | None
+    backend: str, chunk: list[Case], options: SweepOptions, log: Path | None, env: dict[str, str], stop: float | None
 ) -> list[dict[str, Any]]:
     """One pre-pass worker: ``chunk``'s rows, one after the other; their status, seconds and what they built."""
     limit = (options.timeout or options.timeout_floor) + options.compile_grace
-    ex = make_executor(spec, dataclasses.replace(options, timeout=limit), log, env)
+    ex = make_executor(backend, dataclasses.replace(options, timeout=limit), log, env)
     out: list[dict[str, Any]] = []
     try:
         if ex.info.get("unavailable"):  # its rows say why; nothing to build
@@ -197,27 +199,27 @@ def _build(
 def run_precompile(
     plan: PrecompilePlan, options: SweepOptions, log_dir: Path | None, deadline: float | None, lane_env: Mapping[str, str]
 ) -> dict[str, Any]:
-    """Build ``plan``'s keys, ``plan.procs[spec]`` workers per backend, all at once, each with the lanes' thread
+    """Build ``plan``'s keys, ``plan.procs[backend]`` workers per backend, all at once, each with the lanes' thread
     environment ``lane_env`` and :data:`WORKER_ENV`; ``timing.json``'s record of it."""
     t0 = time.perf_counter()
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in plan.tasks}
     root = cache_root()
     gpus = list(options.gpus)
     jobs: list[tuple[str, list[Case], Path | None, dict[str, str]]] = []
-    for spec, reps in plan.tasks.items():
-        n = plan.procs[spec]
+    for backend, reps in plan.tasks.items():
+        n = plan.procs[backend]
         for i in range(n):
             env = {**lane_env, **WORKER_ENV}
             if gpus:
                 env["CUDA_VISIBLE_DEVICES"] = gpus[len(jobs) % len(gpus)]
-            log = log_dir / f"precompile-{spec.replace(':', '_').replace('/', '_')}-{i + 1}.log" if log_dir else None
-            jobs.append((spec, reps[i::n], log, env))
+            log = log_dir / f"precompile-{backend.replace(':', '_').replace('/', '_')}-{i + 1}.log" if log_dir else None
+            jobs.append((backend, reps[i::n], log, env))
     lock = threading.Lock()
 
-    def work(spec: str, chunk: list[Case], log: Path | None, env: dict[str, str]) -> None:
-        got = _build(spec, chunk, options, log, env, deadline)
+    def work(backend: str, chunk: list[Case], log: Path | None, env: dict[str, str]) -> None:
+        got = _build(backend, chunk, options, log, env, deadline)
         with lock:
-            results[spec].extend(got)
+            results[backend].extend(got)
 
     threads = [threading.Thread(target=work, args=job, daemon=True) for job in jobs]
     for t in threads:
@@ -242,22 +244,22 @@ def built_keys(results: Mapping[str, list[dict[str, Any]]]) -> dict[str, set[str
 
 def _record(plan: PrecompilePlan, results: dict[str, list[dict[str, Any]]], wall: float) -> dict[str, Any]:
     per = {}
-    for spec, reps in plan.tasks.items():
-        got = results.get(spec, [])
+    for backend, reps in plan.tasks.items():
+        got = results.get(backend, [])
         built = [r["built"] for r in got if r.get("built") is not None]
-        per[spec] = {
+        per[backend] = {
             "keys": len(reps),
             "ran": len(got),
             "ok": sum(r["status"] == "ok" for r in got),
             "failed": sum(r["status"] not in ("ok", Outcome.UNSUPPORTED) for r in got),
-            "left_to_lanes": plan.left.get(spec, 0),
-            "procs": plan.procs[spec],
+            "left_to_lanes": plan.left.get(backend, 0),
+            "procs": plan.procs[backend],
             "worker_s": round(sum(r["s"] for r in got), 3),
             "kernels_built": sum(built) if built else None,
         }
-    for spec, n in plan.left.items():
+    for backend, n in plan.left.items():
         empty = {"keys": 0, "ran": 0, "ok": 0, "failed": 0, "procs": 0, "worker_s": 0.0, "kernels_built": None}
-        per.setdefault(spec, {**empty, "left_to_lanes": n})
+        per.setdefault(backend, {**empty, "left_to_lanes": n})
     return {"wall_s": round(wall, 3), "procs": sum(plan.procs.values()), "per_backend": per}
 
 

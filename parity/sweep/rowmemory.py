@@ -54,16 +54,18 @@ class RowMemory:
         return self.gates.get(self.plan.gpu_of.get(unit)) or self.gates.setdefault(None, MemoryGate(None))
 
     def estimate(self, case: Case, unit: str) -> MemoryEstimate:
-        spec = self.plan.units[unit][0]
-        if spec not in self.backend_objs:
+        backend_name = self.plan.units[unit][0]
+        if backend_name not in self.backend_objs:
             from .. import backends
 
             try:
-                self.backend_objs[spec] = backends.get(spec)
+                self.backend_objs[backend_name] = backends.get(backend_name)
             except Exception:  # noqa: BLE001 - a plugin only its worker can import: no hint
-                self.backend_objs[spec] = None
+                self.backend_objs[backend_name] = None
         on_device = self.cache(self.plan.gpu_of.get(unit)).device.startswith("cuda")
-        return estimate(case, self.options.probes, self.options.max_passes, harness_on_device=on_device, backend=self.backend_objs[spec])
+        return estimate(
+            case, self.options.probes, self.options.max_passes, harness_on_device=on_device, backend=self.backend_objs[backend_name]
+        )
 
     def need(self, case: Case, unit: str, est: MemoryEstimate) -> int:
         """The bytes ``case`` holds on its gate (:mod:`.memgate`'s table): none for a row its worker refuses for

@@ -80,20 +80,20 @@ def reference_caches(lane_plan: LanePlan, options: SweepOptions) -> dict[str | N
 
 
 class Sweep:
-    """One run of ``cases`` x ``specs`` with ``options``; :meth:`run` once. Its parts: the lanes and their
+    """One run of ``cases`` x ``backend_names`` with ``options``; :meth:`run` once. Its parts: the lanes and their
     executors (:mod:`.lanes`), time limits per row (:class:`.limits.RowLimits`), device memory per row
     (:class:`.rowmemory.RowMemory`), where rows go (:class:`.writers.RowSink`), timing (:mod:`.timing`)."""
 
     def __init__(
         self,
-        specs: Iterable[str],
+        backend_names: Iterable[str],
         cases: list[Case],
         options: SweepOptions,
         out_dir: Path | None = None,
         on_row: Callable[[dict[str, Any]], None] | None = None,
     ):
-        self.specs, self.cases, self.options, self.out_dir = list(dict.fromkeys(specs)), cases, options, out_dir
-        self.plan = plan(self.specs, cases, options)
+        self.backend_names, self.cases, self.options, self.out_dir = list(dict.fromkeys(backend_names)), cases, options, out_dir
+        self.plan = plan(self.backend_names, cases, options)
         self.baselines = reference_caches(self.plan, options)
         self.infos: dict[str, dict[str, Any]] = {}
         self.executors: dict[str, Any] = {}  # per unit
@@ -101,8 +101,8 @@ class Sweep:
         self.timing = _timing(self.plan, options, out_dir)
         self.lock = threading.RLock()  # rows, writer, progress bar, timing
         self.stop, self.timed_out = threading.Event(), threading.Event()
-        bar = Progress(len(self.specs) * len(cases), enabled=options.progress)
-        eta = Eta(_planned(self.specs, cases)) if options.progress else None
+        bar = Progress(len(self.backend_names) * len(cases), enabled=options.progress)
+        eta = Eta(_planned(self.backend_names, cases)) if options.progress else None
         self.sink = RowSink(out_dir, options.resume, options.fail_fast, bar, eta, on_row, self.lock)
         self.retries: list[Pending] = []  # rows that timed out once: retried alone after the lanes
         self.lost_context = ""  # --no-isolate: "BACKEND on CASE" that left this process's CUDA context unusable
@@ -137,7 +137,7 @@ class Sweep:
 
         if not precompile.wanted(self.options, bool(os.environ.get(ENV_VAR))):
             return
-        todo = {s: [c for c in self.cases if not self.sink.done(s, c.case_id)] for s in self.specs}
+        todo = {s: [c for c in self.cases if not self.sink.done(s, c.case_id)] for s in self.backend_names}
         pre = precompile.plan_precompile(todo, self.options, built=precompile.recorded(precompile.cache_root()))
         if not pre.keys:
             return
@@ -150,9 +150,9 @@ class Sweep:
         """Every unit's executor, started at once (workers start in parallel), then their infos."""
         env = self.plan.thread_env
         self.timing.worker_threads = int(env["OMP_NUM_THREADS"]) if "OMP_NUM_THREADS" in env else None
-        for unit, (spec, _) in self.plan.units.items():
+        for unit, (backend, _) in self.plan.units.items():
             log = runfolder.log_path(self.out_dir, _safe(unit)) if self.out_dir else None
-            self.executors[unit] = make_executor(spec, self.options, log, self.plan.worker_env(unit), wait=False)
+            self.executors[unit] = make_executor(backend, self.options, log, self.plan.worker_env(unit), wait=False)
         for unit, ex in self.executors.items():
             self.unit_infos[unit] = ex.info
             self.infos.setdefault(self.plan.units[unit][0], ex.info)  # a split backend: its first part's
@@ -193,15 +193,15 @@ class Sweep:
 
     def _step(self, case: Case, unit: str, pending: list[Pending]) -> bool:
         """Send ``case`` to ``unit``, judge the previous answer meanwhile, collect; False: interrupted."""
-        spec, _ = self.plan.units[unit]
+        backend, _ = self.plan.units[unit]
         ex, info = self.executors[unit], self.unit_infos[unit]
-        if self.sink.done(spec, case.case_id):
-            self.sink.skip(spec, case.case_id)
+        if self.sink.done(backend, case.case_id):
+            self.sink.skip(backend, case.case_id)
             return True
         if info.get("unavailable"):
             self._finish(pending)
-            self.sink.skip(spec, case.case_id, shown=False)
-            self._emit(unavailable(case, spec, info), unit)
+            self.sink.skip(backend, case.case_id, shown=False)
+            self._emit(unavailable(case, backend, info), unit)
             return True
         if not self.options.isolate:  # nothing to overlap in this process; judged (reference included) before
             self._finish(pending)  # this backend's call can leave the process's CUDA context unusable
@@ -215,7 +215,7 @@ class Sweep:
         t_ref = time.perf_counter()
         now = failed is None and self.options.isolate and not self.memory.refused(est, unit)  # a refused row needs no reference
         baseline_s = self.limits.reference_now(case, unit) if now else 0.0
-        limit = self.limits.limit(case, spec, unit)
+        limit = self.limits.limit(case, backend, unit)
         res = failed if failed is not None else ex.collect(timeout=limit)
         self.limits.note_built(case, unit, res)
         if res.get("oom") and self.memory.gate(unit).budget is not None:
@@ -225,19 +225,19 @@ class Sweep:
         res["est_mem_mb"] = est.mb
         wait_s = (t_sent - t_ex) + (time.perf_counter() - t_ref) - baseline_s
         if res.get("status") == "ok":
-            self.limits.note_ratio(spec, case, unit, wait_s)
+            self.limits.note_ratio(backend, case, unit, wait_s)
         pending.append((case, unit, info, res, wait_s, baseline_s, limit))
         if not self.options.isolate and context_lost(res):
-            self._lose_context(spec, case)
+            self._lose_context(backend, case)
         return True
 
-    def _lose_context(self, spec: str, case: Case) -> None:
+    def _lose_context(self, backend: str, case: Case) -> None:
         """In this process a sticky CUDA error cannot be undone (a worker would be restarted,
         :mod:`parity.worker`): every later row would fail with it. No new row starts; the run is partial."""
         with self.lock:
             if self.lost_context:
                 return
-            self.lost_context = f"{spec} on {case.summary()}"
+            self.lost_context = f"{backend} on {case.summary()}"
         why = "the rest of this run cannot use the GPU in this process"
         how = "rerun with --resume (without --no-isolate, each backend runs in its own worker process)"
         lead = "\n" if self.sink.bar.tty else ""  # past the progress bar's line
@@ -258,7 +258,7 @@ class Sweep:
         limit: float = 0.0,
         retried: bool = False,
     ) -> None:
-        spec, part = self.plan.units[unit]
+        backend, part = self.plan.units[unit]
         if res.get("status") == Outcome.TIMEOUT and not retried and self.options.isolate:
             with self.lock:  # judged after the lanes, once retried alone (:meth:`_retry_timeouts`)
                 self.retries.append((case, unit, info, res, wait_s, ref_s, limit))
@@ -271,20 +271,20 @@ class Sweep:
         try:
             grad_ok = (res.get("grad") or {}).get("status") == "ok"  # its reference is charged like the forward's
             baseline_s = ref_s + (baselines.ensure(case, grad=grad_ok) if res.get("status") == "ok" else 0.0)
-            judged = judge(case, spec, info, res, baselines, self.options.budgets)
+            judged = judge(case, backend, info, res, baselines, self.options.budgets)
         except Exception as exc:  # out of memory in this process (on the device and the CPU): this row only
             if not is_oom(exc):
                 raise
-            baseline_s, judged = ref_s, harness_oom_row(case, spec, info, res, exc)
+            baseline_s, judged = ref_s, harness_oom_row(case, backend, info, res, exc)
         finally:
             self.memory.release(unit, case)
         judged = apply_expectations(judged, self.options.expectations, str(info.get("version") or ""), case)
         with self.lock:
             judge_s = time.perf_counter() - t_judge - (baseline_s - ref_s)
-            stages = self.timing.add(spec, case, res, wait_s, judge_s, baseline_s, unit=unit, part=part)
-            self.sink.stages(spec, case, res, stages)
+            stages = self.timing.add(backend, case, res, wait_s, judge_s, baseline_s, unit=unit, part=part)
+            self.sink.stages(backend, case, res, stages)
             if self.sink.eta:
-                self.sink.eta.done(spec, case.case_id, wait_s + judge_s + baseline_s, ran=res.get("status") != Outcome.UNSUPPORTED)
+                self.sink.eta.done(backend, case.case_id, wait_s + judge_s + baseline_s, ran=res.get("status") != Outcome.UNSUPPORTED)
         self._emit(judged, unit)
 
     def _emit(self, judged: Judged, unit: str) -> None:
@@ -303,10 +303,10 @@ class Sweep:
             if self._should_stop():
                 self.retries.append((case, unit, info, res, wait_s, ref_s, limit))
                 continue  # not recorded: the run is partial, --resume runs the row again
-            spec = self.plan.units[unit][0]
-            longer = self.limits.limit(case, spec, unit, 1.0 if self.options.timeout is not None else self.options.retry_scale)
+            backend = self.plan.units[unit][0]
+            longer = self.limits.limit(case, backend, unit, 1.0 if self.options.timeout is not None else self.options.retry_scale)
             print(
-                f"parity: {spec} gave no answer within {limit:.0f} s on {case.summary()}; retrying it alone with {longer:.0f} s",
+                f"parity: {backend} gave no answer within {limit:.0f} s on {case.summary()}; retrying it alone with {longer:.0f} s",
                 file=sys.stderr,
                 flush=True,
             )
@@ -359,7 +359,7 @@ class Sweep:
         precompile.remember(precompile.cache_root(), self.timing.kernel_keys)  # what the next pre-pass may skip
         ids = {c.case_id for c in self.cases}
         done = self.sink.writer.done if self.sink.writer else set()
-        already = sum(1 for b, c in done if b in self.specs and c in ids)
+        already = sum(1 for b, c in done if b in self.backend_names and c in ids)
         return SweepResult(
             self.rows,
             self.infos,
@@ -368,7 +368,7 @@ class Sweep:
             self.out_dir,
             partial=partial,
             already=already,
-            total=len(self.specs) * len(self.cases),
+            total=len(self.backend_names) * len(self.cases),
             split=split_line(summary),
             stopped_by=stopped_by,
         )
@@ -396,7 +396,7 @@ def note_reference_stages(timing: SweepTiming, caches: Iterable[BaselineCache]) 
     timing.reference_recomputed = sum(b.recomputed for b in caches)
 
 
-def _planned(specs: list[str], cases: list[Case]) -> list[tuple[str, str, float, bool]]:
+def _planned(backend_names: list[str], cases: list[Case]) -> list[tuple[str, str, float, bool]]:
     """The rows of a sweep for its time-left estimate: (backend, case id, cost, whether the backend
     takes the case, asked here when it can be; else assumed)."""
     from .. import backends
@@ -404,18 +404,18 @@ def _planned(specs: list[str], cases: list[Case]) -> list[tuple[str, str, float,
 
     costs = {c.case_id: case_cost(c) for c in cases}
     out = []
-    for spec in specs:
+    for backend in backend_names:
         try:
-            be: Any = backends.get(spec)
+            be: Any = backends.get(backend)
         except Exception:  # noqa: BLE001 - e.g. a plugin importable only in its worker (--worker-path)
             be = None
         for c in cases:
-            out.append((spec, c.case_id, costs[c.case_id], be is None or takes(be, c)))
+            out.append((backend, c.case_id, costs[c.case_id], be is None or takes(be, c)))
     return out
 
 
 def run_sweep(
-    specs: Iterable[str],
+    backend_names: Iterable[str],
     cases: list[Case],
     out_dir: Path | None = None,
     options: SweepOptions | None = None,
@@ -424,7 +424,7 @@ def run_sweep(
 ) -> SweepResult:
     """Run every case on every backend with ``options`` (:class:`SweepOptions`); see
     :mod:`parity.sweep` for the verdicts. ``fields``: :class:`SweepOptions` fields given one by
-    one (``run_sweep(specs, cases, jobs=2, isolate=False)``), over ``options``.
+    one (``run_sweep(backend_names, cases, jobs=2, isolate=False)``), over ``options``.
 
     ``jobs > 1`` splits the backends over that many lanes that run at once (each lane: cases
     outer, its backends inner), so compile-bound backends (flex, JAX) do not hold up the rest;
@@ -436,4 +436,4 @@ def run_sweep(
     (:func:`parity.sweep.lanes.split_cases`); ``auto_split`` picks K for the other backends by their
     cost (:func:`parity.sweep.lanes.auto_splits`). Rows are the same whatever the lanes."""
     options = dataclasses.replace(options or SweepOptions(), **fields) if fields else options or SweepOptions()
-    return Sweep(specs, cases, options, out_dir, on_row).run()
+    return Sweep(backend_names, cases, options, out_dir, on_row).run()

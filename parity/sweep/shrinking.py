@@ -48,18 +48,18 @@ def shrink_failures(failures: list[dict[str, Any]], options: SweepOptions, out: 
     baselines = BaselineCache(options.reference_device)
     done = []
     with open_jsonl(out, SHRUNK, append=options.resume) as fh:
-        for (spec, _), row in firsts.items():
+        for (backend, _), row in firsts.items():
             case = Case.from_json(row["case_json"])
-            found = _shrink_one(spec, case, row, options, baselines)
+            found = _shrink_one(backend, case, row, options, baselines)
             small, small_row, calls = found
             rec = {
-                "backend": spec,
+                "backend": backend,
                 "from": row["case_id"],
                 "case": small.to_dict(),
                 "verdict": small_row["verdict"],
                 "reasons": small_row.get("reasons", ""),
                 "calls": calls,
-                "repro": small_row.get("repro") or small.repro(spec),  # the judged row's: with --grad where it ran the backward
+                "repro": small_row.get("repro") or small.repro(backend),  # the judged row's: with --grad where it ran the backward
                 "budget_exhausted": found.exhausted,
                 "note": budget_note(calls) if found.exhausted else "",
             }
@@ -89,13 +89,13 @@ def failure_kind(row: dict[str, Any]) -> str:
     return next((kind for kind, names in KINDS if reasons & set(names)), "other")
 
 
-def _shrink_one(spec: str, case: Case, row: dict[str, Any], options: SweepOptions, baselines: BaselineCache) -> Shrunk:
+def _shrink_one(backend: str, case: Case, row: dict[str, Any], options: SweepOptions, baselines: BaselineCache) -> Shrunk:
     # the sweep's executor for it (isolation, probes, worker path), timing each call once: only verdicts count here
-    ex = make_executor(spec, dataclasses.replace(options, repeats=1))
+    ex = make_executor(backend, dataclasses.replace(options, repeats=1))
     try:
 
         def judge_one(c: Case) -> dict[str, Any]:
-            return judge(c, spec, ex.info, ex.run(c), baselines, options.budgets).row
+            return judge(c, backend, ex.info, ex.run(c), baselines, options.budgets).row
 
         return shrink(case, row, judge_one, options.shrink_calls)
     finally:

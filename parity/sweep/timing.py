@@ -105,8 +105,8 @@ def _sum_stages(each: list[dict[str, Any]]) -> dict[str, Any]:
     """:meth:`SweepTiming.stage_summary` records of several calls, summed per backend (rows/s over the sums)."""
     out: dict[str, Any] = {}
     for stages in each:
-        for spec, st in stages.items():
-            o = out.setdefault(spec, {"stages_s": {}, "compile_s": 0.0, "first_config_rows": 0, "rows": 0})
+        for backend, st in stages.items():
+            o = out.setdefault(backend, {"stages_s": {}, "compile_s": 0.0, "first_config_rows": 0, "rows": 0})
             for k, v in (st.get("stages_s") or {}).items():
                 o["stages_s"][k] = round(o["stages_s"].get(k, 0) + v, 4)
             o["compile_s"] = round(o["compile_s"] + float(st.get("compile_s") or 0.0), 4)
@@ -189,7 +189,7 @@ class SweepTiming:
 
     def add(
         self,
-        spec: str,
+        backend: str,
         case: Case,
         res: dict[str, Any],
         exec_s: float,
@@ -199,19 +199,19 @@ class SweepTiming:
         part: int | None = None,
     ) -> dict[str, float]:
         """Add one row; its :func:`row_stages`."""
-        t = self.per.setdefault(spec, {k: 0.0 for k in self.KEYS})
+        t = self.per.setdefault(backend, {k: 0.0 for k in self.KEYS})
         w = res.get("timing") or {}
         stages = row_stages(res, exec_s, judge_s, baseline_s)
-        tot = self.stages.setdefault(spec, dict.fromkeys(STAGES, 0.0))
+        tot = self.stages.setdefault(backend, dict.fromkeys(STAGES, 0.0))
         for k, v in stages.items():
             tot[k] += v
         if w.get("first_config"):
-            self.first_rows[spec] = self.first_rows.get(spec, 0) + 1
+            self.first_rows[backend] = self.first_rows.get(backend, 0) + 1
         if w.get("kernel_key"):
-            self.kernel_keys.setdefault(spec, set()).add(str(w["kernel_key"]))
+            self.kernel_keys.setdefault(backend, set()).add(str(w["kernel_key"]))
         if w.get("kernels_built") is not None:
-            self.kernels_built[spec] = self.kernels_built.get(spec, 0) + int(w["kernels_built"])
-        unit = unit or spec
+            self.kernels_built[backend] = self.kernels_built.get(backend, 0) + int(w["kernels_built"])
+        unit = unit or backend
         self.unit_calls[unit] = self.unit_calls.get(unit, 0.0) + float(w.get("call_s", 0.0)) + float(w.get("probe_call_s", 0.0))
         t["cases"] += 1
         t["exec_s"] += exec_s
@@ -221,9 +221,9 @@ class SweepTiming:
             t[k] += float(w.get(k, 0.0))
         # a case the backend declines costs it nothing: it would only inflate the rate
         if res.get("status") != Outcome.UNSUPPORTED and max(max(case.q_lens), max(case.k_lens)) <= 4096:
-            self.small_times.setdefault(spec, []).append(exec_s + judge_s)
+            self.small_times.setdefault(backend, []).append(exec_s + judge_s)
             if part is not None:
-                sums = self.part_small.setdefault(spec, {})
+                sums = self.part_small.setdefault(backend, {})
                 sums[part] = sums.get(part, 0.0) + exec_s + judge_s
         return stages
 
@@ -233,14 +233,14 @@ class SweepTiming:
         keys (``compile_keys``) beside the kernels its workers built by the library's own count (``kernels_built``,
         None where the library keeps none), and rows per second of the lane's time on it."""
         out: dict[str, Any] = {}
-        for spec, tot in self.stages.items():
-            rows = int(self.per.get(spec, {}).get("cases", 0))
-            out[spec] = {
+        for backend, tot in self.stages.items():
+            rows = int(self.per.get(backend, {}).get("cases", 0))
+            out[backend] = {
                 "stages_s": {k: round(v, 4) if not k.endswith("_calls") else int(v) for k, v in tot.items()},
                 "compile_s": round(tot["compile"], 4),
-                "first_config_rows": self.first_rows.get(spec, 0),
-                "compile_keys": len(self.kernel_keys[spec]) if spec in self.kernel_keys else None,
-                "kernels_built": self.kernels_built.get(spec),
+                "first_config_rows": self.first_rows.get(backend, 0),
+                "compile_keys": len(self.kernel_keys[backend]) if backend in self.kernel_keys else None,
+                "kernels_built": self.kernels_built.get(backend),
                 "rows": rows,
                 "rows_per_s": _rows_per_s(rows, tot),
             }
@@ -282,21 +282,21 @@ class SweepTiming:
     def summary(self, wall: float, reference_s: float) -> dict[str, Any]:
         calls = sum(t["call_s"] + t["probe_call_s"] for t in self.per.values())
         per: dict[str, dict[str, Any]] = {}
-        for spec, t in self.per.items():
-            small = self.small_times.get(spec, [])
+        for backend, t in self.per.items():
+            small = self.small_times.get(backend, [])
             small_s = sum(small)
-            parts = self.part_small.get(spec)
+            parts = self.part_small.get(backend)
             span = max(parts.values()) if parts else small_s  # split: its parts ran at once
-            per[spec] = {
+            per[backend] = {
                 **{k: round(v, 4) for k, v in t.items()},
                 "small_cases": len(small),
                 "small_s": round(small_s, 4),
                 "cases_per_s_upto_4096": round(len(small) / span, 2) if span else None,
                 "median_case_s_upto_4096": _median(small),
             }
-            if spec in self.parts:
-                per[spec]["parts"] = self.parts[spec]
-                per[spec]["part_small_s"] = [round((parts or {}).get(i, 0.0), 4) for i in range(self.parts[spec])]
+            if backend in self.parts:
+                per[backend]["parts"] = self.parts[backend]
+                per[backend]["part_small_s"] = [round((parts or {}).get(i, 0.0), 4) for i in range(self.parts[backend])]
         rows = sum(t["cases"] for t in self.per.values())
         loop = wall - self.startup_s
         serial = self.jobs <= 1  # with lanes running at once, backend calls overlap and wall - calls means nothing
@@ -350,14 +350,14 @@ def stage_table(timing: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "reference",
     ]
     rows = []
-    for spec, st in ((timing.get("all_calls") or {}).get("stages") or timing.get("stages") or {}).items():
+    for backend, st in ((timing.get("all_calls") or {}).get("stages") or timing.get("stages") or {}).items():
         s = st.get("stages_s") or {}
         rate = st.get("rows_per_s")
         cells = [s.get(k, 0.0) for k in ("inputs", "call")] + [st.get("compile_s", 0.0)]
         cells += [s.get(k, 0.0) for k in ("mask_probe",)]
         tail = [s.get(k, 0.0) for k in ("gqa_probe", "read_probe", "backward", "ipc", "judge", "reference")]
         rows.append(
-            [spec, str(st.get("rows", 0)), "-" if rate is None else f"{rate:g}"]
+            [backend, str(st.get("rows", 0)), "-" if rate is None else f"{rate:g}"]
             + [f"{v:.2f}" for v in cells]
             + [str(int(s.get("mask_calls", 0)))]
             + [f"{v:.2f}" for v in tail]

@@ -81,25 +81,25 @@ class RowSink:
         self.rows: list[dict[str, Any]] = []
         self.failed_fast = threading.Event()
 
-    def done(self, spec: str, case_id: str) -> bool:
+    def done(self, backend: str, case_id: str) -> bool:
         """Whether the folder already holds this row (``--resume``)."""
-        return self.writer is not None and (spec, case_id) in self.writer.done
+        return self.writer is not None and (backend, case_id) in self.writer.done
 
-    def skip(self, spec: str, case_id: str, shown: bool = True) -> None:
+    def skip(self, backend: str, case_id: str, shown: bool = True) -> None:
         """A row not run here (already in the folder): the bar moves on (``shown``), the time left forgets it."""
         with self.lock:
             if shown:
-                self.bar.update("skipped", spec)
+                self.bar.update("skipped", backend)
             if self.eta:
-                self.eta.skip(spec, case_id)
+                self.eta.skip(backend, case_id)
 
-    def stages(self, spec: str, case: Case, res: dict[str, Any], stages: dict[str, float]) -> None:
+    def stages(self, backend: str, case: Case, res: dict[str, Any], stages: dict[str, float]) -> None:
         """One line of ``stages.jsonl``: the row's :data:`parity.sweep.timing.STAGES` in milliseconds."""
         if self.stages_fh is None:
             return
         ms = {k: (int(v) if k.endswith("_calls") else round(v * 1e3, 3)) for k, v in stages.items()}
         first = bool((res.get("timing") or {}).get("first_config"))
-        line = {"backend": spec, "case_id": case.case_id, "status": res.get("status"), "first_config": first, "stage_ms": ms}
+        line = {"backend": backend, "case_id": case.case_id, "status": res.get("status"), "first_config": first, "stage_ms": ms}
         self.stages_fh.write(json.dumps(line) + "\n")
         self.stages_fh.flush()
 
@@ -134,14 +134,14 @@ def summary_table(result: Any) -> str:
     head = f"{'backend':<{width}}" + "".join(f"{c:>{w}}" for c, w in zip(cols, widths)) + f"{'worst ratio':>13}"
     lines = [head, "-" * len(head)]
     counts = result.counts()
-    for spec in result.infos:
-        c = counts.get(spec, {})
-        ratios = [float(r["err_ratio"]) for r in result.rows if r["backend"] == spec and r.get("err_ratio") not in ("", None)]
+    for backend in result.infos:
+        c = counts.get(backend, {})
+        ratios = [float(r["err_ratio"]) for r in result.rows if r["backend"] == backend and r.get("err_ratio") not in ("", None)]
         worst = f"{max(ratios):.3g}" if ratios else "-"
-        lines.append(f"{spec:<{width}}" + "".join(f"{c.get(k, 0):>{w}}" for k, w in zip(cols, widths)) + f"{worst:>13}")
-    for spec, info in result.infos.items():
+        lines.append(f"{backend:<{width}}" + "".join(f"{c.get(k, 0):>{w}}" for k, w in zip(cols, widths)) + f"{worst:>13}")
+    for backend, info in result.infos.items():
         if info.get("unavailable"):
-            lines.append(f"  {spec}: unavailable: {info['unavailable']}")
+            lines.append(f"  {backend}: unavailable: {info['unavailable']}")
     split = getattr(result, "split", "")
     return "\n".join([*lines, *known_vs_new(result.rows), *([split] if split else [])])
 
