@@ -330,9 +330,10 @@ def split_accum_bytes(case: Case, num_splits: int) -> int:
     return 4 * rows * (-(-case.head_dim // 64) * 64 + 1)
 
 
-class _SplitVariant:
-    """A split-KV variant: ``num_splits`` forced (set by each subclass); the backward is the base backend's
-    (the split count changes the forward only). Its memory: the base's and the split accumulators."""
+class SplitVariant:
+    """A split-KV variant, mixed in before its base backend: ``num_splits`` forced (set by each subclass); the
+    backward is the base backend's (the split count changes the forward only). Its rows: decode-shaped cases only
+    (:func:`.base.split_scope_reason`); its memory: the base's and the split accumulators."""
 
     supports_grad = False
     no_grad_reason = "a forced split count changes the forward only: the base backend's rows check the backward"
@@ -345,31 +346,31 @@ class _SplitVariant:
         return super().workspace_bytes(case) + split_accum_bytes(case, self.num_splits)  # type: ignore[misc]
 
 
-class Fa2KvcacheSplit2(_SplitVariant, FlashAttnKvcacheBackend):
+class Fa2KvcacheSplit2(SplitVariant, FlashAttnKvcacheBackend):
     name, num_splits = "fa2-kvcache-split2-cuda", 2
     description = "flash_attn.flash_attn_with_kvcache(num_splits=2): split-KV forced"
 
 
-class Fa2KvcacheSplit4(_SplitVariant, FlashAttnKvcacheBackend):
+class Fa2KvcacheSplit4(SplitVariant, FlashAttnKvcacheBackend):
     name, num_splits = "fa2-kvcache-split4-cuda", 4
     description = "flash_attn.flash_attn_with_kvcache(num_splits=4): split-KV forced"
 
 
-class Fa2KvcacheSplit128(_SplitVariant, FlashAttnKvcacheBackend):
+class Fa2KvcacheSplit128(SplitVariant, FlashAttnKvcacheBackend):
     name, num_splits = "fa2-kvcache-split128-cuda", 128
     description = "flash_attn.flash_attn_with_kvcache(num_splits=128, FA2's most): split-KV forced, most splits empty"
 
 
-class Fa3Split2(_SplitVariant, FlashAttn3Backend):
+class Fa3Split2(SplitVariant, FlashAttn3Backend):
     name, num_splits = "fa3-split2-cuda", 2
     description = "flash_attn_interface.flash_attn_func / _varlen_func(num_splits=2) (FA3): split-KV forced"
 
 
-class Fa3Split4(_SplitVariant, FlashAttn3Backend):
+class Fa3Split4(SplitVariant, FlashAttn3Backend):
     name, num_splits = "fa3-split4-cuda", 4
     description = "flash_attn_interface.flash_attn_func / _varlen_func(num_splits=4) (FA3): split-KV forced"
 
 
-class Fa3Split256(_SplitVariant, FlashAttn3Backend):
+class Fa3Split256(SplitVariant, FlashAttn3Backend):
     name, num_splits = "fa3-split256-cuda", 256
     description = "flash_attn_interface.flash_attn_func / _varlen_func(num_splits=256, FA3's most): split-KV forced, most splits empty"

@@ -101,9 +101,8 @@ from .base import (
     import_error_reason,
     lse_rows,
     refusals,
-    split_scope_reason,
 )
-from .flash_attn import fa3_descale
+from .flash_attn import SplitVariant, fa3_descale
 from .torch_fa2 import FA2_REFUSALS
 
 UNBOUNDED = -1
@@ -379,20 +378,12 @@ class VllmFa3Backend(VllmFa2Backend):
         return None
 
 
-class _VllmFa3Split(VllmFa3Backend):
+class _VllmFa3Split(SplitVariant, VllmFa3Backend):
     """vLLM's FA3 with ``num_splits`` forced (each subclass sets it); forward only, as vLLM's FA3 is."""
 
     description = "vllm.vllm_flash_attn flash_attn_varlen_func(fa_version=3, num_splits forced): split-KV on purpose"
-    num_splits: int
-
-    def unsupported_reason(self, case: Case) -> str | None:
-        return split_scope_reason(case) or super().unsupported_reason(case)
-
-    def workspace_bytes(self, case: Case) -> int:
-        """The base's and FA3's split accumulators (:func:`.flash_attn.split_accum_bytes`)."""
-        from .flash_attn import split_accum_bytes
-
-        return super().workspace_bytes(case) + split_accum_bytes(case, self.num_splits)
+    no_grad_reason = VllmFa3Backend.no_grad_reason  # vLLM's words: its kernel has no backward at any split count
+    num_splits: int  # set by each subclass (the base's None: the library's heuristic)
 
 
 class VllmFa3Split2(_VllmFa3Split):
