@@ -291,13 +291,13 @@ class FlexBackend(Backend):
         (:meth:`workspace_again_bytes`): every sequence's block mask is built before the first call. A mask is
         built once per worker for its lengths and window (``_block_mask``): a later row of the same pays none
         (1.4-1.5x its peak in the memory benchmark of 2026-12-06, whose Gemma rows reuse Mistral's masks)."""
-        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks, self.min_bucket)
+        seqs = self._seqs(case)
         return max(max(bq * bk * (8 + 2) for bq, bk, _ in seqs), self.workspace_again_bytes(case))
 
     def workspace_again_bytes(self, case: Case) -> int:
         """A call of lengths it has met: the block masks are kept (``_block_mask`` caches them), so only the
         padded copies of q, k and v (zero rows up to the bucket), its output and LSE over the padded rows."""
-        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks, self.min_bucket)
+        seqs = self._seqs(case)
         return max(self._per_call(case, seqs), default=0)
 
     @staticmethod
@@ -310,6 +310,11 @@ class FlexBackend(Backend):
             pad_kv = 2 * bk * case.hkv * case.head_dim * ekv if bk != sk else 0
             out.append(pad_q + pad_kv + bq * case.hq * (case.head_dim * e + 4))  # its output and LSE over bq rows
         return out
+
+    def _seqs(self, case: Case, sink: bool | None = None) -> list[tuple[int, int, tuple]]:
+        """:func:`seq_bands` of ``case`` as this backend pads it (``sink``: a sink key, default ``case.sinks``)."""
+        sinks = case.sinks if sink is None else sink
+        return seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, sinks, self.min_bucket)
 
     def _use_compiled(self) -> bool:
         return self.compiled if self.compiled is not None else self.device == "cuda"
@@ -324,7 +329,7 @@ class FlexBackend(Backend):
         key = (case.dtype, case.hq, case.hkv, case.head_dim, *mods)
         if self.dynamic:
             return key
-        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks, self.min_bucket)
+        seqs = self._seqs(case)
         shapes = tuple(sorted({(bq, bk) if self.bucketed else (bq, bk, band) for bq, bk, band in seqs}))
         return (*key, shapes)
 
@@ -363,7 +368,7 @@ class FlexBackend(Backend):
         dev = str(inputs.q.device)
         score_mod = self._score_mod(case, inputs, dev)
         sink = inputs.sinks is not None
-        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, sink, self.min_bucket)
+        seqs = self._seqs(case, sink)
         return flex_attention_packed(
             inputs.q,  # (total_q, hq, d)
             inputs.k,  # (total_k, hkv, d)
@@ -385,7 +390,7 @@ class FlexBackend(Backend):
         :func:`flex_attention_packed` and the mask_mod builders as ``run`` calls them."""
         from ..repro_script import embed
 
-        seqs = seq_bands(case.window, case.q_lens, case.k_lens, self.bucketed, case.chunk, case.sinks, self.min_bucket)
+        seqs = self._seqs(case)
         flex = f"torch.compile(flex_attention, dynamic={self.dynamic})" if self._use_compiled() else "flex_attention  # eager"
         if case.sinks:
             score = "SCORE_MOD = sink_mod(torch.tensor(SINKS, dtype=torch.float32, device=DEVICE), SOFTCAP)  # key 0: the sink"
