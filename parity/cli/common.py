@@ -29,9 +29,21 @@ __all__ = [
     "new_run_dir",
     "newest_runs",
     "split_list",
+    "write_pages",
 ]
 
-from ..errors import EXIT_FAIL, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
+from ..errors import EXIT_FAIL, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, UserError
+
+
+def write_pages(out: Path, pages: dict[str, str]) -> None:
+    """Write each page (file name: text) into ``out``, created if missing; a
+    :class:`~parity.errors.UserError` naming the pages when the folder or a file cannot be written."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in pages.items():
+            (out / name).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {' / '.join(sorted(pages))}: {exc}") from None
 
 
 def add_expect_argument(p: argparse.ArgumentParser) -> None:

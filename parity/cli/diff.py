@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from .common import LATEST, RUNS_DIR, add_expect_argument, latest_run, load_expectations, newest_runs
+from .common import LATEST, RUNS_DIR, add_expect_argument, latest_run, load_expectations, newest_runs, write_pages
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -65,12 +65,7 @@ def run(args: argparse.Namespace) -> int:
     head = load_run(args.head, expectations, rejudge=bool(args.expect))
     d = compare_runs(base, head, args.ratio_threshold, args.min_ratio_delta, args.allow_coverage_loss)
     out = args.out or args.head
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "diff.md").write_text(render_markdown(d), encoding="utf-8")
-        (out / "diff.html").write_text(render_html(d), encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot write diff.html / diff.md: {exc}") from None
+    write_pages(out, {"diff.md": render_markdown(d), "diff.html": render_html(d)})
     print(f"parity: diff: compared {_shown(args.base)} (base) with {_shown(args.head)} (head)", file=sys.stderr)
     print(f"parity diff: {headline(d)}")
     for attr, title, _ in SECTIONS:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from .common import add_expect_argument, load_expectations, split_list
+from .common import add_expect_argument, load_expectations, split_list, write_pages
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -77,12 +77,7 @@ def run(args: argparse.Namespace) -> int:
     pairs = find_pairs(base, head, _pairs(args.pair), split_list(args.backend), one_folder=args.head is None)
     d = compare_versions(base, head, pairs, expectations, args.factor, args.ratio_threshold, args.min_ratio_delta, args.allow_coverage_loss)
     out = args.out or args.head or args.base
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "vdiff.md").write_text(render_markdown(d), encoding="utf-8")
-        (out / "vdiff.html").write_text(render_html(d), encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot write vdiff.md / vdiff.html: {exc}") from None
+    write_pages(out, {"vdiff.md": render_markdown(d), "vdiff.html": render_html(d)})
     print(f"parity vdiff: {headline(d)}")
     for p in d.pairs:
         print(f"  {p.label}")
