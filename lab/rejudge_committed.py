@@ -12,6 +12,13 @@ Two files (``--compare``): judge every row with both, write the rows whose verdi
 
     PYTHONPATH=TREE python lab/rejudge_committed.py --compare RUNS_DIR OLD_TOML NEW_TOML OUT.csv
 
+Two trees (``--outputs``, after one-file runs by each): compare the two OUT folders column by column and print, per
+judged column (``raw_verdict`` and :data:`JUDGED`, with the row keys), how many rows differ, and each (old word -> new
+word) pair of the check columns, where a rename of a check's words shows; exit 1 when a judged column differs: how
+issue 51 checked its renames (lab/runs/redesign3-verdicts-2026-12-06/README.md)::
+
+    python lab/rejudge_committed.py --outputs OLD_OUT NEW_OUT
+
 The folders: every ``results.csv[.gz]`` under ``RUNS_DIR/h[12]00-*/`` (``lab/runs``) (the GPU runs) and ``cpu-grad-*/`` (the CPU
 runs with entries of their own), as lab/tests/test_lab_runs.py re-judges them.
 """
@@ -19,6 +26,7 @@ runs with entries of their own), as lab/tests/test_lab_runs.py re-judges them.
 from __future__ import annotations
 
 import csv
+import gzip
 import shutil
 import sys
 from collections import Counter
@@ -93,7 +101,37 @@ def compare(runs_root: Path, old: str, new: str, out_csv: Path) -> Counter:
     return changes
 
 
+KEYS = ("backend", "case_id", "raw_verdict", *JUDGED)
+CHECKS = ("mask_check", "read_check", "lse_check", "grad_check", "unwritten_check")
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rt", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def compare_outputs(old_root: Path, new_root: Path) -> int:
+    """Two trees' one-file outputs compared (``--outputs``); 1 when a judged column (:data:`KEYS`) differs."""
+    files = sorted(old_root.rglob("results.csv*"))
+    rows, judged_diff, words = 0, Counter(), Counter()
+    for old in files:
+        a, b = _read(old), _read(new_root / old.relative_to(old_root))
+        if len(a) != len(b):
+            judged_diff[f"rows in {old.relative_to(old_root)}"] += abs(len(a) - len(b))
+        for x, y in zip(a, b):
+            rows += 1
+            judged_diff.update(c for c in KEYS if x.get(c, "") != y.get(c, ""))
+            words.update((c, x.get(c, ""), y.get(c, "")) for c in CHECKS if x.get(c, "") != y.get(c, ""))
+    print(f"{len(files)} results files, {rows} rows")
+    print("judged columns that differ:", dict(judged_diff) or "none")
+    for (c, w0, w1), n in sorted(words.items()):
+        print(f"  {c}: {w0!r} -> {w1!r}: {n} rows")
+    return 1 if judged_diff else 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--outputs":
+        sys.exit(compare_outputs(Path(sys.argv[2]), Path(sys.argv[3])))
     import parity
 
     print("parity from", parity.__file__, file=sys.stderr)
