@@ -463,10 +463,7 @@ class ResultsWriter:
         """--resume: the finished rows of results.csv go into ``done``. One written before a column of
         ADDED_COLUMNS existed is rewritten with the full header (those cells empty; stderr says so);
         one without another column of COLUMNS, or with a column this version does not write, is refused."""
-        with self.path.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            fields = list(reader.fieldnames or [])
-            rows = list(reader)
+        fields, rows = read_table(self.path)
         missing = [c for c in COLUMNS if c not in fields]
         essential = [c for c in missing if c not in ADDED_COLUMNS]
         if essential:
