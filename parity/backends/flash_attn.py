@@ -34,6 +34,7 @@ import torch
 from ..case import Case, Inputs, padded_capacity, padded_layout
 from ..memory import lse_bytes, output_bytes, padded_bytes, paged_bytes
 from .base import GRAD_REFUSALS, Backend, cu_seqlens, cuda_unavailable_reason, import_error_reason, lse_rows, refusals, split_scope_reason
+from .graphing import PreparedCall, cu_lens, padded_fill, padded_rows, paged_fill
 from .torch_fa2 import FA2_REFUSALS, fa2_case_reason, fa2_window
 
 #: The flash-attn package (FA2 and FA3) and PyTorch's vendored FA2 share one convention.
@@ -50,7 +51,8 @@ def fa3_descale(d, batch: int, hkv: int):
 
 
 def flash_attn_attention(
-    q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, module="flash_attn", descales=None, return_lse=False, num_splits=None
+    q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, module="flash_attn", descales=None, return_lse=False, num_splits=None,
+    cu=None,
 ):  # fmt: skip
     """The flash-attn package's ``flash_attn_func`` (``dense``: one ``(Sq, Sk)`` for every sequence) or
     ``flash_attn_varlen_func`` (``cu_seqlens_q`` / ``cu_seqlens_k``) on a packed batch.
@@ -62,7 +64,9 @@ def flash_attn_attention(
     harness lays them out (``()``, ``(hkv,)`` or ``(B, hkv)``), passed as the ``(B, hkv)`` FA3 takes (:func:`fa3_descale`). ``return_lse``:
     ``return_attn_probs=True`` (FA2: ``(out, softmax_lse, S_dmask)``; FA3: ``(out, softmax_lse)``) and
     ``(out, softmax_lse)`` returned, the LSE as it comes (``(B, hq, Sq)`` dense, ``(hq, total_q)`` varlen).
-    ``num_splits``: FA3's split-KV count forced (None: not passed, the library's default).
+    ``num_splits``: FA3's split-KV count forced (None: not passed, the library's default). ``cu``: varlen, the
+    ``(cu_seqlens_q, cu_seqlens_k)`` device tensors built once already (a CUDA graph's call; a padded batch's
+    repeat the total), else built here from the lengths.
     """
     import importlib
 
@@ -74,6 +78,8 @@ def flash_attn_attention(
         kw.update({f"{n}_descale": fa3_descale(d, len(q_lens), k.shape[-2]) for n, d in zip("qkv", descales)})
     if return_lse:
         kw.update(return_attn_probs=True)
+    if cu is None and not dense:
+        cu = (cu_seqlens(q_lens, q.device), cu_seqlens(k_lens, q.device))  # (B + 1,) int32 each
     if dense:
         b, sq, sk = len(q_lens), q_lens[0], k_lens[0]
         o = mod.flash_attn_func(
@@ -87,8 +93,8 @@ def flash_attn_attention(
             q,  # (total_q, hq, d)
             k,  # (total_k, hkv, d)
             v,  # (total_k, hkv, d)
-            cu_seqlens(q_lens, q.device),  # cu_seqlens_q (B + 1,) int32
-            cu_seqlens(k_lens, q.device),  # cu_seqlens_k (B + 1,) int32
+            cu[0],  # cu_seqlens_q (B + 1,) int32
+            cu[1],  # cu_seqlens_k (B + 1,) int32
             max(q_lens),
             max(k_lens),
             **kw,
@@ -100,17 +106,20 @@ def flash_attn_attention(
 
 
 def flash_attn_kvcache_attention(
-    q, k_cache, v_cache, q_lens, k_lens, block_table, scale, window_size, softcap, return_lse=False, num_splits=0
+    q, k_cache, v_cache, q_lens, k_lens, block_table, scale, window_size, softcap, return_lse=False, num_splits=0, cache_seqlens=None
 ):  # fmt: skip
     """``flash_attn.flash_attn_with_kvcache``: packed ``q`` ``(total_q, hq, d)`` with one ``Sq`` for every
     sequence against caches ``(B, capacity, hkv, d)`` (``block_table`` None) or paged caches ``(pages,
     page_size, hkv, d)`` with ``block_table`` ``(B, max_pages)`` int32; ``cache_seqlens`` = ``k_lens``.
     Returns ``(total_q, hq, d)``, with ``return_lse`` also ``softmax_lse`` ``(B, hq, Sq)`` (``return_softmax_lse``).
-    ``window_size`` as in :func:`flash_attn_attention`; ``num_splits``: the split-KV count (0: FA2's heuristic)."""
+    ``window_size`` as in :func:`flash_attn_attention`; ``num_splits``: the split-KV count (0: FA2's heuristic).
+    ``cache_seqlens``: ``(B,)`` int32 built once already (a CUDA graph's call; ``q`` then may hold more sequences
+    of ``Sq`` rows, a padded batch, their lengths 0), else ``k_lens`` as a tensor."""
     from flash_attn import flash_attn_with_kvcache
 
-    b, sq = len(q_lens), q_lens[0]
-    seqlens = torch.tensor(k_lens, dtype=torch.int32, device=q.device)  # (B,)
+    sq = q_lens[0]
+    b = q.shape[0] // sq
+    seqlens = torch.tensor(k_lens, dtype=torch.int32, device=q.device) if cache_seqlens is None else cache_seqlens  # (B,)
     o = flash_attn_with_kvcache(
         q.view(b, sq, *q.shape[1:]),  # (B, Sq, hq, d)
         k_cache,
@@ -134,7 +143,11 @@ def _splits(kw: dict) -> str:
     return f", num_splits={kw['num_splits']}" if "num_splits" in kw else ""
 
 
-class FlashAttnBackend(Backend):
+class FlashAttnBackend(PreparedCall, Backend):
+    """CUDA graphs: the varlen call's cu_seqlens are built once (:meth:`_prepare`), the kernel launched on the inputs'
+    tensors (:meth:`_launch`); a varlen case also runs padded (empty sequences: the kernels' early exit for a row
+    block with no key block, ``flash_fwd_kernel.h`` / FA3's mainloop, read in the libraries' code, not run here)."""
+
     name = "fa2-cuda"
     no_sinks = "flash-attn 2 has no learned-sink argument (FA4 has learnable_sink)"
     no_chunk = "flash-attn 2 has no attention_chunk (not wired here for FA3 either)"
@@ -188,21 +201,26 @@ class FlashAttnBackend(Backend):
         return out, lse_rows(lse, case.q_lens, case.hq)
 
     def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, return_lse: bool):
-        kw = self._kw(case)
+        return self._launch(case, inputs, self._prepare(case, inputs, 0, False), out, return_lse)
+
+    def _pads(self, case: Case) -> bool:
+        return not case.is_uniform and case.kv_dtype is None  # varlen; fp8's (B, hkv) descales have no padded rows
+
+    def _prepare(self, case: Case, inputs: Inputs, pad: int, graph: bool) -> dict:
+        """Host work, once: the window arguments and, varlen, ``cu`` (``pad`` empty sequences appended)."""
+        kw = dict(self._kw(case), dense=case.is_uniform)
+        if not case.is_uniform:
+            kw["cu"] = (cu_lens(case.q_lens, inputs.q.device, pad), cu_lens(case.k_lens, inputs.q.device, pad))  # (B + pad + 1,) x2
+        return kw
+
+    def _launch(self, case: Case, inputs: Inputs, prep: dict, out: torch.Tensor, return_lse: bool = False, refill: bool = False):
+        """Device work: :func:`flash_attn_attention` on ``inputs``' tensors (descales included) into ``out``."""
+        kw = dict(prep)
         if inputs.k_descale is not None:  # fp8 q/k/v (FA3: kv_dtypes): float32 descales, () / (hkv,) / (B, hkv) each
             kw.update(descales=(inputs.q_descale, inputs.k_descale, inputs.v_descale))
         with refusals(FA2_REFUSALS, self.module):
             got = flash_attn_attention(
-                inputs.q,
-                inputs.k,
-                inputs.v,
-                case.q_lens,
-                case.k_lens,
-                case.softmax_scale,
-                dense=case.is_uniform,
-                module=self.module,
-                return_lse=return_lse,
-                **kw,
+                inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale, module=self.module, return_lse=return_lse, **kw
             )
         o, lse = got if return_lse else (got, None)
         out.copy_(o)  # (total_q, hq, d)
@@ -255,19 +273,35 @@ class FlashAttnKvcacheBackend(FlashAttnBackend):
         caches = 2 * (paged_bytes(case) if case.page_size is not None else padded_bytes(case))
         return output_bytes(case) + lse_bytes(case) + caches
 
-    def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, return_lse: bool):
+    def _pads(self, case: Case) -> bool:
+        return True  # cache_seqlens 0 (and block-table slots -1): the split-KV kernel's early exit before its loads
+
+    def _prepare(self, case: Case, inputs: Inputs, pad: int, graph: bool) -> dict:
+        """Host work, once: the paged (or padded) cache with its key slots, block table and ``cache_seqlens``; a padded
+        batch's query buffer (``pad`` more sequences of ``Sq`` rows)."""
         if case.page_size is not None:
-            paged = inputs.paged()
-            k_cache, v_cache, table = paged.k_cache, paged.v_cache, paged.block_table  # (pages, ps, hkv, d) x2, (B, P)
+            fill, table, seqlens = paged_fill(inputs, case.page_size, pad, graph)  # caches (pages, ps, hkv, d), (B + pad, P)
         else:
-            padded = inputs.padded()
-            k_cache, v_cache, table = padded.k_cache, padded.v_cache, None  # (B, capacity, hkv, d) x2
+            (fill, seqlens), table = padded_fill(inputs, pad, graph), None  # caches (B + pad, capacity, hkv, d)
+        q = padded_rows(inputs.q, (case.batch + pad) * case.q_lens[0]) if pad else None  # ((B + pad) * Sq, hq, d)
+        return dict(fill=fill, table=table, seqlens=seqlens, q=q)
+
+    def _launch(self, case: Case, inputs: Inputs, prep: dict, out: torch.Tensor, return_lse: bool = False, refill: bool = False):
+        """Device work: the keys into the cache (``refill``), the queries into a padded batch's buffer, the kernel."""
+        fill, q = prep["fill"], prep["q"]
+        if refill:
+            fill.fill(inputs.k, inputs.v)
+        if q is None:
+            q = inputs.q  # (total_q, hq, d)
+        else:
+            q[: inputs.q.shape[0]].copy_(inputs.q)  # ((B + pad) * Sq, hq, d): the real sequences first
         with refusals(FA2_REFUSALS, "flash_attn"):
             got = flash_attn_kvcache_attention(
-                inputs.q, k_cache, v_cache, case.q_lens, case.k_lens, table, case.softmax_scale, return_lse=return_lse, **self._kw(case)
-            )
+                q, fill.k_cache, fill.v_cache, case.q_lens, case.k_lens, prep["table"], case.softmax_scale, return_lse=return_lse,
+                cache_seqlens=prep["seqlens"], **self._kw(case),
+            )  # fmt: skip
         o, lse = got if return_lse else (got, None)
-        out.copy_(o)  # (total_q, hq, d)
+        out.copy_(o[: out.shape[0]])  # (total_q, hq, d): the real sequences' rows
         return (out, lse) if return_lse else out
 
     def repro_call(self, case: Case) -> str:

@@ -56,6 +56,7 @@ from .base import (
     lse_rows,
     refusals,
 )
+from .graphing import PreparedCall, cu_lens, paged_fill
 
 #: FA4's own words when it declines a configuration; see the module docstring.
 FA4_REFUSALS: tuple[str, ...] = (
@@ -79,8 +80,9 @@ def fa4_window(window: Window, q_lens, k_lens) -> tuple[int | None, int | None]:
 
 
 def fa4_attention(
-    q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, page_table=None, seqused_k=None, learnable_sink=None, return_lse=False
-):
+    q, k, v, q_lens, k_lens, scale, window_size, softcap, dense, page_table=None, seqused_k=None, learnable_sink=None, return_lse=False,
+    cu=None,
+):  # fmt: skip
     """FA4 (``flash_attn.cute``) on a packed batch: ``flash_attn_func`` (``dense``: one ``(Sq, Sk)`` for
     every sequence), else ``flash_attn_varlen_func``.
 
@@ -91,7 +93,8 @@ def fa4_attention(
     ``learnable_sink``: ``(hq,)`` sink logits (natural-log units), or None.
     inclusive, bottom-right aligned, ``None`` = unbounded (not -1); ``causal`` stays False. ``return_lse``:
     FA4's ``return_lse=True``, and ``(out, lse)`` returned, the LSE as it comes (``(B, hq, Sq)`` dense,
-    ``(hq, total_q)`` varlen; natural log).
+    ``(hq, total_q)`` varlen; natural log). ``cu``: the ``(cu_seqlens_q, cu_seqlens_k)`` device tensors built once
+    already (a CUDA graph's call; ``cu_seqlens_k`` unused when paged), else built here from the lengths.
     """
     from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
 
@@ -100,12 +103,14 @@ def fa4_attention(
         kw["learnable_sink"] = learnable_sink.to(device=q.device, dtype=torch.bfloat16).contiguous()  # (hq,)
     if return_lse:
         kw.update(return_lse=True)
+    if cu is None and not (dense and page_table is None):
+        cu = (cu_seqlens(q_lens, q.device), None if page_table is not None else cu_seqlens(k_lens, q.device))  # (B + 1,) int32
     if page_table is not None:
         o = flash_attn_varlen_func(
             q,  # (total_q, hq, d)
             k,  # (pages, page_size, hkv, d)
             v,  # (pages, page_size, hkv, d)
-            cu_seqlens_q=cu_seqlens(q_lens, q.device),  # (B + 1,) int32
+            cu_seqlens_q=cu[0],  # (B + 1,) int32
             max_seqlen_q=max(q_lens),
             max_seqlen_k=max(k_lens),
             seqused_k=seqused_k,  # (B,) int32
@@ -125,8 +130,8 @@ def fa4_attention(
             q,  # (total_q, hq, d)
             k,  # (total_k, hkv, d)
             v,  # (total_k, hkv, d)
-            cu_seqlens_q=cu_seqlens(q_lens, q.device),  # (B + 1,) int32
-            cu_seqlens_k=cu_seqlens(k_lens, q.device),  # (B + 1,) int32
+            cu_seqlens_q=cu[0],  # (B + 1,) int32
+            cu_seqlens_k=cu[1],  # (B + 1,) int32
             max_seqlen_q=max(q_lens),
             max_seqlen_k=max(k_lens),
             **kw,
@@ -137,7 +142,11 @@ def fa4_attention(
     return (o.reshape(q.shape), lse) if return_lse else o.reshape(q.shape)  # (total_q, hq, d)
 
 
-class Fa4Backend(Backend):
+class Fa4Backend(PreparedCall, Backend):
+    """CUDA graphs: cu_seqlens and the paged layout built once (:meth:`_prepare`), the CuTe kernel launched on the inputs'
+    tensors (:meth:`_launch`); its first call of a configuration compiles (the capture's warm-up, outside the graph).
+    That the compiled call itself does no host sync rests on reading flash_attn/cute/interface.py, not on a GPU run."""
+
     cost_hint = 18  # relative sweep cost, for --jobs lanes: CuTe DSL compiles each new kernel configuration
     first_use_compile = True  # (cold on the H100 of 2026-12-06c: 7.0 s per row, flex-cuda 11.5: hints 18 and 30)
     name = "fa4-cuda"
@@ -233,12 +242,28 @@ class Fa4Backend(Backend):
         return out, lse_rows(lse, case.q_lens, case.hq)
 
     def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, return_lse: bool):
-        kw = self.native(case)
-        k, v = inputs.k, inputs.v  # (total_k, hkv, d)
+        return self._launch(case, inputs, self._prepare(case, inputs, 0, False), out, return_lse)
+
+    def _prepare(self, case: Case, inputs: Inputs, pad: int, graph: bool) -> dict:
+        """Host work, once: the native arguments, varlen or paged ``cu`` and for paged KV the cache with its key slots,
+        page table and ``seqused_k``. No padded batch (``_pads``): FA4's handling of empty sequences and ``-1`` page-table
+        slots was not read here."""
+        kw, dev = self.native(case), inputs.q.device
+        if case.page_size is not None or not kw["dense"]:
+            kw["cu"] = (cu_lens(case.q_lens, dev), None if case.page_size is not None else cu_lens(case.k_lens, dev))  # (B + 1,)
         if case.page_size is not None:
-            paged = inputs.paged()
-            k, v = paged.k_cache, paged.v_cache  # (pages, page_size, hkv, d)
-            kw.update(page_table=paged.block_table, seqused_k=paged.seqlens_k)  # (B, max_pages), (B,) int32
+            kw["fill"], kw["page_table"], kw["seqused_k"] = paged_fill(inputs, case.page_size, pad, graph)  # (B, P), (B,)
+        return kw
+
+    def _launch(self, case: Case, inputs: Inputs, prep: dict, out: torch.Tensor, return_lse: bool = False, refill: bool = False):
+        """Device work: the keys into the paged cache (``refill``), then :func:`fa4_attention` on ``inputs``' tensors."""
+        kw = dict(prep)
+        fill = kw.pop("fill", None)
+        k, v = inputs.k, inputs.v  # (total_k, hkv, d)
+        if fill is not None:
+            if refill:
+                fill.fill(inputs.k, inputs.v)
+            k, v = fill.k_cache, fill.v_cache  # (pages, page_size, hkv, d)
         if inputs.sinks is not None:
             kw["learnable_sink"] = inputs.sinks  # (hq,)
         with refusals(FA4_REFUSALS, "flash-attn-4"):

@@ -97,6 +97,7 @@ from ..memory import MIB, lse_bytes, output_bytes, paged_bytes, sequence_output_
 from ..results import HALF_DTYPES
 from ..window import Window
 from .base import Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, import_error_reason, refusals
+from .graphing import PreparedCall, paged_fill
 
 #: FlashInfer's ``return_lse`` is base 2 (its kernels fold log2(e) into the scale and run exp2); natural log = it x ln 2.
 LN2 = math.log(2.0)
@@ -187,24 +188,74 @@ def flashinfer_prefill_attention(q, k, v, out, q_lens, k_lens, natives, scale, s
     return out
 
 
+def flashinfer_paged_plan(
+    q_lens, block_table, seqlens_k, page_size, heads, dtypes, scale, window_left, softcap, workspace,
+    causal=None, split_pages=None, sinks=False, graph=False,
+):  # fmt: skip
+    """The planned wrapper of :func:`flashinfer_paged_attention` / :func:`flashinfer_sink_attention` (host work: the CSR
+    page table, the wrapper, its ``plan``). ``heads``: ``(hq, hkv, d)``; ``dtypes``: ``(q dtype, kv dtype)``;
+    ``causal`` None: ``BatchDecodeWithPagedKVCacheWrapper``; ``sinks``: ``BatchAttentionWithAttentionSinkWrapper``;
+    ``graph``: the wrapper made with ``use_cuda_graph=True`` and the page table as its buffers, as FlashInfer documents
+    for a call captured in a CUDA graph (``plan`` once, outside; ``run`` inside)."""
+    import flashinfer
+
+    indptr, indices, last = flashinfer_csr(block_table, seqlens_k, page_size)  # (B + 1,), (pages,), (B,) int32
+    hq, hkv, d = heads
+    types = dict(q_data_type=dtypes[0], kv_data_type=dtypes[1])
+    if causal is None:
+        made = {"use_tensor_cores": True} if split_pages is not None else {}
+        if graph:
+            bufs = dict(paged_kv_indptr_buffer=indptr, paged_kv_indices_buffer=indices, paged_kv_last_page_len_buffer=last)
+            made.update(use_cuda_graph=True, **bufs)
+        split = {} if split_pages is None else dict(fixed_split_size=split_pages)
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", **made)
+        wrapper.plan(
+            indptr, indices, last, hq, hkv, d, page_size, window_left=window_left, logits_soft_cap=softcap, sm_scale=scale, **types, **split
+        )
+        return wrapper
+    qo = cu_seqlens(q_lens, block_table.device)  # (B + 1,) int32
+    bufs = dict(qo_indptr_buf=qo, paged_kv_indptr_buf=indptr, paged_kv_indices_buf=indices, paged_kv_last_page_len_buf=last)
+    made = dict(use_cuda_graph=True, **bufs) if graph else {}
+    if sinks:
+        wrapper = flashinfer.BatchAttentionWithAttentionSinkWrapper(
+            workspace, kv_layout="NHD", backend="fa2", head_dim_qk=d, head_dim_vo=d, window_left=window_left, **types, **made
+        )
+        wrapper.plan(qo, indptr, indices, last, hq, hkv, d, page_size, causal=causal, window_left=window_left, **types)
+        return wrapper
+    wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", **made)
+    wrapper.plan(
+        qo, indptr, indices, last, hq, hkv, d, page_size, causal=causal, sm_scale=scale, window_left=window_left,
+        logits_soft_cap=softcap, **types,
+    )  # fmt: skip
+    return wrapper
+
+
+def flashinfer_paged_run(wrapper, q, k_cache, v_cache, out, decode, kv_scales=None, lse=None, sinks=None, scale=None):
+    """Device work: a planned wrapper's ``run`` (:func:`flashinfer_paged_plan`) on ``q`` ``(total_q, hq, d)`` and the caches
+    ``(pages, page_size, hkv, d)`` into ``out`` ``(total_q, hq, d)``, returned. ``decode``: the decode wrapper (one query
+    per sequence); ``kv_scales``: ``(k_scale, v_scale)`` floats of an fp8 cache; ``lse`` ``(total_q, hq)`` float32, if
+    given, gets ``return_lse``'s value as it comes (base 2); ``sinks`` ``(hq,)``: the AttentionSink wrapper's run, with ``scale``."""
+    if sinks is not None:
+        o = wrapper.run(q, (k_cache, v_cache), sinks.to(device=q.device, dtype=torch.float32).contiguous(), scale)  # (total_q, hq, d)
+        out.copy_(o.reshape(out.shape))
+        return out
+    scales = {} if kv_scales is None else dict(k_scale=kv_scales[0], v_scale=kv_scales[1])
+    lse_kw = dict(return_lse=True) if lse is not None else {}
+    if decode:
+        o = wrapper.run(q, (k_cache, v_cache), **scales, **lse_kw)  # (B, hq, d): one query per sequence; or (it, lse (B, hq))
+    else:
+        o = wrapper.run(q, (k_cache, v_cache), out=out, **scales, **lse_kw)  # (total_q, hq, d), or (it, lse (total_q, hq))
+    if lse is not None:
+        o, lse[:] = o[0], o[1]
+    if o.data_ptr() != out.data_ptr():
+        out.copy_(o.reshape(out.shape))
+    return out
+
+
 def flashinfer_paged_attention(
-    q,
-    k_cache,
-    v_cache,
-    out,
-    q_lens,
-    block_table,
-    seqlens_k,
-    page_size,
-    scale,
-    window_left,
-    softcap,
-    workspace,
-    causal=None,
-    kv_scales=None,
-    lse=None,
-    split_pages=None,
-):
+    q, k_cache, v_cache, out, q_lens, block_table, seqlens_k, page_size, scale, window_left, softcap, workspace,
+    causal=None, kv_scales=None, lse=None, split_pages=None,
+):  # fmt: skip
     """FlashInfer over a paged cache ``(pages, page_size, hkv, d)`` (NHD) with ``block_table`` ``(B,
     max_pages)`` and ``seqlens_k``: ``BatchPrefillWithPagedKVCacheWrapper`` (plan + run) when ``causal`` is
     a bool, ``BatchDecodeWithPagedKVCacheWrapper`` (one query per sequence) when it is None.
@@ -214,49 +265,15 @@ def flashinfer_paged_attention(
     unbounded; ``causal``: up to ``i + Sk - Sq``. ``kv_scales``: an fp8 cache (``kv_data_type`` its dtype),
     its ``(k_scale, v_scale)`` floats, passed to ``run``. ``lse`` ``(total_q, hq)`` float32, if given, gets
     the wrapper's ``return_lse`` value as it comes: base 2. ``split_pages``: batch decode with split-KV forced,
-    ``fixed_split_size`` pages a split (the tensor-core decode path, the only one taking it).
+    ``fixed_split_size`` pages a split (the tensor-core decode path, the only one taking it). The plan is
+    :func:`flashinfer_paged_plan`, the run :func:`flashinfer_paged_run`.
     """
-    import flashinfer
-
-    scales = {} if kv_scales is None else dict(k_scale=kv_scales[0], v_scale=kv_scales[1])
-    lse_kw = dict(return_lse=True) if lse is not None else {}
-    split = {} if split_pages is None else dict(fixed_split_size=split_pages)
-
-    indptr, indices, last = flashinfer_csr(block_table, seqlens_k, page_size)  # (B + 1,), (pages,), (B,) int32
-    hq, hkv, d = q.shape[1], k_cache.shape[2], q.shape[2]
-    types = dict(q_data_type=q.dtype, kv_data_type=k_cache.dtype)
-    if causal is None:
-        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", **({"use_tensor_cores": True} if split else {}))
-        wrapper.plan(
-            indptr, indices, last, hq, hkv, d, page_size, window_left=window_left, logits_soft_cap=softcap, sm_scale=scale, **types, **split
-        )
-        o = wrapper.run(q, (k_cache, v_cache), **scales, **lse_kw)  # (B, hq, d): one query per sequence; or (it, lse (B, hq))
-        if lse is not None:
-            o, lse[:] = o[0], o[1]
-        out.copy_(o.reshape(out.shape))
-        return out
-    wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
-    wrapper.plan(
-        cu_seqlens(q_lens, q.device),
-        indptr,
-        indices,
-        last,
-        hq,
-        hkv,
-        d,
-        page_size,
-        causal=causal,
-        sm_scale=scale,
-        window_left=window_left,
-        logits_soft_cap=softcap,
-        **types,
-    )
-    o = wrapper.run(q, (k_cache, v_cache), out=out, **scales, **lse_kw)  # (total_q, hq, d), or (it, lse (total_q, hq))
-    if lse is not None:
-        o, lse[:] = o[0], o[1]
-    if o.data_ptr() != out.data_ptr():
-        out.copy_(o)
-    return out
+    heads = (q.shape[1], k_cache.shape[2], q.shape[2])
+    wrapper = flashinfer_paged_plan(
+        q_lens, block_table, seqlens_k, page_size, heads, (q.dtype, k_cache.dtype), scale, window_left, softcap, workspace,
+        causal=causal, split_pages=split_pages,
+    )  # fmt: skip
+    return flashinfer_paged_run(wrapper, q, k_cache, v_cache, out, causal is None, kv_scales, lse)
 
 
 def flashinfer_sink_attention(
@@ -266,20 +283,12 @@ def flashinfer_sink_attention(
     d)`` (NHD): learned sinks ``sinks`` ``(hq,)`` (natural-log units) in every row's softmax denominator.
     ``q`` ``(total_q, hq, d)``; ``out`` ``(total_q, hq, d)`` written and returned; ``window_left`` / ``causal``
     as for :func:`flashinfer_paged_attention`."""
-    import flashinfer
-
-    indptr, indices, last = flashinfer_csr(block_table, seqlens_k, page_size)  # (B + 1,), (pages,), (B,) int32
-    hq, hkv, d = q.shape[1], k_cache.shape[2], q.shape[2]
-    types = dict(q_data_type=q.dtype, kv_data_type=k_cache.dtype)
-    wrapper = flashinfer.BatchAttentionWithAttentionSinkWrapper(
-        workspace, kv_layout="NHD", backend="fa2", head_dim_qk=d, head_dim_vo=d, window_left=window_left, **types
-    )
-    wrapper.plan(
-        cu_seqlens(q_lens, q.device), indptr, indices, last, hq, hkv, d, page_size, causal=causal, window_left=window_left, **types
-    )
-    o = wrapper.run(q, (k_cache, v_cache), sinks.to(device=q.device, dtype=torch.float32).contiguous(), scale)  # (total_q, hq, d)
-    out.copy_(o.reshape(out.shape))
-    return out
+    heads = (q.shape[1], k_cache.shape[2], q.shape[2])
+    wrapper = flashinfer_paged_plan(
+        q_lens, block_table, seqlens_k, page_size, heads, (q.dtype, k_cache.dtype), scale, window_left, 0.0, workspace,
+        causal=causal, sinks=True,
+    )  # fmt: skip
+    return flashinfer_paged_run(wrapper, q, k_cache, v_cache, out, False, sinks=sinks, scale=scale)
 
 
 def flashinfer_jit_reason() -> str | None:
@@ -369,6 +378,14 @@ class FlashInferBackend(Backend):
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         return self._attend(case, inputs, out, None)
 
+    def graph_unsupported_reason(self, case: Case) -> str | None:
+        """fp8 KV: FlashInfer takes ``k_scale`` / ``v_scale`` as Python floats (read from the descales on the host), which a
+        captured graph freezes: a replay on new descales would run the old ones. Otherwise device work only (the
+        single-prefill kernels per sequence; the paged backends plan outside the graph)."""
+        if case.kv_dtype is not None:
+            return "fp8 KV: FlashInfer's k_scale / v_scale are Python floats read on the host; a captured graph keeps the old ones"
+        return super().graph_unsupported_reason(case)
+
     def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``run`` with ``return_lse=True``; FlashInfer's LSE is base 2 (log2 e folded into its scale): times ln 2."""
         lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=inputs.q.device)  # (total_q, hq), log2
@@ -443,8 +460,10 @@ def _paged_template_head(case: Case) -> tuple[str, str]:
     return src + inspect.getsource(paged_layout), "PAGE"
 
 
-class FlashInferPagedBackend(FlashInferBackend):
-    """``BatchPrefillWithPagedKVCacheWrapper``: one ``plan`` + ``run`` for the whole batch over a paged cache."""
+class FlashInferPagedBackend(PreparedCall, FlashInferBackend):
+    """``BatchPrefillWithPagedKVCacheWrapper``: one ``plan`` + ``run`` for the whole batch over a paged cache. CUDA graphs:
+    ``plan`` once outside the captured function (:meth:`_prepare`), ``run`` inside it (:meth:`_launch`), as FlashInfer's
+    ``use_cuda_graph`` wrappers are meant to be used (its docs; not run on a GPU here)."""
 
     name = "flashinfer-paged-cuda"
     supports_paged = True
@@ -453,9 +472,6 @@ class FlashInferPagedBackend(FlashInferBackend):
     _workspace: torch.Tensor | None = None
     #: its float workspace, kept by the backend object from its first call on (:meth:`_buffer`)
     resident_bytes = WORKSPACE_BYTES
-
-    def _paged(self, case: Case, inputs: Inputs) -> PagedKV:
-        return inputs.paged(case.page_size or DEFAULT_PAGE)
 
     def _buffer(self, device: torch.device) -> torch.Tensor:
         if self._workspace is None or self._workspace.device != device:
@@ -484,48 +500,36 @@ class FlashInferPagedBackend(FlashInferBackend):
         return "the AttentionSink wrapper is called without return_lse" if case.sinks else None
 
     def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, lse: torch.Tensor | None) -> torch.Tensor:
-        kw = self.native(case)
-        paged = self._paged(case, inputs)
-        if inputs.sinks is not None:
-            return self._run_sinks(case, inputs, out, paged, kw)
-        with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
-            return flashinfer_paged_attention(
-                inputs.q,  # (total_q, hq, d)
-                paged.k_cache,  # (pages, page_size, hkv, d)
-                paged.v_cache,  # (pages, page_size, hkv, d)
-                out,
-                case.q_lens,
-                paged.block_table,  # (B, max_pages) int32
-                paged.seqlens_k.tolist(),
-                paged.page_size,
-                case.softmax_scale,
-                workspace=self._buffer(inputs.q.device),
-                kv_scales=kv_scales(inputs),
-                lse=lse,
-                **kw,
-            )
+        return self._launch(case, inputs, self._prepare(case, inputs, 0, False), out, lse)
 
-    def _run_sinks(self, case: Case, inputs: Inputs, out: torch.Tensor, paged: PagedKV, kw: dict) -> torch.Tensor:
+    def _prepare(self, case: Case, inputs: Inputs, pad: int, graph: bool) -> dict:
+        """Host work, once: the paged cache (its key slots for a ``graph`` call), the wrapper and its ``plan``
+        (:func:`flashinfer_paged_plan`; ``graph``: ``use_cuda_graph=True`` with the page table as its buffers). No padded
+        batch (``_pads``): FlashInfer's CSR page table has no ``-1`` slots, and an empty sequence's plan was not checked."""
         import flashinfer
 
-        if not hasattr(flashinfer, "BatchAttentionWithAttentionSinkWrapper"):
+        if inputs.sinks is not None and not hasattr(flashinfer, "BatchAttentionWithAttentionSinkWrapper"):
             raise Unsupported(f"flashinfer {getattr(flashinfer, '__version__', '?')} has no BatchAttentionWithAttentionSinkWrapper (sinks)")
-        assert inputs.sinks is not None
+        kw, ps = self.native(case), case.page_size or DEFAULT_PAGE
+        fill, table, _ = paged_fill(inputs, ps, 0, graph)  # caches (pages, ps, hkv, d), (B, P) int32
+        heads, dtypes = (case.hq, case.hkv, case.head_dim), (inputs.q.dtype, fill.k_cache.dtype)
         with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
-            return flashinfer_sink_attention(
-                inputs.q,  # (total_q, hq, d)
-                paged.k_cache,  # (pages, page_size, hkv, d)
-                paged.v_cache,  # (pages, page_size, hkv, d)
-                out,
-                case.q_lens,
-                paged.block_table,  # (B, max_pages) int32
-                paged.seqlens_k.tolist(),
-                paged.page_size,
-                case.softmax_scale,
-                kw["window_left"],
-                kw["causal"],
-                inputs.sinks,  # (hq,)
-                self._buffer(inputs.q.device),
+            wrapper = flashinfer_paged_plan(
+                case.q_lens, table, list(case.k_lens), ps, heads, dtypes, case.softmax_scale, kw["window_left"], kw["softcap"],
+                self._buffer(inputs.q.device), causal=kw["causal"], split_pages=kw.get("split_pages"), sinks=inputs.sinks is not None,
+                graph=graph,
+            )  # fmt: skip
+        return dict(wrapper=wrapper, fill=fill, decode=kw["causal"] is None)
+
+    def _launch(self, case: Case, inputs: Inputs, prep: dict, out: torch.Tensor, lse: torch.Tensor | None = None, refill: bool = False):
+        """Device work: the keys into the paged cache (``refill``), then the planned wrapper's ``run`` (:func:`flashinfer_paged_run`)."""
+        fill = prep["fill"]
+        if refill:
+            fill.fill(inputs.k, inputs.v)
+        scales = kv_scales(inputs)  # fp8: floats read from the descales (graph calls refuse fp8: graph_unsupported_reason)
+        with refusals(FLASHINFER_REFUSALS, "FlashInfer"):
+            return flashinfer_paged_run(
+                prep["wrapper"], inputs.q, fill.k_cache, fill.v_cache, out, prep["decode"], scales, lse, inputs.sinks, case.softmax_scale
             )
 
     def repro_call(self, case: Case) -> str:
@@ -538,7 +542,7 @@ class FlashInferPagedBackend(FlashInferBackend):
         args, scales = _fp8_template_args(case)
         if case.sinks:  # the AttentionSink wrapper, as run calls it (no k_scale / v_scale there)
             return embed(
-                [cu_seqlens, flashinfer_csr, flashinfer_sink_attention],
+                [cu_seqlens, flashinfer_csr, flashinfer_paged_plan, flashinfer_paged_run, flashinfer_sink_attention],
                 f"""\
                 def attention({args}):
                     k_cache, v_cache, table, _ = paged_layout(k, v, K_LENS, {page}, SEED)  # (pages, page, hkv, d) x2, (B, P)
@@ -549,7 +553,7 @@ class FlashInferPagedBackend(FlashInferBackend):
                 head="import flashinfer  # noqa: F401 - the backend's package (exit 2 here when it does not import)\n\n" + head,
             )
         return embed(
-            [cu_seqlens, flashinfer_csr, flashinfer_paged_attention],
+            [cu_seqlens, flashinfer_csr, flashinfer_paged_plan, flashinfer_paged_run, flashinfer_paged_attention],
             f"""\
             def attention({args}):
                 k_cache, v_cache, table, _ = paged_layout(k, v, K_LENS, {page}, SEED)  # (pages, page, hkv, d) x2, (B, P)
@@ -630,14 +634,14 @@ class _FlashInferDecodeSplit(FlashInferDecodeBackend):
         kw = super().native(case)
         return {**kw, "split_pages": decode_split_pages(case.k_lens, case.page_size or DEFAULT_PAGE, kw["window_left"], self.splits)}
 
-    def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, lse: torch.Tensor | None) -> torch.Tensor:
+    def _prepare(self, case: Case, inputs: Inputs, pad: int, graph: bool) -> dict:
         import inspect
 
         import flashinfer
 
         if "fixed_split_size" not in inspect.signature(flashinfer.BatchDecodeWithPagedKVCacheWrapper.plan).parameters:
             raise Unsupported(f"flashinfer {getattr(flashinfer, '__version__', '?')}: the decode wrapper's plan takes no fixed_split_size")
-        return super()._attend(case, inputs, out, lse)
+        return super()._prepare(case, inputs, pad, graph)
 
     def compile_key(self, case: Case) -> tuple | None:
         """The tensor-core decode path builds FlashInfer's batch prefill module (``get_batch_prefill_module``, "fa2"),

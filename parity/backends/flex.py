@@ -28,6 +28,7 @@ import torch
 from ..case import Case, Inputs
 from ..window import Window
 from .base import Backend, cuda_unavailable_reason, import_error_reason, refusals
+from .graphing import PreparedCall
 
 #: FlexAttention's words when it declines a backward ("FlexAttention does not support backward on CPU").
 FLEX_GRAD_REFUSALS: tuple[str, ...] = ("does not support backward",)
@@ -253,7 +254,10 @@ def inductor_builds() -> int | None:
         return None
 
 
-class FlexBackend(Backend):
+class FlexBackend(PreparedCall, Backend):
+    """CUDA graphs (:class:`.graphing.PreparedCall`): the block masks are built once, outside the captured function; the
+    padded copies of q / k / v, the sink tensor's copy and the (compiled) flex calls are device work inside it."""
+
     cost_hint = 10  # relative sweep cost, for --jobs lanes: dynamo traces each new shape
     name = "flex"
     description = "FlexAttention with a window mask_mod; eager on CPU, compiled on CUDA"
@@ -365,25 +369,23 @@ class FlexBackend(Backend):
         return self._attend(case, inputs, out, lse), lse
 
     def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, lse: torch.Tensor | None) -> torch.Tensor:
-        dev = str(inputs.q.device)
-        score_mod = self._score_mod(case, inputs, dev)
-        sink = inputs.sinks is not None
+        return self._launch(case, inputs, self._prepare(case, inputs, 0, False), out, lse)
+
+    def _prepare(self, case: Case, inputs: Inputs, pad: int, graph: bool) -> dict:
+        """Host work, once: each sequence's padded lengths and BlockMask (built from ``torch.tensor(band)``, cached by
+        ``_block_mask``) and the flex function (compiled on CUDA: its build is the capture's warm-up, outside the graph)."""
+        dev, sink = str(inputs.q.device), inputs.sinks is not None
         seqs = self._seqs(case, sink)
-        return flex_attention_packed(
-            inputs.q,  # (total_q, hq, d)
-            inputs.k,  # (total_k, hkv, d)
-            inputs.v,  # (total_k, hkv, d)
-            out,
-            case.q_lens,
-            case.k_lens,
-            case.softmax_scale,
-            [(bq, bk) for bq, bk, _ in seqs],
-            [_block_mask(bq, bk, band, dev) for bq, bk, band in seqs],
-            score_mod,
-            _compiled_flex(self.dynamic) if self._use_compiled() else None,
-            sink,
-            lse,
-        )
+        masks = [_block_mask(bq, bk, band, dev) for bq, bk, band in seqs]
+        flex = _compiled_flex(self.dynamic) if self._use_compiled() else None
+        return dict(padded=[(bq, bk) for bq, bk, _ in seqs], block_masks=masks, flex=flex, sink_key=sink)
+
+    def _launch(self, case: Case, inputs: Inputs, prep: dict, out: torch.Tensor, lse: torch.Tensor | None = None, refill: bool = False):
+        """Device work: the score_mod's tensors set from ``inputs`` (the sinks copied in, the cap filled), then
+        :func:`flex_attention_packed` on ``inputs``' tensors into ``out``."""
+        score_mod = self._score_mod(case, inputs, str(inputs.q.device))
+        q, k, v = inputs.q, inputs.k, inputs.v  # (total_q, hq, d), (total_k, hkv, d) x2
+        return flex_attention_packed(q, k, v, out, case.q_lens, case.k_lens, case.softmax_scale, score_mod=score_mod, lse=lse, **prep)
 
     def repro_call(self, case: Case) -> str:
         """``attention(q, k, v)`` for a standalone script (:mod:`parity.repro_script`):

@@ -36,6 +36,11 @@ class ReferenceBackend(Backend):
 
     returns_lse = True
     lse_empty = ("-inf",)  # the reference's own convention
+    #: not made capturable: the harness's own sanity backend, not an engine's call (see the words)
+    no_graph = (
+        "the float64 reference copies each block's band bounds from the host (parity/reference.py) and pages through "
+        "PagedKV.gather (.tolist()): not capturable as written; it is the harness's sanity backend, not an engine's call"
+    )
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         return self.run_lse(case, inputs, out)[0]

@@ -101,6 +101,9 @@ def sdpa_attention(q, k, v, out, q_lens, k_lens, scale, bands=None, kernel=None,
 
 
 class SdpaBackend(Backend):
+    """CUDA graphs: ``run`` as it is (the default ``graph_call``): the masks are built on the device (``arange``, compares),
+    one SDPA call per sequence sliced by the case's lengths; no host sync, nothing built from the values."""
+
     name = "sdpa"
     no_sinks = "scaled_dot_product_attention takes no sink logits (a sink is not a key of its mask or bias)"
     no_chunk = "the backend builds its mask from the window only (no attention_chunk)"

@@ -37,6 +37,7 @@ from ..memory import lse_bytes, output_bytes
 from ..results import HALF_DTYPES
 from ..window import Window
 from .base import GRAD_REFUSALS, Backend, Unsupported, cu_seqlens, cuda_unavailable_reason, lse_rows, refusals
+from .graphing import PreparedCall, cu_lens
 
 UNBOUNDED = -1  # FA2's sentinel for "no limit on this side"
 
@@ -79,7 +80,7 @@ def fa2_case_reason(case: Case, softcap_ok: bool = False, max_head_dim: int = 25
     return None
 
 
-def torch_fa2_attention(q, k, v, q_lens, k_lens, scale, window_size_left, window_size_right, dense, op=None, return_lse=False):
+def torch_fa2_attention(q, k, v, q_lens, k_lens, scale, window_size_left, window_size_right, dense, op=None, return_lse=False, cu=None):
     """PyTorch's vendored FlashAttention-2 (``aten._flash_attention_forward``) on a packed batch.
 
     ``q`` ``(total_q, hq, d)``, ``k`` / ``v`` ``(total_k, hkv, d)``; returns ``(total_q, hq, d)``.
@@ -87,7 +88,8 @@ def torch_fa2_attention(q, k, v, q_lens, k_lens, scale, window_size_left, window
     ``cum_seq_q`` / ``cum_seq_k``. Window sides: inclusive, bottom-right aligned, ``-1`` = unbounded.
     ``op``: the operator (None: ``torch.ops.aten._flash_attention_forward``). ``return_lse``: also return
     its ``logsumexp`` (the op's second output, natural log) as it comes: ``(B, hq, Sq)`` dense; varlen
-    ``(hq, total_q)`` or, in builds before flash-attn 2.6's layout, ``(B, hq, max Sq)``.
+    ``(hq, total_q)`` or, in builds before flash-attn 2.6's layout, ``(B, hq, max Sq)``. ``cu``: varlen, the
+    ``(cum_seq_q, cum_seq_k)`` device tensors built once already (a CUDA graph's call), else built here.
     """
     op = op or torch.ops.aten._flash_attention_forward
     kw = dict(scale=scale, window_size_left=window_size_left, window_size_right=window_size_right)
@@ -97,14 +99,17 @@ def torch_fa2_attention(q, k, v, q_lens, k_lens, scale, window_size_left, window
         kd, vd = k.view(b, sk, *k.shape[1:]), v.view(b, sk, *v.shape[1:])  # (B, Sk, hkv, d)
         o, lse = op(qd, kd, vd, None, None, sq, sk, 0.0, False, False, **kw)[:2]  # (B, Sq, hq, d), (B, hq, Sq)
     else:
-        cu_q, cu_k = cu_seqlens(q_lens, q.device), cu_seqlens(k_lens, q.device)  # (B + 1,) int32
+        cu_q, cu_k = cu if cu is not None else (cu_seqlens(q_lens, q.device), cu_seqlens(k_lens, q.device))  # (B + 1,) int32
         o, lse = op(q, k, v, cu_q, cu_k, max(q_lens), max(k_lens), 0.0, False, False, **kw)[:2]  # (total_q, hq, d), see above
     if return_lse:
         return o.reshape(q.shape), lse
     return o.reshape(q.shape)  # (total_q, hq, d)
 
 
-class TorchFa2Backend(Backend):
+class TorchFa2Backend(PreparedCall, Backend):
+    """CUDA graphs: the varlen call's cum_seq tensors built once (:meth:`_prepare`), the op launched on the inputs'
+    tensors (:meth:`_launch`); the dense call is device work only. Varlen also runs padded (empty sequences)."""
+
     name = "torch-fa2-cuda"
     no_sinks = "aten._flash_attention_forward (FlashAttention-2) has no sink argument"
     no_chunk = "aten._flash_attention_forward (FlashAttention-2) has no attention_chunk"
@@ -154,21 +159,33 @@ class TorchFa2Backend(Backend):
     lse_empty = ("+inf",)
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
-        kw = self.native(case)
-        with refusals(FA2_REFUSALS, "FlashAttention-2 (vendored in torch)"):
-            o = torch_fa2_attention(inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale, op=flash_forward_op(), **kw)
-        out.copy_(o)  # (total_q, hq, d)
-        return out
+        return self._launch(case, inputs, self._prepare(case, inputs, 0, False), out)
 
     def run_lse(self, case: Case, inputs: Inputs, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``run`` and the op's ``logsumexp`` (natural log), in the canonical ``(total_q, hq)``."""
-        kw = self.native(case)
-        with refusals(FA2_REFUSALS, "FlashAttention-2 (vendored in torch)"):
-            o, lse = torch_fa2_attention(
-                inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale, op=flash_forward_op(), return_lse=True, **kw
-            )
-        out.copy_(o)  # (total_q, hq, d)
+        out, lse = self._launch(case, inputs, self._prepare(case, inputs, 0, False), out, return_lse=True)
         return out, lse_rows(lse, case.q_lens, case.hq)
+
+    def _pads(self, case: Case) -> bool:
+        return not self.native(case)["dense"]  # varlen: empty sequences (FA2's early exit for a row block with no key block)
+
+    def _prepare(self, case: Case, inputs: Inputs, pad: int, graph: bool) -> dict:
+        """Host work, once: the window and, varlen, ``cu`` (``pad`` empty sequences appended)."""
+        kw, dev = self.native(case), inputs.q.device
+        if not kw["dense"]:
+            kw["cu"] = (cu_lens(case.q_lens, dev, pad), cu_lens(case.k_lens, dev, pad))  # (B + pad + 1,) int32 x2
+        return kw
+
+    def _launch(self, case: Case, inputs: Inputs, prep: dict, out: torch.Tensor, return_lse: bool = False, refill: bool = False):
+        """Device work: :func:`torch_fa2_attention` on ``inputs``' tensors into ``out`` (and its raw LSE)."""
+        with refusals(FA2_REFUSALS, "FlashAttention-2 (vendored in torch)"):
+            got = torch_fa2_attention(
+                inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale, op=flash_forward_op(),
+                return_lse=return_lse, **prep,
+            )  # fmt: skip
+        o, lse = got if return_lse else (got, None)
+        out.copy_(o)  # (total_q, hq, d)
+        return (out, lse) if return_lse else out
 
     def workspace_bytes(self, case: Case) -> int:
         """The op's own output (copied into ``out``) and its LSE."""

@@ -103,6 +103,7 @@ from .base import (
     refusals,
 )
 from .flash_attn import SplitVariant, fa3_descale
+from .graphing import PreparedCall, cu_lens, paged_fill
 from .torch_fa2 import FA2_REFUSALS
 
 UNBOUNDED = -1
@@ -148,7 +149,7 @@ def takes_attention_chunk(name: str = "attention_chunk") -> bool:
 
 def vllm_fa_attention(
     q, k, v, out, q_lens, k_lens, scale, causal, window_size, softcap, fa_version, block_table=None, seqused_k=None, descales=None,
-    s_aux=None, attention_chunk=None, return_lse=False, num_splits=None,
+    s_aux=None, attention_chunk=None, return_lse=False, num_splits=None, cu=None,
 ):  # fmt: skip
     """``vllm.vllm_flash_attn``'s ``flash_attn_varlen_func`` as vLLM's FlashAttention backend calls it.
 
@@ -162,14 +163,18 @@ def vllm_fa_attention(
     layer scales). ``s_aux``: ``(hq,)`` sink logits (FA3), or None; ``attention_chunk``: chunk
     size, or None (passed only when given). ``return_lse``: ``return_softmax_lse=True``, and
     ``(out, softmax_lse)`` returned, the LSE as the library gives it (``(hq, total_q)``, natural log).
-    ``num_splits``: the split-KV count forced (FA3), or None (not passed: the library's heuristic).
+    ``num_splits``: the split-KV count forced (FA3), or None (not passed: the library's heuristic). ``cu``: the
+    ``(cu_seqlens_q, cu_seqlens_k)`` device tensors built once already (a CUDA graph's call, ``cu_seqlens_k`` unused
+    when paged; a padded batch's repeat the total), else built here from the lengths.
     """
     import importlib
 
     fai = importlib.import_module("vllm.vllm_flash_attn.flash_attn_interface")
+    if cu is None:
+        cu = (cu_seqlens(q_lens, q.device), None if block_table is not None else cu_seqlens(k_lens, q.device))  # (B + 1,) int32
     kw = dict(
         max_seqlen_q=max(q_lens),
-        cu_seqlens_q=cu_seqlens(q_lens, q.device),  # (B + 1,) int32
+        cu_seqlens_q=cu[0],  # (B + 1,) int32
         max_seqlen_k=max(k_lens),
         softmax_scale=scale,
         causal=causal,
@@ -191,7 +196,7 @@ def vllm_fa_attention(
     if block_table is not None:
         kw.update(seqused_k=seqused_k, block_table=block_table)  # (B,), (B, max_pages) int32
     else:
-        kw.update(cu_seqlens_k=cu_seqlens(k_lens, q.device))  # (B + 1,) int32
+        kw.update(cu_seqlens_k=cu[1])  # (B + 1,) int32
     o = fai.flash_attn_varlen_func(q, k, v, **kw)  # (total_q, hq, d), or (it, softmax_lse)
     lse = None
     if isinstance(o, tuple):
@@ -201,7 +206,11 @@ def vllm_fa_attention(
     return (out, lse) if return_lse else out
 
 
-class VllmFa2Backend(Backend):
+class VllmFa2Backend(PreparedCall, Backend):
+    """CUDA graphs (vLLM captures this call): cu_seqlens and the paged layout are built once (:meth:`_prepare`), the kernel
+    launched on the inputs' tensors (:meth:`_launch`); a padded batch as vLLM pads one (empty sequences, slots -1:
+    the kernels' early exit for a sequence with no key block, read in flash-attention's code, not run here)."""
+
     name = "vllm-fa2-cuda"
     cost_hint = 8  # first calls of its configurations: 329 s over 38, cold, on the H100 of 2026-12-06c
     first_use_compile = True  # its very first call took 185 s on the H100 of 2026-12-05d
@@ -302,12 +311,30 @@ class VllmFa2Backend(Backend):
         return out, lse_rows(lse, case.q_lens, case.hq)
 
     def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, return_lse: bool):
-        kw = self.native(case)
-        k, v = inputs.k, inputs.v  # (total_k, hkv, d)
+        return self._launch(case, inputs, self._prepare(case, inputs, 0, False), out, return_lse)
+
+    def _pads(self, case: Case) -> bool:
+        return case.kv_dtype is None  # seqlen 0 sequences, block-table slots -1; fp8's (B, hkv) descales have no padded rows
+
+    def _prepare(self, case: Case, inputs: Inputs, pad: int, graph: bool) -> dict:
+        """Host work, once: the native arguments, ``cu`` (``pad`` empty sequences appended) and for paged KV the cache
+        with its key slots, block table and ``seqused_k``."""
+        kw, dev = self.native(case), inputs.q.device
+        cu_k = None if case.page_size is not None else cu_lens(case.k_lens, dev, pad)  # (B + pad + 1,) int32: paged reads seqused_k
+        kw["cu"] = (cu_lens(case.q_lens, dev, pad), cu_k)  # (B + pad + 1,) int32
         if case.page_size is not None:
-            paged = inputs.paged()
-            k, v = paged.k_cache, paged.v_cache  # (pages, page_size, hkv, d)
-            kw.update(seqused_k=paged.seqlens_k, block_table=paged.block_table)  # (B,), (B, max_pages) int32
+            kw["fill"], kw["block_table"], kw["seqused_k"] = paged_fill(inputs, case.page_size, pad, graph)  # (B + pad, P), (B + pad,)
+        return kw
+
+    def _launch(self, case: Case, inputs: Inputs, prep: dict, out: torch.Tensor, return_lse: bool = False, refill: bool = False):
+        """Device work: the keys into the paged cache (``refill``), then :func:`vllm_fa_attention` on ``inputs``' tensors."""
+        kw = dict(prep)
+        fill = kw.pop("fill", None)
+        k, v = inputs.k, inputs.v  # (total_k, hkv, d)
+        if fill is not None:
+            if refill:
+                fill.fill(inputs.k, inputs.v)
+            k, v = fill.k_cache, fill.v_cache  # (pages, page_size, hkv, d)
         if inputs.k_descale is not None:
             kw.update(descales=(inputs.q_descale, inputs.k_descale, inputs.v_descale))  # () float32 each
         if inputs.sinks is not None:

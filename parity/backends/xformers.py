@@ -66,6 +66,7 @@ from .base import (
     packed_lse,
     refusals,
 )
+from .graphing import PreparedCall
 
 SHIM_ENV = "PARITY_XFORMERS_SHIM"
 
@@ -237,7 +238,11 @@ def apply_shim() -> bool:
     return True
 
 
-class XformersBackend(Backend):
+class XformersBackend(PreparedCall, Backend):
+    """CUDA graphs: the ``attn_bias`` built once (:meth:`_prepare`; a block-diagonal one from the lengths), the operator
+    launched inside the graph (:meth:`_launch`). That the pinned operator's forward reads the bias's sequence starts
+    without a host sync rests on reading xformers' fmha code, not on a GPU run."""
+
     name = "xformers-cuda"
     no_sinks = "memory_efficient_attention has no sink argument"
     no_chunk = "xformers' local attention masks have no chunks (attention_chunk)"
@@ -303,22 +308,24 @@ class XformersBackend(Backend):
         return out, xformers_lse_rows(lse, case.q_lens, case.hq)
 
     def _attend(self, case: Case, inputs: Inputs, out: torch.Tensor, return_lse: bool):
+        return self._launch(case, inputs, self._prepare(case, inputs, 0, False), out, return_lse)
+
+    def _prepare(self, case: Case, inputs: Inputs, pad: int, graph: bool) -> tuple[str, object]:
+        """Host work, once: the ``attn_bias`` (a block-diagonal one holds its sequences' starts, built from the lengths).
+        No padded batch (``_pads``): an empty sequence in ``from_seqlens`` was not checked here."""
         apply_shim()
         name, kw = xformers_bias_spec(case.window, case.q_lens, case.k_lens)
         with refusals(XFORMERS_REFUSALS, f"xformers {self._op().NAME} with {name}"):
-            bias = _make_bias(name, kw, case.q_lens, case.k_lens)
+            return name, _make_bias(name, kw, case.q_lens, case.k_lens)
+
+    def _launch(self, case: Case, inputs: Inputs, prep: tuple, out: torch.Tensor, return_lse: bool = False, refill: bool = False):
+        """Device work: :func:`xformers_attention` with the prepared bias on ``inputs``' tensors into ``out``."""
+        name, bias = prep
+        with refusals(XFORMERS_REFUSALS, f"xformers {self._op().NAME} with {name}"):
             o = xformers_attention(
-                inputs.q,
-                inputs.k,
-                inputs.v,
-                case.q_lens,
-                case.k_lens,
-                case.softmax_scale,
-                bias,
-                self.op_module,
-                packed=name.startswith("BlockDiagonal"),
-                return_lse=return_lse,
-            )
+                inputs.q, inputs.k, inputs.v, case.q_lens, case.k_lens, case.softmax_scale, bias, self.op_module,
+                packed=name.startswith("BlockDiagonal"), return_lse=return_lse,
+            )  # fmt: skip
         o, lse = o if return_lse else (o, None)
         out.copy_(o)  # (total_q, hq, d)
         return (out, lse) if return_lse else out
