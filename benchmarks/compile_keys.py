@@ -4,7 +4,9 @@ timing.json equal its distinct compile keys").
     python benchmarks/compile_keys.py RUN_DIR
 
 Keys: the distinct ``Backend.compile_key`` values over the backend's rows that ran (not unsupported or
-unavailable), computed here from ``results.csv``'s cases (pure functions: no GPU, no library import).
+unavailable), computed here from ``results.csv``'s cases (pure functions: no GPU, no library import);
+kernels: the distinct ``Backend.compile_kernels`` of those rows (more than the keys where one key is several
+kernels: JAX builds one executable per sequence signature of a case).
 Built: what its workers built by the library's own count (``kernels_built``), in the lanes (``stages``,
 summed over every call of a ``--resume``d run) and in the compile pre-pass (``precompile``, each call's);
 ``-`` where the library keeps no count. Keys > built means some keys were on disk already (a warm cache);
@@ -35,24 +37,33 @@ def main(argv: list[str]) -> int:
         for spec, p in ((c.get("precompile") or {}).get("per_backend") or {}).items():
             if p.get("kernels_built") is not None:
                 pre[spec] = pre.get(spec, 0) + int(p["kernels_built"])
-    keys: dict[str, set] = {}
-    for row in read_rows(folder):
-        if row["verdict"] in ("unsupported", "unavailable"):
-            continue
-        try:
-            key = backends.get(row["backend"]).compile_key(Case.from_json(row["case_json"]))
-        except Exception:  # noqa: BLE001 - a plugin not importable here
-            continue
-        if key is not None:
-            keys.setdefault(row["backend"], set()).add(key)
-    print(f"{'backend':<26}{'rows':>7}{'keys':>7}{'built (lanes)':>15}{'built (pre-pass)':>18}{'built, all':>12}")
+    keys, kernels = _keys(folder)
+    print(f"{'backend':<26}{'rows':>7}{'keys':>7}{'kernels':>9}{'built (lanes)':>15}{'built (pre-pass)':>18}{'built, all':>12}")
     for spec in sorted(keys):
         lanes = (stages.get(spec) or {}).get("kernels_built")
         both = None if lanes is None and spec not in pre else (lanes or 0) + pre.get(spec, 0)
         cells = ["-" if v is None else str(v) for v in (lanes, pre.get(spec), both)]
         rows = (stages.get(spec) or {}).get("rows", "?")
-        print(f"{spec:<26}{rows:>7}{len(keys[spec]):>7}{cells[0]:>15}{cells[1]:>18}{cells[2]:>12}")
+        print(f"{spec:<26}{rows:>7}{len(keys[spec]):>7}{len(kernels[spec]):>9}{cells[0]:>15}{cells[1]:>18}{cells[2]:>12}")
     return 0
+
+
+def _keys(folder: Path) -> tuple[dict[str, set], dict[str, set]]:
+    """Per backend, the distinct compile keys and kernels of its rows that ran."""
+    keys: dict[str, set] = {}
+    kernels: dict[str, set] = {}
+    for row in read_rows(folder):
+        if row["verdict"] in ("unsupported", "unavailable"):
+            continue
+        try:
+            be, case = backends.get(row["backend"]), Case.from_json(row["case_json"])
+            key, parts = be.compile_key(case), be.compile_kernels(case)
+        except Exception:  # noqa: BLE001 - a plugin not importable here (or without compile_kernels)
+            continue
+        if key is not None:
+            keys.setdefault(row["backend"], set()).add(key)
+            kernels.setdefault(row["backend"], set()).update(parts)
+    return keys, kernels
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ def probe(name: str, cases: list, seconds: float, out) -> dict:
     if why:
         return {"backend": name, "unavailable": why}
     seen: dict[str, int] = {}
+    kernels: set = set()  # Backend.compile_kernels: JAX builds one executable per sequence signature of a key
     tot = {"rows": 0, "built": 0, "built_on_seen": 0, "errors": 0}
     t_end = time.monotonic() + seconds
     for i, case in enumerate(cases):
@@ -86,9 +87,10 @@ def probe(name: str, cases: list, seconds: float, out) -> dict:
             tot["built_on_seen"] += rec["built"]
             rec["first_case_of_key"] = seen[key]
         seen.setdefault(key, i)
+        kernels.update(b.compile_kernels(case))
         out.write(json.dumps(rec) + "\n")
         out.flush()
-    return {"backend": name, "keys": len(seen), **tot, **_counters()}
+    return {"backend": name, "keys": len(seen), "kernels": len(kernels), **tot, **_counters()}
 
 
 def _candidates(a) -> None:

@@ -229,6 +229,14 @@ class Backend:
             return None
         return (case.dtype, case.hq, case.hkv, case.head_dim, case.softcap, case.page_size is not None)
 
+    def compile_kernels(self, case: Case) -> tuple:
+        """The kernels ``case``'s :meth:`compile_key` stands for, each a hashable key of its own: the key itself where
+        one key is one kernel (the default), several where the backend builds one per part of a case (JAX: one
+        executable per sequence signature). ``benchmarks/compile_keys.py`` sets the distinct kernels of a run's
+        rows beside what its workers built. Pure, as :meth:`compile_key`."""
+        key = self.compile_key(case)
+        return () if key is None else (key,)
+
     def kernels_built(self) -> int | None:
         """Kernels this process has built so far, by the library's own count (Dynamo's graphs, FA4's compile
         cache, XLA's compiles); None where the library keeps no count. A row's difference is what it built:

@@ -20,10 +20,15 @@ mask is ``tril`` (also top-left). The canonical window maps as:
   bottom-right one; the padded rows are dropped.
 * ``bottom_right`` with ``Sq > Sk``: no translation (would need keys before key 0): unsupported.
 
-Each call runs under ``jax.jit`` (the window, causal flag, scale and padding are static),
-as a model would run it: one XLA executable per (shape, window), loaded from the
-persistent compile cache when ``--compile-cache`` is set. Called eagerly instead, JAX
-dispatches the function's dozens of primitives one by one, each its own small compiled
+Each call runs under ``jax.jit`` (the window, causal flag and scale are static), as a model
+would run it: one XLA executable per sequence signature, ``(T, Sk, is_causal,
+local_window_size)`` with ``T`` the query rows after padding (and the dtype, heads, head dim
+and scale of the case), loaded from the persistent compile cache when ``--compile-cache`` is
+set. The padded rows are dropped on torch's side, so a padded decode sequence and an
+unpadded one of the same ``T`` share one executable; :meth:`JaxBackend.compile_key` is the
+set of a case's signatures, so a key of ``n`` signatures is ``n`` executables, and
+``--grad`` adds one more per signature (``jax.vjp`` is jitted apart). Called eagerly instead,
+JAX dispatches the function's dozens of primitives one by one, each its own small compiled
 op, which made every call cost ~0.1 s on the H200 whatever the case's size.
 
 No softcap. The cuDNN implementation takes float16/bfloat16 and, in JAX, only
@@ -102,10 +107,10 @@ def _prepare_jax() -> None:
         os.environ.setdefault(key, value)
 
 
-def jax_attention_fn(implementation, is_causal, local_window_size, scale, pad):
+def jax_attention_fn(implementation, is_causal, local_window_size, scale):
     """``jax.nn.dot_product_attention`` for one static configuration, jitted; see the module docstring.
-    The jitted function takes ``q`` ``(T, N, H)``, ``k`` / ``v`` ``(S, K, H)`` and drops the first ``pad``
-    output rows."""
+    The jitted function takes ``q`` ``(T, N, H)``, ``k`` / ``v`` ``(S, K, H)`` and returns every one of the
+    ``T`` output rows (the caller drops padded ones: the padding is no part of the executable)."""
     import jax
 
     def attend(q, k, v):  # q: (T, N, H); k, v: (S, K, H)
@@ -118,7 +123,7 @@ def jax_attention_fn(implementation, is_causal, local_window_size, scale, pad):
             local_window_size=local_window_size,
             implementation=implementation,
         )  # (1, T, N, H)
-        return o[0, pad:]  # (T - pad, N, H)
+        return o[0]  # (T, N, H)
 
     return jax.jit(attend)
 
@@ -156,24 +161,23 @@ def jax_attention(q, k, v, out, q_lens, k_lens, natives, implementation, scale, 
         if pad:
             qb = torch.cat([qb.new_zeros(pad, *qb.shape[1:]), qb])  # (pad + Sq, hq, d)
         args = [jax.dlpack.from_dlpack(dlpack_ready(t)) for t in (qb, k[k0 : k0 + sk], v[k0 : k0 + sk])]
-        o = jitted(implementation, is_causal, local, scale, pad)(*args).block_until_ready()  # (Sq, hq, d)
-        out[q0 : q0 + sq] = torch.from_dlpack(o).to(out.device)  # (Sq, hq, d)
+        o = jitted(implementation, is_causal, local, scale)(*args).block_until_ready()  # (pad + Sq, hq, d)
+        out[q0 : q0 + sq] = torch.from_dlpack(o)[pad:].to(out.device)  # (Sq, hq, d): the padded rows dropped
         q0, k0 = q0 + sq, k0 + sk
     return out
 
 
-def jax_grad_fn(implementation, is_causal, local_window_size, scale, pad, forward=None):
+def jax_grad_fn(implementation, is_causal, local_window_size, scale, forward=None):
     """The backward of :func:`jax_attention_fn`'s configuration, jitted: ``jax.vjp`` of the same attention
     (``forward``: :func:`jax_attention_fn` or a cache of it). The jitted function takes ``q`` ``(T, N, H)``,
-    ``k`` / ``v`` ``(S, K, H)`` and ``do`` ``(T - pad, N, H)``; returns ``(dq (T - pad, N, H), dk, dv)``."""
+    ``k`` / ``v`` ``(S, K, H)`` and ``do`` ``(T, N, H)`` (zero on padded rows); returns ``(dq (T, N, H), dk, dv)``."""
     import jax
 
-    attend = (forward or jax_attention_fn)(implementation, is_causal, local_window_size, scale, pad)
+    attend = (forward or jax_attention_fn)(implementation, is_causal, local_window_size, scale)
 
     def grads(q, k, v, do):
         _, vjp = jax.vjp(attend, q, k, v)
-        dq, dk, dv = vjp(do)
-        return dq[pad:], dk, dv  # the padded query rows' gradient dropped
+        return vjp(do)  # (dq, dk, dv)
 
     return jax.jit(grads)
 
@@ -191,38 +195,63 @@ def jax_attention_grads(q, k, v, dout, q_lens, k_lens, natives, implementation, 
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)  # (total_q, hq, d), (total_k, hkv, d) x 2
     q0 = k0 = 0
     for (sq, sk), (pad, is_causal, local) in zip(zip(q_lens, k_lens), natives):
-        qb = q[q0 : q0 + sq]  # (Sq, hq, d)
-        if pad:
-            qb = torch.cat([qb.new_zeros(pad, *qb.shape[1:]), qb])  # (pad + Sq, hq, d)
-        parts = (qb, k[k0 : k0 + sk], v[k0 : k0 + sk], dout[q0 : q0 + sq])
+        qb, dob = q[q0 : q0 + sq], dout[q0 : q0 + sq]  # (Sq, hq, d) x 2
+        if pad:  # zero query rows in front, and a zero gradient on their outputs
+            qb, dob = (torch.cat([t.new_zeros(pad, *t.shape[1:]), t]) for t in (qb, dob))  # (pad + Sq, hq, d) x 2
+        parts = (qb, k[k0 : k0 + sk], v[k0 : k0 + sk], dob)
         args = [jax.dlpack.from_dlpack(dlpack_ready(t)) for t in parts]
-        gq, gk, gv = jitted(implementation, is_causal, local, scale, pad)(*args)
+        gq, gk, gv = jitted(implementation, is_causal, local, scale)(*args)
         gq.block_until_ready()
-        dq[q0 : q0 + sq] = torch.from_dlpack(gq).to(dq.device)  # (Sq, hq, d)
+        dq[q0 : q0 + sq] = torch.from_dlpack(gq)[pad:].to(dq.device)  # (Sq, hq, d): the padded rows dropped
         dk[k0 : k0 + sk] = torch.from_dlpack(gk).to(dk.device)  # (Sk, hkv, d)
         dv[k0 : k0 + sk] = torch.from_dlpack(gv).to(dv.device)  # (Sk, hkv, d)
         q0, k0 = q0 + sq, k0 + sk
     return dq, dk, dv
 
 
-_COMPILES: list[int] = []  # [count] once the listener is registered (the first kernels_built call)
+_COMPILES: list[int] = []  # [executables compiled or loaded, loaded from the persistent cache], once listening
 
 
 def _compile_events() -> int | None:
-    """How many XLA compiles this process has seen since the listener was registered; None without JAX."""
+    """How many executables XLA compiled in this process since the listeners were registered; None without JAX.
+
+    JAX times each executable it compiles *or loads from the persistent cache* as one ``backend_compile_duration``
+    event (``compile_or_get_cached`` inside the timer, jax 0.10.2 and 0.11.x), so the loads it counts
+    (``/jax/compilation_cache/cache_hits``: a lane running a key the compile pre-pass built) are taken off."""
     if not _COMPILES:
         try:
             from jax import monitoring
         except Exception:  # noqa: BLE001 - no jax here
             return None
 
-        def listen(event: str, duration: float, **_: object) -> None:
+        def timed(event: str, duration: float, **_: object) -> None:
             if event.endswith("backend_compile_duration"):
                 _COMPILES[0] += 1
 
-        _COMPILES.append(0)
-        monitoring.register_event_duration_secs_listener(listen)
-    return _COMPILES[0]
+        def counted(event: str, **_: object) -> None:
+            if event.endswith("compilation_cache/cache_hits"):
+                _COMPILES[1] += 1
+
+        _COMPILES.extend((0, 0))
+        monitoring.register_event_duration_secs_listener(timed)
+        monitoring.register_event_listener(counted)
+    return _COMPILES[0] - _COMPILES[1]
+
+
+def executable_signatures(window: Window, q_lens, k_lens, causal_with_window: bool = False) -> tuple:
+    """What decides the XLA executables of a case's sequences (see the module docstring), each once, sorted:
+    ``(T, Sk, is_causal, local_window_size)`` per sequence, ``T`` its query rows after :func:`jax_window`'s padding;
+    a sequence it refuses as ``(Sq, Sk)``. Not the order or count of the sequences, not the padding itself, nor the
+    canonical window beyond what it translates to."""
+    seqs = set()
+    for sq, sk in zip(q_lens, k_lens):
+        try:
+            pad, causal, local = jax_window(window, sq, sk, causal_with_window)
+        except Unsupported:
+            seqs.add((sq, sk))
+            continue
+        seqs.add((pad + sq, sk, causal, local))
+    return tuple(sorted(seqs, key=repr))
 
 
 class JaxBackend(Backend):
@@ -258,14 +287,20 @@ class JaxBackend(Backend):
         return None
 
     def compile_key(self, case: Case) -> tuple | None:
-        """XLA (and cuDNN through it) compiles one executable per jitted call: each sequence's shapes, the
-        window, causal flag, scale and padding are static arguments (see :func:`jitted`)."""
-        w = case.window
-        seqs = tuple(sorted(set(zip(case.q_lens, case.k_lens))))
-        return (case.dtype, case.hq, case.hkv, case.head_dim, case.softcap, case.softmax_scale, w.left, w.right, w.align, seqs)
+        """XLA (and cuDNN through it) compiles one executable per sequence signature (:func:`executable_signatures`)
+        and dtype, heads, head dim and scale: a key of ``n`` signatures is ``n`` executables (``n`` more with
+        ``--grad``), and every case of the key runs on the same ones (tests/test_jax_compile_key.py)."""
+        seqs = executable_signatures(case.window, case.q_lens, case.k_lens, self.causal_with_window)
+        return (case.dtype, case.hq, case.hkv, case.head_dim, case.softmax_scale, seqs)
+
+    def compile_kernels(self, case: Case) -> tuple:
+        """One kernel per sequence signature of :meth:`compile_key` (with the dtype, heads, head dim and scale)."""
+        *config, seqs = self.compile_key(case)
+        return tuple((*config, s) for s in seqs)
 
     def kernels_built(self) -> int | None:
-        """XLA backend compiles in this process (JAX's ``backend_compile`` duration events), once listening."""
+        """XLA executables compiled in this process, once listening (:func:`_compile_events`: not those loaded
+        from the persistent cache)."""
         return _compile_events()
 
     def version(self) -> str:

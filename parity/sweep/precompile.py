@@ -190,7 +190,8 @@ def _build(
             res = ex.submit(case) or ex.collect(wait)
             timing = res.get("timing") or {}
             key = timing.get("kernel_key")
-            out.append({"status": res.get("status"), "s": time.perf_counter() - now, "built": timing.get("kernels_built"), "key": key})
+            row = {"status": res.get("status"), "s": time.perf_counter() - now, "built": timing.get("kernels_built"), "key": key}
+            out.append(row if row["status"] == "ok" else {**row, "detail": str(res.get("detail") or "")[:300], "case": case.case_id})
     finally:
         ex.close()
     return out
@@ -256,11 +257,19 @@ def _record(plan: PrecompilePlan, results: dict[str, list[dict[str, Any]]], wall
             "procs": plan.procs[backend],
             "worker_s": round(sum(r["s"] for r in got), 3),
             "kernels_built": sum(built) if built else None,
+            "failures": _failures(got),
         }
     for backend, n in plan.left.items():
         empty = {"keys": 0, "ran": 0, "ok": 0, "failed": 0, "procs": 0, "worker_s": 0.0, "kernels_built": None}
         per.setdefault(backend, {**empty, "left_to_lanes": n})
     return {"wall_s": round(wall, 3), "procs": sum(plan.procs.values()), "per_backend": per}
+
+
+def _failures(got: list[dict[str, Any]], most: int = 5) -> list[str]:
+    """What the first ``most`` failed pre-pass rows said (``CASE_ID status: detail``): the lanes' row of the case may
+    never run (a partial run), and the pre-pass worker's log is not kept with the run folder."""
+    bad = [r for r in got if r.get("status") not in ("ok", Outcome.UNSUPPORTED)]
+    return [f"{r.get('case', '?')} {r['status']}: {r.get('detail', '')}" for r in bad[:most]]
 
 
 def line(record: dict[str, Any]) -> str:
