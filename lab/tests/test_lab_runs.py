@@ -32,9 +32,17 @@ def _lab_rejudge():
 _RUN_FOLDERS = _lab_rejudge().folders(RUNS)
 #: runs without environment.json: their backends' versions are unknown, so no entry (each has a version range)
 #: can match their rows. The timeout recheck has no failing row and is judged; the benchmark's warm run (killed
-#: by its device call's timeout) is not. Named here so that a new one is not skipped unnoticed.
-NO_ENVIRONMENT = {"h200-2026-12-04b/seed-systems/fa2-timeout-recheck", "h100-2026-12-05d/throughput/warm"}
-GPU_RUNS = [p for p in _RUN_FOLDERS if str(p.relative_to(RUNS)) != "h100-2026-12-05d/throughput/warm"]
+#: by its device call's timeout) is not, nor the three folders of the vLLM version loan that `timeout` killed before
+#: they wrote it (h100-2026-12-07-versions/README.md: which build each ran is in the calls' commands, not the folders).
+#: Named here so that a new one is not skipped unnoticed.
+KILLED = {
+    "h100-2026-12-05d/throughput/warm",
+    "h100-2026-12-07-versions/vllm-0.33.0",
+    "h100-2026-12-07-versions/vllm-0.26.0-entries",
+    "h100-2026-12-07-versions/vllm-0.33.0-entries",
+}
+NO_ENVIRONMENT = {"h200-2026-12-04b/seed-systems/fa2-timeout-recheck", *KILLED}
+GPU_RUNS = [p for p in _RUN_FOLDERS if str(p.relative_to(RUNS)) not in KILLED]
 #: FA4's own refusal (d = 72, paged): the other half of issue 17 records it as unsupported; no entry
 FA4_REFUSAL = "Paged KV does not support irregular head dim"
 #: xformers' own precondition (varlen, a sequence with Sq > Sk): an error in the 2026-12-04 run,
