@@ -4,6 +4,8 @@
 # `bash lab/device/install.sh` after the last park (install puts 0.26.0 in /tmp/site-vllm-fa and 0.33.0 in
 # /tmp/site-vllm33-fa). Then, on the same machine:
 #   bash lab/loan/h200_versions.sh run [LIMIT_S] [PROFILE]   # each version LIMIT_S (default 200) -> $OUT/versions.tgz
+# 2026-12-07 (lab/runs/h100-2026-12-07-versions): vLLM's FA2 spent 6-145 s on each configuration's first call, so each
+# version has a compile cache of its own (the CUDA driver's JIT cache among them) and the entry cases wait up to 400 s.
 # Each run is judged with the known divergences (their `versions` say vllm>=0.26,<0.27, so a finding still there at
 # 0.33.0 is loud), and each vLLM entry's shrunk case (lab/loan/versions-cases) for `parity evidence`; `parity vdiff` of the two runs is the version diff (vdiff/vdiff.md), `parity diff` the raw one.
 set -u
@@ -14,13 +16,13 @@ w=/tmp/versions; rm -rf "$w"; mkdir -p "$w"
 one() {  # SITE NAME LIMIT_S PROFILE
   local t0; t0=$(date +%s)
   PARITY_WORKER_PATH="vllm-fa2-cuda=$1 vllm-fa3-cuda=$1" timeout $(( $3 + 90 )) python3 -m parity run \
-    --backend "$BACKENDS" --profile "$4" --jobs "${JOBS:-6}" --time-limit "$3" --timeout 120 --shrink 4 -q \
-    --out "$w/$2" > "$w/$2.log" 2>&1
+    --backend "$BACKENDS" --profile "$4" --jobs "${JOBS:-6}" --time-limit "$3" --timeout 240 --shrink 4 -q \
+    --compile-cache "$w/cc-$2" --out "$w/$2" > "$w/$2.log" 2>&1
   echo "$2 rc=$? in $(( $(date +%s) - t0 )) s: $(( $(zcat -f "$w/$2"/results.csv* 2>/dev/null | wc -l) - 1 )) rows"
   grep -v "^  \|^$" "$w/$2.log" | tail -n 8 | cut -c1-200
   # each vLLM entry's shrunk case (lab/loan/versions-cases, from `parity evidence --write-cases`), for `parity evidence`
-  PARITY_WORKER_PATH="vllm-fa2-cuda=$1 vllm-fa3-cuda=$1" timeout 120 python3 -m parity run --backend vllm-fa2-cuda \
-    --case-file "$here/loan/versions-cases/vllm-fa2-cuda.jsonl" --jobs 1 --timeout 60 -q --no-report \
+  PARITY_WORKER_PATH="vllm-fa2-cuda=$1 vllm-fa3-cuda=$1" timeout 400 python3 -m parity run --backend vllm-fa2-cuda \
+    --case-file "$here/loan/versions-cases/vllm-fa2-cuda.jsonl" --jobs 1 --timeout 240 -q --no-report --compile-cache "$w/cc-$2" \
     --out "$w/$2-entries" > "$w/$2-entries.log" 2>&1; echo "$2 entries rc=$?"
 }
 case "${1:-}" in
@@ -36,6 +38,6 @@ case "${1:-}" in
     python3 -m parity evidence "$w/vllm-0.26.0-entries" "$w/vllm-0.33.0-entries" "$w/vllm-0.26.0" "$w/vllm-0.33.0" \
       --entry 'vllm*' --out "$w/evidence" > "$w/evidence.log" 2>&1; echo "evidence rc=$?"; head -n 30 "$w/evidence/evidence.md" | cut -c1-200
     grep -v "^$" "$w/vdiff/vdiff.md" 2>/dev/null | head -n 40 | cut -c1-200
-    tar czf "$OUT/versions.tgz" -C /tmp --exclude=results.json --exclude=masks.jsonl versions ;;
+    tar czf "$OUT/versions.tgz" -C /tmp --exclude=results.json --exclude=masks.jsonl --exclude='cc-*' versions ;;
   *) sed -n 2,8p "$0"; exit 2 ;;
 esac
