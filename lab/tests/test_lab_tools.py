@@ -136,3 +136,31 @@ def test_lab_paths_point_at_files_that_exist():
             if not (root / m.group(1)).exists():
                 missing.append(f"{f.relative_to(root)}: {m.group(1)}")
     assert not missing, missing
+
+
+def _fatbin_tool():
+    spec = importlib.util.spec_from_file_location("fatbin_archs", LAB / "fatbin_archs.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_fatbin_entries_are_counted_by_kind_and_arch():
+    """Two containers (one after 8 bytes of padding): SASS and PTX for sm_80, SASS for sm_90."""
+    import struct
+
+    tool = _fatbin_tool()
+
+    def entry(kind: int, arch: int, payload: int) -> bytes:
+        head = struct.pack("<HHIQ", kind, 0, 64, payload) + bytes(12) + struct.pack("<I", arch)  # 28 bytes, then arch
+        return head + bytes(64 - len(head)) + bytes(payload)
+
+    def container(*items: bytes) -> bytes:
+        body = b"".join(items)
+        return struct.pack("<IHHQ", tool.MAGIC, 1, 16, len(body)) + body
+
+    data = container(entry(2, 80, 24), entry(1, 80, 8)) + bytes(8) + container(entry(2, 90, 16))
+    got = tool.entries(data)
+    assert got == {("ELF", "sm_80"): 1, ("PTX", "sm_80"): 1, ("ELF", "sm_90"): 1}
+    assert not tool.entries(bytes(64))
