@@ -8,7 +8,7 @@ The plugin brings ``--parity-profile``, ``--parity-backend``, ``--parity-expect`
 * the hypothesis profile defaults to ``default`` (the plugin loads none unless asked);
 * ``--backend``, ``--expect``, ``--worker-path``: the older names of the plugin's options (same
   destinations), kept for the README's commands, noxfile.py and scripts;
-* a test taking ``backend_spec`` runs once per backend (default: every built-in one), with the
+* a test taking ``backend_name`` runs once per backend (default: every built-in one), with the
   backend's name in the test id (``pytest -k flex``) and its marker (``pytest -m sdpa``; GPU
   backends also ``gpu``); an unavailable backend is skipped with its reason;
 * ``expectations`` / ``worker_paths``: the plugin's ``parity_expectations`` / ``parity_worker_paths``;
@@ -69,13 +69,13 @@ def expectations(parity_expectations):
 @pytest.fixture(scope="session")
 def worker_paths(parity_worker_paths) -> dict:
     """``{backend: [folders]}`` from ``--worker-path`` / ``PARITY_WORKER_PATH``: pass
-    ``worker_path=worker_paths.get(spec)`` to :func:`parity.evaluate`."""
+    ``worker_path=worker_paths.get(backend_name)`` to :func:`parity.evaluate`."""
     return parity_worker_paths
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "backend_spec" in metafunc.fixturenames:
+    if "backend_name" in metafunc.fixturenames:
         from parity import backends
 
-        specs = metafunc.config.getoption("--backend") or list(backends.BUILTIN)
-        metafunc.parametrize("backend_spec", pytest_plugin.backend_params(metafunc.config, specs))
+        names = metafunc.config.getoption("--backend") or list(backends.BUILTIN)
+        metafunc.parametrize("backend_name", pytest_plugin.backend_params(metafunc.config, names))

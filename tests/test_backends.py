@@ -29,20 +29,20 @@ SMALL = dict(max_len=48, max_batch=2)
 STRATEGY = st.one_of(design_cases(max_len=130, max_batch=2), cases(**SMALL), cases(window_kinds=("causal",), **SMALL))
 
 
-def _check(backend_spec, case, expectations=None, worker_paths=None):
+def _check(backend_name, case, expectations=None, worker_paths=None):
     """The judged record; raises for a failure no known divergence explains and for an unexpected pass.
     A backend given a worker path (``--worker-path``) runs in its worker process."""
-    path = (worker_paths or {}).get(backend_spec)
-    return check(evaluate_record(backend_spec, case, expectations=expectations, worker_path=path), expectations)
+    path = (worker_paths or {}).get(backend_name)
+    return check(evaluate_record(backend_name, case, expectations=expectations, worker_path=path), expectations)
 
 
-def _examples(backend_spec) -> int | None:
+def _examples(backend_name) -> int | None:
     """Fewer drawn examples for a backend that compiles every new shape on the CPU (flex-compiled:
     inductor C++, ~10 s per compile): a quarter of the profile's, at least 3. Its edge-case test runs whole."""
     from parity import backends
 
     try:
-        be = backends.get(backend_spec)
+        be = backends.get(backend_name)
     except Exception:  # noqa: BLE001 - a plugin spec the registry cannot build: the profile's count
         return None
     if getattr(be, "device", "cpu") == "cpu" and float(getattr(be, "cost_hint", 1.0)) >= 30:
@@ -50,14 +50,14 @@ def _examples(backend_spec) -> int | None:
     return None
 
 
-def test_matches_reference(backend_spec, expectations, worker_paths, record_property):
-    n = _examples(backend_spec)
+def test_matches_reference(backend_name, expectations, worker_paths, record_property):
+    n = _examples(backend_name)
     expected: Counter[str] = Counter()
 
     @settings(max_examples=n) if n else (lambda f: f)
     @given(case=STRATEGY)
     def matches(case):
-        judged = _check(backend_spec, case, expectations, worker_paths)
+        judged = _check(backend_name, case, expectations, worker_paths)
         row = judged.row
         assume(row["verdict"] != "unsupported")
         if row["verdict"] == "expected":  # a known divergence: recorded (with its measured miss), not a failure
@@ -70,8 +70,8 @@ def test_matches_reference(backend_spec, expectations, worker_paths, record_prop
 
 
 @pytest.mark.parametrize("case", edge_cases(("bfloat16",)), ids=lambda c: c.summary().replace(" ", "_"))
-def test_edge_cases(backend_spec, case, expectations, worker_paths):
-    judged = _check(backend_spec, case, expectations, worker_paths)
+def test_edge_cases(backend_name, case, expectations, worker_paths):
+    judged = _check(backend_name, case, expectations, worker_paths)
     if judged.row["verdict"] == "unsupported":
         pytest.skip(f"unsupported: {judged.row['detail']}")
     xfail_if_expected(judged, expectations)
