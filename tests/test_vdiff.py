@@ -315,3 +315,18 @@ def test_write_cases_gives_each_entry_its_case_per_backend(tmp_path, expect, cap
     cases = [Case.from_json(line) for line in (tmp_path / "cases" / "vllm-fa2-cuda.jsonl").read_text().splitlines()]
     assert {c.case_id for c in cases} == {CLAMP_A.case_id, PAGED.case_id}
     assert (tmp_path / "cases" / "cases.tsv").read_text().splitlines()[0] == "entry\tbackend\tcase_id"
+
+
+def test_evidence_keeps_runs_of_unknown_version_apart(tmp_path, expect, capsys):
+    """Two runs killed before their environment.json (no version recorded) are two columns named by their folders,
+    never one version's counts added up (lab/runs/h100-2026-12-07-versions: 0.26.0's and 0.33.0's rows had been
+    merged under one `vllm ?`)."""
+    runs = []
+    for name, verdict in (("a/killed-old", "fail"), ("b/killed-new", "pass")):
+        folder = write_run(tmp_path / name, {}, [row("vllm-fa2-cuda", CLAMP_A, verdict, "mask" if verdict == "fail" else "")])
+        (folder / "environment.json").unlink()
+        runs.append(folder)
+    assert main(["evidence", *map(str, runs), "--expect", str(expect), "--entry", "t-clamp"]) == 0
+    out = capsys.readouterr().out
+    assert "| vllm ? (a/killed-old) | vllm ? (b/killed-new) |" in out
+    assert "| t-clamp | vllm>=0.26,<0.27 | seen 1/1 | not seen 0/1 |" in out

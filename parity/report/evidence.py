@@ -3,8 +3,8 @@
 
 For every entry and every row of the runs whose backend the entry's glob names (``X@TAG`` counts as ``X``,
 the same kernel staged a second time) and whose case the entry covers with its ``versions`` ignored: the
-version is the entry's package's in the row's backend version (``environment.json``; ``PACKAGE ?`` where it
-is not found, the whole version string for an entry without ``versions``), and the row counts as
+version is the entry's package's in the row's backend version (``environment.json``; ``PACKAGE ? (FOLDER)`` where it
+is not found, one column per run folder; the whole version string for an entry without ``versions``), and the row counts as
 
 =====================================  ==========
 row (raw verdict)                      counts as
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+from pathlib import Path
 from typing import Any
 
 from ..case import Case
@@ -113,11 +114,15 @@ def _sort_key(label: str) -> tuple[Any, ...]:
     return (0, key, label) if key is not None else (1, (), label)
 
 
-def version_label(entry: Expectation, version_text: str, torch_version: str) -> str:
-    if entry.versions is None:
-        return version_text or "?"
-    found = entry.versions.find(version_text, torch_version)
-    return f"{entry.versions.package} {found or '?'}"
+def version_label(entry: Expectation, version_text: str, torch_version: str, where: Path | None = None) -> str:
+    """The column a row counts in: the entry's package and the version the run recorded (``vllm 0.33.0``). Where the
+    run recorded none (no ``environment.json``: a run killed before writing it), ``?`` and the run's folder
+    (``vllm ? (runs/v033)``): runs of unknown versions are never counted as one version."""
+    found = version_text if entry.versions is None else entry.versions.find(version_text, torch_version)
+    if found:
+        return found if entry.versions is None else f"{entry.versions.package} {found}"
+    unknown = "?" if entry.versions is None else f"{entry.versions.package} ?"
+    return unknown if where is None else f"{unknown} ({'/'.join(where.parts[-2:])})"
 
 
 def collect(runs: list[Run], expectations: Expectations, globs: list[str] | None = None) -> list[EntryEvidence]:
@@ -137,7 +142,7 @@ def collect(runs: list[Run], expectations: Expectations, globs: list[str] | None
             case = cases.get(r["case_json"]) or cases.setdefault(r["case_json"], Case.from_json(r["case_json"]))
             for e in mine:
                 if alone[e.id].entries[0].covers(kernel, case):
-                    label = version_label(e, versions.get(r["backend"], ""), torch_version)
+                    label = version_label(e, versions.get(r["backend"], ""), torch_version, run.path)
                     _count(out[e.id].cells.setdefault(label, Cell()), alone[e.id], {**r, "backend": kernel}, case, str(run.path))
     return list(out.values())
 
