@@ -330,3 +330,12 @@ def test_evidence_keeps_runs_of_unknown_version_apart(tmp_path, expect, capsys):
     out = capsys.readouterr().out
     assert "| vllm ? (a/killed-old) | vllm ? (b/killed-new) |" in out
     assert "| t-clamp | vllm>=0.26,<0.27 | seen 1/1 | not seen 0/1 |" in out
+
+
+def test_a_head_without_its_environment_says_so(tmp_path, expect, capsys):
+    """HEAD killed before writing environment.json: the page says nothing of its machine was recorded (not "no GPU")."""
+    base, head = _two_runs(tmp_path)
+    (head / "environment.json").unlink()
+    _vdiff(capsys, base, head, "--expect", expect)
+    md = (head / "vdiff.md").read_text()
+    assert "(no environment.json: its date, torch, GPU and backend versions were not recorded)" in md and "no GPU" not in md
