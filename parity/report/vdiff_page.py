@@ -47,7 +47,7 @@ def headline(d: VersionDiff) -> str:
 
 def _where(run: Run) -> str:
     env = run.env
-    if not env:  # no environment.json (a run killed before writing it): nothing of its machine is known
+    if env.get("missing"):  # no environment.json (a run killed before writing it): nothing of its machine is known
         return f"{run.path} (no environment.json: its date, torch, GPU and backend versions were not recorded)"
     gpu = (env.get("gpu") or {}).get("name") if isinstance(env.get("gpu"), dict) else ""
     bits = [str(env.get("date_utc") or "date not recorded"), f"torch {env.get('torch') or '?'}", gpu or "no GPU"]
