@@ -56,7 +56,7 @@ from .base import (
     lse_rows,
     refusals,
 )
-from .graphing import PreparedCall, cu_lens, paged_fill
+from .graphing import PreparedCall, cache_or_inputs, cu_lens, paged_fill
 
 #: FA4's own words when it declines a configuration; see the module docstring.
 FA4_REFUSALS: tuple[str, ...] = (
@@ -258,12 +258,7 @@ class Fa4Backend(PreparedCall, Backend):
     def _launch(self, case: Case, inputs: Inputs, prep: dict, out: torch.Tensor, return_lse: bool = False, refill: bool = False):
         """Device work: the keys into the paged cache (``refill``), then :func:`fa4_attention` on ``inputs``' tensors."""
         kw = dict(prep)
-        fill = kw.pop("fill", None)
-        k, v = inputs.k, inputs.v  # (total_k, hkv, d)
-        if fill is not None:
-            if refill:
-                fill.fill(inputs.k, inputs.v)
-            k, v = fill.k_cache, fill.v_cache  # (pages, page_size, hkv, d)
+        k, v = cache_or_inputs(kw, inputs, refill)  # (pages, page_size, hkv, d) paged, else (total_k, hkv, d)
         if inputs.sinks is not None:
             kw["learnable_sink"] = inputs.sinks  # (hq,)
         with refusals(FA4_REFUSALS, "flash-attn-4"):

@@ -6,13 +6,14 @@ library ``plan``), and whatever is built before capture is frozen: the graph rep
 builds its layout tensors here, once, from the case's lengths (which a graph's buffers fix), and its captured
 function reads ``inputs``' own tensors, which the harness refills in place between replays:
 
-==================  ===================================================================================================
-helper              built once (host)                                   inside the captured function (device)
-==================  ===================================================================================================
-:func:`lens`        ``(B + pad,)`` int32 lengths, ``pad`` zeros after   nothing
-:func:`cu_lens`     ``(B + pad + 1,)`` int32 prefix sums                nothing
-:class:`CacheFill`  a paged / padded cache, the slot of every key       ``fill(k, v)``: the keys' new values into their slots
-==================  ===================================================================================================
+=======================  =================================================  =====================================================
+helper                   built once (host)                                  inside the captured function (device)
+=======================  =================================================  =====================================================
+:func:`lens`             ``(B + pad,)`` int32 lengths, ``pad`` zeros after  nothing
+:func:`cu_lens`          ``(B + pad + 1,)`` int32 prefix sums               nothing
+:class:`CacheFill`       a paged / padded cache, the slot of every key      ``fill(k, v)``: the keys' new values into their slots
+:func:`cache_or_inputs`  nothing                                            the prepared cache (refilled), else the inputs' keys
+=======================  =================================================  =====================================================
 
 A padded batch (:meth:`.base.Backend.graph_padded_call`) is ``pad`` more sequences of 0 keys (and 0 queries where the
 layout is packed): their lengths 0, their cu_seqlens repeating the total, their block-table slots ``-1``.
@@ -99,6 +100,17 @@ def padded_fill(inputs: Inputs, pad: int = 0, graph: bool = True) -> tuple[Cache
         k_cache = torch.cat([k_cache, k_cache.new_zeros(pad, *k_cache.shape[1:])])  # (B + pad, capacity, hkv, d)
         v_cache = torch.cat([v_cache, v_cache.new_zeros(pad, *v_cache.shape[1:])])  # (B + pad, capacity, hkv, d)
     return CacheFill(k_cache, v_cache, _on(slots, inputs)), lens(case.k_lens, inputs.k.device, pad)
+
+
+def cache_or_inputs(kw: dict, inputs: Inputs, refill: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys and values a prepared call reads: ``kw``'s ``fill`` (popped; a :class:`CacheFill`), its keys refilled
+    from ``inputs`` first when ``refill`` (a graph's replay), else ``inputs``' own ``(total_k, hkv, d)``."""
+    fill = kw.pop("fill", None)
+    if fill is None:
+        return inputs.k, inputs.v  # (total_k, hkv, d) each
+    if refill:
+        fill.fill(inputs.k, inputs.v)
+    return fill.k_cache, fill.v_cache  # (pages, page_size, hkv, d) each
 
 
 def padded_rows(x: torch.Tensor, rows: int) -> torch.Tensor:

@@ -103,7 +103,7 @@ from .base import (
     refusals,
 )
 from .flash_attn import SplitVariant, fa3_descale
-from .graphing import PreparedCall, cu_lens, paged_fill
+from .graphing import PreparedCall, cache_or_inputs, cu_lens, paged_fill
 from .torch_fa2 import FA2_REFUSALS
 
 UNBOUNDED = -1
@@ -329,12 +329,7 @@ class VllmFa2Backend(PreparedCall, Backend):
     def _launch(self, case: Case, inputs: Inputs, prep: dict, out: torch.Tensor, return_lse: bool = False, refill: bool = False):
         """Device work: the keys into the paged cache (``refill``), then :func:`vllm_fa_attention` on ``inputs``' tensors."""
         kw = dict(prep)
-        fill = kw.pop("fill", None)
-        k, v = inputs.k, inputs.v  # (total_k, hkv, d)
-        if fill is not None:
-            if refill:
-                fill.fill(inputs.k, inputs.v)
-            k, v = fill.k_cache, fill.v_cache  # (pages, page_size, hkv, d)
+        k, v = cache_or_inputs(kw, inputs, refill)  # (pages, page_size, hkv, d) paged, else (total_k, hkv, d)
         if inputs.k_descale is not None:
             kw.update(descales=(inputs.q_descale, inputs.k_descale, inputs.v_descale))  # () float32 each
         if inputs.sinks is not None:
