@@ -49,6 +49,8 @@ def _where(run: Run) -> str:
     env = run.env
     gpu = (env.get("gpu") or {}).get("name") if isinstance(env.get("gpu"), dict) else ""
     bits = [str(env.get("date_utc") or "date not recorded"), f"torch {env.get('torch') or '?'}", gpu or "no GPU"]
+    if env.get("partial"):  # a run cut short (a time limit, a signal, killed while in progress): its rows are some of the cases
+        bits.append(f"PARTIAL: {env.get('partial_why') or 'cut short'}")
     return f"{run.path} ({', '.join(bits)})"
 
 
