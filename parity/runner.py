@@ -378,21 +378,23 @@ def _sweep_and_finish(req: RunRequest, sweep, facts: dict, explicit: list[str]) 
     signal's number; a second ends it where it is, after writing environment.json (partial) of what ran."""
     from .sweep.interrupt import StopSignals, exit_code
 
-    out = sweep.out_dir
+    out, written = sweep.out_dir, False
     signals = StopSignals(sweep.interrupt)
     try:
         with signals:
             result = sweep.run()
             _write_environment(req, out, result, facts)
+            written = True  # the sweep's end said: a signal from here on changes no record
             code = _finish_run(req, out, result, explicit, sweep.options)
             return exit_code(result.interrupted) if result.interrupted else code
     except KeyboardInterrupt:  # a second signal (or Ctrl-C where no handler could be set): what ran, said at once
         if not sweep.interrupted:
             sweep.interrupt(signals.first or "SIGINT")
-        _write_environment(req, out, sweep.snapshot(), facts)
+        if not written:
+            _write_environment(req, out, sweep.snapshot(), facts)
         print(
-            f"parity: interrupted by {sweep.interrupted}: a PARTIAL run; its finished rows are in {out}/results.csv; "
-            f"parity run --resume --out {out} runs the rest",
+            f"parity: interrupted by {sweep.interrupted}: {'a PARTIAL run; ' if not written else ''}its finished rows are in "
+            f"{out}/results.csv; parity run --resume --out {out} runs the rest",
             file=sys.stderr,
         )
         return exit_code(sweep.interrupted)
