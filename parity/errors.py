@@ -15,8 +15,10 @@ class UserError(ValueError):
 
 #: Exit codes of the commands (parity.cli).
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-EXIT_PARTIAL = 3  # a run cut short (--time-limit, --fail-fast, Ctrl-C) with no failing row: not a pass
-EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+EXIT_PARTIAL = 3  # a run cut short (--time-limit, --fail-fast, a lost CUDA context) with no failing row: not a pass
+#: A run ended by a signal: 128 + the signal's number, as a shell reports a command the signal killed.
+EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_TERMINATED = 129, 130, 143  # SIGHUP, SIGINT (Ctrl-C), SIGTERM
+EXIT_SIGNALLED = {"SIGHUP": EXIT_HANGUP, "SIGINT": EXIT_INTERRUPTED, "SIGTERM": EXIT_TERMINATED}
 
 #: The one table of exit codes: what each means for ``parity run`` (``run --help``'s epilog and the
 #: README's list are made from / checked against it; the other subcommands use the same numbers).
@@ -26,7 +28,11 @@ EXIT_CODES: dict[int, str] = {
     "divergence passed (unexpected-pass), or a backend named with --backend is unavailable",
     EXIT_USAGE: "a usage error (bad argument, invalid case, unknown backend, a bad expectations file): one line, no traceback",
     EXIT_PARTIAL: "a partial run (--time-limit, --fail-fast, a CUDA context lost under --no-isolate) with no failing row",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C); the finished rows are kept (--resume runs the rest)",
+    EXIT_HANGUP: "ended by SIGHUP (the terminal closed): a partial run, as for SIGTERM",
+    EXIT_INTERRUPTED: "interrupted by Ctrl-C (SIGINT): a partial run, as for SIGTERM",
+    EXIT_TERMINATED: "ended by SIGTERM (timeout, a CI job's time limit): a partial run whatever its rows; the rows in flight are "
+    "dropped, environment.json, timing.json and the reports are written (--resume runs the rest); a second signal ends it "
+    "at once, environment.json written",
 }
 
 

@@ -502,16 +502,23 @@ class InlineExecutor:
         self.probes, self.max_passes, self.repeats, self.grad, self.checks = probes, max_passes, repeats, grad, tuple(checks)
         self.backend = backends.get(backend)
         self.info = backend_info(backend)
+        self.halted = False  # :meth:`halt`
 
     def run(self, case: Case) -> dict[str, Any]:
         return execute(self.backend, case, self.probes, self.max_passes, self.repeats, self.grad, self.checks)
 
     def submit(self, case: Case) -> dict[str, Any] | None:
+        if self.halted:
+            return {"status": "crash", "detail": "the run was interrupted"}
         self._result = self.run(case)  # in this process there is nothing to overlap
         return None
 
     def collect(self, timeout: float | None = None) -> dict[str, Any]:
         return self._result  # in this process nothing can be timed out
+
+    def halt(self) -> None:
+        """A run interrupted by a signal: no new case (the one running in this process finishes)."""
+        self.halted = True
 
     def close(self) -> None:
         pass

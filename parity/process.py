@@ -119,6 +119,7 @@ class ProcessExecutor:
         self.env = env or {}
         self.proc: subprocess.Popen | None = None
         self._submitted = False
+        self.halted = False  # :meth:`halt`: the run was interrupted; no worker starts again
         self._launch()
         self._info: dict[str, Any] | None = None
         if wait:
@@ -168,12 +169,13 @@ class ProcessExecutor:
         reply = self._reply(timeout=max(self.timeout, 120.0))
         if reply.get("status") != "ok":
             # import-time crash or a broken plugin: report it as the backend's info
+            why = "the run was interrupted while its worker started" if self.halted else f"worker failed to start: {reply.get('detail')}"
             return {
                 "spec": self.backend_name,
                 "name": self.backend_name,
                 "device": "?",
                 "description": "",
-                "unavailable": f"worker failed to start: {reply.get('detail')}",
+                "unavailable": why,
                 "version": "",
                 "fatal": reply.get("fatal", False),
             }
@@ -214,8 +216,22 @@ class ProcessExecutor:
         failed = self.submit(case)
         return failed if failed is not None else self.collect()
 
+    def halt(self) -> None:
+        """Stop the worker now (SIGKILL to its process group) and start none again: a run interrupted by a signal.
+        Safe from a signal handler while a frame of this thread uses the executor: it only sends the signal,
+        and the reader of the worker's pipe meets its end (a ``crash`` answer, which the interrupted sweep drops)."""
+        self.halted = True
+        proc = self.proc
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def submit(self, case: Case) -> dict[str, Any] | None:
         """Send ``case`` to the worker without waiting; a result dict if it could not be sent."""
+        if self.halted:
+            return {"status": "crash", "detail": "the run was interrupted: its workers were stopped"}
         if self.proc is None or self.proc.poll() is not None:
             self.info = self._start()
             if self.info.get("unavailable"):

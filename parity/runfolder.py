@@ -67,7 +67,19 @@ DECODE_SUMMARY = "decode_summary.md"
 STAGES = "stages.jsonl"
 LOGS = "logs"
 #: What ``environment.json`` keeps of each earlier, cut-short run into a resumed folder.
-EARLIER_KEEP = ("date_utc", "command", "argv", "wall_seconds", "partial", "rows_run", "rows_planned", "jobs", "backends")
+EARLIER_KEEP = (
+    "date_utc",
+    "command",
+    "argv",
+    "wall_seconds",
+    "partial",
+    "partial_why",
+    "in_progress",
+    "rows_run",
+    "rows_planned",
+    "jobs",
+    "backends",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,16 +213,24 @@ def read_environment(folder: Path) -> dict[str, Any] | None:
 
 
 def write_environment(folder: Path, environment: dict[str, Any], keep_earlier: bool = False) -> Path:
-    """``environment.json``; ``keep_earlier`` (--resume): what the earlier, cut-short runs into the
-    folder were goes into ``earlier_runs``."""
+    """``environment.json``, written atomically (a kill never leaves half a file); ``keep_earlier`` (--resume):
+    what the earlier, cut-short runs into the folder were goes into ``earlier_runs``. A run writes it twice, in
+    progress (``in_progress``, before its first row: what a killed run leaves) and at its end: the file of the same
+    ``run_id`` in progress is this run's own, replaced, not an earlier run (one killed keeps its record)."""
     path = folder / ENVIRONMENT
     if keep_earlier and path.exists():
         try:
             prev = json.loads(path.read_text())
-            environment["earlier_runs"] = [*prev.get("earlier_runs", []), {k: prev.get(k) for k in EARLIER_KEEP}]
-        except (OSError, ValueError):
+            own = prev.get("in_progress") and prev.get("run_id") and prev.get("run_id") == environment.get("run_id")
+            mine = [] if own else [{k: prev.get(k) for k in EARLIER_KEEP}]
+            earlier = [*prev.get("earlier_runs", []), *mine]
+            if earlier:
+                environment["earlier_runs"] = earlier
+        except (OSError, ValueError, AttributeError):
             pass
-    path.write_text(json.dumps(environment, indent=2, default=str) + "\n")
+    tmp = folder / (ENVIRONMENT + ".tmp")
+    tmp.write_text(json.dumps(environment, indent=2, default=str) + "\n")
+    tmp.replace(path)
     return path
 
 

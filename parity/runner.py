@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from . import runfolder
-from .errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL, UserError
+from .errors import EXIT_FAIL, EXIT_OK, EXIT_PARTIAL, EXIT_SIGNALLED, UserError
 from .files import read_text
 from .results import DTYPES, Outcome
 
@@ -321,7 +322,7 @@ def run(req: RunRequest) -> int:
     """Run what ``req`` asks; the exit code (UserError on bad input)."""
     from .compile_cache import COSTS
     from .expect import load_checked
-    from .sweep import run_sweep
+    from .sweep import Sweep
     from .sweep.options import read_gpus
 
     req = dataclasses.replace(req, dtype=_dtypes(req.dtype))
@@ -355,32 +356,48 @@ def run(req: RunRequest) -> int:
         gpus=tuple(gpus),
         cost_file=costs,
     )
+    facts = {
+        "cases": len(cases),
+        "reference_device": ref_dev,
+        "splits": splits,
+        "budgets": budgets,
+        "design": design,
+        "expectations": expectations,
+        "cache": (cache_root, cache_before),
+        "shard": shard_rec,
+        "gpus": list(options.gpus),
+        "run_id": f"{os.getpid()}-{time.time_ns()}",  # this run's environment.json in progress, told from an earlier run's
+    }
+    sweep = Sweep(backend_names, cases, options, out, on_started=lambda so_far: _write_environment(req, out, so_far, facts, True))
+    return _sweep_and_finish(req, sweep, facts, explicit)
+
+
+def _sweep_and_finish(req: RunRequest, sweep, facts: dict, explicit: list[str]) -> int:
+    """Run ``sweep`` and write its folder under the stop signals (:mod:`parity.sweep.interrupt`): the first
+    (SIGTERM, Ctrl-C, SIGHUP) ends the run as a partial one, the way --time-limit does, and it exits 128 + the
+    signal's number; a second ends it where it is, after writing environment.json (partial) of what ran."""
+    from .sweep.interrupt import StopSignals, exit_code
+
+    out, written = sweep.out_dir, False
+    signals = StopSignals(sweep.interrupt)
     try:
-        result = run_sweep(backend_names, cases, out, options)
-    except KeyboardInterrupt:
+        with signals:
+            result = sweep.run()
+            _write_environment(req, out, result, facts)
+            written = True  # the sweep's end said: a signal from here on changes no record
+            code = _finish_run(req, out, result, explicit, sweep.options)
+            return exit_code(result.interrupted) if result.interrupted else code
+    except KeyboardInterrupt:  # a second signal (or Ctrl-C where no handler could be set): what ran, said at once
+        if not sweep.interrupted:
+            sweep.interrupt(signals.first or "SIGINT")
+        if not written:
+            _write_environment(req, out, sweep.snapshot(), facts)
         print(
-            f"parity: interrupted: a PARTIAL run; its finished rows are in {out}/results.csv; "
-            f"parity run --resume --out {out} runs the rest",
+            f"parity: interrupted by {sweep.interrupted}: {'a PARTIAL run; ' if not written else ''}its finished rows are in "
+            f"{out}/results.csv; parity run --resume --out {out} runs the rest",
             file=sys.stderr,
         )
-        return EXIT_INTERRUPTED
-    _write_environment(
-        req,
-        out,
-        result,
-        {
-            "cases": len(cases),
-            "reference_device": ref_dev,
-            "splits": splits,
-            "budgets": budgets,
-            "design": design,
-            "expectations": expectations,
-            "cache": (cache_root, cache_before),
-            "shard": shard_rec,
-            "gpus": list(options.gpus),
-        },
-    )
-    return _finish_run(req, out, result, explicit, options)
+        return exit_code(sweep.interrupted)
 
 
 def sweep_options(req: RunRequest, **checked):
@@ -443,13 +460,20 @@ def _profile_name(req: RunRequest) -> str:
     return "models" if req.model else req.profile or os.environ.get("PARITY_PROFILE") or "default"
 
 
-def _write_environment(req: RunRequest, out: Path, result, run: dict) -> None:
-    """OUT/environment.json: the machine, the backends and what the run was (earlier cut-short runs kept)."""
+#: ``partial_why`` of environment.json while the run runs: what a run killed (SIGKILL, a crash) leaves.
+IN_PROGRESS = "in progress, or killed before it ended (environment.json was written before its first row)"
+
+
+def _write_environment(req: RunRequest, out: Path, result, run: dict, in_progress: bool = False) -> None:
+    """OUT/environment.json: the machine, the backends and what the run was (earlier cut-short runs kept);
+    ``in_progress``: written before the first row (partial until the run's end writes it again)."""
     from . import compile_cache, env
 
     cache_root, cache_before = run["cache"]
+    why = IN_PROGRESS if in_progress else result.stopped_by
     environment = env.collect(
         {
+            "run_id": run["run_id"],
             "backends": result.infos,
             "profile": _profile_name(req),
             "seed": req.seed,
@@ -459,6 +483,8 @@ def _write_environment(req: RunRequest, out: Path, result, run: dict) -> None:
             "gpus": run["gpus"],  # --gpus: the GPUs the lanes were pinned to ([]: none)
             "splits": run["splits"],
             "partial": result.partial or result.already + len(result.rows) < result.total,
+            **({"partial_why": why} if why else {}),
+            **({"in_progress": True} if in_progress else {}),
             "rows_planned": result.planned,
             "rows_run": len(result.rows),
             "rows_in_folder": result.already + len(result.rows),
@@ -483,7 +509,7 @@ def _finish_run(req: RunRequest, out: Path, result, explicit: list[str], options
     failures = [r for r in result.rows if r["verdict"] in FAIL_VERDICTS]
     shown = _print_failures(failures, options.expectations)
     to_shrink = [r for r in failures if r["verdict"] != Outcome.UNEXPECTED_PASS]  # a pass has nothing to shrink
-    if req.shrink > 0 and to_shrink:
+    if req.shrink > 0 and to_shrink and not result.interrupted:  # a stop signal wants the run ended, not more calls
         _shrink_failures(to_shrink, options, out)
     folder = runfolder.read_results(out)
     rows = list(folder.rows) if folder else []
@@ -499,10 +525,8 @@ def _finish_run(req: RunRequest, out: Path, result, explicit: list[str], options
     runfolder.write_json(out, rows)
     print(summary_table(result))
     if partial:
-        print(
-            f"parity: PARTIAL: {stopped}; parity run --resume --out {out} runs the rest (exit {EXIT_PARTIAL} unless a row failed)",
-            file=sys.stderr,
-        )
+        code = f"exit {EXIT_SIGNALLED[result.interrupted]}" if result.interrupted else f"exit {EXIT_PARTIAL} unless a row failed"
+        print(f"parity: PARTIAL: {stopped}; parity run --resume --out {out} runs the rest ({code})", file=sys.stderr)
     unavailable_explicit = [s for s in explicit if result.infos.get(s, {}).get("unavailable")]
     for s in unavailable_explicit:
         print(f"parity: requested backend {s} is unavailable: {result.infos[s]['unavailable']}", file=sys.stderr)

@@ -170,12 +170,27 @@ N = 10
 SLOW_CASES = [Case(q_lens=(6,), k_lens=(6,), hq=1, hkv=1, head_dim=8, dtype="float32", window=Window(1, 0), seed=s) for s in range(N)]
 
 
-def _start(tmp_path: Path, *extra: str) -> subprocess.Popen:
+class HangsWhileMarked(Slow):
+    """Slow; on seed 3 it hangs while the file ``$PARITY_TEST_HANG`` is there (and says so in ``$PARITY_TEST_HANG.in``):
+    a row in flight when a run is stopped."""
+
+    name = "hangs-while-marked"
+
+    def run(self, case, inputs, out):
+        marker, t0 = os.environ.get("PARITY_TEST_HANG"), time.monotonic()
+        if case.seed == 3 and marker and os.path.exists(marker):
+            Path(marker + ".in").touch()
+        while case.seed == 3 and marker and os.path.exists(marker) and time.monotonic() - t0 < 600:
+            time.sleep(0.05)
+        return super().run(case, inputs, out)
+
+
+def _start(tmp_path: Path, *extra: str, backend: str = f"{ME}:Slow", marker: Path | None = None, report: bool = False) -> subprocess.Popen:
     cases = tmp_path / "cases.jsonl"
     cases.write_text("".join(c.to_json() + "\n" for c in SLOW_CASES))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "parity", "run", "--backend", f"{ME}:Slow", "--case-file", str(cases)]
-    cmd += ["--out", str(tmp_path / "out"), "--no-probes", "--no-report", "-q", *extra]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **({"PARITY_TEST_HANG": str(marker)} if marker else {})}
+    cmd = [sys.executable, "-m", "parity", "run", "--backend", backend, "--case-file", str(cases)]
+    cmd += ["--out", str(tmp_path / "out"), "--no-probes", *([] if report else ["--no-report"]), "-q", *extra]
     # A process started with SIGINT ignored (a background job of a non-interactive shell: `pytest &`
     # in a CI script) passes SIG_IGN on, and Python then installs no KeyboardInterrupt handler:
     # the sweep would shrug off the test's Ctrl-C. Give the sweep the disposition a terminal gives it.
@@ -194,25 +209,38 @@ def _rows(tmp_path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
+def _wait_for_rows(proc: subprocess.Popen, tmp_path: Path, n: int) -> None:
+    """Until results.csv holds ``n`` rows (generous: a loaded machine starts workers slowly)."""
+    deadline = time.monotonic() + 120
+    while len(_rows(tmp_path)) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no rows written"
+        time.sleep(0.05)
+
+
+def _environment(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "out" / "environment.json").read_text())
+
+
 def _interrupt_and_resume(tmp_path: Path, sig: signal.Signals, *extra: str) -> None:
     proc = _start(tmp_path, *extra)
     try:
-        deadline = time.monotonic() + 120
-        while len(_rows(tmp_path)) < 3:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no rows written"
-            time.sleep(0.05)
+        _wait_for_rows(proc, tmp_path, 3)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    env = _environment(tmp_path)  # the backend's version, whatever ended the run
+    assert env["partial"] is True and env["backends"][f"{ME}:Slow"]["version"] == torch.__version__, env
     if sig == signal.SIGINT:
-        assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+        assert proc.returncode == 130 and "interrupted by SIGINT" in err and "Traceback" not in err, err
         assert f"parity run --resume --out {tmp_path / 'out'}" in err, err
-    else:
+        assert "in_progress" not in env and "SIGINT" in env["partial_why"], env
+    else:  # killed: the environment.json written before the first row
         assert proc.returncode == -signal.SIGKILL
+        assert env["in_progress"] is True and env["rows_run"] == 0, env
     before = _rows(tmp_path)
     assert 3 <= len(before) < N, len(before)
     assert all(set(r) == set(COLUMNS) and r["verdict"] == "pass" and Case.from_json(r["case_json"]) for r in before)
@@ -225,9 +253,15 @@ def _interrupt_and_resume(tmp_path: Path, sig: signal.Signals, *extra: str) -> N
         summary = next(line for line in out.splitlines() if line.startswith(f"{ME}:Slow"))
         assert int(summary.split()[1]) == N  # the summary after --resume counts every row of the folder
         ran = json.loads((tmp_path / "out" / "environment.json").read_text())["rows_run"]  # this segment's rows
-    else:  # what --resume calls, in this process (saves a start-up)
-        res = run_sweep([f"{ME}:Slow"], SLOW_CASES, out_dir=tmp_path / "out", isolate=False, probes=False, resume=True, progress=False)
-        ran = len(res.rows)
+    else:  # in this process (saves a start-up): the recorded command, --no-isolate
+        from parity.cli import main
+
+        assert main(["run", "--resume", "--out", str(tmp_path / "out")]) == 0
+        ran = _environment(tmp_path)["rows_run"]
+    env = _environment(tmp_path)
+    assert env["partial"] is False and "in_progress" not in env and "partial_why" not in env, env
+    assert [e["partial"] for e in env["earlier_runs"]] == [True], env  # the cut-short run, once (not the resume's own)
+    assert env["earlier_runs"][0]["in_progress"] is (True if sig == signal.SIGKILL else None), env
     after = _rows(tmp_path)
     assert (tmp_path / "out" / "results.csv").read_text().startswith(text_before)  # finished rows kept as they were
     assert sorted(int(r["seed"]) for r in after) == list(range(N))  # every case exactly once
@@ -241,6 +275,69 @@ def test_sigint_mid_sweep_keeps_finished_rows_and_resume_runs_the_rest(tmp_path)
 def test_sigkill_mid_sweep_keeps_finished_rows_and_resume_runs_the_rest(tmp_path):
     # inline, so SIGKILL takes the backend down with the sweep (no orphaned worker)
     _interrupt_and_resume(tmp_path, signal.SIGKILL, "--no-isolate")
+
+
+def _stop_hanging_run(tmp_path: Path, signals: int, *extra: str) -> tuple[subprocess.Popen, str, str, float]:
+    """Start a run whose seed-3 row hangs (a marker file), wait until rows 0-2 are in results.csv and seed 3 hangs,
+    send SIGTERM ``signals`` times (0.5 s apart); its exit, stdout, stderr and seconds after the last."""
+    marker = tmp_path / "hang"
+    marker.touch()
+    proc = _start(tmp_path, "--timeout", "300", *extra, backend=f"{ME}:HangsWhileMarked", marker=marker, report=True)
+    try:
+        _wait_for_rows(proc, tmp_path, 3)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "hang.in").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "seed 3 never ran"
+            time.sleep(0.05)
+        for i in range(signals):
+            time.sleep(0.5 * bool(i))
+            proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=120)
+        return proc, out, err, time.monotonic() - t0
+    finally:
+        marker.unlink()  # a worker left hanging (a harness without the handler) ends its row
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_sigterm_ends_the_run_as_a_partial_one_with_its_environment_and_resume_runs_the_rest(tmp_path):
+    """`timeout` / a CI job's time limit: the hanging row's worker is stopped (not recorded), and the folder is
+    what --time-limit leaves: environment.json (partial, the backend's version), timing.json, the reports."""
+    proc, out, err, took = _stop_hanging_run(tmp_path, 1)
+    folder = tmp_path / "out"
+    assert proc.returncode == 143 and "Traceback" not in err, err  # 128 + SIGTERM, as the README lists
+    assert took < 60, took  # not the row's 300 s limit: its worker was stopped
+    assert "PARTIAL: interrupted by SIGTERM" in err and f"parity run --resume --out {folder} runs the rest (exit 143)" in err, err
+    assert [int(r["seed"]) for r in _rows(tmp_path)] == [0, 1, 2]  # the row in flight is not recorded
+    env = _environment(tmp_path)
+    assert env["partial"] is True and "in_progress" not in env and env["partial_why"].startswith("interrupted by SIGTERM"), env
+    assert env["backends"][f"{ME}:HangsWhileMarked"]["version"] == torch.__version__ and env["rows_run"] == 3, env
+    assert json.loads((folder / "timing.json").read_text())["partial"] is True
+    assert "PARTIAL: interrupted by SIGTERM" in (folder / "summary.md").read_text().splitlines()[0]
+    assert next(x for x in out.splitlines() if x.startswith(f"{ME}:HangsWhileMarked")).split()[1] == "3"  # the summary table
+
+    from parity.cli import main  # the rest, in this process (saves a start-up); no marker here: seed 3 answers
+
+    assert main(["run", "--resume", "--out", str(folder), "--no-isolate", "--no-report"]) == 0
+    assert sorted(int(r["seed"]) for r in _rows(tmp_path)) == list(range(N))
+    env = _environment(tmp_path)
+    assert env["partial"] is False and env["rows_run"] == N - 3 and env["earlier_runs"][0]["partial_why"].startswith("interrupted"), env
+
+
+def test_a_second_sigterm_ends_the_run_at_once_with_its_environment(tmp_path):
+    """In this process (--no-isolate) the first signal cannot stop the hanging row; the second ends the run where
+    it is: environment.json (partial, the backend's version) written, no reports, exit 143."""
+    proc, _, err, took = _stop_hanging_run(tmp_path, 2, "--no-isolate")
+    assert proc.returncode == 143 and "Traceback" not in err, err
+    assert took < 60, took
+    assert "interrupted by SIGTERM: a PARTIAL run" in err and f"--resume --out {tmp_path / 'out'}" in err, err
+    assert [int(r["seed"]) for r in _rows(tmp_path)] == [0, 1, 2]
+    env = _environment(tmp_path)
+    assert env["partial"] is True and "in_progress" not in env and env["rows_run"] == 3, env
+    assert env["backends"][f"{ME}:HangsWhileMarked"]["version"] == torch.__version__, env
+    assert not (tmp_path / "out" / "summary.md").exists()  # the second signal: environment.json only
 
 
 def test_resume_drops_a_row_torn_by_a_kill_mid_write(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 from parity import Case, Window
 from parity.cli import main
 from parity.report.merge import merge
+from parity.runner import IN_PROGRESS
 
 CASES = [Case((12,), (12,), 2, 1, 8, "float32", Window(3, 0), seed=s) for s in range(3)]
 
@@ -104,6 +105,12 @@ def test_partial_parts_merged_into_a_complete_folder_are_not_partial(tmp_path):
     rest = sweep(tmp_path / "rest", ["reference"], CASES[2:])
     merge(tmp_path / "m", [first, rest])
     assert json.loads((tmp_path / "m" / "environment.json").read_text())["partial"] is False
+    env.update(in_progress=True, partial_why=IN_PROGRESS)  # as a run killed (SIGKILL) leaves it
+    (first / "environment.json").write_text(json.dumps(env))
+    merge(tmp_path / "m2", [first, rest])
+    merged = json.loads((tmp_path / "m2" / "environment.json").read_text())
+    assert merged["partial"] is False and "in_progress" not in merged and "partial_why" not in merged, merged
+    assert merged["merged_from"][0]["in_progress"] is True and merged["backends"]["reference"]["version"], merged
 
 
 def test_time_limit_leaves_a_partial_folder_that_resume_completes(tmp_path):

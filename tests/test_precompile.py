@@ -154,3 +154,37 @@ def test_a_split_backend_keeps_each_kernel_key_in_one_part():
     parts = split_cases(cases, 3, key=lambda c: (c.head_dim,))
     for d in (8, 16):
         assert len({parts[c.case_id] for c in cases if c.head_dim == d}) == 1
+
+
+class LongBuild(DiskBuild):
+    """A build of a minute: a pre-pass a stop signal must cut short."""
+
+    name = "long-build"
+
+    def run(self, case, inputs, out):
+        time.sleep(60)
+        return super().run(case, inputs, out)
+
+
+def test_a_stop_signal_in_the_pre_pass_stops_its_workers_and_ends_the_run_partial_with_the_backends_infos(tmp_path, cache):
+    import threading
+
+    from parity.sweep import Sweep
+
+    sweep = Sweep([f"{ME}:LongBuild"], CASES, SweepOptions(timeout=300, progress=False, jobs=2), tmp_path / "out")
+
+    def signal_once_building() -> None:  # as the SIGTERM handler would, once a pre-pass worker said what it runs
+        deadline = time.monotonic() + 120
+        while not sweep.prepass.infos and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # its first build is under way
+        sweep.interrupt("SIGTERM")
+
+    threading.Thread(target=signal_once_building, daemon=True).start()
+    t0 = time.perf_counter()
+    res = sweep.run()
+    assert time.perf_counter() - t0 < 60  # not a build of a minute: its worker was stopped
+    assert res.partial and res.interrupted == "SIGTERM" and res.stopped_by.startswith("interrupted by SIGTERM")
+    assert res.rows == [] and _rows(tmp_path / "out") == {}  # no lane ran
+    assert res.infos[f"{ME}:LongBuild"]["name"] == "long-build"  # from the pre-pass's worker
+    assert json.loads((tmp_path / "out" / "timing.json").read_text())["partial"] is True

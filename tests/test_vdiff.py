@@ -340,3 +340,23 @@ def test_a_head_without_its_environment_says_so(tmp_path, expect, capsys):
     md = (head / "vdiff.md").read_text()
     head_line = next(line for line in md.splitlines() if line.startswith("- HEAD "))
     assert head_line.endswith("(no environment.json: its date, torch, GPU and backend versions were not recorded)"), head_line
+
+
+def test_a_killed_run_gives_its_versions_and_reads_as_partial(tmp_path, expect, capsys):
+    """A run killed (SIGKILL, a loan's end) leaves the environment.json written before its first row: vdiff, evidence
+    and report read its versions from it, and say it is partial."""
+    from parity.runner import IN_PROGRESS
+
+    base, head = _two_runs(tmp_path, regress=False)
+    env = json.loads((head / "environment.json").read_text())
+    env.update(partial=True, in_progress=True, partial_why=IN_PROGRESS, rows_total=99)
+    (head / "environment.json").write_text(json.dumps(env))
+    code, out, _ = _vdiff(capsys, base, head, "--expect", expect)
+    assert code == 0 and f"vllm-fa2-cuda: {OLD} → {NEW}" in out, out
+    assert f"{head} (2026-12-07T00:00:00+00:00, torch {TORCH}, no GPU, PARTIAL: in progress, or killed" in (head / "vdiff.md").read_text()
+    assert main(["evidence", str(base), str(head), "--expect", str(expect)]) == 0
+    assert "| vllm 0.26.0 | vllm 0.33.0 |" in capsys.readouterr().out  # the killed run's version, not "?"
+    main(["report", str(head)])
+    first = (head / "summary.md").read_text().splitlines()[0]
+    assert "PARTIAL: in progress, or killed before it ended" in first and "8 of 99 rows ran" in first, first
+    assert f"resume: parity run --resume --out {head}" in first, first

@@ -145,9 +145,14 @@ def _merge_environment(out: Path, dirs: list[Path], rows: dict, shard_set: dict[
                 if backend not in backends or (backends[backend].get("unavailable") and not (info or {}).get("unavailable")):
                     backends[backend] = info
         env["backends"] = backends
-        keep = ("date_utc", "command", "wall_seconds", "partial", "rows_run", "rows_in_folder", "rows_total", "jobs", "earlier_runs")
-        env["merged_from"] = [{"folder": str(d), **{k: e.get(k) for k in keep if k in e}} for d, e in envs]
+        keep = ("date_utc", "command", "wall_seconds", "partial", "partial_why", "in_progress", "rows_run", "rows_in_folder", "rows_total")
+        env["merged_from"] = [{"folder": str(d), **{k: e.get(k) for k in (*keep, "jobs", "earlier_runs") if k in e}} for d, e in envs]
+        for k in ("partial_why", "in_progress", "run_id"):  # the first folder's; the merged run's are below
+            env.pop(k, None)
         env["partial"] = any(bool(e.get("partial")) for _, e in envs) and not _complete(rows)
+        if env["partial"]:
+            cut = [f"{d} ({e.get('partial_why') or 'partial'})" for d, e in envs if e.get("partial")]
+            env["partial_why"] = "merged from runs cut short: " + "; ".join(cut) if cut else "the merged runs do not cover every row"
         env["rows_in_folder"] = len(rows)
         walls = [e.get("wall_seconds") for _, e in envs if isinstance(e.get("wall_seconds"), (int, float))]
         env["wall_seconds"] = round(sum(walls), 2)  # summed over the merged runs (shards may have overlapped)

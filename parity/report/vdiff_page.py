@@ -51,6 +51,8 @@ def _where(run: Run) -> str:
         return f"{run.path} (no environment.json: its date, torch, GPU and backend versions were not recorded)"
     gpu = (env.get("gpu") or {}).get("name") if isinstance(env.get("gpu"), dict) else ""
     bits = [str(env.get("date_utc") or "date not recorded"), f"torch {env.get('torch') or '?'}", gpu or "no GPU"]
+    if env.get("partial"):  # a run cut short (a time limit, a signal, killed while in progress): its rows are some of the cases
+        bits.append(f"PARTIAL: {env.get('partial_why') or 'cut short'}")
     return f"{run.path} ({', '.join(bits)})"
 
 

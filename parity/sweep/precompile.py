@@ -60,6 +60,17 @@ MAX_ROW_BYTES = 2 << 30
 WORKER_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "MAX_JOBS": "1"}
 
 
+@dataclasses.dataclass
+class Halt:
+    """What ends a pre-pass early: the sweep's ``stop`` event (a stop signal: :meth:`parity.sweep.Sweep.interrupt`
+    halts the ``live`` executors too); ``infos``: each backend's info from its pre-pass workers (what a run
+    interrupted in its pre-pass records, no lane's worker started)."""
+
+    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+    live: list[Any] = dataclasses.field(default_factory=list)
+    infos: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+
 @dataclasses.dataclass(frozen=True)
 class PrecompilePlan:
     """Per backend: one case per kernel key to build (``tasks``), keys left to the lanes (``left``), and
@@ -172,18 +183,21 @@ def plan_precompile(
 
 
 def _build(
-    backend: str, chunk: list[Case], options: SweepOptions, log: Path | None, env: dict[str, str], stop: float | None
+    backend: str, chunk: list[Case], options: SweepOptions, log: Path | None, env: dict[str, str], stop: float | None, halt: Halt
 ) -> list[dict[str, Any]]:
-    """One pre-pass worker: ``chunk``'s rows, one after the other; their status, seconds and what they built."""
+    """One pre-pass worker: ``chunk``'s rows, one after the other; their status, seconds and what they built.
+    ``halt``: a stop signal ends it (:class:`Halt`; its executor is live there while it runs)."""
     limit = (options.timeout or options.timeout_floor) + options.compile_grace
-    ex = make_executor(backend, dataclasses.replace(options, timeout=limit), log, env)
+    ex = make_executor(backend, dataclasses.replace(options, timeout=limit), log, env, wait=False)
+    halt.live.append(ex)
     out: list[dict[str, Any]] = []
     try:
-        if ex.info.get("unavailable"):  # its rows say why; nothing to build
+        if halt.stop.is_set() or ex.info.get("unavailable"):  # interrupted; or its rows say why, nothing to build
             return out
+        halt.infos.setdefault(backend, ex.info)
         for case in chunk:
             now = time.perf_counter()
-            if stop is not None and now >= stop:
+            if (stop is not None and now >= stop) or halt.stop.is_set():
                 break
             # a build still running at the run's time limit is killed soon after it (30 s on): its row builds it again
             wait = limit if stop is None else max(30.0, min(limit, stop - now + 30.0))
@@ -198,10 +212,17 @@ def _build(
 
 
 def run_precompile(
-    plan: PrecompilePlan, options: SweepOptions, log_dir: Path | None, deadline: float | None, lane_env: Mapping[str, str]
+    plan: PrecompilePlan,
+    options: SweepOptions,
+    log_dir: Path | None,
+    deadline: float | None,
+    lane_env: Mapping[str, str],
+    halt: Halt | None = None,
 ) -> dict[str, Any]:
     """Build ``plan``'s keys, ``plan.procs[backend]`` workers per backend, all at once, each with the lanes' thread
-    environment ``lane_env`` and :data:`WORKER_ENV`; ``timing.json``'s record of it."""
+    environment ``lane_env`` and :data:`WORKER_ENV`; ``timing.json``'s record of it. ``halt``: what ends
+    the pre-pass early: :class:`Halt`)."""
+    halt = halt or Halt()
     t0 = time.perf_counter()
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in plan.tasks}
     root = cache_root()
@@ -218,7 +239,7 @@ def run_precompile(
     lock = threading.Lock()
 
     def work(backend: str, chunk: list[Case], log: Path | None, env: dict[str, str]) -> None:
-        got = _build(backend, chunk, options, log, env, deadline)
+        got = _build(backend, chunk, options, log, env, deadline, halt)
         with lock:
             results[backend].extend(got)
 

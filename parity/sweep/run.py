@@ -46,6 +46,7 @@ class SweepResult:
     total: int = 0  # backends x cases
     split: str = ""  # how the work was split (lanes, GPUs, shard), one line; empty for one plain lane
     stopped_by: str = ""  # why a partial run stopped ("" when it did not stop early)
+    interrupted: str = ""  # the signal that ended it ("SIGTERM"; "" when none did)
 
     @property
     def planned(self) -> int:
@@ -91,8 +92,12 @@ class Sweep:
         options: SweepOptions,
         out_dir: Path | None = None,
         on_row: Callable[[dict[str, Any]], None] | None = None,
+        on_started: Callable[[SweepResult], None] | None = None,
     ):
+        """``on_started``: called with :meth:`snapshot` once every worker said what it runs, before the first row
+        (``parity run`` writes environment.json then, so a run killed later still names its backends' versions)."""
         self.backend_names, self.cases, self.options, self.out_dir = list(dict.fromkeys(backend_names)), cases, options, out_dir
+        self.on_started = on_started
         self.plan = plan(self.backend_names, cases, options)
         self.baselines = reference_caches(self.plan, options)
         self.infos: dict[str, dict[str, Any]] = {}
@@ -106,6 +111,8 @@ class Sweep:
         self.sink = RowSink(out_dir, options.resume, options.fail_fast, bar, eta, on_row, self.lock)
         self.retries: list[Pending] = []  # rows that timed out once: retried alone after the lanes
         self.lost_context = ""  # --no-isolate: "BACKEND on CASE" that left this process's CUDA context unusable
+        self.interrupted = ""  # the stop signal that ended the run (:meth:`interrupt`)
+        self.prepass = precompile.Halt(self.stop)  # the compile pre-pass's live executors (:meth:`interrupt` stops them)
         self.t0 = time.perf_counter()
         self.deadline = None if options.time_limit is None else self.t0 + options.time_limit
         self.limits = RowLimits(self.plan, options, self._baselines, self.unit_infos, self.lock, self.deadline)
@@ -121,15 +128,24 @@ class Sweep:
                 print(f"parity: {line}", file=sys.stderr)
         try:
             self._precompile()
-            self._start_executors()
-            self.t_rows = time.perf_counter()
-            self.memory.make_gates()
-            run_lanes(self.plan.lanes, self._lane, self.stop, self._close_executors)
-            self._retry_timeouts()
+            if self.interrupted:  # by a stop signal in the pre-pass: its workers said what they run; no lane starts
+                self.infos.update(self.prepass.infos)
+            else:
+                self._run_lanes()
         finally:
             self._close_executors()
             self.sink.close()
         return self._result(time.perf_counter() - self.t0)
+
+    def _run_lanes(self) -> None:
+        """Start the units' workers (``on_started`` then), run the lanes, then retry alone the rows that timed out."""
+        self._start_executors()
+        if self.on_started:
+            self.on_started(self.snapshot())
+        self.t_rows = time.perf_counter()
+        self.memory.make_gates()
+        run_lanes(self.plan.lanes, self._lane, self.stop, self._close_executors)
+        self._retry_timeouts()
 
     def _precompile(self) -> None:
         """The compile pre-pass (:mod:`parity.sweep.precompile`) over the rows still to run, where it is wanted."""
@@ -142,7 +158,7 @@ class Sweep:
         if not pre.keys:
             return
         logs = runfolder.logs_dir(self.out_dir) if self.out_dir else None
-        self.timing.precompile = precompile.run_precompile(pre, self.options, logs, self.deadline, self.plan.thread_env)
+        self.timing.precompile = precompile.run_precompile(pre, self.options, logs, self.deadline, self.plan.thread_env, self.prepass)
         if self.options.progress:
             print(f"parity: {precompile.line(self.timing.precompile)}", file=sys.stderr)
 
@@ -162,6 +178,18 @@ class Sweep:
     def _close_executors(self) -> None:
         for ex in self.executors.values():
             ex.close()
+
+    def interrupt(self, why: str) -> None:
+        """End the run as a partial one (a stop signal, :mod:`.interrupt`; ``why``: its name): no new row starts
+        (:meth:`_should_stop`, the path --time-limit takes), and every worker is stopped now, so a row in flight
+        ends at once and is not recorded (:meth:`_step`; --resume runs it). Called from a signal handler in the
+        main thread, maybe while it runs a lane: it only sets flags and signals the workers."""
+        self.interrupted = self.interrupted or why
+        self.stop.set()
+        for ex in [*self.executors.values(), *self.prepass.live]:
+            halt = getattr(ex, "halt", None)
+            if halt is not None:
+                halt()
 
     def _lane(self, lane_units: list[str]) -> None:
         """Cases outer, units inner; unit k+1 computes while the lane judges unit k's answer."""
@@ -334,6 +362,8 @@ class Sweep:
 
     def _stopped_by(self) -> str:
         """Why the run stopped before every row ran; "" when it did not."""
+        if self.interrupted:
+            return f"interrupted by {self.interrupted} (the rows in flight were dropped)"
         if self.retries:
             why = (
                 f" (--time-limit {self.options.time_limit:g} s reached: a build in flight then was cut)" if self.timed_out.is_set() else ""
@@ -357,20 +387,24 @@ class Sweep:
         if self.options.cost_file:  # what the next run plans its lanes by
             save_costs(self.options.cost_file, summary["per_backend"])
         precompile.remember(precompile.cache_root(), self.timing.kernel_keys)  # what the next pre-pass may skip
+        return dataclasses.replace(self.snapshot(), seconds=wall, partial=partial, split=split_line(summary), stopped_by=stopped_by)
+
+    def snapshot(self) -> SweepResult:
+        """The sweep so far, as a partial result (no file written): the rows judged, the backends' infos gathered
+        (a unit's worker not started yet is missing), why it stopped ("in progress" while it runs)."""
         ids = {c.case_id for c in self.cases}
-        done = self.sink.writer.done if self.sink.writer else set()
-        already = sum(1 for b, c in done if b in self.backend_names and c in ids)
+        done = self.sink.writer.done if self.sink.writer else set()  # the folder's rows before this run (--resume)
         return SweepResult(
-            self.rows,
-            self.infos,
-            wall,
+            list(self.rows),
+            dict(self.infos),
+            time.perf_counter() - self.t0,
             self._reference_s(),
             self.out_dir,
-            partial=partial,
-            already=already,
+            partial=True,
+            already=sum(1 for b, c in done if b in self.backend_names and c in ids),
             total=len(self.backend_names) * len(self.cases),
-            split=split_line(summary),
-            stopped_by=stopped_by,
+            stopped_by=self._stopped_by(),
+            interrupted=self.interrupted,
         )
 
 
