@@ -7,12 +7,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import backends
-from .backends.base import Backend
+from .backends.base import Backend, refusal_reason
 from .case import Case
 from .execute import ProcessExecutor, backend_info, context_lost, execute
 from .expect import Expectations
 from .judge import BaselineCache, apply_expectations, judge, unavailable
 from .maskcheck import DEFAULT_MAX_PASSES, ProbeResult, run_gqa_probe, run_mask_probe
+from .memory import estimate, host_memory, host_need, host_refusal
 from .results import ENGINE_CHECKS, Judged, Outcome, Verdict
 from .verdict import BUDGETS, Budget
 
@@ -168,19 +169,21 @@ def evaluate_record(
     checks = tuple(checks)
     if bad := [c for c in checks if c not in ENGINE_CHECKS]:
         raise ValueError(f"unknown engine check(s) {bad}: known {', '.join(ENGINE_CHECKS)}")
+    baselines = baselines or _BASELINES
     # after a sticky CUDA error this process's context is gone: a worker has its own
     if isinstance(backend, str) and (worker_path or _LOST):
         worker = _worker(backend, worker_path or [], probes, max_passes, grad, checks)
         inst, backend_name, info = None, backend, worker.info
         if info.get("unavailable"):
             return unavailable(case, backend_name, info)
-        res = worker.run(case)
+        res = _host_refused(None, info, case, probes, max_passes, baselines) or worker.run(case)
     else:
         inst, backend_name, info = _resolve(backend)
         if info.get("unavailable"):
             return unavailable(case, backend_name, info)
-        res = _in_process(inst, backend_name, case, probes, max_passes, grad, checks)
-    judged = judge(case, backend_name, info, res, baselines or _BASELINES, budgets or BUDGETS)
+        refused = _host_refused(inst, info, case, probes, max_passes, baselines)
+        res = refused or _in_process(inst, backend_name, case, probes, max_passes, grad, checks)
+    judged = judge(case, backend_name, info, res, baselines, budgets or BUDGETS)
     if not expectations:
         return judged
     version = info.get("version")
@@ -190,6 +193,24 @@ def evaluate_record(
         except Exception:  # noqa: BLE001 - an unknown version matches no version range
             version = ""
     return apply_expectations(judged, expectations, str(version), case)
+
+
+def _host_refused(
+    inst: Backend | None, info: dict[str, Any], case: Case, probes: bool, max_passes: int, baselines: BaselineCache
+) -> dict[str, Any] | None:
+    """An ``unsupported`` result where the machine cannot hold the row's worker and then the reference this
+    process computes after it (:func:`parity.memory.host_refusal`; a CUDA backend's reference is host memory here
+    too); None where it fits, or where the backend refuses the case itself (its call says so in its own words)."""
+    reference = None if baselines.cached(case) else baselines.device
+    est = estimate(case, probes, max_passes, backend=inst)
+    why = host_refusal(host_need(est, info.get("device", "cpu") != "cuda", reference, concurrent=False), host_memory())
+    if why is None:
+        return None
+    try:
+        own = inst is not None and refusal_reason(inst, case)
+    except Exception:  # noqa: BLE001 - the call reports a raising unsupported_reason
+        own = True
+    return None if own else {"status": "unsupported", "detail": why}
 
 
 def failure_message(row: dict[str, Any] | Judged) -> str:

@@ -31,7 +31,20 @@ from .grad import TENSORS, make_dout
 from .graphs import run_graph_check
 from .invariance import run_invariance
 from .maskcheck import DEFAULT_MAX_PASSES, probe_call_case, run_gqa_probe, run_mask_probe, run_read_probe
-from .memory import LARGE_ROW_BYTES, MIB, card_bytes, card_refusal, estimate, free_bytes, is_oom, oom_detail, total_bytes
+from .memory import (
+    LARGE_ROW_BYTES,
+    MIB,
+    card_bytes,
+    card_refusal,
+    estimate,
+    free_bytes,
+    host_memory,
+    host_need,
+    host_refusal,
+    is_oom,
+    oom_detail,
+    total_bytes,
+)
 from .process import ProcessExecutor, env_worker_paths, parse_worker_paths, recv, send, worker_paths  # noqa: F401 - their old home
 from .results import CUDA_FAULT_WORDS, Outcome, cuda_fault
 from .shard import config_key
@@ -201,7 +214,9 @@ def execute(
     (``result["grad"]``, :func:`run_grad`), after the forward and its probes. ``checks``: the engine checks
     (:data:`parity.results.ENGINE_CHECKS`) after the probes: ``result["invariance"]`` / ``result["graph"]``. A CUDA row whose estimate
     exceeds what its card can hold is ``unsupported`` before its inputs are made (:func:`parity.memory.card_refusal`,
-    after the backend's own refusal: the one place ``parity run``, the API and the pytest plugin all pass).
+    after the backend's own refusal: the one place ``parity run``, the API and the pytest plugin all pass); so is a
+    row whose worker's host bytes (a CPU backend's stages, or any worker's draw of its inputs) the machine cannot
+    hold (:func:`parity.memory.host_refusal`; the harness's own parts are its caller's to ask).
     On CUDA the row's peak device memory (``peak_mem_mb``) is measured from a reset of the allocator's peak, an
     out-of-memory error says what the row was estimated to need and what was free before it, and a large row's
     cached blocks are released afterwards (``torch.cuda.empty_cache``), so the lanes' workers share the card."""
@@ -209,6 +224,7 @@ def execute(
     cuda = backend.device == "cuda" and torch.cuda.is_available()
     est = estimate(case, probes, max_passes, backend=backend)
     too_big = card_refusal(est, card_bytes(), total_bytes()) if backend.device == "cuda" else None
+    too_big = too_big or host_refusal(host_need(est, backend.device != "cuda", None), host_memory())
     free = free_bytes() if cuda else None
     if cuda:
         torch.cuda.reset_peak_memory_stats()

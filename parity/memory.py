@@ -17,11 +17,19 @@ models runs by ``benchmarks/memory_estimate.py`` (``benchmarks/memory_estimate_2
 :func:`card_refusal` is the one place that decides a row cannot fit its card (:func:`card_bytes`): the
 worker asks it before making inputs (:func:`parity.execute.execute`: ``parity run``, the API and the
 pytest plugin alike), the sweep before it holds memory for the row (no drain for it).
+
+Host memory (:func:`host_need`, :func:`host_refusal`): the same estimate, counted where its parts live. A worker
+on the CPU holds its largest stage in host memory; every process that makes a case's inputs first draws them in
+float32 and casts them (:func:`draw_bytes`: ``draw``, in host memory whatever the device: 3x a bfloat16 case's
+inputs); the harness's ``reference`` and ``baseline`` are host memory where the reference runs on the CPU
+(``--reference-device cpu``, the default without CUDA, and always :func:`parity.evaluate`'s). What the machine has
+(:func:`host_memory`): its physical memory or its cgroup's limit, and MemAvailable (or the cgroup's room) now.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -76,6 +84,7 @@ class MemoryEstimate:
     harness_on_device: bool = False
     stage: str = ""
     words: str = ""
+    draw: int = 0  # host bytes of drawing the inputs (:func:`draw_bytes`), in each process that makes them
 
     @property
     def worker_bytes(self) -> int:
@@ -293,7 +302,7 @@ def estimate(
     parts.update(stages[stage])
     named = sum(parts.values())
     parts.update(margin=int(named * (MARGIN - 1)), resident=h.resident, foreign=h.foreign(case), **harness_parts(case))
-    return MemoryEstimate(parts, harness_on_device, stage, h.words(case))
+    return MemoryEstimate(parts, harness_on_device, stage, h.words(case), draw_bytes(case))
 
 
 def output_bytes(case: Case) -> int:
@@ -379,3 +388,196 @@ def oom_detail(exc: BaseException | str, est: MemoryEstimate | None, free: int |
         bits.append(f"estimated {est.text()}")
     bits.append(f"free before the row {free / MIB:.0f} MiB" if free is not None else "free device memory unknown")
     return "; ".join(bits)
+
+
+# -- host memory ------------------------------------------------------------------------------------------
+
+#: Host memory one process holds before any tensor: Python, torch and a backend imported (0.22 GiB RSS measured on
+#: a CPU machine, 2026-12-07; a compiling backend imports more), rounded up. A row can use the machine less two of
+#: them: its worker's and the harness process's (:attr:`HostMemory.usable`).
+PROCESS_BYTES = GIB // 2
+#: ``TOTAL[,AVAILABLE]`` (bytes, or with a K / M / G / T suffix): the host memory the harness counts on instead of
+#: what it reads (a share of a shared machine; a small machine in the tests). Its workers inherit it.
+HOST_ENV = "PARITY_HOST_MEMORY"
+#: The cgroup's memory limit and what the group uses now: v2, then v1 (containers and CI runners set them).
+CGROUP_FILES = (
+    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+)
+MEMINFO = "/proc/meminfo"
+#: Address space one process maps before any tensor (0.6-0.7 GiB VmSize measured with torch imported and its
+#: threads started, 2026-12-07), rounded up: under an address-space limit (``ulimit -v``, ``prlimit --as``) a
+#: process's tensors get that limit less this (:attr:`HostMemory.per_process`).
+PROCESS_MAP_BYTES = GIB
+
+
+def draw_bytes(case: Case) -> int:
+    """The host peak of making ``case``'s inputs (:func:`parity.case.draw_qkv`, on the CPU whatever the device):
+    float32 q, k and v (twice where the input regime copies them) beside their casts to the case's dtype (a
+    200k-key bfloat16 decode: 2346 MiB measured, 2343 by this)."""
+    elements = sum(case.q_lens) * case.hq * case.head_dim + 2 * sum(case.k_lens) * case.hkv * case.head_dim
+    return elements * 4 * (1 if case.regime == "normal" else 2) + _sizes(case).inputs
+
+
+@dataclasses.dataclass(frozen=True)
+class HostMemory:
+    """What the machine has: ``total`` (physical memory, or the cgroup's limit where lower), ``available`` now
+    (MemAvailable, or the cgroup's room where smaller; None where unknown) and where ``total`` comes from."""
+
+    total: int
+    available: int | None
+    source: str
+    address_space: int | None = None  # each process's limit (RLIMIT_AS: ulimit -v, prlimit --as), None: none
+
+    @property
+    def usable(self) -> int:
+        """What one row can use: the total less two processes (:data:`PROCESS_BYTES`)."""
+        return max(0, self.total - 2 * PROCESS_BYTES)
+
+    @property
+    def per_process(self) -> int | None:
+        """What one process's tensors can map under its address-space limit (None: no limit)."""
+        return None if self.address_space is None else max(0, self.address_space - PROCESS_MAP_BYTES)
+
+
+def _address_space() -> int | None:
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        return None if soft == resource.RLIM_INFINITY else int(soft)
+    except (ImportError, OSError, ValueError):  # not a POSIX system
+        return None
+
+
+def parse_bytes(text: str) -> int:
+    """``"8G"``, ``"512MiB"``, ``"1.5GB"``, ``"1048576"`` -> bytes; ValueError for anything else."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}.get(t[-1:], 1)
+    value = float(t[:-1] if scale > 1 else t)
+    if not value > 0:
+        raise ValueError(f"not a positive size: {text!r}")
+    return int(value * scale)
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):  # absent, or "max": no limit
+        return None
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open(MEMINFO) as f:
+            line = next((x for x in f if x.startswith("MemAvailable:")), "")
+        return int(line.split()[1]) * 1024 if line else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _physical() -> int | None:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # not a POSIX system
+        return None
+
+
+def host_memory() -> HostMemory | None:
+    """The machine's memory now (:class:`HostMemory`, with this process's address-space limit), or
+    :data:`HOST_ENV`'s figures; None where it cannot be read. A bad :data:`HOST_ENV` is a ValueError naming it."""
+    host = _machine_memory()
+    return host if host is None else dataclasses.replace(host, address_space=_address_space())
+
+
+def _machine_memory() -> HostMemory | None:
+    if override := os.environ.get(HOST_ENV, "").strip():
+        try:
+            figures = [parse_bytes(x) for x in override.split(",")]
+        except ValueError:
+            figures = []
+        if len(figures) not in (1, 2):
+            raise ValueError(f"{HOST_ENV}={override!r}: expected TOTAL[,AVAILABLE], sizes such as 8G or 512M")
+        available = figures[1] if len(figures) == 2 else min(figures[0], _meminfo_available() or figures[0])
+        return HostMemory(figures[0], min(available, figures[0]), HOST_ENV)
+    physical, available = _physical(), _meminfo_available()
+    for limit_path, used_path in CGROUP_FILES:
+        limit = _read_int(limit_path)
+        if limit is not None and (physical is None or limit < physical):
+            used = _read_int(used_path)
+            room = None if used is None else max(0, limit - used)
+            known = [x for x in (available, room) if x is not None]
+            return HostMemory(limit, min(known) if known else None, f"cgroup limit {limit_path}")
+    return None if physical is None else HostMemory(physical, available, "physical memory")
+
+
+@dataclasses.dataclass(frozen=True)
+class HostNeed:
+    """A row's host bytes: its worker's and the harness's (reference and baseline); ``concurrent``: at once (a
+    sweep's worker computes while the harness makes the reference), else one after the other (in one process)."""
+
+    worker: int
+    harness: int
+    concurrent: bool
+    words: str = ""
+
+    @property
+    def bytes(self) -> int:
+        return self.worker + self.harness if self.concurrent else max(self.worker, self.harness)
+
+
+def host_need(est: MemoryEstimate, backend_on_host: bool, reference: str | None, concurrent: bool = True) -> HostNeed:
+    """``est``'s host bytes: the worker's largest stage where its backend runs on the host, else its draw
+    (:func:`draw_bytes`); the harness's reference parts where ``reference`` (its device) is the CPU, its draw where
+    it is a GPU, nothing where it is None (cached, or not computed for this row)."""
+    worker = max(est.worker_bytes, est.draw) if backend_on_host else est.draw
+    on_cpu = reference is not None and reference.startswith("cpu")
+    harness = 0 if reference is None else max(est.harness_bytes, est.draw) if on_cpu else est.draw
+    bits = [f"its worker {worker / GIB:.1f} GiB" + _host_words(est, est.worker_bytes if backend_on_host else 0, worker)]
+    if harness:
+        bits.append(f"the reference {harness / GIB:.1f} GiB" + _host_words(est, est.harness_bytes if on_cpu else 0, harness))
+    return HostNeed(worker, harness, concurrent, ("; " if concurrent else ", then ").join(bits))
+
+
+def _host_words(est: MemoryEstimate, stages: int, most: int) -> str:
+    """What dominates a process's host bytes ``most``: drawing the inputs, or its stages (the backend's words)."""
+    if most and most == est.draw and est.draw > stages:
+        return ": its inputs drawn in float32, then cast"
+    if stages == est.worker_bytes:
+        return f": {est.words or f'its {est.stage} stage'}"
+    return ""
+
+
+def host_refusal(need: HostNeed, host: HostMemory | None) -> str | None:
+    """Why a row that needs ``need`` host bytes cannot run on a machine that has ``host`` (:func:`host_memory`);
+    None when it runs. The total is a property of the machine; what is available now is asked only of a large row
+    (:data:`LARGE_ROW_BYTES`): a busy machine is no reason to refuse a small one, and a large one past what is free
+    now would take the machine's memory (no swap: the kernel's OOM killer ends the harness, and every row with it).
+
+    ===================  =============================================  ==========================================
+    host figures         the row's host need ``n``                      the row
+    ===================  =============================================  ==========================================
+    none (not read)      any                                            runs
+    read                 ``n`` <= usable, under 1 GiB                   runs
+    read                 ``n`` <= usable, <= available now (or unknown) runs
+    read                 1 GiB <= ``n`` <= usable, > available now      ``unsupported``: available now, of the total
+    read                 ``n`` > usable (total less two processes)      ``unsupported``: the total
+    an address-space     its worker's or the harness's part > the       ``unsupported``: each process's limit
+    limit (ulimit -v)    limit less one process's own mappings
+    ===================  =============================================  ==========================================
+    """
+    n = need.bytes
+    head = f"needs ~{n / GIB:.1f} GiB of host memory by estimate ({need.words})"
+    most = max(need.worker, need.harness)
+    if host is not None and host.per_process is not None and most > host.per_process:
+        assert host.address_space is not None
+        limit = f"{host.address_space / GIB:.1f} GiB (ulimit -v), {host.per_process / GIB:.1f} GiB for its tensors"
+        return f"{head}; a process here may map {limit}"
+    if host is None or (n <= host.usable and (n < LARGE_ROW_BYTES or host.available is None or n <= host.available)):
+        return None
+    if n > host.usable:
+        usable = f"{host.usable / GIB:.1f} GiB for a row beside its worker and harness processes"
+        return f"{head}; the machine has {host.total / GIB:.1f} GiB in all ({host.source}), {usable}"
+    assert host.available is not None
+    return f"{head}; the machine has {host.available / GIB:.1f} GiB available now, of {host.total / GIB:.1f} GiB in all ({host.source})"

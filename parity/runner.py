@@ -239,11 +239,13 @@ def _run_specs(req: RunRequest) -> tuple[list[str], list[str]]:
 def _check_run_args(req: RunRequest, backend_names: list[str]) -> tuple[dict, dict[str, int], bool]:
     """The run's numeric arguments checked; its error budgets, its ``--split`` parts (as given: ``B=1``
     keeps B whole under ``--split auto``) and whether ``--split auto`` was given."""
+    from .memory import host_memory
     from .sweep import check_splits
     from .verdict import budgets_with
 
     try:
         budgets = budgets_with(list(req.budget) or None)
+        host_memory()  # a bad PARITY_HOST_MEMORY: before any worker meets it
     except ValueError as exc:
         raise UserError(str(exc)) from None
     for flag, value in (("--repeats", req.repeats), ("--max-mask-passes", req.max_mask_passes), ("--jobs", req.jobs)):

@@ -220,7 +220,7 @@ class OomAlways(OomOnSecondCase):
 
 @pytest.mark.parametrize("backend,verdict", [(OomOnce, "pass"), (OomAlways, "error")])
 def test_worker_oom_is_retried_once_alone(monkeypatch, backend, verdict):
-    monkeypatch.setattr(RowMemory, "make_gates", lambda self: self.gates.update({None: MemoryGate(1 << 40)}))
+    monkeypatch.setattr(RowMemory, "make_gates", lambda self: setattr(self, "host_gate", MemoryGate(1 << 40)))  # CPU rows: the host's
     res = sweep_run.run_sweep([f"{__name__}:{backend.__name__}"], SWEEP_CASES, isolate=False, progress=False)
     row = next(r for r in res.rows if r["case_id"] == SWEEP_CASES[1].case_id)
     assert row["verdict"] == verdict and len(res.rows) == 3
@@ -310,7 +310,7 @@ class OomAlwaysCounted(OomAlways):
 def test_worker_oom_of_a_row_that_already_ran_alone_is_not_run_again(monkeypatch):
     """A row whose estimate exceeds the gate's budget runs alone the first time: its OOM is final (a retry
     alone would repeat the same attempt, and hold every lane of its GPU once more)."""
-    monkeypatch.setattr(RowMemory, "make_gates", lambda self: self.gates.update({None: MemoryGate(0)}))
+    monkeypatch.setattr(RowMemory, "make_gates", lambda self: setattr(self, "host_gate", MemoryGate(0)))  # CPU rows: the host's
     res = sweep_run.run_sweep([f"{__name__}:OomAlwaysCounted"], SWEEP_CASES, isolate=False, progress=False)
     row = next(r for r in res.rows if r["case_id"] == SWEEP_CASES[1].case_id)
     assert row["verdict"] == "error" and "ran alone" in row["detail"] and "retried alone" not in row["detail"]
@@ -605,5 +605,5 @@ def test_a_case_holds_the_harness_memory_once_per_gpu_not_once_per_backend():
     assert memory.need(SMALL, "u", est) == est.worker_bytes + est.harness_bytes
     cache.get(SMALL)
     assert memory.need(SMALL, "u", est) == est.worker_bytes
-    infos["u"] = {"device": "cpu"}  # a CPU backend: nothing of its worker on the card
-    assert memory.need(SMALL, "u", est) == 0
+    infos["u"] = {"device": "cpu"}  # a CPU backend beside a CPU reference: its host bytes, on the host gate
+    assert memory.gate("u") is memory.host_gate and memory.need(SMALL, "u", est) == memory.host_need(SMALL, "u", est).bytes

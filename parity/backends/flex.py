@@ -300,9 +300,25 @@ class FlexBackend(PreparedCall, Backend):
 
     def workspace_again_bytes(self, case: Case) -> int:
         """A call of lengths it has met: the block masks are kept (``_block_mask`` caches them), so only the
-        padded copies of q, k and v (zero rows up to the bucket), its output and LSE over the padded rows."""
+        padded copies of q, k and v (zero rows up to the bucket), its output and LSE over the padded rows; eager
+        (the CPU's), its dense scores too (:meth:`_eager_bytes`)."""
         seqs = self._seqs(case)
-        return max(self._per_call(case, seqs), default=0)
+        eager = 0 if self._use_compiled() else self._eager_bytes(case, seqs)
+        return max(max(self._per_call(case, seqs), default=0), eager)
+
+    @staticmethod
+    def _eager_bytes(case: Case, seqs: list[tuple[int, int, tuple]]) -> int:
+        """Eager flex (torch's ``math_attention``, one call per sequence): k and v repeated to the query heads,
+        float32 copies of q and the repeated k, and about five float32 ``(hq, Sq, Sk)`` grids (the scores, scaled,
+        the mask_mod's index and bool grids, the masked scores). Measured on the CPU (2026-12-07, 32 / 8 heads,
+        d 128): a 100k-key decode 3.2 GiB beyond its inputs (3.1 by this), a 2k prefill at 8 / 2 heads 0.58 (0.64)."""
+        e = torch.finfo(case.torch_dtype).bits // 8
+        most = 0
+        for bq, bk, _ in seqs:
+            repeated = 2 * case.hq * bk * case.head_dim * e if case.hq != case.hkv else 0  # (hq, Sk, d) k and v
+            copies = case.hq * (bq + bk) * case.head_dim * 4  # float32 q (hq, Sq, d) and k (hq, Sk, d)
+            most = max(most, repeated + copies + 5 * case.hq * bq * bk * 4)  # (hq, Sq, Sk) float32 grids
+        return most
 
     @staticmethod
     def _per_call(case: Case, seqs: list[tuple[int, int, tuple]]) -> list[int]:

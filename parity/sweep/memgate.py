@@ -6,14 +6,17 @@ nothing else holds memory, and holds the gate meanwhile). While such a row waits
 admitted: the card drains for it, instead of the lanes refilling it while the big row waits for the
 end of the run. A row its card cannot hold at all is refused by its worker before anything runs
 (:func:`parity.memory.card_refusal`): the sweep asks it no memory (need 0), so it never drains the
-card, and a row that holds nothing never waits. Without CUDA there is no budget and the gate admits
-everything. What a row asks (:meth:`parity.sweep.rowmemory.RowMemory.need`), then what the gate does:
+card, and a row that holds nothing never waits. Rows whose backend and reference both run on the CPU share one
+gate of host memory the same way (:func:`host_budget`: a share of what the machine had available; a row over
+the machine's usable total is refused before it holds anything, :func:`parity.memory.host_refusal`). Where the
+memory cannot be read there is no budget and the gate admits everything. What a row asks
+(:meth:`parity.sweep.rowmemory.RowMemory.need`), then what the gate does:
 
 ================================  ===========  =================================  ====================
 request (``b``: the budget)       held now     a row that needs the card waits    admitted
 ================================  ===========  =================================  ====================
-over its card (refused)           any          any                                yes, holding 0
-need 0 (a CPU backend, ...)       any          any                                yes, holding 0
+over its card / host (refused)    any          any                                yes, holding 0
+need 0 (nothing held here)        any          any                                yes, holding 0
 fits (used + need <= b)           any          no                                 yes
 fits                              any          yes                                no (waits)
 over the budget / alone           0            (itself)                           yes (holds the card)
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import threading
 
-from ..memory import free_bytes
+from ..memory import free_bytes, host_memory
 
 #: Share of the free memory the lanes' estimates may fill (the rest: CUDA contexts, fragmentation).
 FREE_SHARE = 0.85
@@ -35,6 +38,17 @@ def device_budget(device: int | None, reserved: int = 0) -> int | None:
     of its free memory less ``reserved`` (the harness's own cached references there); None without CUDA."""
     free = free_bytes(device)
     return None if free is None else max(0, int(free * FREE_SHARE) - reserved)
+
+
+def host_budget(reserved: int = 0) -> int | None:
+    """Bytes the rows whose memory is the host's (:meth:`parity.sweep.rowmemory.RowMemory.hosted`) may hold at
+    once: a share of what the machine had available (at most what a row can use) less ``reserved`` (the harness's
+    own cached references there); None where the machine's memory cannot be read."""
+    host = host_memory()
+    if host is None:
+        return None
+    free = host.usable if host.available is None else min(host.available, host.usable)
+    return max(0, int(free * FREE_SHARE) - reserved)
 
 
 class MemoryGate:

@@ -1,6 +1,7 @@
-"""A sweep's device memory, row by row (:class:`RowMemory`): one gate per GPU of the lanes
-(:mod:`.memgate`), what each row asks it (its estimate, :func:`parity.memory.estimate`), the holds
-until the row is judged, and the out-of-memory row run once more alone."""
+"""A sweep's device and host memory, row by row (:class:`RowMemory`): one gate per GPU of the lanes, one for
+the host (:mod:`.memgate`), what each row asks it (its estimate, :func:`parity.memory.estimate`), the holds
+until the row is judged, the row the machine cannot hold refused before it is sent or its reference computed
+(:meth:`RowMemory.host_refusal`), and the out-of-memory row run once more alone."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from typing import Any
 from .. import shard
 from ..case import Case
 from ..judge import BaselineCache
-from ..memory import MemoryEstimate, card_bytes, card_refusal, estimate
+from ..memory import HostNeed, MemoryEstimate, card_bytes, card_refusal, estimate, host_memory, host_need, host_refusal
 from .lanes import LanePlan
-from .memgate import MemoryGate, device_budget
+from .memgate import MemoryGate, device_budget, host_budget
 from .options import SweepOptions
 
 
@@ -35,6 +36,7 @@ class RowMemory:
         self.held: dict[tuple[str, str], tuple[MemoryGate, int]] = {}  # (unit, case id) -> the bytes it holds
         self.cards: dict[str | None, int | None] = {}  # per GPU: what one row can use there (None: no limit)
         self.backend_objs: dict[str, Any] = {}  # for their workspace hints
+        self.host_gate = MemoryGate(None)  # the rows held in host memory (:meth:`hosted`)
 
     def make_gates(self) -> None:
         """One gate per GPU the lanes use, with a budget where a backend runs on CUDA; what a row can use on that
@@ -46,11 +48,21 @@ class RowMemory:
             reserved = self.cache(g).max_bytes if self.cache(g).device.startswith("cuda") else 0
             self.gates[g] = MemoryGate(device_budget(index, reserved) if cuda else None)
             self.cards[g] = card_bytes(index) if cuda else None
+        if any(self.hosted(u) for u in self.plan.units):
+            self.host_gate = MemoryGate(host_budget(self.cache(None).max_bytes))
+
+    def hosted(self, unit: str) -> bool:
+        """Whether ``unit``'s rows hold host memory on the host gate: its backend and its reference run on the CPU
+        (a CUDA row's reference on the CPU is refused where it cannot fit, :meth:`host_refusal`, but not held)."""
+        on_cpu = self.cache(self.plan.gpu_of.get(unit)).device.startswith("cpu")
+        return on_cpu and self.unit_infos.get(unit, {}).get("device", "cpu") != "cuda"
 
     def cache(self, gpu: str | None) -> BaselineCache:
         return self.caches.get(gpu) or next(iter(self.caches.values()))
 
     def gate(self, unit: str) -> MemoryGate:
+        if self.hosted(unit):
+            return self.host_gate
         return self.gates.get(self.plan.gpu_of.get(unit)) or self.gates.setdefault(None, MemoryGate(None))
 
     def estimate(self, case: Case, unit: str) -> MemoryEstimate:
@@ -76,6 +88,9 @@ class RowMemory:
         cuda = self.unit_infos[unit].get("device") == "cuda"
         if self.refused(est, unit):
             return 0
+        if self.hosted(unit):  # its worker's and the harness's host bytes; none where the machine cannot hold it at all
+            host, need = host_memory(), self.host_need(case, unit, est).bytes
+            return 0 if host is not None and need > host.usable else need
         harness = est.harness_bytes if est.harness_on_device and not self.cache(self.plan.gpu_of.get(unit)).cached(case) else 0
         return (est.worker_bytes if cuda else 0) + harness
 
@@ -83,6 +98,29 @@ class RowMemory:
         """Whether ``unit``'s worker will refuse the row for its card (:func:`parity.memory.card_refusal`)."""
         cuda = self.unit_infos[unit].get("device") == "cuda"
         return cuda and card_refusal(est, self.cards.get(self.plan.gpu_of.get(unit))) is not None
+
+    def host_need(self, case: Case, unit: str, est: MemoryEstimate) -> HostNeed:
+        """``case``'s host bytes on ``unit`` (:func:`parity.memory.host_need`): its worker's, and the harness's
+        while the case's reference is not cached, at once where a worker computes beside the harness."""
+        cache = self.cache(self.plan.gpu_of.get(unit))
+        reference = None if cache.cached(case) else cache.device
+        on_host = self.unit_infos[unit].get("device", "cpu") != "cuda"
+        return host_need(est, on_host, reference, concurrent=self.options.isolate)
+
+    def host_refusal(self, case: Case, unit: str, est: MemoryEstimate) -> str | None:
+        """Why the machine cannot hold ``case`` on ``unit`` with its reference (:func:`parity.memory.host_refusal`),
+        asked once the row holds its gate and before it is sent: such a row is not sent and its reference is not
+        computed. The backend's own refusal words where it refuses the case (as its worker would say them)."""
+        why = host_refusal(self.host_need(case, unit, est), host_memory())
+        backend = self.backend_objs.get(self.plan.units[unit][0])
+        if why is None or backend is None:
+            return why
+        from ..backends.base import refusal_reason
+
+        try:
+            return refusal_reason(backend, case) or why
+        except Exception:  # noqa: BLE001 - its worker reports a raising unsupported_reason; here the host's words
+            return why
 
     def reserve(self, case: Case, unit: str, finish: Callable[[], None]) -> MemoryEstimate | None:
         """Hold ``case``'s need (:meth:`need`) on its lane's gate before it is sent; where it does not fit now,

@@ -237,7 +237,8 @@ class Sweep:
         if est is None:
             return False
         t_ex = time.perf_counter()
-        failed = ex.submit(case)
+        why = self.memory.host_refusal(case, unit, est)  # the machine cannot hold it: not sent, no reference
+        failed = {"status": Outcome.UNSUPPORTED, "detail": why} if why else ex.submit(case)
         t_sent = time.perf_counter()
         self._finish(pending)  # the previous row, overlapped with this backend's work
         t_ref = time.perf_counter()
