@@ -207,7 +207,7 @@ def _host_refused(
     if why is None:
         return None
     try:
-        own = inst is not None and refusal_reason(inst, case)
+        own = inst is not None and bool(refusal_reason(inst, case))
     except Exception:  # noqa: BLE001 - the call reports a raising unsupported_reason
         own = True
     return None if own else {"status": "unsupported", "detail": why}

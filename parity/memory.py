@@ -499,8 +499,8 @@ def _machine_memory() -> HostMemory | None:
             figures = []
         if len(figures) not in (1, 2):
             raise ValueError(f"{HOST_ENV}={override!r}: expected TOTAL[,AVAILABLE], sizes such as 8G or 512M")
-        available = figures[1] if len(figures) == 2 else min(figures[0], _meminfo_available() or figures[0])
-        return HostMemory(figures[0], min(available, figures[0]), HOST_ENV)
+        now = figures[1] if len(figures) == 2 else min(figures[0], _meminfo_available() or figures[0])
+        return HostMemory(figures[0], min(now, figures[0]), HOST_ENV)
     physical, available = _physical(), _meminfo_available()
     for limit_path, used_path in CGROUP_FILES:
         limit = _read_int(limit_path)

@@ -243,7 +243,7 @@ def executable_signatures(window: Window, q_lens, k_lens, causal_with_window: bo
     ``(T, Sk, is_causal, local_window_size)`` per sequence, ``T`` its query rows after :func:`jax_window`'s padding;
     a sequence it refuses as ``(Sq, Sk)``. Not the order or count of the sequences, not the padding itself, nor the
     canonical window beyond what it translates to."""
-    seqs = set()
+    seqs: set[tuple] = set()
     for sq, sk in zip(q_lens, k_lens):
         try:
             pad, causal, local = jax_window(window, sq, sk, causal_with_window)
@@ -295,7 +295,9 @@ class JaxBackend(Backend):
 
     def compile_kernels(self, case: Case) -> tuple:
         """One kernel per sequence signature of :meth:`compile_key` (with the dtype, heads, head dim and scale)."""
-        *config, seqs = self.compile_key(case)
+        key = self.compile_key(case)
+        assert key is not None  # JAX builds on first use: every case has a key
+        *config, seqs = key
         return tuple((*config, s) for s in seqs)
 
     def kernels_built(self) -> int | None:
