@@ -18,51 +18,21 @@ from ..case import Case
 from ..execute import context_lost
 from ..judge import BaselineCache, apply_expectations, harness_oom_row, judge, unavailable
 from ..memory import is_oom
-from ..results import FAIL_VERDICTS, Judged, Outcome
+from ..results import Judged, Outcome
 from ..runfolder import read_timing
 from . import precompile
+from .ending import SweepEnd, SweepResult
 from .eta import Eta, case_cost
-from .lanes import LanePlan, make_executor, plan, run_lanes, save_costs
+from .lanes import LanePlan, make_executor, plan, run_lanes
 from .limits import RowLimits
 from .options import SweepOptions
 from .rowmemory import RowMemory
-from .timing import SweepTiming, earlier_calls, split_line, write_timing
+from .timing import SweepTiming, earlier_calls, write_timing
 from .writers import Progress, RowSink
 
 #: One backend's answer waiting to be judged: (case, unit, backend info, result, seconds waited on the worker,
 #: seconds spent on the case's reference meanwhile, the row's time limit in seconds).
 Pending = tuple[Case, str, dict[str, Any], dict[str, Any], float, float, float]
-
-
-@dataclasses.dataclass
-class SweepResult:
-    rows: list[dict[str, Any]]
-    infos: dict[str, dict[str, Any]]
-    seconds: float
-    reference_seconds: float
-    out_dir: Path | None
-    partial: bool = False  # stopped before every row ran (--time-limit, --fail-fast, a lost CUDA context)
-    already: int = 0  # rows found in the folder on --resume
-    total: int = 0  # backends x cases
-    split: str = ""  # how the work was split (lanes, GPUs, shard), one line; empty for one plain lane
-    stopped_by: str = ""  # why a partial run stopped ("" when it did not stop early)
-    interrupted: str = ""  # the signal that ended it ("SIGTERM"; "" when none did)
-
-    @property
-    def planned(self) -> int:
-        """Rows this run set out to produce."""
-        return self.total - self.already
-
-    def counts(self) -> dict[str, dict[str, int]]:
-        table: dict[str, dict[str, int]] = {}
-        for r in self.rows:
-            table.setdefault(r["backend"], {}).setdefault(r["verdict"], 0)
-            table[r["backend"]][r["verdict"]] += 1
-        return table
-
-    @property
-    def failed(self) -> bool:
-        return any(r["verdict"] in FAIL_VERDICTS for r in self.rows)
 
 
 def _safe(name: str) -> str:
@@ -80,7 +50,7 @@ def reference_caches(lane_plan: LanePlan, options: SweepOptions) -> dict[str | N
     return {g: BaselineCache(f"cuda:{visible.index(g)}" if g in visible else options.reference_device, keep) for g in gpus}
 
 
-class Sweep:
+class Sweep(SweepEnd):
     """One run of ``cases`` x ``backend_names`` with ``options``; :meth:`run` once. Its parts: the lanes and their
     executors (:mod:`.lanes`), time limits per row (:class:`.limits.RowLimits`), device memory per row
     (:class:`.rowmemory.RowMemory`), where rows go (:class:`.writers.RowSink`), timing (:mod:`.timing`)."""
@@ -117,10 +87,6 @@ class Sweep:
         self.deadline = None if options.time_limit is None else self.t0 + options.time_limit
         self.limits = RowLimits(self.plan, options, self._baselines, self.unit_infos, self.lock, self.deadline)
         self.memory = RowMemory(self.plan, options, self.baselines, self.unit_infos, self.lock, self.stop)
-
-    @property
-    def rows(self) -> list[dict[str, Any]]:
-        return self.sink.rows
 
     def run(self) -> SweepResult:
         for line in (self.plan.note, self.plan.auto_line()):
@@ -352,62 +318,6 @@ class Sweep:
                 }
             self._judge_and_emit(case, unit, info, again, wait_s + time.perf_counter() - t0, ref_s, longer, retried=True)
 
-    # -- the end: timing, why a run stopped, the result ---------------------------------------------
-
-    def _reference_s(self) -> float:
-        return sum(b.seconds for b in self.baselines.values())
-
-    def _timing_summary(self, partial: bool) -> dict[str, Any]:
-        note_reference_stages(self.timing, self.baselines.values())
-        return {"partial": partial, **self.timing.summary(time.perf_counter() - self.t0, self._reference_s())}
-
-    def _stopped_by(self) -> str:
-        """Why the run stopped before every row ran; "" when it did not."""
-        if self.interrupted:
-            return f"interrupted by {self.interrupted} (the rows in flight were dropped)"
-        if self.retries:
-            why = (
-                f" (--time-limit {self.options.time_limit:g} s reached: a build in flight then was cut)" if self.timed_out.is_set() else ""
-            )
-            return f"{len(self.retries)} row(s) that timed out were not retried before the run stopped{why}"
-        if self.lost_context:
-            return f"CUDA context lost in {self.lost_context} (--no-isolate)"
-        if self.sink.failed_fast.is_set():
-            return "--fail-fast: stopped after the first failing row"
-        if self.timed_out.is_set():
-            return f"--time-limit {self.options.time_limit:g} s reached"
-        return ""
-
-    def _result(self, wall: float) -> SweepResult:
-        stopped_by = self._stopped_by()
-        partial = bool(stopped_by)
-        note_reference_stages(self.timing, self.baselines.values())
-        summary = {"partial": partial, **self.timing.summary(wall, self._reference_s())}
-        if self.out_dir:
-            write_timing(self.out_dir, summary)
-        if self.options.cost_file:  # what the next run plans its lanes by
-            save_costs(self.options.cost_file, summary["per_backend"])
-        precompile.remember(precompile.cache_root(), self.timing.kernel_keys)  # what the next pre-pass may skip
-        return dataclasses.replace(self.snapshot(), seconds=wall, partial=partial, split=split_line(summary), stopped_by=stopped_by)
-
-    def snapshot(self) -> SweepResult:
-        """The sweep so far, as a partial result (no file written): the rows judged, the backends' infos gathered
-        (a unit's worker not started yet is missing), why it stopped ("in progress" while it runs)."""
-        ids = {c.case_id for c in self.cases}
-        done = self.sink.writer.done if self.sink.writer else set()  # the folder's rows before this run (--resume)
-        return SweepResult(
-            list(self.rows),
-            dict(self.infos),
-            time.perf_counter() - self.t0,
-            self._reference_s(),
-            self.out_dir,
-            partial=True,
-            already=sum(1 for b, c in done if b in self.backend_names and c in ids),
-            total=len(self.backend_names) * len(self.cases),
-            stopped_by=self._stopped_by(),
-            interrupted=self.interrupted,
-        )
-
 
 def _timing(lane_plan: LanePlan, options: SweepOptions, out_dir: Path | None) -> SweepTiming:
     """A sweep's timing record, with how its lanes were laid out (and the earlier calls of a resumed folder)."""
@@ -418,17 +328,6 @@ def _timing(lane_plan: LanePlan, options: SweepOptions, out_dir: Path | None) ->
     timing.shard = dict(options.shard) if options.shard else None
     timing.earlier = earlier_calls(read_timing(out_dir)) if options.resume and out_dir else []
     return timing
-
-
-def note_reference_stages(timing: SweepTiming, caches: Iterable[BaselineCache]) -> None:
-    """The baseline caches' stage seconds and recomputations, into ``timing``."""
-    stages: dict[str, float] = {}
-    caches = list(caches)
-    for b in caches:
-        for k, v in b.stage_seconds.items():
-            stages[k] = stages.get(k, 0.0) + v
-    timing.reference_stages = stages
-    timing.reference_recomputed = sum(b.recomputed for b in caches)
 
 
 def _planned(backend_names: list[str], cases: list[Case]) -> list[tuple[str, str, float, bool]]:
