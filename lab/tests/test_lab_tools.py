@@ -28,11 +28,17 @@ LAB = Path(__file__).resolve().parents[1]
 BG = LAB / "device" / "bg.sh"
 
 
-def _stage_module():
-    spec = importlib.util.spec_from_file_location("parity_lab_stage", LAB / "device" / "stage.py")
+def _lab_module(name: str, relpath: str):
+    """A lab script as a module (the lab's scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, LAB / relpath)
+    assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    spec.loader.exec_module(mod)
     return mod
+
+
+def _stage_module():
+    return _lab_module("parity_lab_stage", "device/stage.py")
 
 
 def _git_tree(tmp_path: Path, mib: int) -> Path:
@@ -138,19 +144,11 @@ def test_lab_paths_point_at_files_that_exist():
     assert not missing, missing
 
 
-def _fatbin_tool():
-    spec = importlib.util.spec_from_file_location("fatbin_archs", LAB / "fatbin_archs.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_fatbin_entries_are_counted_by_kind_and_arch():
     """Two containers (one after 8 bytes of padding): SASS and PTX for sm_80, SASS for sm_90."""
     import struct
 
-    tool = _fatbin_tool()
+    tool = _lab_module("fatbin_archs", "fatbin_archs.py")
 
     def entry(kind: int, arch: int, payload: int) -> bytes:
         head = struct.pack("<HHIQ", kind, 0, 64, payload) + bytes(12) + struct.pack("<I", arch)  # 28 bytes, then arch
