@@ -378,7 +378,7 @@ def _sweep_and_finish(req: RunRequest, sweep, facts: dict, explicit: list[str]) 
     """Run ``sweep`` and write its folder under the stop signals (:mod:`parity.sweep.interrupt`): the first
     (SIGTERM, Ctrl-C, SIGHUP) ends the run as a partial one, the way --time-limit does, and it exits 128 + the
     signal's number; a second ends it where it is, after writing environment.json (partial) of what ran."""
-    from .sweep.interrupt import StopSignals, exit_code
+    from .sweep.interrupt import StopSignals
 
     out, written = sweep.out_dir, False
     signals = StopSignals(sweep.interrupt)
@@ -388,7 +388,7 @@ def _sweep_and_finish(req: RunRequest, sweep, facts: dict, explicit: list[str]) 
             _write_environment(req, out, result, facts)
             written = True  # the sweep's end said: a signal from here on changes no record
             code = _finish_run(req, out, result, explicit, sweep.options)
-            return exit_code(result.interrupted) if result.interrupted else code
+            return EXIT_SIGNALLED[result.interrupted] if result.interrupted else code
     except KeyboardInterrupt:  # a second signal (or Ctrl-C where no handler could be set): what ran, said at once
         if not sweep.interrupted:
             sweep.interrupt(signals.first or "SIGINT")
@@ -399,7 +399,7 @@ def _sweep_and_finish(req: RunRequest, sweep, facts: dict, explicit: list[str]) 
             f"{out}/results.csv; parity run --resume --out {out} runs the rest",
             file=sys.stderr,
         )
-        return exit_code(sweep.interrupted)
+        return EXIT_SIGNALLED[sweep.interrupted]
 
 
 def sweep_options(req: RunRequest, **checked):

@@ -16,8 +16,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import EXIT_SIGNALLED
-
 #: The signals that end a run partial, by name (SIGHUP does not exist everywhere).
 NAMES = ("SIGTERM", "SIGINT", "SIGHUP")
 
@@ -66,11 +64,6 @@ class StopSignals:
     def first(self) -> str:
         """The first signal's name ("" when none came)."""
         return self.received[0] if self.received else ""
-
-
-def exit_code(name: str) -> int:
-    """The exit code of a run ended by the signal ``name`` (:data:`parity.errors.EXIT_SIGNALLED`)."""
-    return EXIT_SIGNALLED[name]
 
 
 def _say(line: str) -> None:
