@@ -88,9 +88,11 @@ class SweepEnd:
     def _reference_s(self) -> float:
         return sum(b.seconds for b in self.baselines.values())
 
-    def _timing_summary(self, partial: bool) -> dict[str, Any]:
+    def _timing_summary(self, partial: bool, wall: float | None = None) -> dict[str, Any]:
+        """timing.json's record (``wall``: the run's seconds; None: so far)."""
         note_reference_stages(self.timing, self.baselines.values())
-        return {"partial": partial, **self.timing.summary(time.perf_counter() - self.t0, self._reference_s())}
+        wall = time.perf_counter() - self.t0 if wall is None else wall
+        return {"partial": partial, **self.timing.summary(wall, self._reference_s())}
 
     def _stopped_by(self) -> str:
         """Why the run stopped before every row ran; "" when it did not."""
@@ -112,8 +114,7 @@ class SweepEnd:
     def _result(self, wall: float) -> SweepResult:
         stopped_by = self._stopped_by()
         partial = bool(stopped_by)
-        note_reference_stages(self.timing, self.baselines.values())
-        summary = {"partial": partial, **self.timing.summary(wall, self._reference_s())}
+        summary = self._timing_summary(partial, wall)
         if self.out_dir:
             write_timing(self.out_dir, summary)
         if self.options.cost_file:  # what the next run plans its lanes by
