@@ -352,6 +352,7 @@ LAYERS = [
         "compile_cache",
         "repro_script",
         "runfolder",
+        "runfolder_decode",
     },
     {"backends"},
     {"coverage", "strategies", "models", "design", "shard", "expect"},

@@ -155,9 +155,9 @@ def test_every_file_of_a_committed_run_is_read_gzipped(tmp_path):
 def test_decode_and_consistency_files_are_written_as_before(tmp_path):
     """The decode and consistency writers keep their bytes: the csv module's CRLF rows, a None cell empty,
     decode.json indented; consistency.csv appended under one header."""
-    from parity import runfolder
+    from parity import runfolder, runfolder_decode
 
-    runfolder.write_decode(tmp_path, ["a", "b"], [{"a": 1, "b": None, "x": 9}], ["s"], [{"s": 2}], {"k": 1})
+    runfolder_decode.write_decode(tmp_path, ["a", "b"], [{"a": 1, "b": None, "x": 9}], ["s"], [{"s": 2}], {"k": 1})
     assert (tmp_path / "decode.csv").read_bytes() == b"a,b\r\n1,\r\n"
     assert (tmp_path / "decode_steps.csv").read_bytes() == b"s\r\n2\r\n"
     assert (tmp_path / "decode.json").read_text() == '{\n  "k": 1\n}\n'

@@ -1,10 +1,11 @@
-"""``parity/runfolder.py`` owns the run folder: no other module of ``parity/`` spells one of its file
-names (``results.csv``, ``consistency.csv``, ``stages.jsonl``, ...) in code, nor builds a path with one
-with its ``logs`` folder; they take :mod:`parity.runfolder`'s constants, readers and
-writers. Read with :mod:`ast`: docstrings, and prose (a string with a space: a message that names a
-file), may name them; a string that is a file name, or a path or glob ending in one, may not.
-``decode`` (the folder of a merged run's decode results, :data:`parity.runfolder.DECODE_DIR`) is
-not scanned: it also names the decode study's cache folder (:mod:`parity.decode.task`).
+"""``parity/runfolder.py`` owns the run folder, and ``parity/runfolder_decode.py`` its decode files
+(:data:`OWNERS`): no other module of ``parity/`` spells one of their file names (``results.csv``,
+``consistency.csv``, ``stages.jsonl``, ``decode.csv``, ...) in code, nor builds a path with one with
+the ``logs`` folder; they take the owners' constants, readers and writers. Read with :mod:`ast`:
+docstrings, and prose (a string with a space: a message that names a file), may name them; a string
+that is a file name, or a path or glob ending in one, may not. ``decode`` (the folder of a merged
+run's decode results, :data:`parity.runfolder_decode.DECODE_DIR`) is not scanned: it also names the
+decode study's cache folder (:mod:`parity.decode.task`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,22 @@ from pathlib import Path
 
 import pytest
 
-from parity import runfolder
+from parity import runfolder, runfolder_decode
 
+#: The modules that name, read and write a run folder's files: each file's one owner.
+OWNERS = (runfolder, runfolder_decode)
 PKG = Path(runfolder.__file__).resolve().parent
+OWNER_PATHS = frozenset(Path(m.__file__).resolve() for m in OWNERS)
 #: The folder names of a run folder scanned for (a string equal to one is flagged only as an operand of ``/``).
 FOLDERS = frozenset({runfolder.LOGS})
-FILES = frozenset(v for k, v in vars(runfolder).items() if k.isupper() and isinstance(v, str) and v not in (*FOLDERS, runfolder.DECODE_DIR))
+
+
+def owned(module) -> set[str]:
+    """The file names an owner module spells (its upper-case string constants, its folders aside)."""
+    return {v for k, v in vars(module).items() if k.isupper() and isinstance(v, str) and v not in (*FOLDERS, runfolder_decode.DECODE_DIR)}
+
+
+FILES = frozenset(set().union(*map(owned, OWNERS)))
 NAME = re.compile(r"^(?:\S*/)?(?P<name>[^/\s*]+?)(?:\.gz)?\*?$")
 
 
@@ -53,13 +64,21 @@ def test_the_names_are_run_folder_files():
     assert {"environment.json", "masks.jsonl", "coverage.csv", "lm_decode.csv", "decode_steps.csv"} <= FILES
 
 
+def test_each_file_has_one_owner():
+    """No file name is a constant of two owners; the decode and language-model writers are an owner's."""
+    assert not owned(runfolder) & owned(runfolder_decode)
+    assert {"decode.csv", "decode_steps.csv", "lm_decode.csv", "lm_flips.csv", "decode_summary.md"} <= owned(runfolder_decode)
+    writers = (runfolder_decode.write_decode, runfolder_decode.write_merged_decode, runfolder_decode.write_lm_study)
+    assert {w.__module__ for w in writers} <= {m.__name__ for m in OWNERS}
+
+
 def test_no_module_but_runfolder_names_a_run_folder_file():
     found = []
     for p in sorted(PKG.rglob("*.py")):
-        if p.name == "runfolder.py" and p.parent == PKG:
+        if p.resolve() in OWNER_PATHS:
             continue
         found += [f"{p.relative_to(PKG.parent)}:{line}: {text!r}" for line, text in offences(p.read_text(encoding="utf-8"))]
-    assert not found, "run-folder file names outside parity/runfolder.py (use its constants and readers):\n" + "\n".join(found)
+    assert not found, "run-folder file names outside parity/runfolder*.py (use their constants and readers):\n" + "\n".join(found)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import runfolder
+from .. import runfolder, runfolder_decode
 from ..errors import UserError
 from ..results import DTYPES, Outcome
 from .common import latest_run
@@ -147,13 +147,14 @@ def run(args: argparse.Namespace) -> int:
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     print(
         f"parity decode: {len(backend_names)} backends x {len(cfg.models)} models x {len(cfg.prompt_lens)} prompts, "
-        f"{cfg.steps} steps, {cfg.dtype} on {device} -> {args.out / runfolder.DECODE}",
+        f"{cfg.steps} steps, {cfg.dtype} on {device} -> {args.out / runfolder_decode.DECODE}",
         file=sys.stderr,
     )
     result = run_decode(backend_names, cfg, args.out, log)
     print(summary_table(result.rows))
     print(
-        f"parity decode: {result.seconds:.1f} s; wrote {args.out / runfolder.DECODE}, {runfolder.DECODE_STEPS}, {runfolder.DECODE_JSON}",
+        f"parity decode: {result.seconds:.1f} s; wrote {args.out / runfolder_decode.DECODE}, "
+        f"{runfolder_decode.DECODE_STEPS}, {runfolder_decode.DECODE_JSON}",
         file=sys.stderr,
     )
     if runfolder.holds_run(args.out):  # a sweep's folder: refresh its HTML report, which shows the decode section
@@ -238,8 +239,8 @@ def _run_lm(args: argparse.Namespace, backend_names: list[str], explicit: list[s
     )
     result = run_study(backend_names, cfg, args.out, log)
     print(
-        f"parity decode: {result.seconds:.1f} s; wrote {args.out / runfolder.LM_DECODE}, "
-        f"{runfolder.LM_FLIPS}, {runfolder.LM_DECODE_JSON}, {runfolder.DECODE_SUMMARY}",
+        f"parity decode: {result.seconds:.1f} s; wrote {args.out / runfolder_decode.LM_DECODE}, "
+        f"{runfolder_decode.LM_FLIPS}, {runfolder_decode.LM_DECODE_JSON}, {runfolder_decode.DECODE_SUMMARY}",
         file=sys.stderr,
     )
     unavailable = sorted({r["backend"] for r in result.rows if r["verdict"] == Outcome.UNAVAILABLE and r["backend"] in explicit})

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from .. import runfolder
+from .. import runfolder_decode
 from ..backends import Backend, BackendError, Unsupported
 from ..backends import get as get_backend
 from ..case import DTYPES, Case, Inputs
@@ -310,7 +310,7 @@ class DecodeResult:
 
 
 def _write(out_dir: Path, rows: list[dict], steps: list[dict], meta: dict) -> None:
-    runfolder.write_decode(out_dir, COLUMNS, rows, STEP_COLUMNS, steps, meta)
+    runfolder_decode.write_decode(out_dir, COLUMNS, rows, STEP_COLUMNS, steps, meta)
 
 
 def run_decode(

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from .. import runfolder
+from .. import runfolder_decode
 from ..backends import Backend, Unsupported
 from ..case import DTYPES, Case, Inputs
 from ..errors import UserError
@@ -425,8 +425,8 @@ class _Out:
     def flush(self) -> None:
         if self.out_dir is None:
             return
-        tables = ((runfolder.LM_DECODE, COLUMNS, self.rows), (runfolder.LM_FLIPS, FLIP_COLUMNS, self.flips))
-        runfolder.write_lm_study(self.out_dir, tables, self.meta, summary_markdown(self.rows, self.meta))
+        tables = ((runfolder_decode.LM_DECODE, COLUMNS, self.rows), (runfolder_decode.LM_FLIPS, FLIP_COLUMNS, self.flips))
+        runfolder_decode.write_lm_study(self.out_dir, tables, self.meta, summary_markdown(self.rows, self.meta))
 
 
 def _reference(base, cfg: StudyConfig, heldout: bytes, device, prompt_len: int, steps: int) -> _Ref:

@@ -16,7 +16,7 @@ import math
 from html import escape
 from typing import Any
 
-from .. import coverage, runfolder
+from .. import coverage, runfolder_decode
 from ..results import Outcome
 from . import svg
 from .data import (
@@ -513,7 +513,7 @@ def _decode(run: Run) -> str:
     plot = None
     if run.decode_steps is not None:
         plot = decode_series(run.decode_steps)
-        source = runfolder.DECODE_STEPS
+        source = runfolder_decode.DECODE_STEPS
     if plot is None:
         plot = decode_series(df)
         source = str(rel.name)

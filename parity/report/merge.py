@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import runfolder
+from .. import runfolder, runfolder_decode
 from ..errors import UserError
 
 
@@ -102,7 +102,7 @@ def merge(
         fields, crow = _concat(cons)
         runfolder.write_table(out / runfolder.CONSISTENCY, fields, crow)
         n_cons = len(crow)
-    dec = [p for d in sources for p in runfolder.tables(d, runfolder.DECODE)]
+    dec = [p for d in sources for p in runfolder.tables(d, runfolder_decode.DECODE)]
     n_dec = 0
     if dec:
 
@@ -111,9 +111,9 @@ def merge(
 
         fields, drows = _concat(dec, base_key)
         n_dec = len(drows)
-        steps = [s for p in dec if (s := runfolder.decode_steps_path(p)) is not None]
+        steps = [s for p in dec if (s := runfolder_decode.decode_steps_path(p)) is not None]
         step_fields, srows = _concat(steps, base_key) if steps else ([], None)
-        runfolder.write_merged_decode(out, fields, drows, step_fields, srows)
+        runfolder_decode.write_merged_decode(out, fields, drows, step_fields, srows)
     return {"rows": len(rows), "folders": len(dirs), "consistency_rows": n_cons, "decode_rows": n_dec}
 
 

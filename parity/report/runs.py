@@ -26,7 +26,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .. import runfolder
+from .. import runfolder, runfolder_decode
 from ..case import FAMILIES, Case
 from ..errors import UserError
 from ..expect import Expectations
@@ -147,7 +147,7 @@ def load_run(
 
 def _decode(folder: Path) -> tuple[Any, Path | None, Any]:
     """decode.csv (beside the rows or in decode/), its path, and decode_steps.csv beside it (None when absent)."""
-    found = runfolder.read_decode(folder)
+    found = runfolder_decode.read_decode(folder)
     if found is None:
         return None, None, None
     decode_path, text, steps = found
