@@ -6,8 +6,8 @@ run decode (vLLM, SGLang: a graph per batch size, new tokens copied into the sam
 pass           what runs
 =============  ================================================================================================
 ``replay``     :meth:`parity.backends.base.Backend.graph_call` on copies of the row's inputs, captured (after a
-               warm-up on a side stream, :func:`capture`); the case's inputs drawn again with seed
-               ``+ REPLAY_SEED_OFFSET`` copied into those buffers; one replay
+               warm-up on a side stream, :func:`capture`); new values (:func:`new_values`: seed
+               ``+ REPLAY_SEED_OFFSET``, the row's layout) copied into those buffers; one replay
 ``padded``     where the backend's layout has one (:meth:`~parity.backends.base.Backend.graph_padded_call`): the
                same on a batch padded as an engine pads it to a captured size, :data:`PAD_SEQS` more sequences
                of 0 keys whose block-table slots are ``-1``; the real sequences' rows are compared
@@ -83,6 +83,14 @@ def static_copy(inputs: Inputs) -> Inputs:
     return dataclasses.replace(inputs, **copies)
 
 
+def new_values(case: Case, device: torch.device) -> Inputs:
+    """The case's inputs drawn again with seed ``+ REPLAY_SEED_OFFSET`` (other values, same shapes), on the row's own
+    ``case``: a layout drawn from ``case.seed`` (a paged cache's physical page order) stays the captured one, so
+    the eager call reads the same pages the replay does and an honest replay is bit for bit equal."""
+    drawn = make_inputs(dataclasses.replace(case, seed=case.seed + REPLAY_SEED_OFFSET), device)
+    return dataclasses.replace(drawn, case=case)
+
+
 def copy_values(static: Inputs, fresh: Inputs) -> None:
     """``fresh``'s values into ``static``'s buffers (same shapes), as an engine copies a step's tokens in."""
     for name in VALUE_TENSORS:
@@ -111,7 +119,7 @@ def run_graph_check(backend: Backend, case: Case, inputs: Inputs) -> dict[str, A
     if reason:
         return {"status": "not_run", "detail": reason}
     try:
-        fresh = make_inputs(dataclasses.replace(case, seed=case.seed + REPLAY_SEED_OFFSET), inputs.q.device)
+        fresh = new_values(case, inputs.q.device)
         poison = torch.full(inputs.q.shape, POISON, dtype=case.torch_dtype, device=inputs.q.device)  # (total_q, hq, d)
         eager = backend.run(case, fresh, poison).detach().clone()  # (total_q, hq, d)
         passes = {

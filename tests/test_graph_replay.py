@@ -125,6 +125,27 @@ def test_values_copied_outside_the_captured_function_are_caught(fake_cuda, monke
     assert got["status"] == "differs" and got["max_diff"] > 0
 
 
+class SeesLayout(FakeCuda):
+    """Records the case (whose seed draws a paged cache's page order) each call was given."""
+
+    def __init__(self):
+        self.seen = []
+
+    def run(self, case, inputs, out=None):
+        self.seen.append(inputs.case)
+        return super().run(case, inputs, out)
+
+
+def test_eager_runs_on_the_captured_layout(fake_cuda, monkeypatch):
+    """The eager call on the new values reads the layout the graph captured (the row's case, its seed), not one
+    drawn from the replay seed: else a paged case's eager call reads other physical pages than the replay."""
+    monkeypatch.setattr(graphs_mod, "capture", honest_capture)
+    backend = SeesLayout()
+    paged = Case(**{**CASE.to_dict(), "window": CASE.window, "page_size": 4})
+    assert run_graph_check(backend, paged, make_inputs(paged))["status"] == "ok"
+    assert backend.seen and all(seen == paged for seen in backend.seen), [c.seed for c in backend.seen]
+
+
 def test_a_refusal_and_a_capture_error(fake_cuda, monkeypatch):
     monkeypatch.setattr(graphs_mod, "capture", honest_capture)
     assert run_graph_check(Refuses(), CASE, make_inputs(CASE)) == {"status": "not_run", "detail": Refuses.no_graph}
