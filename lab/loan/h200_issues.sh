@@ -14,6 +14,8 @@
 #                                                   # profile cold, then warm if complete -> $OUT/coldwarm.tgz
 #   bash lab/loan/h200_issues.sh warm [LIMIT_S]     # issue 47: the default profile again on /tmp/tp/cc (after `cold`
 #                                                   # completed) into /tmp/tp/warm -> $OUT/warm.tgz
+#   bash lab/loan/h200_issues.sh checks [LIMIT_S]   # issue 49: the quick profile with --invariance --graph-replay on
+#                                                   # every GPU backend here, on the cold run's cache -> $OUT/checks.tgz
 #   bash lab/loan/h200_issues.sh vdiff LIMIT_S      # old code (.stage/old-6ac94c6, carried) against new on CASES
 #                                                   # cases, both on the cold run's cache -> $OUT/vdiff.tgz
 #   bash lab/loan/h200_issues.sh launch [FEAT_S] [GRAD_S] [GATE_S]  # the detached jobs below; returns at once
@@ -105,6 +107,24 @@ case "${1:-}" in
       ${RUN_ARGS---split auto} --shrink 0 --no-report -q --compile-cache "$w/cc" --out "$w/warm" > "$w/warm.log" 2>&1
     echo "warm rc=$? in $(( $(date +%s) - t0 )) s: $(( $(wc -l < "$w/warm/results.csv") - 1 )) rows"; grep -v "^  \|^$" "$w/warm.log" | tail -n 12 | cut -c1-200
     tar czf "$OUT/warm.tgz" -C "$w" --exclude=results.json --exclude=masks.jsonl warm warm.log ;;
+  checks)  # issue 49's engine checks on CUDA: batch invariance and graph replay, a table per backend last
+    w=/tmp/checks; rm -rf "$w"; mkdir -p "$w"; t0=$(date +%s)
+    timeout $(( ${2:-300} + 90 )) python3 -m parity run --profile quick --backend all-gpu --jobs "${JOBS:-12}" --split auto \
+      --invariance --graph-replay --shrink 0 --no-report -q --compile-cache /tmp/tp/cc --out "$w/run" --time-limit "${2:-300}" \
+      > "$w/run.log" 2>&1
+    echo "checks rc=$? in $(( $(date +%s) - t0 )) s"; grep -v "^  \|^$" "$w/run.log" | tail -n 4 | cut -c1-200
+    python3 - "$w/run/results.csv" <<'PY' | tee "$w/checks.txt"
+import sys
+import pandas as pd
+df = pd.read_csv(sys.argv[1], dtype=str, keep_default_na=False)
+df = df[df["verdict"] != "unavailable"]
+for col in ("invariance_check", "graph_check"):
+    print(pd.crosstab(df["backend"], df[col].replace("", "(none)")).to_string(), "\n")
+bad = df[df["graph_check"].isin(["mismatch", "close", "error"]) | df["invariance_check"].isin(["mismatch", "error"])]
+for _, r in bad.head(30).iterrows():
+    print(r["backend"], r["case_id"], r["invariance_check"], r["graph_check"], (r["graph_detail"] or r["invariance_detail"])[:150])
+PY
+    tar czf "$OUT/checks.tgz" -C /tmp --exclude=results.json --exclude=masks.jsonl checks ;;
   vdiff)
     # the old code has no FLASHINFER_WORKSPACE_BASE of its own: give it the cold run's builds too
     export FLASHINFER_WORKSPACE_BASE=/tmp/tp/cc/flashinfer
