@@ -602,8 +602,9 @@ def test_a_case_holds_the_harness_memory_once_per_gpu_not_once_per_backend():
     lane_plan = types.SimpleNamespace(gpu_of={})
     memory = RowMemory(lane_plan, SweepOptions(), {None: cache}, infos, threading.RLock(), threading.Event())
     memory.cards = {None: 10 * GIB}
-    assert memory.need(SMALL, "u", est) == est.worker_bytes + est.harness_bytes
+    assert memory.need(SMALL, "u", memory.row_need(SMALL, "u", est)) == est.worker_bytes + est.harness_bytes
     cache.get(SMALL)
-    assert memory.need(SMALL, "u", est) == est.worker_bytes
+    assert memory.need(SMALL, "u", memory.row_need(SMALL, "u", est)) == est.worker_bytes
     infos["u"] = {"device": "cpu"}  # a CPU backend beside a CPU reference: its host bytes, on the host gate
-    assert memory.gate("u") is memory.host_gate and memory.need(SMALL, "u", est) == memory.host_need(SMALL, "u", est).bytes
+    row = memory.row_need(SMALL, "u", est)
+    assert memory.gate("u") is memory.host_gate and memory.need(SMALL, "u", row) == memory.host_need(SMALL, "u", est).bytes
