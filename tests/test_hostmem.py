@@ -21,6 +21,8 @@ from parity.backends.reference import ReferenceBackend
 from parity.sweep import SweepOptions
 from parity.sweep import run as sweep_run
 
+from .helpers import RecordingOnCuda
+
 ROOT = Path(__file__).resolve().parents[1]
 MIB, GIB = 2**20, 2**30
 #: A decode over 20k keys at 32 / 8 heads: ~1.1 GiB of host memory by estimate with probes (its worker 0.7, the
@@ -84,16 +86,12 @@ def test_the_api_and_the_pytest_plugin_refuse_the_same_row_without_its_reference
     assert evaluate("sdpa", SMALL)["verdict"] == "pass" and small_machine == [SMALL.case_id]
 
 
-class OnCuda(ReferenceBackend):
+class OnCuda(RecordingOnCuda):
     """The reference, declaring a CUDA device (its inputs and workspace on a card): what it costs the host is the
     draw of its inputs, and the API's reference (on the CPU)."""
 
-    name, device = "test-hostmem-cuda", "cuda"
+    name = "test-hostmem-cuda"
     calls: list[str] = []
-
-    def run(self, case, inputs, out):
-        type(self).calls.append(case.case_id)
-        return super().run(case, inputs, out)
 
     def workspace_bytes(self, case):
         return 0
