@@ -13,7 +13,7 @@ from .execute import ProcessExecutor, backend_info, context_lost, execute
 from .expect import Expectations
 from .judge import BaselineCache, apply_expectations, judge, unavailable
 from .maskcheck import DEFAULT_MAX_PASSES, ProbeResult, run_gqa_probe, run_mask_probe
-from .memory import estimate, host_memory, host_need, host_refusal
+from .memory import estimate, host_memory, host_need, row_host_refusal
 from .results import ENGINE_CHECKS, Judged, Outcome, Verdict
 from .verdict import BUDGETS, Budget
 
@@ -199,18 +199,14 @@ def _host_refused(
     inst: Backend | None, info: dict[str, Any], case: Case, probes: bool, max_passes: int, baselines: BaselineCache
 ) -> dict[str, Any] | None:
     """An ``unsupported`` result where the machine cannot hold the row's worker and then the reference this
-    process computes after it (:func:`parity.memory.host_refusal`; a CUDA backend's reference is host memory here
-    too); None where it fits, or where the backend refuses the case itself (its call says so in its own words)."""
+    process computes after it (:func:`parity.memory.row_host_refusal`, the sweep's rule too; a CUDA backend's
+    reference is host memory here too); None where it fits. A backend object's own refusal is asked first."""
     reference = None if baselines.cached(case) else baselines.device
     est = estimate(case, probes, max_passes, backend=inst)
-    why = host_refusal(host_need(est, info.get("device", "cpu") != "cuda", reference, concurrent=False), host_memory())
-    if why is None:
-        return None
-    try:
-        own = inst is not None and bool(refusal_reason(inst, case))
-    except Exception:  # noqa: BLE001 - the call reports a raising unsupported_reason
-        own = True
-    return None if own else {"status": "unsupported", "detail": why}
+    need = host_need(est, info.get("device", "cpu") != "cuda", reference, concurrent=False)
+    own = None if inst is None else (lambda: refusal_reason(inst, case))
+    why = row_host_refusal(need, host_memory(), own)
+    return None if why is None else {"status": "unsupported", "detail": why}
 
 
 def failure_message(row: dict[str, Any] | Judged) -> str:

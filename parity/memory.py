@@ -18,7 +18,7 @@ models runs by ``benchmarks/memory_estimate.py`` (``benchmarks/memory_estimate_2
 worker asks it before making inputs (:func:`parity.execute.execute`: ``parity run``, the API and the
 pytest plugin alike), the sweep before it holds memory for the row (no drain for it).
 
-Host memory (:func:`host_need`, :func:`host_refusal`): the same estimate, counted where its parts live. A worker
+Host memory (:func:`host_need`, :func:`host_refusal`, :func:`row_host_refusal`): the same estimate, counted where its parts live. A worker
 on the CPU holds its largest stage in host memory; every process that makes a case's inputs first draws them in
 float32 and casts them (:func:`draw_bytes`: ``draw``, in host memory whatever the device: 3x a bfloat16 case's
 inputs); the harness's ``reference`` and ``baseline`` are host memory where the reference runs on the CPU
@@ -581,3 +581,28 @@ def host_refusal(need: HostNeed, host: HostMemory | None) -> str | None:
         return f"{head}; the machine has {host.total / GIB:.1f} GiB in all ({host.source}), {usable}"
     assert host.available is not None
     return f"{head}; the machine has {host.available / GIB:.1f} GiB available now, of {host.total / GIB:.1f} GiB in all ({host.source})"
+
+
+def row_host_refusal(need: HostNeed, host: HostMemory | None, own: Callable[[], str | None] | None = None) -> str | None:
+    """Why a row is refused before it runs, where its caller asks the host (the sweep before it sends the row,
+    :func:`parity.evaluate` before its call): :func:`host_refusal`, unless the backend refuses the case itself.
+    ``own``: the backend's own refusal (``refusal_reason`` of :mod:`parity.backends.base` on the case; None
+    where no backend object is at hand), asked only of a row the machine cannot hold. The one rule of both callers:
+
+    =======================  =============================================================================
+    the row                  its refusal
+    =======================  =============================================================================
+    the machine holds it     None (``own`` is not asked)
+    ``own`` says why not     the backend's words (as its worker would say them)
+    ``own`` says nothing     the host's words
+    ``own`` raises           the host's words stand, the exception's appended (nothing is lost):
+                             ``...; its unsupported_reason() raised ValueError: ...``
+    =======================  =============================================================================
+    """
+    why = host_refusal(need, host)
+    if why is None or own is None:
+        return why
+    try:
+        return own() or why
+    except Exception as exc:  # noqa: BLE001 - the host refuses the row either way; the backend's words kept
+        return f"{why}; its unsupported_reason() raised {type(exc).__name__}: {exc}"

@@ -1,4 +1,5 @@
-"""Test-only backends: honest noise, an unwritten row, a wrong SDPA, known-divergence fixtures.
+"""Test-only backends: honest noise, an unwritten row, a wrong SDPA, known-divergence fixtures, the reference
+declared on CUDA that records its calls (:class:`RecordingOnCuda`).
 
 The planted window / alignment / decode / GQA / empty-row bugs are :mod:`parity.selftest.bugs`'
 (``WindowOneWider``, ``TopLeftAlignment``, ``DecodeDropsWindow``, ``GqaRepeatNotInterleave``,
@@ -11,6 +12,7 @@ import dataclasses
 import torch
 
 from parity import Backend, Case, Inputs, Window
+from parity.backends.reference import ReferenceBackend
 from parity.backends.sdpa import SdpaBackend
 from parity.reference import attention_reference
 
@@ -102,3 +104,16 @@ class RaisesInDecode(Backend):
             raise RuntimeError("planted failure in decode")
         out.copy_(attention_reference(inputs))
         return out
+
+
+class RecordingOnCuda(ReferenceBackend):
+    """The reference, declaring a CUDA device (the memory tests' stand-in for a GPU backend; inputs made where the
+    test puts them), recording the case id of each row it runs in its class's ``calls`` (a subclass sets its own,
+    and a test resets it)."""
+
+    name, device = "test-recording-cuda", "cuda"
+    calls: list[str] = []
+
+    def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
+        type(self).calls.append(case.case_id)
+        return super().run(case, inputs, out)

@@ -21,6 +21,8 @@ from parity.backends.reference import ReferenceBackend
 from parity.sweep import SweepOptions
 from parity.sweep import run as sweep_run
 
+from .helpers import RecordingOnCuda
+
 ROOT = Path(__file__).resolve().parents[1]
 MIB, GIB = 2**20, 2**30
 #: A decode over 20k keys at 32 / 8 heads: ~1.1 GiB of host memory by estimate with probes (its worker 0.7, the
@@ -84,16 +86,12 @@ def test_the_api_and_the_pytest_plugin_refuse_the_same_row_without_its_reference
     assert evaluate("sdpa", SMALL)["verdict"] == "pass" and small_machine == [SMALL.case_id]
 
 
-class OnCuda(ReferenceBackend):
+class OnCuda(RecordingOnCuda):
     """The reference, declaring a CUDA device (its inputs and workspace on a card): what it costs the host is the
     draw of its inputs, and the API's reference (on the CPU)."""
 
-    name, device = "test-hostmem-cuda", "cuda"
+    name = "test-hostmem-cuda"
     calls: list[str] = []
-
-    def run(self, case, inputs, out):
-        type(self).calls.append(case.case_id)
-        return super().run(case, inputs, out)
 
     def workspace_bytes(self, case):
         return 0
@@ -177,9 +175,67 @@ def test_cpu_rows_hold_their_host_bytes_on_one_gate(monkeypatch):
     memory.make_gates()
     assert memory.gate("u") is memory.host_gate and memory.host_gate.budget == int(32 * GIB * 0.85) - cache.max_bytes
     est = estimate(MEDIUM)
-    with_reference = memory.need(MEDIUM, "u", est)
+    with_reference = memory.need(MEDIUM, "u", memory.row_need(MEDIUM, "u", est))
     assert with_reference == memory.host_need(MEDIUM, "u", est).bytes > est.worker_bytes
     cache.get(MEDIUM)
-    assert memory.need(MEDIUM, "u", est) == max(est.worker_bytes, est.draw) < with_reference
+    assert memory.need(MEDIUM, "u", memory.row_need(MEDIUM, "u", est)) == max(est.worker_bytes, est.draw) < with_reference
     monkeypatch.setenv("PARITY_HOST_MEMORY", "1280M")
-    assert memory.need(MEDIUM, "u", est) == 0  # refused before it holds anything
+    assert memory.need(MEDIUM, "u", memory.row_need(MEDIUM, "u", est)) == 0  # refused before it holds anything
+
+
+def test_a_sweep_row_reads_the_host_and_its_host_need_once(monkeypatch):
+    """Its gate's bytes and its host refusal read the same figures (RowMemory.reserve's RowNeed): one read of the
+    machine and one host need per row (two of each before, RowMemory.need and then host_refusal)."""
+    from parity.sweep import rowmemory
+
+    monkeypatch.setenv("PARITY_HOST_MEMORY", "64G,32G")
+    reads: list[str] = []
+    real_memory, real_need = rowmemory.host_memory, rowmemory.host_need
+    monkeypatch.setattr(rowmemory, "host_memory", lambda: reads.append("host") or real_memory())
+    monkeypatch.setattr(rowmemory, "host_need", lambda *a, **k: reads.append("need") or real_need(*a, **k))
+    res = sweep_run.run_sweep(["reference"], [SMALL, MEDIUM], isolate=False, probes=False, progress=False)
+    assert [r["verdict"] for r in res.rows] == ["pass", "pass"]
+    assert sorted(reads) == ["host", "host", "need", "need"], reads
+
+
+class RaisesOnMid(ReferenceBackend):
+    """The reference, whose unsupported_reason raises on MID (a case the small machine cannot hold)."""
+
+    name = "test-raises-on-mid"
+
+    def unsupported_reason(self, case):
+        if case.case_id == MID.case_id:
+            raise ValueError("planted: no reason")
+        return super().unsupported_reason(case)
+
+
+def test_the_api_and_the_sweep_keep_the_hosts_words_and_a_raising_backends(small_machine):
+    """One rule (parity.memory.row_host_refusal) where the machine cannot hold a row whose backend's
+    unsupported_reason raises: unsupported, the host's words, then the exception's. Before, the API ran the row
+    (an error row, the host's words lost) and the sweep kept the host's words only (the exception's lost)."""
+    row = evaluate(RaisesOnMid(), MID, probes=False)
+    assert row["verdict"] == "unsupported", row["detail"]
+    assert "GiB of host memory by estimate" in row["detail"] and "1.2 GiB in all (PARITY_HOST_MEMORY)" in row["detail"]
+    assert row["detail"].endswith("; its unsupported_reason() raised ValueError: planted: no reason"), row["detail"]
+    res = sweep_run.run_sweep([f"{__name__}:RaisesOnMid"], [MID], isolate=False, probes=False, progress=False)
+    assert [(r["verdict"], r["detail"]) for r in res.rows] == [("unsupported", row["detail"])]
+    assert small_machine == []  # neither computed its reference
+
+
+def test_row_host_refusal_asks_the_backend_only_of_a_row_the_host_refuses():
+    from parity.memory import HostMemory, HostNeed, row_host_refusal
+
+    host, asked = HostMemory(16 * GIB, 16 * GIB, "physical memory"), []
+
+    def own(words):
+        return lambda: asked.append(words) or words
+
+    def raises():
+        raise RuntimeError("boom")
+
+    fits, over = HostNeed(GIB, 0, True, "its worker"), HostNeed(20 * GIB, 0, True, "its worker")
+    assert row_host_refusal(fits, host, own("no kernel")) is None and asked == []
+    assert row_host_refusal(over, host, own("no kernel")) == "no kernel" and asked == ["no kernel"]
+    words = row_host_refusal(over, host)
+    assert words is not None and "16.0 GiB in all" in words and row_host_refusal(over, host, own(None)) == words
+    assert row_host_refusal(over, host, raises) == f"{words}; its unsupported_reason() raised RuntimeError: boom"

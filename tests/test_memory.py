@@ -27,7 +27,7 @@ from parity.sweep import run as sweep_run
 from parity.sweep.memgate import MemoryGate
 from parity.sweep.rowmemory import RowMemory
 
-from .helpers import Noisy, SkipsLastRow
+from .helpers import Noisy, RecordingOnCuda, SkipsLastRow
 
 
 class Biggest(TorchDispatchMode):
@@ -482,16 +482,12 @@ BIG = Case(q_lens=(64,), k_lens=(64,), hq=2, hkv=1, head_dim=8, dtype="float32",
 SMALL = Case(q_lens=(9,), k_lens=(9,), hq=2, hkv=1, head_dim=8, dtype="float32", window=Window(3, 0), seed=4)
 
 
-class DenseOnCuda(ReferenceBackend):
+class DenseOnCuda(RecordingOnCuda):
     """The reference, declaring a CUDA device and a dense workspace of 50 GiB for a case of 64 queries (a
     card of 10 GiB here: too big), 5 GiB for 9 (fits the card alone, not beside others), 1 KiB otherwise."""
 
-    name, device = "test-dense-cuda", "cuda"
+    name = "test-dense-cuda"
     calls: list[str] = []
-
-    def run(self, case, inputs, out):
-        type(self).calls.append(case.case_id)
-        return super().run(case, inputs, out)
 
     def workspace_bytes(self, case):
         return {64: 50 * GIB, 9: 5 * GIB}.get(case.q_lens[0], 1024)
@@ -602,8 +598,9 @@ def test_a_case_holds_the_harness_memory_once_per_gpu_not_once_per_backend():
     lane_plan = types.SimpleNamespace(gpu_of={})
     memory = RowMemory(lane_plan, SweepOptions(), {None: cache}, infos, threading.RLock(), threading.Event())
     memory.cards = {None: 10 * GIB}
-    assert memory.need(SMALL, "u", est) == est.worker_bytes + est.harness_bytes
+    assert memory.need(SMALL, "u", memory.row_need(SMALL, "u", est)) == est.worker_bytes + est.harness_bytes
     cache.get(SMALL)
-    assert memory.need(SMALL, "u", est) == est.worker_bytes
+    assert memory.need(SMALL, "u", memory.row_need(SMALL, "u", est)) == est.worker_bytes
     infos["u"] = {"device": "cpu"}  # a CPU backend beside a CPU reference: its host bytes, on the host gate
-    assert memory.gate("u") is memory.host_gate and memory.need(SMALL, "u", est) == memory.host_need(SMALL, "u", est).bytes
+    row = memory.row_need(SMALL, "u", est)
+    assert memory.gate("u") is memory.host_gate and memory.need(SMALL, "u", row) == memory.host_need(SMALL, "u", est).bytes

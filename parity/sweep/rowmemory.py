@@ -1,10 +1,12 @@
 """A sweep's device and host memory, row by row (:class:`RowMemory`): one gate per GPU of the lanes, one for
 the host (:mod:`.memgate`), what each row asks it (its estimate, :func:`parity.memory.estimate`), the holds
 until the row is judged, the row the machine cannot hold refused before it is sent or its reference computed
-(:meth:`RowMemory.host_refusal`), and the out-of-memory row run once more alone."""
+(:meth:`RowMemory.host_refusal`; its host figures read once, :class:`RowNeed`), and the out-of-memory row run once
+more alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -12,10 +14,31 @@ from typing import Any
 from .. import shard
 from ..case import Case
 from ..judge import BaselineCache
-from ..memory import HostNeed, MemoryEstimate, card_bytes, card_refusal, estimate, host_memory, host_need, host_refusal
+from ..memory import (
+    HostMemory,
+    HostNeed,
+    MemoryEstimate,
+    card_bytes,
+    card_refusal,
+    estimate,
+    host_memory,
+    host_need,
+    row_host_refusal,
+)
 from .lanes import LanePlan
 from .memgate import MemoryGate, device_budget, host_budget
 from .options import SweepOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class RowNeed:
+    """What a row needs, found once when it is reserved (:meth:`RowMemory.row_need`): its estimate, its host bytes
+    (:meth:`RowMemory.host_need`) and the machine's memory then (:func:`parity.memory.host_memory`); its gate's
+    bytes (:meth:`RowMemory.need`) and its host refusal (:meth:`RowMemory.host_refusal`) both read them."""
+
+    est: MemoryEstimate
+    host_need: HostNeed
+    host: HostMemory | None
 
 
 class RowMemory:
@@ -79,18 +102,22 @@ class RowMemory:
             case, self.options.probes, self.options.max_passes, harness_on_device=on_device, backend=self.backend_objs[backend_name]
         )
 
-    def need(self, case: Case, unit: str, est: MemoryEstimate) -> int:
+    def row_need(self, case: Case, unit: str, est: MemoryEstimate) -> RowNeed:
+        """``case``'s :class:`RowNeed` on ``unit`` now: its host bytes and the machine's figures, read once."""
+        return RowNeed(est, self.host_need(case, unit, est), host_memory())
+
+    def need(self, case: Case, unit: str, row: RowNeed) -> int:
         """The bytes ``case`` holds on its gate (:mod:`.memgate`'s table): none for a row its worker refuses for
         its card (:func:`parity.memory.card_refusal`: nothing runs, so nothing drains); the worker's estimate on
         a CUDA backend; the harness's where the reference runs on the device and the case's is not cached yet
         (once per case and GPU, not once per backend). A plugin only its worker can import has no hints here:
         its row asks the estimate without them, and its worker (which has them) may still refuse it."""
-        cuda = self.unit_infos[unit].get("device") == "cuda"
+        cuda, est = self.unit_infos[unit].get("device") == "cuda", row.est
         if self.refused(est, unit):
             return 0
         if self.hosted(unit):  # its worker's and the harness's host bytes; none where the machine cannot hold it at all
-            host, need = host_memory(), self.host_need(case, unit, est).bytes
-            return 0 if host is not None and need > host.usable else need
+            need = row.host_need.bytes
+            return 0 if row.host is not None and need > row.host.usable else need
         harness = est.harness_bytes if est.harness_on_device and not self.cache(self.plan.gpu_of.get(unit)).cached(case) else 0
         return (est.worker_bytes if cuda else 0) + harness
 
@@ -107,33 +134,33 @@ class RowMemory:
         on_host = self.unit_infos[unit].get("device", "cpu") != "cuda"
         return host_need(est, on_host, reference, concurrent=self.options.isolate)
 
-    def host_refusal(self, case: Case, unit: str, est: MemoryEstimate) -> str | None:
-        """Why the machine cannot hold ``case`` on ``unit`` with its reference (:func:`parity.memory.host_refusal`),
+    def host_refusal(self, case: Case, unit: str, row: RowNeed) -> str | None:
+        """Why the machine cannot hold ``case`` on ``unit`` with its reference, from the figures the row was
+        reserved with (:func:`parity.memory.row_host_refusal`, the API's rule too: the backend's own refusal first),
         asked once the row holds its gate and before it is sent: such a row is not sent and its reference is not
-        computed. The backend's own refusal words where it refuses the case (as its worker would say them)."""
-        why = host_refusal(self.host_need(case, unit, est), host_memory())
-        backend = self.backend_objs.get(self.plan.units[unit][0])
-        if why is None or backend is None:
-            return why
+        computed."""
         from ..backends.base import refusal_reason
 
-        try:
-            return refusal_reason(backend, case) or why
-        except Exception:  # noqa: BLE001 - its worker reports a raising unsupported_reason; here the host's words
-            return why
+        backend = self.backend_objs.get(self.plan.units[unit][0])
+        own = None if backend is None else (lambda: refusal_reason(backend, case))
+        return row_host_refusal(row.host_need, row.host, own)
 
-    def reserve(self, case: Case, unit: str, finish: Callable[[], None]) -> MemoryEstimate | None:
+    def reserve(self, case: Case, unit: str, finish: Callable[[], None]) -> RowNeed | None:
         """Hold ``case``'s need (:meth:`need`) on its lane's gate before it is sent; where it does not fit now,
-        ``finish`` the lane's pending row first (judging it frees what it holds) and wait. None: the run was stopped."""
+        ``finish`` the lane's pending row first (judging it frees what it holds) and wait. The row's
+        :class:`RowNeed` (for :meth:`host_refusal`), read again only after a wait: what is available now, and
+        the case's reference perhaps cached since. None: the run was stopped."""
         est, gate = self.estimate(case, unit), self.gate(unit)
-        need = self.need(case, unit, est)
+        row = self.row_need(case, unit, est)
+        need = self.need(case, unit, row)
         if not gate.try_acquire(need):
             finish()
             if gate.acquire(need, self.stop) is None:
                 return None
+            row = self.row_need(case, unit, est)
         with self.lock:
             self.held[(unit, case.case_id)] = (gate, need)
-        return est
+        return row
 
     def release(self, unit: str, case: Case) -> None:
         with self.lock:

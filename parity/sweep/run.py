@@ -199,11 +199,11 @@ class Sweep(SweepEnd):
             return True
         if not self.options.isolate:  # nothing to overlap in this process; judged (reference included) before
             self._finish(pending)  # this backend's call can leave the process's CUDA context unusable
-        est = self.memory.reserve(case, unit, lambda: self._finish(pending))
-        if est is None:
+        reserved = self.memory.reserve(case, unit, lambda: self._finish(pending))
+        if reserved is None:
             return False
-        t_ex = time.perf_counter()
-        why = self.memory.host_refusal(case, unit, est)  # the machine cannot hold it: not sent, no reference
+        t_ex, est = time.perf_counter(), reserved.est
+        why = self.memory.host_refusal(case, unit, reserved)  # the machine cannot hold it: not sent, no reference
         failed = {"status": Outcome.UNSUPPORTED, "detail": why} if why else ex.submit(case)
         t_sent = time.perf_counter()
         self._finish(pending)  # the previous row, overlapped with this backend's work
