@@ -387,8 +387,8 @@ def _sweep_and_finish(req: RunRequest, sweep, facts: dict, explicit: list[str]) 
             result = sweep.run()
             _write_environment(req, out, result, facts)
             written = True  # the sweep's end said: a signal from here on changes no record
-            code = _finish_run(req, out, result, explicit, sweep.options)
-            return EXIT_SIGNALLED[result.interrupted] if result.interrupted else code
+            code = _finish_run(req, out, result, explicit, sweep.options, sweep.stop.is_set)
+            return EXIT_SIGNALLED[sweep.interrupted] if sweep.interrupted else code  # a signal while shrinking too
     except KeyboardInterrupt:  # a second signal (or Ctrl-C where no handler could be set): what ran, said at once
         if not sweep.interrupted:
             sweep.interrupt(signals.first or "SIGINT")
@@ -503,16 +503,17 @@ def _write_environment(req: RunRequest, out: Path, result, run: dict, in_progres
     runfolder.write_environment(out, environment, keep_earlier=req.resume)
 
 
-def _finish_run(req: RunRequest, out: Path, result, explicit: list[str], options) -> int:
+def _finish_run(req: RunRequest, out: Path, result, explicit: list[str], options, stop=None) -> int:
     """Print the failures, shrink them, write the reports and the summary; the exit code. The
-    folder's rows are read once, after shrinking, for the reports, coverage, results.json and the summary."""
+    folder's rows are read once, after shrinking, for the reports, coverage, results.json and the summary.
+    ``stop`` true (a stop signal while shrinking): the shrinking ends after the call in flight, the rest goes on."""
     from .sweep import FAIL_VERDICTS, summary_table
 
     failures = [r for r in result.rows if r["verdict"] in FAIL_VERDICTS]
     shown = _print_failures(failures, options.expectations)
     to_shrink = [r for r in failures if r["verdict"] != Outcome.UNEXPECTED_PASS]  # a pass has nothing to shrink
     if req.shrink > 0 and to_shrink and not result.interrupted:  # a stop signal wants the run ended, not more calls
-        _shrink_failures(to_shrink, options, out)
+        _shrink_failures(to_shrink, options, out, stop)
     folder = runfolder.read_results(out)
     rows = list(folder.rows) if folder else []
     wrote = not req.no_report and _write_reports(out, options.expectations, folder)  # after shrinking: shows the shrunk cases
@@ -609,11 +610,11 @@ def _print_failures(failures: list[dict], expectations) -> dict[str, int]:
     return shown
 
 
-def _shrink_failures(failures: list[dict], options, out: Path) -> None:
+def _shrink_failures(failures: list[dict], options, out: Path, stop=None) -> None:
     """Shrink the first failure of each backend and kind (:func:`parity.sweep.shrinking.shrink_failures`); print the smaller cases."""
     from .sweep.shrinking import shrink_failures
 
-    for rec in shrink_failures(failures, options, out):
+    for rec in shrink_failures(failures, options, out, stop):
         small_row, backend = rec["row"], rec["backend"]
         if rec["small"].case_id != rec["original"].case_id:
             print(

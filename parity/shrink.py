@@ -101,13 +101,14 @@ def same_failure(original: dict[str, Any], row: dict[str, Any]) -> bool:
 class Shrunk(tuple):
     """``(smallest failing case, its row, backend calls used)``, and :attr:`exhausted`: whether the
     search stopped at its call budget (a smaller case may exist) instead of running out of
-    candidates."""
+    candidates; :attr:`stopped`: whether a stop signal ended it (``exhausted`` too: a smaller case may exist)."""
 
     exhausted: bool
+    stopped: bool
 
-    def __new__(cls, case: Case, row: dict[str, Any], calls: int, exhausted: bool) -> Shrunk:
+    def __new__(cls, case: Case, row: dict[str, Any], calls: int, exhausted: bool, stopped: bool = False) -> Shrunk:
         out = super().__new__(cls, (case, row, calls))
-        out.exhausted = exhausted
+        out.exhausted, out.stopped = exhausted or stopped, stopped
         return out
 
 
@@ -116,11 +117,18 @@ def budget_note(calls: int) -> str:
     return f"stopped at the budget of {calls} calls (--shrink {calls}); a smaller case may exist"
 
 
-def shrink(case: Case, original: dict[str, Any], judge: Judge, max_calls: int = 60) -> Shrunk:
+def stop_note(calls: int) -> str:
+    """What a shrink that a stop signal ended after ``calls`` calls says."""
+    return f"stopped by a signal after {calls} calls; a smaller case may exist"
+
+
+def shrink(case: Case, original: dict[str, Any], judge: Judge, max_calls: int = 60, stop: Callable[[], bool] | None = None) -> Shrunk:
     """Greedy shrink; returns ``(smallest failing case, its row, backend calls used)`` as a
-    :class:`Shrunk`, whose ``exhausted`` says whether the budget of ``max_calls`` ended it."""
+    :class:`Shrunk`, whose ``exhausted`` says whether the budget of ``max_calls`` ended it; ``stop`` (asked
+    before each call) true ends it where it is (a stop signal: ``stopped``)."""
     best, best_row, calls = case, original, 0
     improved, exhausted = True, False
+    stopped = False
     while improved:
         improved = False
         for change in candidates(best):
@@ -133,9 +141,12 @@ def shrink(case: Case, original: dict[str, Any], judge: Judge, max_calls: int = 
             if calls >= max_calls:  # a smaller candidate is left untried
                 exhausted = True
                 break
+            if stop is not None and stop():
+                stopped = True
+                break
             calls += 1
             row = judge(cand)
             if same_failure(original, row):
                 best, best_row, improved = cand, row, True
                 break
-    return Shrunk(best, best_row, calls, exhausted)
+    return Shrunk(best, best_row, calls, exhausted, stopped)

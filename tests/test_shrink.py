@@ -1,6 +1,10 @@
+import os
+import signal
+
 from parity import Case, Window, evaluate
 from parity.selftest.bugs import WindowOneWider
 from parity.shrink import shrink
+from tests.helpers import SdpaWindowOneWider
 
 
 def test_failing_case_shrinks_and_still_fails_the_same_way():
@@ -102,7 +106,7 @@ def test_each_kind_of_a_backends_failures_is_shrunk(monkeypatch, tmp_path):
     ]
     seen = []
 
-    def fake(spec, case, row, options, baselines):
+    def fake(spec, case, row, options, baselines, stop):
         seen.append(row["case_id"])
         return Shrunk(case, row, 1, False)
 
@@ -110,6 +114,46 @@ def test_each_kind_of_a_backends_failures_is_shrunk(monkeypatch, tmp_path):
     shrinking.shrink_failures(rows, SweepOptions(shrink_calls=4), tmp_path)
     assert seen == ["a", "c", "d", "e"]  # reads, backward, mask (its forward is the root), error
     assert [shrinking.failure_kind(r) for r in rows] == ["reads", "reads", "backward", "mask", "error"]
+
+
+def test_a_stop_ends_the_search_where_it_is():
+    big = Case(q_lens=(90, 31), k_lens=(90, 60), hq=6, hkv=2, head_dim=64, dtype="bfloat16", window=Window(12, 0), seed=4)
+    bug = WindowOneWider()
+    calls = []
+
+    def judge(c):
+        calls.append(c)
+        return evaluate(bug, c)
+
+    got = shrink(big, evaluate(bug, big), judge, max_calls=60, stop=lambda: len(calls) >= 2)
+    assert got[2] == 2 and len(calls) == 2 and got.stopped and got.exhausted
+
+
+class SignalsWhileShrinking(SdpaWindowOneWider):
+    """Sends this process SIGTERM on its first call on a smaller case than the run's (a shrink candidate)."""
+
+    sent = False
+
+    def run(self, case, inputs, out=None):
+        if case.hq < 6 and not SignalsWhileShrinking.sent:
+            SignalsWhileShrinking.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().run(case, inputs, out)
+
+
+def test_a_signal_while_shrinking_ends_the_shrinking_and_the_run_exits_for_it(tmp_path, capsys):
+    """The first stop signal after the rows ran (during shrinking) ends the search after the call in flight; the
+    shrunk record says so, the reports are written, and the exit is the signal's (128 + 15)."""
+    import json
+
+    from parity import cli
+
+    big = Case(q_lens=(90, 31), k_lens=(90, 60), hq=6, hkv=2, head_dim=64, dtype="bfloat16", window=Window(12, 0), seed=4)
+    argv = ["run", "-b", f"{__name__}:SignalsWhileShrinking", "--case", big.to_json(), "--out", str(tmp_path / "o")]
+    assert cli.main([*argv, "--shrink", "50", "--no-isolate", "-q", "--no-report"]) == 143
+    rec = json.loads((tmp_path / "o" / "shrunk.jsonl").read_text().splitlines()[0])
+    assert rec["calls"] < 50 and rec["note"] == f"stopped by a signal after {rec['calls']} calls; a smaller case may exist", rec
+    assert (tmp_path / "o" / "results.json").exists()
 
 
 def test_a_shrunk_backward_failure_repro_asks_for_the_backward(tmp_path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +32,19 @@ from ..expect import CHECK_REASONS, GRAD_REASONS
 from ..judge import BaselineCache, judge
 from ..results import Outcome
 from ..runfolder import SHRUNK, open_jsonl
-from ..shrink import Shrunk, budget_note, shrink
+from ..shrink import Shrunk, budget_note, shrink, stop_note
 from .lanes import make_executor
 from .options import SweepOptions
 
 
-def shrink_failures(failures: list[dict[str, Any]], options: SweepOptions, out: Path) -> list[dict[str, Any]]:
-    """Shrink the first of ``failures`` of each backend and :func:`failure_kind` with at most ``options.shrink_calls`` backend
-    calls; append each to ``OUT/shrunk.jsonl`` (rewritten unless ``options.resume``) and return
-    them: ``{backend, from, case, verdict, reasons, calls, repro, budget_exhausted, note}`` (``note``:
-    "stopped at the budget of N calls ..." when the budget ended the search) plus ``row`` (the smallest
+def shrink_failures(
+    failures: list[dict[str, Any]], options: SweepOptions, out: Path, stop: Callable[[], bool] | None = None
+) -> list[dict[str, Any]]:
+    """Shrink the first of ``failures`` of each backend and :func:`failure_kind` with at most ``options.shrink_calls``
+    backend calls; append each to ``OUT/shrunk.jsonl`` (rewritten unless ``options.resume``) and return them:
+    ``{backend, from, case, verdict, reasons, calls, repro, budget_exhausted, note}`` (``note``: "stopped at the
+    budget of N calls ..." when the budget ended the search, "stopped by a signal ..." when ``stop``, asked before
+    each call, said so: that search is written as far as it got and no other starts) plus ``row`` (the smallest
     failing case's row), ``original`` and ``small`` (the failing case and the smallest one)."""
     firsts: dict[tuple[str, str], dict[str, Any]] = {}
     for r in failures:
@@ -49,8 +53,10 @@ def shrink_failures(failures: list[dict[str, Any]], options: SweepOptions, out: 
     done = []
     with open_jsonl(out, SHRUNK, append=options.resume) as fh:
         for (backend, _), row in firsts.items():
+            if stop is not None and stop():
+                break
             case = Case.from_json(row["case_json"])
-            found = _shrink_one(backend, case, row, options, baselines)
+            found = _shrink_one(backend, case, row, options, baselines, stop)
             small, small_row, calls = found
             rec = {
                 "backend": backend,
@@ -61,7 +67,7 @@ def shrink_failures(failures: list[dict[str, Any]], options: SweepOptions, out: 
                 "calls": calls,
                 "repro": small_row.get("repro") or small.repro(backend),  # the judged row's: with --grad where it ran the backward
                 "budget_exhausted": found.exhausted,
-                "note": budget_note(calls) if found.exhausted else "",
+                "note": stop_note(calls) if found.stopped else budget_note(calls) if found.exhausted else "",
             }
             fh.write(json.dumps(rec) + "\n")
             done.append({**rec, "row": small_row, "original": case, "small": small})
@@ -89,7 +95,9 @@ def failure_kind(row: dict[str, Any]) -> str:
     return next((kind for kind, names in KINDS if reasons & set(names)), "other")
 
 
-def _shrink_one(backend: str, case: Case, row: dict[str, Any], options: SweepOptions, baselines: BaselineCache) -> Shrunk:
+def _shrink_one(
+    backend: str, case: Case, row: dict[str, Any], options: SweepOptions, baselines: BaselineCache, stop: Callable[[], bool] | None
+) -> Shrunk:
     # the sweep's executor for it (isolation, probes, worker path), timing each call once: only verdicts count here
     ex = make_executor(backend, dataclasses.replace(options, repeats=1))
     try:
@@ -97,6 +105,6 @@ def _shrink_one(backend: str, case: Case, row: dict[str, Any], options: SweepOpt
         def judge_one(c: Case) -> dict[str, Any]:
             return judge(c, backend, ex.info, ex.run(c), baselines, options.budgets).row
 
-        return shrink(case, row, judge_one, options.shrink_calls)
+        return shrink(case, row, judge_one, options.shrink_calls, stop)
     finally:
         ex.close()
