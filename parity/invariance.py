@@ -42,7 +42,8 @@ ALONE_MAX = 3
 
 def sub_inputs(inputs: Inputs, order: Sequence[int]) -> Inputs:
     """``inputs``' sequences ``order`` (in that order) as a batch of their own: the same values, its case's
-    lengths and prefix sums those of the sub-batch; descales and sinks unchanged (one per tensor / head)."""
+    lengths and prefix sums those of the sub-batch; per-(sequence, kv head) descales ``(B, hkv)`` those of its
+    sequences, others (per tensor, per kv head) and sinks unchanged."""
     case = inputs.case
     sub = dataclasses.replace(case, q_lens=tuple(case.q_lens[b] for b in order), k_lens=tuple(case.k_lens[b] for b in order))
     cq, ck = case.cu_seqlens()
@@ -53,7 +54,15 @@ def sub_inputs(inputs: Inputs, order: Sequence[int]) -> Inputs:
     dev = inputs.q.device
     cu_q = torch.tensor(sq, dtype=torch.int32, device=dev)  # (B' + 1,)
     cu_k = torch.tensor(sk, dtype=torch.int32, device=dev)  # (B' + 1,)
-    return dataclasses.replace(inputs, case=sub, q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    scales = {name: _rows_of(getattr(inputs, name), order) for name in ("q_descale", "k_descale", "v_descale")}
+    return dataclasses.replace(inputs, case=sub, q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, **scales)
+
+
+def _rows_of(descale: torch.Tensor | None, order: Sequence[int]) -> torch.Tensor | None:
+    """A per-sequence descale ``(B, hkv)``'s rows ``order``; a per-tensor or per-kv-head one (or None) as it is."""
+    if descale is None or descale.dim() < 2:
+        return descale
+    return descale[list(order)]  # (B', hkv)
 
 
 def variants(q_lens: Sequence[int], k_lens: Sequence[int]) -> list[tuple[str, list[int]]]:

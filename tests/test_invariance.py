@@ -26,6 +26,11 @@ PAGED = Case(q_lens=(3, 2), k_lens=(33, 20), hq=2, hkv=2, head_dim=8, dtype="flo
 ONE = Case(q_lens=(6,), k_lens=(6,), hq=2, hkv=2, head_dim=8, dtype="float32", window=Window(2, 0))
 #: a paged batch whose longest sequence takes PagedLongPath's long path (> 1024 keys) while the other alone does not
 LONG = Case(q_lens=(1, 1), k_lens=(1100, 300), hq=2, hkv=1, head_dim=16, dtype="float32", window=Window(299, 0), page_size=64, seed=2)
+#: per-(sequence, kv head) fp8 descales (an H100 run, 2026-12-07: a sub-batch kept every sequence's descales)
+FP8 = Case(
+    q_lens=(1, 1, 1), k_lens=(20, 7, 12), hq=4, hkv=2, head_dim=16, dtype="bfloat16", window=Window(6, 0), page_size=4,
+    kv_dtype="float8_e4m3fn", q_fp8=True, fp8_scales="batch_kv_head", seed=3005,
+)  # fmt: skip
 BASE = BaselineCache("cpu", keep=16)
 
 
@@ -36,6 +41,14 @@ def test_sub_inputs_are_the_same_values_as_a_batch_of_their_own():
     assert sub.cu_seqlens_q.tolist() == [0, 3, 8] and sub.cu_seqlens_k.tolist() == [0, 12, 19]
     assert torch.equal(sub.q[:3], inputs.q[14:17]) and torch.equal(sub.q[3:], inputs.q[:5])
     assert torch.equal(sub.k[:12], inputs.k[16:28]) and torch.equal(sub.v[12:], inputs.v[:7])
+
+
+def test_sub_inputs_take_their_sequences_descales():
+    inputs = make_inputs(FP8)
+    sub = sub_inputs(inputs, [2, 0])
+    for name in ("q_descale", "k_descale", "v_descale"):
+        full, got = getattr(inputs, name), getattr(sub, name)  # (B, hkv) and (B', hkv)
+        assert full.shape == (3, 2) and torch.equal(got, full[[2, 0]]), name
 
 
 def test_variants_are_bounded_and_every_sequence_moves_in_the_rotation():
@@ -109,7 +122,7 @@ def test_the_planted_bug_is_in_the_self_test_with_its_check():
 
 
 @pytest.mark.parametrize("backend", ["reference", EagerAttention(), SplitKV(), OnlineSoftmaxTiled()], ids=str)
-@pytest.mark.parametrize("case", [VARLEN, DECODE, PAGED], ids=["varlen", "decode", "paged"])
+@pytest.mark.parametrize("case", [VARLEN, DECODE, PAGED, FP8], ids=["varlen", "decode", "paged", "fp8-per-sequence"])
 def test_honest_eager_backends_are_batch_invariant(backend, case):
     row = evaluate(backend, case, baselines=BASE, checks=("invariance",))
     assert row["verdict"] in ("pass", "unsupported"), row
