@@ -54,8 +54,10 @@ def sub_inputs(inputs: Inputs, order: Sequence[int]) -> Inputs:
     dev = inputs.q.device
     cu_q = torch.tensor(sq, dtype=torch.int32, device=dev)  # (B' + 1,)
     cu_k = torch.tensor(sk, dtype=torch.int32, device=dev)  # (B' + 1,)
-    scales = {name: _rows_of(getattr(inputs, name), order) for name in ("q_descale", "k_descale", "v_descale")}
-    return dataclasses.replace(inputs, case=sub, q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, **scales)
+    qd, kd, vd = (_rows_of(d, order) for d in (inputs.q_descale, inputs.k_descale, inputs.v_descale))
+    return dataclasses.replace(
+        inputs, case=sub, q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, q_descale=qd, k_descale=kd, v_descale=vd
+    )
 
 
 def _rows_of(descale: torch.Tensor | None, order: Sequence[int]) -> torch.Tensor | None:
