@@ -5,6 +5,7 @@ only where they are written, a row read back parsed once into the same record.""
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import re
 from pathlib import Path
@@ -24,7 +25,9 @@ BACKENDS = (
 
 
 def _read(path: Path) -> str:
-    with path.open(newline="") as fh:
+    """A text file's exact characters; a ``.gz`` one decompressed (the fixture is stored gzipped)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", newline="") as fh:
         return fh.read()
 
 
@@ -83,7 +86,7 @@ def same_but_float_noise(got: str, want: str) -> bool:
 
 
 def test_a_small_sweep_writes_the_same_results_csv_as_before(tmp_path, capsys):
-    """tests/fixtures/judge-sweep/results.csv was written by the code before the typed verdict record
+    """tests/fixtures/judge-sweep/results.csv.gz was written by the code before the typed verdict record
     (main at 536a1a8), time_ms and est_mem_mb blanked, its lse_check ``pass`` since written ``ok`` (the word every check
     says, 2026-12-07): the same cases, backends and known divergences give the same bytes."""
     argv = [
@@ -103,7 +106,7 @@ def test_a_small_sweep_writes_the_same_results_csv_as_before(tmp_path, capsys):
     assert cli.main(argv) == 1  # planted bugs fail
     capsys.readouterr()
     got = blank_time(_read(tmp_path / "run" / "results.csv"))
-    want = blank_time(_read(FIXTURE / "results.csv"))
+    want = blank_time(_read(FIXTURE / "results.csv.gz"))
     assert same_but_float_noise(got, want)
     verdicts = {r["verdict"] for r in csv.DictReader(io.StringIO(want, newline=""))}
     assert verdicts == {"pass", "fail", "expected", "unexpected-pass", "unsupported", "unavailable"}
@@ -114,7 +117,7 @@ def test_a_row_read_back_parses_once_into_the_record_that_writes_it_again():
     verdict of the fixture; the numbers are numbers."""
     from parity.results import Verdict
 
-    rows = list(csv.DictReader(io.StringIO(_read(FIXTURE / "results.csv"), newline="")))
+    rows = list(csv.DictReader(io.StringIO(_read(FIXTURE / "results.csv.gz"), newline="")))
     for row in rows:
         v = Verdict.from_row(row)
         cols = v.columns()
