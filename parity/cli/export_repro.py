@@ -5,7 +5,8 @@ standalone script per divergence (which rows, the scripts: :mod:`parity.export_r
 and its control per entry of the known-divergence file, from the smallest row each entry explains in the
 run folders named (each DIR a run folder or a folder of them, e.g. a checkout's ``lab/runs``); an entry named
 in ``--index`` (default :data:`parity.export_repro.INDEX`, the package's record of which case each entry uses)
-keeps that case unless ``--repick``. Writes ``DIR/index.tsv`` (entry, backend, script, control).
+keeps that case unless ``--repick``. Writes ``DIR/index.tsv`` (entry, backend, script, control). An engine-check
+entry (batch invariance, graph replay: the scripts check values and masks only) gets a line saying so, not a script.
 
 Exit codes: 0 scripts written, or nothing to export (a line says so); 2 bad input (no such
 folder, no results.csv, ``--row`` out of range, a backend with no rows in the run, ``--known`` without
@@ -112,7 +113,10 @@ def _known(args: argparse.Namespace) -> int:
     runs = [load_run(d, expectations, rejudge=True) for d in folders]
     keep = {} if args.repick else read_index(args.index if args.index is not None else INDEX)
     out_dir = _out_dir(args.out)
-    entries = [e.id for e in expectations.entries]
+    entries = [e.id for e in expectations.entries if not e.checks]
+    for e in expectations.entries:
+        if e.checks:  # a script checks values and masks; the engine checks run in the harness only
+            print(f"export-repro: {e.id}: an engine-check entry ({', '.join(e.checks)}): no script; its rows' repro line reruns it")
     lines = export_known(runs, entries, out_dir, keep)
     print(f"export-repro: {len(lines)} of {len(entries)} known divergences exported to {out_dir} (index.tsv)")
     return 0
