@@ -342,11 +342,14 @@ class FlexBackend(PreparedCall, Backend):
     def compile_key(self, case: Case) -> tuple | None:
         """Dynamo guards on dtypes, head counts and head dim, and on which score_mod / mask_mod runs (their
         numbers are tensors: no guard on values); static shapes add each sequence's (padded) lengths, and the
-        unbucketed path's mask_mod closes over the window's numbers (guarded by value)."""
+        unbucketed path's mask_mod closes over the window's numbers (guarded by value). The softmax scale is
+        guarded by value: flex_attention takes it as a Python float, which Dynamo passes as a 0-d tensor and AOT's
+        tensorify pass specialises again (``scale == 0.05``: the flex op takes a float), so each scale of a key
+        is a graph of its own (lab/runs/cpu-flex-keys-2026-12-07: 29 of an H100 run's 209 graphs)."""
         if not self._use_compiled():
             return None
         mods = (case.softcap is not None, bool(case.sinks), case.chunk is not None)
-        key = (case.dtype, case.hq, case.hkv, case.head_dim, *mods)
+        key = (case.dtype, case.hq, case.hkv, case.head_dim, case.softmax_scale, *mods)
         if self.dynamic:
             return key
         seqs = self._seqs(case)
@@ -482,7 +485,7 @@ class FlexCudaBackend(FlexBackend):
     device = "cuda"
     description = (
         "FlexAttention compiled on CUDA (dynamic shapes), BlockMask per (Sq, Sk); lengths padded to power-of-two "
-        "buckets and the window passed as tensors, so one compiled kernel serves every case of a (dtype, heads, head dim)"
+        "buckets and the window passed as tensors, so one compiled kernel serves every case of a (dtype, heads, head dim, softmax scale)"
     )
     bucketed = True
     dynamic = True
