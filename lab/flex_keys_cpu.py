@@ -24,7 +24,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 import torch._inductor.config as inductor_config
 
 from parity import compile_cache
@@ -65,7 +64,9 @@ def main(argv: list[str]) -> int:
             big = max(max(bq, bk) for bq, bk, _ in seqs)
             key = repr(be.compile_key(case))
             rec = {"row": i, "key": key, "seen": key in seen, "scale": case.softmax_scale, "case_scale": case.scale}
-            rec.update(q=list(case.q_lens[:4]), k=list(case.k_lens[:4]), b=len(case.q_lens), buckets=sorted({(bq, bk) for bq, bk, _ in seqs}))
+            rec.update(
+                q=list(case.q_lens[:4]), k=list(case.k_lens[:4]), b=len(case.q_lens), buckets=sorted({(bq, bk) for bq, bk, _ in seqs})
+            )
             if big > a.max_bucket:
                 out.write(json.dumps({**rec, "skipped": f"bucket {big} > {a.max_bucket}"}) + "\n")
                 continue
