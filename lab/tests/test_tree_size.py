@@ -1,0 +1,25 @@
+"""Issue 51's limit on the tracked tree: at most 8 MB (8,000,000 bytes), the lab's committed runs included. A new
+run that does not fit retires superseded rows (their README names the ``git show`` that brings them back), as
+lab/runs/h200-2026-12-06d-coldwarm/README.md did, or the limit moves here with its reason."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LIMIT = 8_000_000
+
+
+def test_the_tracked_tree_is_at_most_8_mb():
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    names = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    files = [ROOT / n.decode() for n in names if n]
+    sizes = {f: f.stat().st_size for f in files if f.is_file()}  # a file deleted but not yet staged is not counted
+    total = sum(sizes.values())
+    biggest = ", ".join(f"{p.relative_to(ROOT)} {n // 1000} KB" for p, n in sorted(sizes.items(), key=lambda x: -x[1])[:5])
+    assert total <= LIMIT, f"tracked tree {total / 1e6:.2f} MB > {LIMIT / 1e6:.0f} MB; largest: {biggest}"
