@@ -127,8 +127,7 @@ def shrink(case: Case, original: dict[str, Any], judge: Judge, max_calls: int = 
     :class:`Shrunk`, whose ``exhausted`` says whether the budget of ``max_calls`` ended it; ``stop`` (asked
     before each call) true ends it where it is (a stop signal: ``stopped``)."""
     best, best_row, calls = case, original, 0
-    improved, exhausted = True, False
-    stopped = False
+    improved, exhausted, stopped = True, False, False
     while improved:
         improved = False
         for change in candidates(best):

@@ -24,7 +24,7 @@ from parity import Case, Window, backends
 from parity.backends import flex as flex_mod
 from parity.backends import torch_fa2, vllm_fa
 from parity.case import make_inputs
-from parity.graphs import copy_values, static_copy
+from parity.graphs import copy_values, new_values, static_copy
 from parity.verdict import POISON
 
 #: every digest a fake library computed, in call order
@@ -205,11 +205,6 @@ PADDED = [
 ]
 
 
-def _fresh(case: Case):
-    """New values for the same case: its layout (the paged cache's page order comes from ``case.seed``) stays the same."""
-    return dataclasses.replace(make_inputs(dataclasses.replace(case, seed=case.seed + 1)), case=case)
-
-
 def _poison(inputs) -> torch.Tensor:
     return torch.full(inputs.q.shape, POISON, dtype=inputs.case.torch_dtype)  # (total_q, hq, d)
 
@@ -240,7 +235,7 @@ def test_the_graph_call_is_run_reads_new_values_and_does_no_host_work(name, case
     out = _poison(static)
     first = _call(fn, out, guard)
     assert _same(first, _eager(backend, case, static))  # (a) what run gives
-    fresh = _fresh(case)
+    fresh = new_values(case, torch.device("cpu"))
     copy_values(static, fresh)  # as the harness refills the buffers between replays
     again = _call(fn, out, guard)  # (c) under the guard, (b) on the new values
     assert _same(again, _eager(backend, case, fresh)) and not _same(again, first)
@@ -267,7 +262,7 @@ def test_the_padded_call_appends_empty_sequences_and_reads_new_values(name, case
     assert first[0].shape == static.q.shape and _padded_layout_seen(CALLS[-1], case, pad)
     tables = [t for t in CALLS[-1] if t.dim() == 2 and not t.dtype.is_floating_point]  # (B + pad, P) block tables
     assert all(t.shape[0] == case.batch + pad and bool((t[-pad:] == -1).all()) for t in tables)
-    fresh = _fresh(case)
+    fresh = new_values(case, torch.device("cpu"))
     copy_values(static, fresh)
     again = _call(fn, out, guard)
     rebuilt = _call(backend.graph_padded_call(case, static_copy(fresh), pad), _poison(fresh), guard)
@@ -296,7 +291,7 @@ def test_a_bucketed_flex_with_sinks_reads_the_new_sinks(fakes, guard):
     fn = backend.graph_call(case, static)
     first = _call(fn, _poison(static), guard)
     assert _same(first, _eager(backend, case, static))
-    fresh = _fresh(case)
+    fresh = new_values(case, torch.device("cpu"))
     fresh = dataclasses.replace(static_copy(static), sinks=fresh.sinks * 2)  # new sinks alone (q, k, v as they were)
     copy_values(static, fresh)
     again = _call(fn, _poison(static), guard)
