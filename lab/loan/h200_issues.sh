@@ -16,6 +16,7 @@
 #                                                   # completed) into /tmp/tp/warm -> $OUT/warm.tgz
 #   bash lab/loan/h200_issues.sh checks [LIMIT_S]   # issue 49: the quick profile with --invariance --graph-replay on
 #                                                   # every GPU backend here, on the cold run's cache -> $OUT/checks.tgz
+#     [BACKENDS=a,b | BACKENDS=staged]              # only these (staged: the staged libraries' backends, below)
 #   bash lab/loan/h200_issues.sh vdiff LIMIT_S      # old code (.stage/old-6ac94c6, carried) against new on CASES
 #                                                   # cases, both on the cold run's cache -> $OUT/vdiff.tgz
 #   bash lab/loan/h200_issues.sh launch [FEAT_S] [GRAD_S] [GATE_S]  # the detached jobs below; returns at once
@@ -36,6 +37,8 @@ bg() { bash "$here/device/bg.sh" "$@"; }
 GATE_FLASHINFER=1 source "$here/loan/h200_env.sh"  # worker paths (FlashInfer's too), the xformers shim
 PARITY_CC=/tmp/parity-cc
 GRAD_BACKENDS=sdpa-math-cuda,sdpa-efficient-cuda,sdpa-cudnn-cuda,flex-cuda,torch-fa2-cuda,torch-fa2-varlen-cuda,fa4-cuda,fa4-varlen-cuda,xformers-cutlass-cuda,xformers-flash-cuda,jax-xla-cuda,jax-cudnn-cuda,reference-cuda
+STAGED_BACKENDS=fa4-cuda,fa4-varlen-cuda,vllm-fa2-cuda,vllm-fa3-cuda,vllm-fa3-split2-cuda,xformers-cutlass-cuda,xformers-flash-cuda,flashinfer-cuda,flashinfer-paged-cuda,flashinfer-decode-cuda,flashinfer-decode-split4-cuda,reference-cuda
+[ "${BACKENDS:-}" = staged ] && BACKENDS=$STAGED_BACKENDS
 LSE_BACKENDS=flex-cuda,torch-fa2-cuda,torch-fa2-varlen-cuda,fa4-cuda,fa4-varlen-cuda,vllm-fa2-cuda,vllm-fa3-cuda,xformers-cutlass-cuda,xformers-flash-cuda,flashinfer-cuda,sdpa-efficient-cuda,reference-cuda
 
 features() {  # LIMIT_S
@@ -109,7 +112,7 @@ case "${1:-}" in
     tar czf "$OUT/warm.tgz" -C "$w" --exclude=results.json --exclude=masks.jsonl warm warm.log ;;
   checks)  # issue 49's engine checks on CUDA: batch invariance and graph replay, a table per backend last
     w=/tmp/checks; rm -rf "$w"; mkdir -p "$w"; t0=$(date +%s)
-    timeout $(( ${2:-300} + 90 )) python3 -m parity run --profile quick --backend all-gpu --jobs "${JOBS:-12}" --split auto \
+    timeout $(( ${2:-300} + 90 )) python3 -m parity run --profile quick --backend "${BACKENDS:-all-gpu}" --jobs "${JOBS:-12}" --split auto \
       --invariance --graph-replay --shrink 0 --no-report -q --compile-cache /tmp/tp/cc --out "$w/run" --time-limit "${2:-300}" \
       > "$w/run.log" 2>&1
     echo "checks rc=$? in $(( $(date +%s) - t0 )) s"; grep -v "^  \|^$" "$w/run.log" | tail -n 4 | cut -c1-200

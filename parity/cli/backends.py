@@ -151,8 +151,9 @@ def _print_backends(rows: list, as_json: bool) -> int:
     if as_json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
-    print(f"{'backend':<26}{'device':<8}{'status':<12}version / reason")
+    width = max([len("backend"), *(len(info["spec"]) for info in rows)]) + 2  # the longest name keeps its column
+    print(f"{'backend':<{width}}{'device':<8}{'status':<12}version / reason")
     for info in rows:
         status = "available" if not info.get("unavailable") else "unavailable"
-        print(f"{info['spec']:<26}{info.get('device', '?'):<8}{status:<12}{info.get('unavailable') or info.get('version', '')}")
+        print(f"{info['spec']:<{width}}{info.get('device', '?'):<8}{status:<12}{info.get('unavailable') or info.get('version', '')}")
     return EXIT_OK
