@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 import pytest
@@ -245,3 +246,37 @@ def test_resume_of_a_folder_without_the_model_columns(tmp_path, capsys):
         new = list(csv.DictReader(fh))
     assert new[0]["case_id"] == rows[0]["case_id"] and new[0]["model"] == ""
     assert {r["model"] for r in new[1:]} == {"gemma-3-1b"}
+
+
+def test_layer_kinds_with_the_same_calls_run_once_and_are_named():
+    """Command-R7B's layers make Mistral-7B's (local) and Mixtral's (global) calls exactly: the whole table runs them
+    once (20 of 240 cases; issue 47/48's cold models run, lab/runs/cpu-models-cost-2026-12-07). A kind is shared only
+    where every one of its calls is; a model run alone keeps its own cases."""
+    every, _ = models.profile_cases([], dedupe=False)
+    shared = models.shared_calls(every)
+    assert shared == {"command-r7b/local": "mistral-7b-v0.1/local", "command-r7b/global": "mixtral-8x7b-v0.1/global"}
+    kept, _ = models.profile_cases([])
+    assert len(every) == 240 and len(kept) == 220
+    assert {(c.model, c.layer) for c in every} - {(c.model, c.layer) for c in kept} == {("command-r7b", "local"), ("command-r7b", "global")}
+    keys = {models.call_key(c) for c in kept}
+    assert len(keys) == len(kept) and {models.call_key(c) for c in every} == keys  # nothing a backend is asked is lost
+    alone, _ = models.profile_cases(["command-r7b"])
+    assert len(alone) == 2 * len(models.CALLS) and {c.model for c in alone} == {"command-r7b"}
+    # one differing call (a softcap here) keeps the kind its own
+    soft = [dataclasses.replace(c, softcap=30.0) if (c.model, c.layer, c.q_lens) == ("command-r7b", "local", (4096,)) else c for c in every]
+    assert models.shared_calls(soft) == {"command-r7b/global": "mixtral-8x7b-v0.1/global"}
+
+
+def test_a_run_names_the_kinds_it_ran_once(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["run", "--model", "mistral-7b-v0.1", "--model", "command-r7b", "--backend", "reference", "--no-isolate"]
+    argv += ["--length-scale", "512", "--out", str(out), "-q", "--shrink", "0", "--no-probes"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "model command-r7b/local: the same calls as mistral-7b-v0.1/local" in printed
+    with (out / "results.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {(r["model"], r["layer"]) for r in rows} == {("mistral-7b-v0.1", "local"), ("command-r7b", "global")}
+    env = json.loads((out / "environment.json").read_text())
+    assert env["design"]["shared_calls"] == {"command-r7b/local": "mistral-7b-v0.1/local"}
+    assert "Run once: command-r7b/local ran as mistral-7b-v0.1/local (the same calls)." in (out / "summary.md").read_text()
