@@ -403,8 +403,7 @@ def _mask_verdict(total_rows: int, bad_rows: int, skipped: int, patterns: Counte
     return ProbeResult("mismatch", detail, bad_rows, total_rows, image)
 
 
-#: Elements of the GQA probe's output checked at once on its own device (:func:`_gqa_all_ok`): float32 chunks
-#: of at most this size (64 MiB), so the check holds little memory beside the output.
+#: Elements of the GQA probe's output checked at once on its device (:func:`_gqa_all_ok`; float32: 64 MiB).
 GQA_CHUNK_ELEMENTS = 1 << 24
 
 
@@ -419,11 +418,8 @@ def _seen_rows(case: Case, device: torch.device) -> torch.Tensor:
 
 def _gqa_all_ok(case: Case, out: torch.Tensor) -> ProbeResult | None:
     """The GQA probe's ``ok`` where every written row that sees a key holds its kv head's value, checked on the
-    output's own device in float32 row chunks (exact for the output's dtype: integers and their distance to the
-    nearest one) with only per-head flags leaving it; None where anything else may be the answer (no row, no
-    written row, a non-finite value, a wrong or mixed head): :func:`decode_gqa`'s whole decode then words it.
-    A 32k-query prefill's output was copied to the CPU and widened to float64 (1 GiB) for every row that passed:
-    8 s a row in h100-2026-12-06b-models (lab/runs/cpu-models-cost-2026-12-07)."""
+    output's device in float32 row chunks (exact for its dtype); None where anything else may be the answer:
+    :func:`decode_gqa`'s float64 decode words it (8 s a 32k row on the CPU: lab/runs/cpu-models-cost-2026-12-07)."""
     o = out.detach()  # (total_q, hq, d)
     seen = _seen_rows(case, o.device)  # (total_q,)
     if o.dim() != 3 or not bool(seen.any()):
@@ -449,8 +445,7 @@ def _gqa_all_ok(case: Case, out: torch.Tensor) -> ProbeResult | None:
 
 
 def decode_gqa(case: Case, out: torch.Tensor) -> ProbeResult:
-    """Which kv head each query head read, from the GQA probe output: checked where it lies (:func:`_gqa_all_ok`);
-    anything but ``ok`` decoded again on the CPU in float64, which words it."""
+    """Which kv head each query head read, from the GQA probe output (``ok`` found on its device: :func:`_gqa_all_ok`)."""
     fast = _gqa_all_ok(case, out)
     if fast is not None:
         return fast

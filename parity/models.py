@@ -395,9 +395,7 @@ def call_key(case: Case) -> str:
 
 
 def shared_calls(cases: Sequence[Case]) -> dict[str, str]:
-    """``model/layer`` -> the earlier ``model/layer`` whose calls are the same (:func:`call_key`: shape, window,
-    dtype, scale, softcap, sinks, pages, regime) in every one of its cases: the whole table's Command-R7B layers are
-    Mistral-7B's (local) and Mixtral's (global)."""
+    """``model/layer`` -> the earlier ``model/layer`` making every one of its calls (:func:`call_key`)."""
     first: dict[str, str] = {}
     kinds: dict[str, list[str]] = {}
     for c in cases:
@@ -411,8 +409,7 @@ def profile_cases(
     specs: Sequence[str], dtypes: Sequence[str] = ("bfloat16",), scale_down: int = 1, seed: int = 0, dedupe: bool = True
 ) -> tuple[list[Case], list[ModelAttention]]:
     """The cases of ``specs`` (``--model`` values; empty: the whole table) and the models they came from. ``dedupe``:
-    a layer kind whose calls are all an earlier kind's (:func:`shared_calls`) is not run again (its seeds would
-    only draw other inputs for the same kernels); ``parity run`` names it (``design["shared_calls"]``)."""
+    without the kinds :func:`shared_calls` names (their seeds would only draw other inputs for the same calls)."""
     models = [resolve(s) for s in (specs or list(TABLE))]
     cases: dict[str, Case] = {}
     for m in models:

@@ -160,7 +160,7 @@ def _model_cases(req: RunRequest, backend_names: Sequence[str]) -> tuple[list, d
         for note in m.notes:
             print(f"parity: model {m.name}: {note}")
     for kind, same in shared.items():
-        print(f"parity: model {kind}: the same calls as {same} (shape, window, dtype, scale, softcap, sinks): run once, as {same}")
+        print(f"parity: model {kind}: the same calls as {same}: run once, as {same}")
     design = {
         "models": {m.name: {"attention": m.describe(), "source": m.source, "notes": list(m.notes)} for m in models},
         "length_scale": scale,

@@ -152,6 +152,10 @@ def test_model_run_on_the_cpu_end_to_end(tmp_path, capsys):
             str(cfg),
             "--model",
             "gpt-oss-20b",
+            "--model",
+            "mistral-7b-v0.1",
+            "--model",
+            "command-r7b",
             "--backend",
             "reference",
             "--no-isolate",
@@ -177,13 +181,17 @@ def test_model_run_on_the_cpu_end_to_end(tmp_path, capsys):
         ("tiny", "global"),
         ("gpt-oss-20b", "local"),
         ("gpt-oss-20b", "global"),
+        ("mistral-7b-v0.1", "local"),
+        ("command-r7b", "global"),  # its local layers make Mistral's calls: run once, named
     }
-    assert len(rows) == 4 * len(models.CALLS) and {r["verdict"] for r in rows} == {"pass"}
+    assert len(rows) == 6 * len(models.CALLS) and {r["verdict"] for r in rows} == {"pass"}
+    assert "model command-r7b/local: the same calls as mistral-7b-v0.1/local" in printed
     env = json.loads((out / "environment.json").read_text())
     assert env["profile"] == "models" and env["design"]["length_scale"] == 512 and "divided by 512" in env["design"]["reduced_why"]
+    assert env["design"]["shared_calls"] == {"command-r7b/local": "mistral-7b-v0.1/local"}
     summary = (out / "summary.md").read_text()
     assert "### Models" in summary and "Reduced lengths" in summary
-    assert f"| tiny | local | pass {len(models.CALLS)} |" in summary
+    assert f"| tiny | local | pass {len(models.CALLS)} |" in summary and "Run once: command-r7b/local ran as mistral" in summary
     assert 'id="models-table"' in (out / "report.html").read_text()
 
 
@@ -249,9 +257,7 @@ def test_resume_of_a_folder_without_the_model_columns(tmp_path, capsys):
 
 
 def test_layer_kinds_with_the_same_calls_run_once_and_are_named():
-    """Command-R7B's layers make Mistral-7B's (local) and Mixtral's (global) calls exactly: the whole table runs them
-    once (20 of 240 cases; issue 47/48's cold models run, lab/runs/cpu-models-cost-2026-12-07). A kind is shared only
-    where every one of its calls is; a model run alone keeps its own cases."""
+    """Command-R7B's layers make Mistral-7B's and Mixtral's calls: run once (lab/runs/cpu-models-cost-2026-12-07)."""
     every, _ = models.profile_cases([], dedupe=False)
     shared = models.shared_calls(every)
     assert shared == {"command-r7b/local": "mistral-7b-v0.1/local", "command-r7b/global": "mixtral-8x7b-v0.1/global"}
@@ -259,24 +265,8 @@ def test_layer_kinds_with_the_same_calls_run_once_and_are_named():
     assert len(every) == 240 and len(kept) == 220
     assert {(c.model, c.layer) for c in every} - {(c.model, c.layer) for c in kept} == {("command-r7b", "local"), ("command-r7b", "global")}
     keys = {models.call_key(c) for c in kept}
-    assert len(keys) == len(kept) and {models.call_key(c) for c in every} == keys  # nothing a backend is asked is lost
+    assert len(keys) == len(kept) and {models.call_key(c) for c in every} == keys
     alone, _ = models.profile_cases(["command-r7b"])
     assert len(alone) == 2 * len(models.CALLS) and {c.model for c in alone} == {"command-r7b"}
-    # one differing call (a softcap here) keeps the kind its own
     soft = [dataclasses.replace(c, softcap=30.0) if (c.model, c.layer, c.q_lens) == ("command-r7b", "local", (4096,)) else c for c in every]
     assert models.shared_calls(soft) == {"command-r7b/global": "mixtral-8x7b-v0.1/global"}
-
-
-def test_a_run_names_the_kinds_it_ran_once(tmp_path, capsys):
-    out = tmp_path / "run"
-    argv = ["run", "--model", "mistral-7b-v0.1", "--model", "command-r7b", "--backend", "reference", "--no-isolate"]
-    argv += ["--length-scale", "512", "--out", str(out), "-q", "--shrink", "0", "--no-probes"]
-    assert main(argv) == 0
-    printed = capsys.readouterr().out
-    assert "model command-r7b/local: the same calls as mistral-7b-v0.1/local" in printed
-    with (out / "results.csv").open(newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    assert {(r["model"], r["layer"]) for r in rows} == {("mistral-7b-v0.1", "local"), ("command-r7b", "global")}
-    env = json.loads((out / "environment.json").read_text())
-    assert env["design"]["shared_calls"] == {"command-r7b/local": "mistral-7b-v0.1/local"}
-    assert "Run once: command-r7b/local ran as mistral-7b-v0.1/local (the same calls)." in (out / "summary.md").read_text()

@@ -37,7 +37,6 @@ from .data import (
     peak_memory,
     records,
     reduced_note,
-    shared_note,
     smallest_failing,
     stage_rows,
     status_line,
@@ -229,8 +228,6 @@ def _models(run: Run) -> str:
             for (m, layer), per in models.items()
         )
         parts.append(f'<div class="scroll"><table id="models-table"><thead>{head}</thead><tbody>{body}</tbody></table></div>')
-        if shared_note(run):
-            parts.append(f"<p>Run once: {escape(shared_note(run))}.</p>")
     if mem:
         rows = "".join(
             f"<tr><td><code>{escape(b)}</code></td><td>{fmt(mx)}</td><td>{fmt(med)}</td><td>{n}</td></tr>"
