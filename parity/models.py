@@ -389,13 +389,34 @@ def model_cases(
     return out
 
 
+def call_key(case: Case) -> str:
+    """What a backend is asked by ``case``: everything but its seed and the model and layer it is named after."""
+    return json.dumps({k: v for k, v in case.to_dict().items() if k not in ("seed", "model", "layer")}, sort_keys=True)
+
+
+def shared_calls(cases: Sequence[Case]) -> dict[str, str]:
+    """``model/layer`` -> the earlier ``model/layer`` making every one of its calls (:func:`call_key`)."""
+    first: dict[str, str] = {}
+    kinds: dict[str, list[str]] = {}
+    for c in cases:
+        name = f"{c.model}/{c.layer}"
+        first.setdefault(call_key(c), name)
+        kinds.setdefault(name, []).append(first[call_key(c)])
+    return {k: v[0] for k, v in kinds.items() if v[0] != k and all(x == v[0] for x in v)}
+
+
 def profile_cases(
-    specs: Sequence[str], dtypes: Sequence[str] = ("bfloat16",), scale_down: int = 1, seed: int = 0
+    specs: Sequence[str], dtypes: Sequence[str] = ("bfloat16",), scale_down: int = 1, seed: int = 0, dedupe: bool = True
 ) -> tuple[list[Case], list[ModelAttention]]:
-    """The cases of ``specs`` (``--model`` values; empty: the whole table) and the models they came from."""
+    """The cases of ``specs`` (``--model`` values; empty: the whole table) and the models they came from. ``dedupe``:
+    without the kinds :func:`shared_calls` names (their seeds would only draw other inputs for the same calls)."""
     models = [resolve(s) for s in (specs or list(TABLE))]
     cases: dict[str, Case] = {}
     for m in models:
         for c in model_cases(m, dtypes, scale_down, seed):
             cases.setdefault(c.case_id, c)
-    return list(cases.values()), models
+    out = list(cases.values())
+    if dedupe:
+        shared = shared_calls(out)
+        out = [c for c in out if f"{c.model}/{c.layer}" not in shared]
+    return out, models

@@ -134,7 +134,7 @@ def load_cases(req: RunRequest, backend_names: Sequence[str] = ()) -> tuple[list
 def _model_cases(req: RunRequest, backend_names: Sequence[str]) -> tuple[list, dict]:
     """``--model`` / ``--profile models``: the models' cases; lengths divided on a run without a GPU backend (said on stdout)."""
     from . import backends
-    from .models import CPU_SCALE_DOWN, profile_cases
+    from .models import CPU_SCALE_DOWN, profile_cases, shared_calls
 
     if req.profile not in (None, "models"):
         raise UserError(f"--model runs the models' own cases: drop --profile {req.profile} (or use --profile models)")
@@ -142,7 +142,9 @@ def _model_cases(req: RunRequest, backend_names: Sequence[str]) -> tuple[list, d
     if req.length_scale is not None and req.length_scale < 1:
         raise UserError(f"--length-scale must be >= 1, got {req.length_scale}")
     scale = req.length_scale or (1 if gpu else CPU_SCALE_DOWN)
-    cases, models = profile_cases(list(req.model), tuple(req.dtype) if req.dtype else ("bfloat16",), scale, req.seed)
+    every, models = profile_cases(list(req.model), tuple(req.dtype) if req.dtype else ("bfloat16",), scale, req.seed, dedupe=False)
+    shared = shared_calls(every)
+    cases = [c for c in every if f"{c.model}/{c.layer}" not in shared]
     why = (
         ""
         if scale == 1
@@ -157,12 +159,15 @@ def _model_cases(req: RunRequest, backend_names: Sequence[str]) -> tuple[list, d
     for m in models:
         for note in m.notes:
             print(f"parity: model {m.name}: {note}")
+    for kind, same in shared.items():
+        print(f"parity: model {kind}: the same calls as {same}: run once, as {same}")
     design = {
         "models": {m.name: {"attention": m.describe(), "source": m.source, "notes": list(m.notes)} for m in models},
         "length_scale": scale,
         "reduced_why": why,
         "long_capped": scale > 1,
         "long_cap_why": why,
+        "shared_calls": shared,
     }
     return cases, design
 

@@ -206,3 +206,75 @@ def test_8k_prefill_one_wider_with_the_pass_limit_lowered():
     """Sq = Sk = 8192 at d 128 is 64 passes, at the default limit: with --max-mask-passes 32 the scaled probe runs (over 20 s)."""
     case = Case(q_lens=(8192,), k_lens=(8192,), hq=1, hkv=1, head_dim=128, dtype="bfloat16", window=Window(4095, 0), seed=0)
     _prefill_one_wider_fails_with_the_mask_words(case, 32, "seq 0 head 0 row 4096 sees keys 0..4096, spec says 1..4096")
+
+
+# -- the GQA probe decoded where its output lies (lab/runs/cpu-models-cost-2026-12-07) ----------------------------
+
+from torch.overrides import TorchFunctionMode  # noqa: E402
+
+from parity import maskcheck as mc  # noqa: E402
+from parity.verdict import POISON  # noqa: E402
+
+GQA_CASES = [
+    Case(q_lens=(40,), k_lens=(40,), hq=8, hkv=2, head_dim=8, dtype="bfloat16", window=Window(5, 0)),
+    Case(q_lens=(3, 1, 7), k_lens=(9, 20, 7), hq=6, hkv=3, head_dim=16, dtype="float16", window=Window(2, 1)),
+    Case(q_lens=(12,), k_lens=(4,), hq=4, hkv=2, head_dim=8, dtype="float32", window=Window(1, 0, "top_left")),
+]
+_AT = (torch.tensor([2]), torch.tensor([1]), torch.tensor([3]))
+_BAD = {
+    "honest": lambda o, h: o,
+    "other head": lambda o, h: o.index_fill(1, torch.tensor([1]), 1.0),
+    "mixed": lambda o, h: o.index_fill(1, torch.tensor([h - 1]), 1.5),
+    "nan": lambda o, h: o.index_fill(0, torch.tensor([0]), float("nan")),
+    "inf": lambda o, h: o.index_fill(0, torch.tensor([len(o) - 1]), float("inf")),
+    "a head unwritten": lambda o, h: o.index_fill(1, torch.tensor([0]), POISON),
+    "nothing written": lambda o, h: torch.full_like(o, POISON),
+    "one poisoned dim": lambda o, h: o.index_put(_AT, torch.tensor(POISON, dtype=o.dtype)),
+}
+
+
+def _honest(case):
+    heads = (torch.arange(case.hq) // case.group + 1).to(case.torch_dtype)  # (hq,)
+    return heads[None, :, None].expand(sum(case.q_lens), case.hq, case.head_dim).contiguous()  # (total_q, hq, d)
+
+
+@pytest.mark.parametrize("case", GQA_CASES, ids=lambda c: c.summary())
+def test_every_answer_is_the_whole_decodes(case, monkeypatch):
+    for name, bad in _BAD.items():
+        out = bad(_honest(case), case.hq)
+        got = mc.decode_gqa(case, out)
+        with monkeypatch.context() as m:
+            m.setattr(mc, "_gqa_all_ok", lambda case, out: None)  # the decode as it was
+            assert got == mc.decode_gqa(case, out), name
+
+
+def test_chunks_meet_every_row(monkeypatch):
+    monkeypatch.setattr(mc, "GQA_CHUNK_ELEMENTS", 1)
+    out = _honest(GQA_CASES[0])
+    assert mc.decode_gqa(GQA_CASES[0], out).status == "ok"
+    out[-1, 3] = 4.0  # the last row's query head 3 reads kv head 3
+    assert mc.decode_gqa(GQA_CASES[0], out).status == "mismatch"
+
+
+class _Seen(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.float64, self.to_cpu = [], []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        res, name = func(*args, **(kwargs or {})), getattr(func, "__name__", "")
+        if isinstance(res, torch.Tensor):
+            if res.dtype == torch.float64:
+                self.float64.append(res.numel())
+            if name == "cpu" or (name == "to" and any(str(a) == "cpu" for a in (*args[1:], (kwargs or {}).get("device")))):
+                self.to_cpu.append(res.numel())
+        return res
+
+
+def test_a_passing_output_is_neither_widened_nor_copied_whole():
+    """h100-2026-12-06b-models spent 405 s there (8 s a 32k prefill row)."""
+    case = Case(q_lens=(64,), k_lens=(64,), hq=8, hkv=2, head_dim=16, dtype="bfloat16", window=Window(7, 0))
+    out = _honest(case)
+    with _Seen() as seen:
+        assert mc.decode_gqa(case, out).status == "ok"
+    assert max(seen.float64, default=0) < out.numel() and max(seen.to_cpu, default=0) < out.numel()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 import pytest
@@ -151,6 +152,10 @@ def test_model_run_on_the_cpu_end_to_end(tmp_path, capsys):
             str(cfg),
             "--model",
             "gpt-oss-20b",
+            "--model",
+            "mistral-7b-v0.1",
+            "--model",
+            "command-r7b",
             "--backend",
             "reference",
             "--no-isolate",
@@ -176,13 +181,17 @@ def test_model_run_on_the_cpu_end_to_end(tmp_path, capsys):
         ("tiny", "global"),
         ("gpt-oss-20b", "local"),
         ("gpt-oss-20b", "global"),
+        ("mistral-7b-v0.1", "local"),
+        ("command-r7b", "global"),  # its local layers make Mistral's calls: run once, named
     }
-    assert len(rows) == 4 * len(models.CALLS) and {r["verdict"] for r in rows} == {"pass"}
+    assert len(rows) == 6 * len(models.CALLS) and {r["verdict"] for r in rows} == {"pass"}
+    assert "model command-r7b/local: the same calls as mistral-7b-v0.1/local" in printed
     env = json.loads((out / "environment.json").read_text())
     assert env["profile"] == "models" and env["design"]["length_scale"] == 512 and "divided by 512" in env["design"]["reduced_why"]
+    assert env["design"]["shared_calls"] == {"command-r7b/local": "mistral-7b-v0.1/local"}
     summary = (out / "summary.md").read_text()
     assert "### Models" in summary and "Reduced lengths" in summary
-    assert f"| tiny | local | pass {len(models.CALLS)} |" in summary
+    assert f"| tiny | local | pass {len(models.CALLS)} |" in summary and "Run once: command-r7b/local ran as mistral" in summary
     assert 'id="models-table"' in (out / "report.html").read_text()
 
 
@@ -245,3 +254,19 @@ def test_resume_of_a_folder_without_the_model_columns(tmp_path, capsys):
         new = list(csv.DictReader(fh))
     assert new[0]["case_id"] == rows[0]["case_id"] and new[0]["model"] == ""
     assert {r["model"] for r in new[1:]} == {"gemma-3-1b"}
+
+
+def test_layer_kinds_with_the_same_calls_run_once_and_are_named():
+    """Command-R7B's layers make Mistral-7B's and Mixtral's calls: run once (lab/runs/cpu-models-cost-2026-12-07)."""
+    every, _ = models.profile_cases([], dedupe=False)
+    shared = models.shared_calls(every)
+    assert shared == {"command-r7b/local": "mistral-7b-v0.1/local", "command-r7b/global": "mixtral-8x7b-v0.1/global"}
+    kept, _ = models.profile_cases([])
+    assert len(every) == 240 and len(kept) == 220
+    assert {(c.model, c.layer) for c in every} - {(c.model, c.layer) for c in kept} == {("command-r7b", "local"), ("command-r7b", "global")}
+    keys = {models.call_key(c) for c in kept}
+    assert len(keys) == len(kept) and {models.call_key(c) for c in every} == keys
+    alone, _ = models.profile_cases(["command-r7b"])
+    assert len(alone) == 2 * len(models.CALLS) and {c.model for c in alone} == {"command-r7b"}
+    soft = [dataclasses.replace(c, softcap=30.0) if (c.model, c.layer, c.q_lens) == ("command-r7b", "local", (4096,)) else c for c in every]
+    assert models.shared_calls(soft) == {"command-r7b/global": "mixtral-8x7b-v0.1/global"}

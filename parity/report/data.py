@@ -292,6 +292,13 @@ def reduced_note(run: Run) -> str:
     return str((run.env.get("design") or {}).get("reduced_why") or "")
 
 
+def shared_note(run: Run) -> str:
+    """A models run's layer kinds run once for two models (``design["shared_calls"]``, :func:`parity.models.shared_calls`),
+    in words ("" when none)."""
+    shared = (run.env.get("design") or {}).get("shared_calls") or {}
+    return "; ".join(f"{k} ran as {v} (the same calls)" for k, v in shared.items())
+
+
 def work_split(run: Run) -> str:
     """How the run's work was split (shard, lanes, GPUs; merged shards), from its timing.json: one
     line, or "" for one lane on no GPU (:func:`parity.sweep.timing.split_line`)."""

@@ -37,6 +37,7 @@ from .data import (
     peak_memory,
     records,
     reduced_note,
+    shared_note,
     smallest_failing,
     status_line,
     unmatched_entries,
@@ -353,6 +354,8 @@ def _md_models(run: Run) -> list[str]:
             out.append(
                 f"| {md_cell(m)} | {md_cell(layer)} | " + " | ".join(md_cell(verdict_words(per.get(b, {})) or "–") for b in backends) + " |"
             )
+        if shared_note(run):
+            out += ["", f"Run once: {md_cell(shared_note(run))}."]
     mem = peak_memory(run)
     if mem:
         out += [
