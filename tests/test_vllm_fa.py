@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 
@@ -222,3 +223,65 @@ def test_unavailable_keeps_the_extensions_own_words(monkeypatch):
     why = vllm_fa.VllmFa3Backend().unavailable_reason()
     assert "requires the CUDA flash attention extensions" in why
     assert "FA3: libcudart.so.13: cannot open shared object file" in why
+
+
+# -- compile keys: the module of vLLM's FA2 build a case's first call JIT-compiles ------------------------------------
+
+#: a prefill with a sliding window: local, so the non-causal file of its head dim
+PREFILL = Case((100,), (300,), 8, 2, 64, "bfloat16", Window(31, 0))
+
+
+def _fa2_file(case: Case) -> str:
+    key = vllm_fa.VllmFa2Backend().compile_key(case)
+    assert key is not None and len(key) == 1, key
+    return key[0]
+
+
+def test_fa2_compile_key_is_the_file_fa2_dispatch_picks():
+    """Heads are a run-time ratio; causal has a file of its own, local and none share one; the head dim's bucket
+    (72, 80, 96 -> 96; 136 -> 192, no 160 file), not its value; paged runs the split-KV file, whatever its page size."""
+    key = _fa2_file
+    assert key(PREFILL) == "flash_fwd_hdim64_bf16_sm80.cu"
+    assert key(PREFILL) == key(dataclasses.replace(PREFILL, hq=4, hkv=4)) == key(dataclasses.replace(PREFILL, hq=16, hkv=1))
+    causal, none = (dataclasses.replace(PREFILL, window=w) for w in (Window(None, 0), Window(None, None)))
+    assert key(causal) == "flash_fwd_hdim64_bf16_causal_sm80.cu" != key(PREFILL) == key(none)
+    assert key(dataclasses.replace(PREFILL, window=Window(5, 7))) == key(PREFILL)  # two-sided: local
+    dims = {d: key(dataclasses.replace(PREFILL, head_dim=d)) for d in (72, 80, 96, 136, 192)}
+    assert dims[72] == dims[80] == dims[96] == "flash_fwd_hdim96_bf16_sm80.cu"
+    assert dims[136] == dims[192] == "flash_fwd_hdim192_bf16_sm80.cu"
+    paged = dataclasses.replace(PREFILL, page_size=16)
+    assert key(paged) == "flash_fwd_split_hdim64_bf16_sm80.cu" == key(dataclasses.replace(PREFILL, page_size=32))
+    assert key(dataclasses.replace(PREFILL, softcap=30.0)) == key(PREFILL) == key(dataclasses.replace(PREFILL, softcap=50.0))
+    assert key(dataclasses.replace(PREFILL, dtype="float16")) == "flash_fwd_hdim64_fp16_sm80.cu"
+
+
+def test_fa2_compile_key_follows_mha_varlen_fwds_rewrites():
+    """Lengths decide causal: a window side >= max_seqlen_k becomes -1 (a window wider than the keys is causal), one
+    query drops ``causal``; a GQA decode with no window swaps heads into queries and may split (its own file)."""
+    key = _fa2_file
+    assert key(dataclasses.replace(PREFILL, window=Window(300, 0))) == "flash_fwd_hdim64_bf16_causal_sm80.cu"
+    assert key(dataclasses.replace(PREFILL, window=Window(299, 0))) == "flash_fwd_hdim64_bf16_sm80.cu"
+    decode = Case((1,), (357,), 8, 4, 64, "float16", Window(None, 0))
+    assert key(decode) == "flash_fwd_split_hdim64_fp16_sm80.cu"  # 1 x 4 x 1 blocks on 264: two splits
+    assert key(dataclasses.replace(decode, hq=4)) == "flash_fwd_hdim64_fp16_sm80.cu"  # no swap: causal dropped, no split
+    one_block = dataclasses.replace(decode, k_lens=(200,))  # one key block of 256: one split
+    assert key(one_block) == "flash_fwd_hdim64_fp16_sm80.cu"
+    assert key(dataclasses.replace(one_block, page_size=16)) == "flash_fwd_split_align_hdim64_fp16_sm80.cu"
+    assert key(dataclasses.replace(decode, q_lens=(2,))) == "flash_fwd_hdim64_fp16_causal_sm80.cu"
+
+
+def test_fa2_split_heuristic_is_flash_apis():
+    """num_splits_heuristic's own example (its comment): 48 blocks on 108 SMs take 2 splits (efficiency 0.89)."""
+    assert vllm_fa.fa2_num_splits(48, 108, 64) == 2
+    assert vllm_fa.fa2_num_splits(212, 264, 64) == 1  # blocks >= 0.8 of the SMs: no split
+    assert vllm_fa.fa2_num_splits(4, 264, 1) == 1  # one key block: nothing to split
+    assert vllm_fa.fa2_num_splits(4, 264, 2) == 2
+
+
+def test_fa3_and_its_split_variants_build_nothing():
+    for spec in ("vllm-fa3-cuda", "vllm-fa3-split2-cuda", "vllm-fa3-split256-cuda"):
+        be = backends.get(spec)
+        assert be.compile_key(PREFILL) is None and be.compile_kernels(PREFILL) == ()
+    fa2 = backends.get("vllm-fa2-cuda")
+    assert fa2.compile_kernels(PREFILL) == (fa2.compile_key(PREFILL),)
+    assert fa2.compile_key(Case((8,), (20,), 4, 2, 64, "bfloat16", Window(3, 0, "top_left"))) is None  # no translation

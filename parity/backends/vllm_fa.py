@@ -71,6 +71,10 @@ must be divisible by 16", "head_size should be a multiple of 8", "This flash att
 does not support ..."), plus FA3's "This flash attention build only supports varlen (for build
 size reasons)." and the wrapper's own ``NotImplementedError("FA2 does not support ...")``.
 
+First calls (FA2): the FA2 extension carries no sm_90 code, so on Hopper the driver JIT-compiles each of its
+``flash_fwd*.cu`` modules from PTX when a kernel of it is first launched (6-145 s each); the compile key is that module
+(:func:`fa2_module`, :meth:`VllmFa2Backend.compile_key`). FA3's extension has sm_90 SASS: it builds nothing.
+
 Loading without the rest of vLLM. ``vllm/vllm_flash_attn/__init__.py`` imports its
 interface as ``vllm.vllm_flash_attn.flash_attn_interface`` and the interface loads the
 extensions relatively (``from . import _vllm_fa2_C``); only ``is_fa_version_supported`` reaches
@@ -84,6 +88,8 @@ by soname: they load into a process that imported torch 2.11 built for CUDA 13.
 from __future__ import annotations
 
 import importlib
+import math
+import struct
 import sys
 
 import torch
@@ -129,6 +135,63 @@ def vllm_fa_window(window: Window, q_lens, k_lens) -> tuple[bool, tuple[int, int
     left = UNBOUNDED if window.left is None else window.left
     right = UNBOUNDED if window.right is None else window.right
     return False, (left, right)
+
+
+#: FA2's head-dim buckets: ``HEADDIM_SWITCH`` of csrc/flash_attn/src/static_switch.h (flash-attention and vLLM's
+#: fork alike; 160 and 224 are not instantiated there), the first bucket >= the head dim.
+FA2_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
+#: SMs :func:`fa2_module` runs FA2's split-KV heuristic for: an H100 SXM's and an H200's 132 (the lab's cards).
+FA2_KEY_SMS = 132
+
+
+def _f32(x: float) -> float:
+    """``x`` rounded to a C ``float`` (the heuristic's arithmetic is in float)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def fa2_num_splits(batch_nheads_mblocks: int, num_sms: int, num_n_blocks: int, max_splits: int = 128) -> int:
+    """flash_api.cpp's ``num_splits_heuristic`` (vLLM's fork as flash-attention): the fewest splits within 85% of the
+    best wave efficiency; 1 where the blocks almost fill the SMs (``num_sms`` as passed: twice the card's SMs)."""
+    if batch_nheads_mblocks >= _f32(0.8) * num_sms:
+        return 1
+    max_splits = min(max_splits, num_sms, num_n_blocks)
+    eligible = [s == 1 or -(-num_n_blocks // s) != -(-num_n_blocks // (s - 1)) for s in range(1, max_splits + 1)]
+    eff = []
+    for s, ok in zip(range(1, max_splits + 1), eligible):
+        waves = _f32(_f32(batch_nheads_mblocks * s) / num_sms)
+        eff.append(_f32(waves / math.ceil(waves)) if ok else 0.0)
+    best = max(eff, default=0.0)
+    return next((s for s, ok, e in zip(range(1, max_splits + 1), eligible, eff) if ok and e >= 0.85 * best), 1)
+
+
+def fa2_module(case: Case, sms: int = FA2_KEY_SMS) -> str | None:
+    """The source file (one fatbin module, one PTX the driver JIT-compiles) of vLLM's FA2 build whose kernels
+    ``varlen_fwd`` launches for ``case`` as :class:`VllmFa2Backend` calls it, e.g. ``flash_fwd_hdim64_fp16_sm80.cu``;
+    None where it launches none (no key). Pure. csrc/flash_attn/flash_api.cpp ``mha_varlen_fwd`` and ``run_mha_fwd``
+    decide it (see :meth:`VllmFa2Backend.compile_key`). Raises :class:`Unsupported` where the window has no translation."""
+    causal, (left, right) = vllm_fa_window(case.window, case.q_lens, case.k_lens)
+    max_q, max_k = max(case.q_lens), max(case.k_lens)
+    if max_k <= 0:
+        return None  # "If seqlen_k == 0 ... set the output to 0": no kernel
+    causal = causal and max_q != 1  # "causal=true is the same as causal=false in this case"
+    right = 0 if causal else right
+    swapped = max_q == 1 and case.hq > case.hkv and left < 0 and right < 0  # seqlenq_ngroups_swapped, before the clamp
+    left, right = (-1 if w >= max_k else w for w in (left, right))
+    is_causal = left < 0 and right == 0  # set_params_fprop; run_mha_fwd's BOOL_SWITCH picks the _causal file
+    splits = 0  # params.num_splits: 0 unless set_params_splitkv runs (the swap), the wrapper's 0 when paged
+    if swapped:  # set_params_splitkv: batch x kv heads x ceil(groups / 64) blocks, keys in blocks of block_n
+        block_n = 256 if case.head_dim <= 64 else 128 if case.head_dim <= 128 else 64
+        m_blocks = -(-(case.hq // case.hkv) // 64)
+        splits = fa2_num_splits(len(case.q_lens) * case.hkv * m_blocks, 2 * sms, -(-max_k // block_n))
+    if case.page_size is None and splits <= 1:
+        family = "flash_fwd"  # run_mha_fwd_: flash_fwd_kernel
+    elif splits == 1:
+        family = "flash_fwd_split_align"  # paged (force_split_kernel), one split: run_mha_fwd_splitkv_align
+    else:
+        family = "flash_fwd_split"  # run_flash_splitkv_fwd: paged with num_splits 0, or split (and its combine kernel)
+    bucket = next(b for b in FA2_HEAD_DIMS if case.head_dim <= b)
+    dtype = {"float16": "fp16", "bfloat16": "bf16"}.get(case.dtype, case.dtype)
+    return f"{family}_hdim{bucket}_{dtype}{'_causal' if is_causal else ''}_sm80.cu"
 
 
 def _interface():
@@ -282,6 +345,41 @@ class VllmFa2Backend(PreparedCall, Backend):
         except Unsupported as exc:
             return str(exc)
         return None
+
+    def compile_key(self, case: Case) -> tuple | None:
+        """FA2: the one module of vLLM's FA2 build the case launches from (:func:`fa2_module`, its source file's name).
+
+        That extension holds sm_80 SASS and compute_80 PTX only, one entry per ``flash_fwd*.cu`` (76 in 0.26.0's
+        wheel: 3 families x 24 + 4 sparse; lab/runs/h100-2026-12-07-versions), so on Hopper the driver JIT-compiles a
+        module's PTX on its first launch, the whole file at once: in the H200 default sweep of 2026-12-05 (329 rows,
+        lab/runs/h200-2026-12-05/default-sweep) exactly one row per key here was slow (26 keys, 26 rows of 6-111 s,
+        1014 s in all) and none of the rest; a key per template instantiation would be 59, 33 of them never slow.
+        A file is one template instantiation of ``run_mha_fwd_`` / ``run_mha_fwd_splitkv_dispatch`` /
+        ``run_mha_fwd_splitkv_align`` (csrc/flash_attn/src/flash_fwd_launch_template.h, flash-attention and vLLM's
+        fork), picked in csrc/flash_attn/flash_api.cpp (``mha_varlen_fwd``, the one entry point of
+        ``flash_attn_varlen_func(fa_version=2)``, paged or not; an LSE picks no other) by:
+
+        * dtype (``FP16_SWITCH``) and the head dim rounded up to 32/64/96/128/192/256 (static_switch.h
+          ``HEADDIM_SWITCH``; no 160 or 224 file): 72 and 80 share the 96 file;
+        * ``Is_causal``, from :func:`vllm_fa_window`'s arguments as ``mha_varlen_fwd`` rewrites them: ``causal`` dropped
+          when ``max_seqlen_q == 1``, a window side ``>= max_seqlen_k`` made -1, then causal = ``left < 0 and
+          right == 0`` (lengths decide it: a window wider than the keys is causal);
+        * the family: ``flash_fwd`` (packed K/V), ``flash_fwd_split`` (paged: ``force_split_kernel``; or more than one
+          split, with its combine kernel), ``flash_fwd_split_align`` (paged, one split). Splits come only from the
+          decode swap (``max_seqlen_q == 1``, hq > hkv, no window): ``num_splits_heuristic``, for
+          :data:`FA2_KEY_SMS` SMs (a card with another count may choose otherwise).
+
+        Not in the key: what selects kernels inside one file (``Is_local``, ``Is_softcap``, ``Is_even_K``,
+        ``Is_even_MN``, ``Split``, the combine's ``Log_max_splits``: BOOL_SWITCH template arguments, JIT-compiled with
+        their file), the heads (a run-time ratio, but for the swap), the page size and the softcap value (run time).
+        FA3 (:class:`VllmFa3Backend`, SASS for sm_90) builds nothing: None."""
+        if self.fa_version != 2:
+            return super().compile_key(case)
+        try:
+            module = fa2_module(case)
+        except Unsupported:
+            return None
+        return None if module is None else (module,)
 
     def native(self, case: Case) -> dict:
         """:func:`vllm_fa_attention`'s arguments for ``case`` besides the tensors, lengths and scale."""
