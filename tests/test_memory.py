@@ -550,8 +550,8 @@ def _gate_spy(monkeypatch, budget: int) -> list[int]:
     """The sweep's gate with ``budget``; the bytes each row asked it for, in order."""
     asked: list[int] = []
     gate = MemoryGate(budget)
-    real = gate.try_acquire
-    monkeypatch.setattr(gate, "try_acquire", lambda need: asked.append(need) or real(need))
+    real = gate.try_admit
+    monkeypatch.setattr(gate, "try_admit", lambda need: asked.append(need) or real(need))
     monkeypatch.setattr(RowMemory, "make_gates", lambda self: (self.gates.update({None: gate}), self.cards.update({None: 10 * GIB})))
     return asked
 
@@ -559,7 +559,8 @@ def _gate_spy(monkeypatch, budget: int) -> list[int]:
 def test_a_sweep_refuses_a_row_too_big_for_its_card_without_draining_it(card_of_10_gib, monkeypatch):
     """In the sweep the refused row asks the gate nothing (need 0: never a drain, never a wait), its worker is
     not called, and its row is unsupported with the words; a row over the lanes' budget that fits the card
-    asks more than the budget (the gate drains the card for it: test_a_row_that_needs_the_card_drains_it...);
+    asks more than the budget (the gate drains the card for it: test_a_row_that_needs_the_card_drains_it...), after
+    every other row (test_rows_that_need_the_card_alone_run_after_every_other_row);
     a row that fits beside others asks its estimate, within the budget (never a drain)."""
     asked = _gate_spy(monkeypatch, 2 * GIB)
     tiny = dataclasses.replace(SMALL, q_lens=(5,), k_lens=(5,))
@@ -567,8 +568,8 @@ def test_a_sweep_refuses_a_row_too_big_for_its_card_without_draining_it(card_of_
     rows = {r["case_id"]: r for r in res.rows}
     assert rows[BIG.case_id]["verdict"] == "unsupported" and rows[BIG.case_id]["detail"].startswith("needs ~")
     assert rows[SMALL.case_id]["verdict"] == "pass" and rows[tiny.case_id]["verdict"] == "pass"
-    assert DenseOnCuda.calls == [SMALL.case_id, tiny.case_id]  # the refused row was never run
-    assert asked[0] == 0 and 2 * GIB < asked[1] <= 10 * GIB and 0 < asked[2] < 2 * GIB, asked
+    assert DenseOnCuda.calls == [tiny.case_id, SMALL.case_id]  # the refused row was never run; the one alone ran last
+    assert asked[0] == 0 and 0 < asked[1] < 2 * GIB and 2 * GIB < asked[2] <= 10 * GIB, asked
     assert float(rows[BIG.case_id]["est_mem_mb"]) > 50 * 1024  # its estimate is still recorded
     assert not res.failed
 

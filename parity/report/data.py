@@ -309,6 +309,16 @@ def work_split(run: Run) -> str:
     return split_line(run.timing)
 
 
+def gate_note(run: Run) -> str:
+    """The run's memory gates in one line (rows that ran alone, the lanes' waits), from its timing.json; "" where it
+    records none (:func:`parity.sweep.timing.gate_line`)."""
+    if not run.timing:
+        return ""
+    from ..sweep.timing import gate_line
+
+    return gate_line(run.timing)
+
+
 def stage_rows(run: Run) -> tuple[list[str], list[list[str]]]:
     """Where each backend's seconds went (its timing.json's ``stages``): a header and rows of cells,
     no rows when the run recorded none (:func:`parity.sweep.timing.stage_table`)."""

@@ -30,6 +30,7 @@ from .data import (
     decode_series,
     engine_checks,
     fmt,
+    gate_note,
     gpu_text,
     known_rows,
     model_counts,
@@ -587,6 +588,7 @@ def _environment(run: Run) -> str:
         ("wall / reference seconds", f"{env.get('wall_seconds')} / {env.get('reference_seconds')}"),
         ("lanes (--jobs)", env.get("jobs")),
         ("work split", work_split(run)),
+        ("memory gate", gate_note(run)),
         ("PARTIAL", partial_words(run) or None),
         (
             "resumed",

@@ -29,6 +29,7 @@ from .data import (
     coverage_data,
     engine_checks,
     fmt,
+    gate_note,
     gpu_text,
     known_rows,
     model_counts,
@@ -81,6 +82,8 @@ def markdown_summary(run: Run) -> str:
         env_bits.append(f"**{partial_words(run)}**")
     if work_split(run):
         env_bits.append(work_split(run))
+    if gate_note(run):
+        env_bits.append(gate_note(run))
     out += [" · ".join(env_bits), ""]
     totals = counts_by(run, "backend")
     out.append("| backend | " + " | ".join(VERDICTS) + " | worst err ratio |")

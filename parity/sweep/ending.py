@@ -16,9 +16,10 @@ from ..case import Case
 from ..judge import BaselineCache
 from ..results import FAIL_VERDICTS
 from . import precompile
+from .deferred import Deferrals
 from .lanes import save_costs
 from .options import SweepOptions
-from .timing import SweepTiming, split_line, write_timing
+from .timing import SweepTiming, gate_line, split_line, write_timing
 from .writers import RowSink
 
 
@@ -33,6 +34,7 @@ class SweepResult:
     already: int = 0  # rows found in the folder on --resume
     total: int = 0  # backends x cases
     split: str = ""  # how the work was split (lanes, GPUs, shard), one line; empty for one plain lane
+    gate: str = ""  # the memory gates: rows that ran alone, the lanes' waits (:func:`.timing.gate_line`); "" for none
     stopped_by: str = ""  # why a partial run stopped ("" when it did not stop early)
     interrupted: str = ""  # the signal that ended it ("SIGTERM"; "" when none did)
 
@@ -76,6 +78,7 @@ class SweepEnd:
     timing: SweepTiming
     sink: RowSink
     retries: list
+    deferred: Deferrals
     lost_context: str
     interrupted: str
     timed_out: threading.Event
@@ -92,6 +95,7 @@ class SweepEnd:
         """timing.json's record (``wall``: the run's seconds; None: so far)."""
         note_reference_stages(self.timing, self.baselines.values())
         wall = time.perf_counter() - self.t0 if wall is None else wall
+        self.timing.held_back = self.deferred.held
         return {"partial": partial, **self.timing.summary(wall, self._reference_s())}
 
     def _stopped_by(self) -> str:
@@ -108,7 +112,9 @@ class SweepEnd:
         if self.sink.failed_fast.is_set():
             return "--fail-fast: stopped after the first failing row"
         if self.timed_out.is_set():
-            return f"--time-limit {self.options.time_limit:g} s reached"
+            left = self.deferred.left
+            held = f" ({left} row(s) held back to run alone after the others not run)" if left else ""
+            return f"--time-limit {self.options.time_limit:g} s reached{held}"
         return ""
 
     def _result(self, wall: float) -> SweepResult:
@@ -120,7 +126,9 @@ class SweepEnd:
         if self.options.cost_file:  # what the next run plans its lanes by
             save_costs(self.options.cost_file, summary["per_backend"])
         precompile.remember(precompile.cache_root(), self.timing.kernel_keys)  # what the next pre-pass may skip
-        return dataclasses.replace(self.snapshot(), seconds=wall, partial=partial, split=split_line(summary), stopped_by=stopped_by)
+        return dataclasses.replace(
+            self.snapshot(), seconds=wall, partial=partial, split=split_line(summary), gate=gate_line(summary), stopped_by=stopped_by
+        )
 
     def snapshot(self) -> SweepResult:
         """The sweep so far, as a partial result (no file written): the rows judged, the backends' infos gathered

@@ -13,7 +13,7 @@ import statistics
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import shard
 from ..case import Case
@@ -314,8 +314,11 @@ def chosen_splits(
     return {**splits, **auto}, auto
 
 
-def run_lanes(lanes: list[list[str]], lane: Callable[[list[str]], None], stop: threading.Event, on_interrupt: Callable[[], None]) -> None:
-    """Run ``lane(units)`` for every lane, one thread each (in this thread for one lane). The first
+_Work = TypeVar("_Work")
+
+
+def run_lanes(lanes: Sequence[_Work], lane: Callable[[_Work], None], stop: threading.Event, on_interrupt: Callable[[], None]) -> None:
+    """Run ``lane(units)`` for every lane (its units; or any one thread's work), one thread each (in this thread for one lane). The first
     error of a lane stops the others and is raised here; Ctrl-C calls ``on_interrupt`` (close the
     workers, so lanes waiting on one return) and is raised."""
     if len(lanes) == 1:
@@ -323,7 +326,7 @@ def run_lanes(lanes: list[list[str]], lane: Callable[[list[str]], None], stop: t
         return
     errors: list[BaseException] = []
 
-    def guarded(units: list[str]) -> None:
+    def guarded(units: _Work) -> None:
         try:
             lane(units)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread

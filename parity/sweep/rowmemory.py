@@ -26,7 +26,7 @@ from ..memory import (
     row_host_refusal,
 )
 from .lanes import LanePlan
-from .memgate import MemoryGate, device_budget, host_budget
+from .memgate import Admission, MemoryGate, device_budget, host_budget
 from .options import SweepOptions
 
 
@@ -39,6 +39,16 @@ class RowNeed:
     est: MemoryEstimate
     host_need: HostNeed
     host: HostMemory | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RowAsk:
+    """What a row asks its gate now (:meth:`RowMemory.ask`): its :class:`RowNeed`, its bytes and whether it needs
+    the card to itself by the gate's own rule (:meth:`parity.sweep.memgate.MemoryGate.needs_card`)."""
+
+    row: RowNeed
+    need: int
+    alone: bool
 
 
 class RowMemory:
@@ -60,6 +70,7 @@ class RowMemory:
         self.cards: dict[str | None, int | None] = {}  # per GPU: what one row can use there (None: no limit)
         self.backend_objs: dict[str, Any] = {}  # for their workspace hints
         self.host_gate = MemoryGate(None)  # the rows held in host memory (:meth:`hosted`)
+        self.admitted: dict[tuple[str, str], Admission] = {}  # (unit, case id) -> its waits at the gate, until timed
 
     def make_gates(self) -> None:
         """One gate per GPU the lanes use, with a budget where a backend runs on CUDA; what a row can use on that
@@ -145,22 +156,43 @@ class RowMemory:
         own = None if backend is None else (lambda: refusal_reason(backend, case))
         return row_host_refusal(row.host_need, row.host, own)
 
-    def reserve(self, case: Case, unit: str, finish: Callable[[], None]) -> RowNeed | None:
-        """Hold ``case``'s need (:meth:`need`) on its lane's gate before it is sent; where it does not fit now,
-        ``finish`` the lane's pending row first (judging it frees what it holds) and wait. The row's
-        :class:`RowNeed` (for :meth:`host_refusal`), read again only after a wait: what is available now, and
-        the case's reference perhaps cached since. None: the run was stopped."""
-        est, gate = self.estimate(case, unit), self.gate(unit)
-        row = self.row_need(case, unit, est)
+    def ask(self, case: Case, unit: str) -> RowAsk:
+        """What ``case`` on ``unit`` asks its gate now: its figures read once, its bytes (:meth:`need`) and whether
+        it needs the card to itself (the gate's rule: the sweep runs such rows last, :mod:`.deferred`)."""
+        row = self.row_need(case, unit, self.estimate(case, unit))
         need = self.need(case, unit, row)
-        if not gate.try_acquire(need):
+        return RowAsk(row, need, self.gate(unit).needs_card(need))
+
+    def reserve(self, case: Case, unit: str, finish: Callable[[], None], ask: RowAsk | None = None, alone: bool = False) -> RowNeed | None:
+        """Hold ``case``'s need (``ask``, else :meth:`ask` now) on its lane's gate before it is sent (``alone``: the
+        whole gate, once nothing else holds it); where it does not fit now, ``finish`` the lane's pending row first
+        (judging it frees what it holds) and wait. The row's :class:`RowNeed` (for :meth:`host_refusal`), read
+        again only after a wait: what is available now, and the case's reference perhaps cached since. None: the
+        run was stopped. Its wait at the gate is kept for its timing (:meth:`take_admission`)."""
+        ask, gate = ask or self.ask(case, unit), self.gate(unit)
+        row = ask.row
+        admitted = None if alone else gate.try_admit(ask.need)
+        if admitted is None:
             finish()
-            if gate.acquire(need, self.stop) is None:
+            admitted = gate.admit(ask.need, self.stop, alone)
+            if admitted is None:
                 return None
-            row = self.row_need(case, unit, est)
-        with self.lock:
-            self.held[(unit, case.case_id)] = (gate, need)
+            row = self.row_need(case, unit, row.est)
+        self._hold(unit, case, gate, admitted)
         return row
+
+    def _hold(self, unit: str, case: Case, gate: MemoryGate, admitted: Admission) -> None:
+        key = (unit, case.case_id)
+        with self.lock:
+            self.held[key] = (gate, admitted.held)
+            earlier = self.admitted.get(key)
+            self.admitted[key] = admitted if earlier is None else earlier.then(admitted)
+
+    def take_admission(self, unit: str, case: Case) -> Admission:
+        """``case``'s waits at its gate on ``unit`` (every admission of the row, summed), forgotten now: for its
+        ``gate`` stage once it is judged. A row that held nothing here: none."""
+        with self.lock:
+            return self.admitted.pop((unit, case.case_id), Admission(0))
 
     def release(self, unit: str, case: Case) -> None:
         with self.lock:
@@ -176,20 +208,25 @@ class RowMemory:
 
     def after_oom(self, case: Case, unit: str, executor: Any, finish: Callable[[], None], res: dict[str, Any]) -> dict[str, Any]:
         """A worker's out-of-memory row: run once more alone on its GPU (nothing else holds memory there),
-        unless it already ran alone (its estimate exceeds what the lanes may hold: a retry would repeat it)."""
+        unless it already ran alone (its estimate exceeds what the lanes may hold: a retry would repeat it).
+        The sweep's lanes hold such a row back to run last instead (:mod:`.deferred`); this runs it now."""
         if self.ran_alone(case, unit):
             res["detail"] = f"{res.get('detail', '')} (ran alone: its estimate exceeds what the lanes may hold; not retried)"
             return res
         finish()
         self.release(unit, case)
         gate = self.gate(unit)
-        held = gate.acquire(0, self.stop, alone=True)
-        if held is None:
+        admitted = gate.admit(0, self.stop, alone=True)
+        if admitted is None:
             return res
-        with self.lock:
-            self.held[(unit, case.case_id)] = (gate, held)
+        self._hold(unit, case, gate, admitted)
         failed = executor.submit(case)
         again = failed if failed is not None else executor.collect()
-        if again.get("oom"):
-            again["detail"] = f"{again.get('detail', '')} (retried alone: out of memory again)"
-        return again
+        return retried_alone(again)
+
+
+def retried_alone(res: dict[str, Any]) -> dict[str, Any]:
+    """An out-of-memory row's answer once run again alone: its detail says so where it ran out again."""
+    if res.get("oom"):
+        res["detail"] = f"{res.get('detail', '')} (retried alone: out of memory again)"
+    return res

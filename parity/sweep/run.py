@@ -21,12 +21,13 @@ from ..memory import is_oom
 from ..results import Judged, Outcome
 from ..runfolder import read_timing
 from . import precompile
+from .deferred import Deferrals, Deferred
 from .ending import SweepEnd, SweepResult
 from .eta import Eta, case_cost
 from .lanes import LanePlan, make_executor, plan, run_lanes
 from .limits import RowLimits
 from .options import SweepOptions
-from .rowmemory import RowMemory
+from .rowmemory import RowMemory, retried_alone
 from .timing import SweepTiming, earlier_calls, write_timing
 from .writers import Progress, RowSink
 
@@ -87,6 +88,7 @@ class Sweep(SweepEnd):
         self.deadline = None if options.time_limit is None else self.t0 + options.time_limit
         self.limits = RowLimits(self.plan, options, self._baselines, self.unit_infos, self.lock, self.deadline)
         self.memory = RowMemory(self.plan, options, self.baselines, self.unit_infos, self.lock, self.stop)
+        self.deferred = Deferrals(cases)  # rows that need their card alone: run after every other (:mod:`.deferred`)
 
     def run(self) -> SweepResult:
         for line in (self.plan.note, self.plan.auto_line()):
@@ -104,14 +106,42 @@ class Sweep(SweepEnd):
         return self._result(time.perf_counter() - self.t0)
 
     def _run_lanes(self) -> None:
-        """Start the units' workers (``on_started`` then), run the lanes, then retry alone the rows that timed out."""
+        """Start the units' workers (``on_started`` then), run the lanes, then the rows they held back to run alone
+        (:meth:`_run_deferred`), then retry alone the rows that timed out."""
         self._start_executors()
         if self.on_started:
             self.on_started(self.snapshot())
         self.t_rows = time.perf_counter()
         self.memory.make_gates()
         run_lanes(self.plan.lanes, self._lane, self.stop, self._close_executors)
+        self._run_deferred()
         self._retry_timeouts()
+
+    def _run_deferred(self) -> None:
+        """The rows the lanes held back (:mod:`.deferred`), now that every other row ran: one thread per gate."""
+        groups = self.deferred.groups(self.plan, lambda unit: id(self.memory.gate(unit)))
+        if not groups or self._should_stop():
+            return
+        t0 = time.perf_counter()
+        try:
+            run_lanes(groups, self._deferred_lane, self.stop, self._close_executors)
+        finally:
+            with self.lock:
+                self.timing.held_back_s += time.perf_counter() - t0
+
+    def _deferred_lane(self, rows: list[Deferred]) -> None:
+        """One gate's held-back rows, in order; each row's answer judged while the next waits for the card."""
+        pending: list[Pending] = []
+        try:
+            for row in rows:
+                if self._should_stop() or not self._step(row.case, row.unit, pending, row):
+                    return
+                self.deferred.ran(row)
+        finally:
+            self._finish(pending)
+            if self.out_dir:
+                with self.lock:
+                    write_timing(self.out_dir, self._timing_summary(partial=True))
 
     def _precompile(self) -> None:
         """The compile pre-pass (:mod:`parity.sweep.precompile`) over the rows still to run, where it is wanted."""
@@ -185,21 +215,36 @@ class Sweep(SweepEnd):
             return True
         return False
 
-    def _step(self, case: Case, unit: str, pending: list[Pending]) -> bool:
-        """Send ``case`` to ``unit``, judge the previous answer meanwhile, collect; False: interrupted."""
-        backend, _ = self.plan.units[unit]
-        ex, info = self.executors[unit], self.unit_infos[unit]
+    def _skipped(self, case: Case, unit: str, pending: list[Pending]) -> bool:
+        """Whether ``case`` on ``unit`` needs no call: already in the folder (``--resume``), or its backend unavailable
+        (its row written now)."""
+        backend = self.plan.units[unit][0]
         if self.sink.done(backend, case.case_id):
             self.sink.skip(backend, case.case_id)
             return True
+        info = self.unit_infos[unit]
         if info.get("unavailable"):
             self._finish(pending)
             self.sink.skip(backend, case.case_id, shown=False)
             self._emit(unavailable(case, backend, info), unit)
             return True
+        return False
+
+    def _step(self, case: Case, unit: str, pending: list[Pending], held_back: Deferred | None = None) -> bool:
+        """Send ``case`` to ``unit``, judge the previous answer meanwhile, collect; False: interrupted. A row that needs
+        its card to itself is held back to run after every other row (:mod:`.deferred`); ``held_back``: it runs now."""
+        backend, _ = self.plan.units[unit]
+        ex, info = self.executors[unit], self.unit_infos[unit]
+        if self._skipped(case, unit, pending):
+            return True
         if not self.options.isolate:  # nothing to overlap in this process; judged (reference included) before
             self._finish(pending)  # this backend's call can leave the process's CUDA context unusable
-        reserved = self.memory.reserve(case, unit, lambda: self._finish(pending))
+        ask = self.memory.ask(case, unit)
+        if ask.alone and held_back is None:
+            self.deferred.add(Deferred(case, unit))
+            return True
+        alone = held_back is not None and held_back.oom
+        reserved = self.memory.reserve(case, unit, lambda: self._finish(pending), ask, alone)
         if reserved is None:
             return False
         t_ex, est = time.perf_counter(), reserved.est
@@ -214,17 +259,41 @@ class Sweep(SweepEnd):
         res = failed if failed is not None else ex.collect(timeout=limit)
         self.limits.note_built(case, unit, res)
         if res.get("oom") and self.memory.gate(unit).budget is not None:
-            res = self.memory.after_oom(case, unit, ex, lambda: self._finish(pending), res)
+            spent = (time.perf_counter() - t_ex - baseline_s, baseline_s)
+            if (res := self._out_of_memory(case, unit, pending, res, held_back, spent)) is None:
+                return True  # held back: it runs again alone after the other rows
         if self.stop.is_set():  # interrupted: this answer may be the worker being shut down
             return False
         res["est_mem_mb"] = est.mb
         wait_s = (t_sent - t_ex) + (time.perf_counter() - t_ref) - baseline_s
         if res.get("status") == "ok":
             self.limits.note_ratio(backend, case, unit, wait_s)
+        if held_back is not None:  # its first attempt's seconds (an out-of-memory row), charged to it now
+            wait_s, baseline_s = wait_s + held_back.spent_s, baseline_s + held_back.reference_s
         pending.append((case, unit, info, res, wait_s, baseline_s, limit))
         if not self.options.isolate and context_lost(res):
             self._lose_context(backend, case)
         return True
+
+    def _out_of_memory(
+        self,
+        case: Case,
+        unit: str,
+        pending: list[Pending],
+        res: dict[str, Any],
+        held_back: Deferred | None,
+        spent: tuple[float, float],
+    ) -> dict[str, Any] | None:
+        """A worker's out-of-memory answer: final where the row ran alone; else held back to run once more alone
+        after every other row (None); a held-back row that did not run alone runs again alone now
+        (:meth:`.rowmemory.RowMemory.after_oom`). ``spent``: the lane's seconds on it and on its reference."""
+        if held_back is not None and held_back.oom:
+            return retried_alone(res)
+        if held_back is not None or self.memory.ran_alone(case, unit):
+            return self.memory.after_oom(case, unit, self.executors[unit], lambda: self._finish(pending), res)
+        self.memory.release(unit, case)
+        self.deferred.add(Deferred(case, unit, oom=True, spent_s=spent[0], reference_s=spent[1]))
+        return None
 
     def _lose_context(self, backend: str, case: Case) -> None:
         """In this process a sticky CUDA error cannot be undone (a worker would be restarted,
@@ -276,8 +345,9 @@ class Sweep(SweepEnd):
         judged = apply_expectations(judged, self.options.expectations, str(info.get("version") or ""), case)
         with self.lock:
             judge_s = time.perf_counter() - t_judge - (baseline_s - ref_s)
-            stages = self.timing.add(backend, case, res, wait_s, judge_s, baseline_s, unit=unit, part=part)
-            self.sink.stages(backend, case, res, stages)
+            gate = self.memory.take_admission(unit, case)
+            stages = self.timing.add(backend, case, res, wait_s, judge_s, baseline_s, unit=unit, part=part, gate=gate)
+            self.sink.stages(backend, case, res, stages, gate)
             if self.sink.eta:
                 self.sink.eta.done(backend, case.case_id, wait_s + judge_s + baseline_s, ran=res.get("status") != Outcome.UNSUPPORTED)
         self._emit(judged, unit)

@@ -10,12 +10,14 @@ from typing import Any
 from ..case import Case
 from ..results import Outcome
 from ..runfolder import read_timing, write_timing
+from .memgate import Admission
 
 __all__ = [
     "STAGES",
     "SweepTiming",
     "all_calls",
     "earlier_calls",
+    "gate_line",
     "merged_timing",
     "row_stages",
     "split_line",
@@ -24,7 +26,7 @@ __all__ = [
 ]
 
 #: The stages of one row, in seconds (``*_calls``: a count), as ``stages.jsonl`` and ``timing.json`` give them:
-#: the worker's (inputs .. worker), then the sweep's (wait .. reference).
+#: the worker's (inputs .. worker), then the sweep's (gate .. reference).
 STAGES = (
     "inputs",  # the case's inputs, drawn and moved to the backend's device
     "call",  # the backend's timed call(s), warm-up included: a first call of a configuration compiles here
@@ -41,6 +43,8 @@ STAGES = (
     "invariance",  # --invariance: the batch invariance check's sub-batch calls and comparisons
     "graph_replay",  # --graph-replay: the eager call on new inputs, the captures and replays
     "worker",  # the whole row in the worker process
+    "gate",  # what the lane waited at the memory gate before sending the row: other rows holding the card, or the
+    # card draining for a row that runs alone (this one, or another lane's); its line says which (ran_alone, drained)
     "wait",  # what the lane waited on the worker (overlaps judging the previous row)
     "ipc",  # wait not spent in the worker: sending, pickling the answer, process scheduling
     "judge",  # the comparison with the reference (the probes are decoded in the worker)
@@ -67,17 +71,17 @@ _WORKER = {
 }
 
 
-def row_stages(res: dict[str, Any], wait_s: float, judge_s: float, reference_s: float) -> dict[str, float]:
+def row_stages(res: dict[str, Any], wait_s: float, judge_s: float, reference_s: float, gate_s: float = 0.0) -> dict[str, float]:
     """One row's :data:`STAGES` (seconds; 0 where the row did not reach a stage)."""
     w = res.get("timing") or {}
     out = {stage: float(w.get(key, 0.0)) for stage, key in _WORKER.items()}
     worker = out["worker"]
-    out.update(wait=wait_s, ipc=max(0.0, wait_s - worker) if worker else 0.0, judge=judge_s, reference=reference_s)
+    out.update(gate=gate_s, wait=wait_s, ipc=max(0.0, wait_s - worker) if worker else 0.0, judge=judge_s, reference=reference_s)
     return out
 
 
 #: What ``timing.json`` keeps of each earlier call of a run continued with ``--resume``.
-CALL_KEYS = ("wall_s", "startup_s", "rows_run", "backend_calls_s", "reference_s", "jobs", "partial", "stages", "precompile")
+CALL_KEYS = ("wall_s", "startup_s", "rows_run", "backend_calls_s", "reference_s", "jobs", "partial", "stages", "precompile", "gate")
 
 
 def _headline(timing: dict[str, Any]) -> dict[str, Any]:
@@ -98,7 +102,9 @@ def all_calls(calls: list[dict[str, Any]]) -> dict[str, Any]:
     """The sums over every call of a resumed run (earlier ones and this one): what the whole run cost."""
     total = {k: round(sum(float(c.get(k) or 0.0) for c in calls), 3) for k in ("wall_s", "startup_s", "backend_calls_s", "reference_s")}
     rows = sum(int(c.get("rows_run") or 0) for c in calls)
-    return {"calls": len(calls), **total, "rows_run": rows, "stages": _sum_stages([c.get("stages") or {} for c in calls])}
+    gates = [c["gate"] for c in calls if c.get("gate")]
+    gate = {k: round(sum(float(g.get(k) or 0) for g in gates), 3) for k in GATE_KEYS} if gates else None
+    return {"calls": len(calls), **total, "rows_run": rows, "stages": _sum_stages([c.get("stages") or {} for c in calls]), "gate": gate}
 
 
 def _sum_stages(each: list[dict[str, Any]]) -> dict[str, Any]:
@@ -111,6 +117,8 @@ def _sum_stages(each: list[dict[str, Any]]) -> dict[str, Any]:
                 o["stages_s"][k] = round(o["stages_s"].get(k, 0) + v, 4)
             o["compile_s"] = round(o["compile_s"] + float(st.get("compile_s") or 0.0), 4)
             o["first_config_rows"] += int(st.get("first_config_rows") or 0)
+            for k in ("gate_alone_rows", "gate_drains"):
+                o[k] = int(o.get(k) or 0) + int(st.get(k) or 0)
             o["rows"] += int(st.get("rows") or 0)
             if st.get("kernels_built") is not None:  # the library's count, where it keeps one (None: unknown)
                 o["kernels_built"] = int(o.get("kernels_built") or 0) + int(st["kernels_built"])
@@ -123,6 +131,24 @@ def _rows_per_s(rows: int, stages_s: dict[str, float]) -> float | None:
     """Rows per second of the lane's time on a backend: waiting on its worker, judging, the reference."""
     busy = sum(stages_s.get(k, 0.0) for k in ("wait", "judge", "reference"))
     return round(rows / busy, 2) if busy > 0 else None
+
+
+#: The run's memory-gate record (``timing.json``'s ``gate``): the seconds its rows waited at the gates in all, the rows
+#: that ran alone, the drains of a card for them (others held memory when they asked), the rows the lanes held back to
+#: run last (:mod:`parity.sweep.deferred`) and the seconds that took.
+GATE_KEYS = ("wait_s", "alone_rows", "drains", "held_back", "held_back_s")
+
+
+def gate_line(timing: dict[str, Any]) -> str:
+    """The memory gates of a run in one line, from its timing.json (every call of a resumed run): "gate: N rows ran
+    alone, lanes waited S s in all"; "" where it records none, or none waited and none ran alone."""
+    gate = (timing.get("all_calls") or {}).get("gate") or timing.get("gate") or {}
+    alone, wait = int(gate.get("alone_rows") or 0), float(gate.get("wait_s") or 0.0)
+    if not alone and wait < 0.05:
+        return ""
+    held, drains = int(gate.get("held_back") or 0), int(gate.get("drains") or 0)
+    last = f"{held} held back to run last, in {float(gate.get('held_back_s') or 0.0):.1f} s; " if held else ""
+    return f"gate: {alone} rows ran alone ({last}{drains} drains of a card), lanes waited {wait:.1f} s in all"
 
 
 def _median(xs: list[float]) -> float | None:
@@ -186,6 +212,9 @@ class SweepTiming:
         self.reference_recomputed = 0  # baselines computed again after being evicted
         self.earlier: list[dict[str, Any]] = []  # --resume: the earlier calls' headlines (:func:`earlier_calls`)
         self.precompile: dict[str, Any] | None = None  # the compile pre-pass's record (None: it did not run)
+        self.gate_rows: dict[str, dict[str, int]] = {}  # per backend: rows that ran alone, drains of the card for them
+        self.held_back = 0  # rows the lanes held back to run alone after the others (:mod:`parity.sweep.deferred`)
+        self.held_back_s = 0.0  # the wall time of running them
 
     def add(
         self,
@@ -197,14 +226,19 @@ class SweepTiming:
         baseline_s: float = 0.0,
         unit: str | None = None,
         part: int | None = None,
+        gate: Admission | None = None,
     ) -> dict[str, float]:
-        """Add one row; its :func:`row_stages`."""
+        """Add one row (``gate``: its waits at the memory gate); its :func:`row_stages`."""
         t = self.per.setdefault(backend, {k: 0.0 for k in self.KEYS})
         w = res.get("timing") or {}
-        stages = row_stages(res, exec_s, judge_s, baseline_s)
+        gate = gate or Admission(0)
+        stages = row_stages(res, exec_s, judge_s, baseline_s, gate.wait_s)
         tot = self.stages.setdefault(backend, dict.fromkeys(STAGES, 0.0))
         for k, v in stages.items():
             tot[k] += v
+        counts = self.gate_rows.setdefault(backend, {"alone": 0, "drained": 0})
+        counts["alone"] += gate.alone
+        counts["drained"] += gate.drained
         if w.get("first_config"):
             self.first_rows[backend] = self.first_rows.get(backend, 0) + 1
         if w.get("kernel_key"):
@@ -241,10 +275,22 @@ class SweepTiming:
                 "first_config_rows": self.first_rows.get(backend, 0),
                 "compile_keys": len(self.kernel_keys[backend]) if backend in self.kernel_keys else None,
                 "kernels_built": self.kernels_built.get(backend),
+                "gate_alone_rows": self.gate_rows.get(backend, {}).get("alone", 0),
+                "gate_drains": self.gate_rows.get(backend, {}).get("drained", 0),
                 "rows": rows,
                 "rows_per_s": _rows_per_s(rows, tot),
             }
         return out
+
+    def gate_summary(self) -> dict[str, Any]:
+        """The run's :data:`GATE_KEYS`: its rows' gate stages and counts summed, the rows held back and their time."""
+        return {
+            "wait_s": round(sum(st.get("gate", 0.0) for st in self.stages.values()), 3),
+            "alone_rows": sum(c["alone"] for c in self.gate_rows.values()),
+            "drains": sum(c["drained"] for c in self.gate_rows.values()),
+            "held_back": self.held_back,
+            "held_back_s": round(self.held_back_s, 3),
+        }
 
     def _lane_shares(self) -> dict[str, Any]:
         """Per lane (``--jobs``): 1 - its backends' call time / the lane's wall time. Each lane is
@@ -320,6 +366,7 @@ class SweepTiming:
             "precompile": self.precompile,
             "per_backend": per,
             "stages": self.stage_summary(),
+            "gate": self.gate_summary(),
             "reference_stages_s": {k: round(v, 4) for k, v in self.reference_stages.items()},
             "reference_recomputed": self.reference_recomputed,
         }
@@ -345,6 +392,7 @@ def stage_table(timing: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "gqa",
         "read",
         "backward",
+        "gate",
         "ipc",
         "judge",
         "reference",
@@ -355,7 +403,7 @@ def stage_table(timing: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         rate = st.get("rows_per_s")
         cells = [s.get(k, 0.0) for k in ("inputs", "call")] + [st.get("compile_s", 0.0)]
         cells += [s.get(k, 0.0) for k in ("mask_probe",)]
-        tail = [s.get(k, 0.0) for k in ("gqa_probe", "read_probe", "backward", "ipc", "judge", "reference")]
+        tail = [s.get(k, 0.0) for k in ("gqa_probe", "read_probe", "backward", "gate", "ipc", "judge", "reference")]
         rows.append(
             [backend, str(st.get("rows", 0)), "-" if rate is None else f"{rate:g}"]
             + [f"{v:.2f}" for v in cells]

@@ -16,6 +16,7 @@ from ..case import Case
 from ..results import FAIL_VERDICTS, RAW_FAIL_VERDICTS, VERDICTS, Judged, Outcome
 from ..runfolder import STAGES, ResultsWriter, open_jsonl
 from .eta import Eta, clock
+from .memgate import Admission
 
 __all__ = ["STAGES_FILE", "Progress", "ResultsWriter", "RowSink", "known_vs_new", "summary_table"]
 
@@ -93,13 +94,15 @@ class RowSink:
             if self.eta:
                 self.eta.skip(backend, case_id)
 
-    def stages(self, backend: str, case: Case, res: dict[str, Any], stages: dict[str, float]) -> None:
-        """One line of ``stages.jsonl``: the row's :data:`parity.sweep.timing.STAGES` in milliseconds."""
+    def stages(self, backend: str, case: Case, res: dict[str, Any], stages: dict[str, float], gate: Admission | None = None) -> None:
+        """One line of ``stages.jsonl``: the row's :data:`parity.sweep.timing.STAGES` in milliseconds, and whether it
+        ran alone at its memory gate and drained the card for it (``gate``: its admissions; its wait is the ``gate`` stage)."""
         if self.stages_fh is None:
             return
         ms = {k: (int(v) if k.endswith("_calls") else round(v * 1e3, 3)) for k, v in stages.items()}
         first = bool((res.get("timing") or {}).get("first_config"))
         line = {"backend": backend, "case_id": case.case_id, "status": res.get("status"), "first_config": first, "stage_ms": ms}
+        line.update(ran_alone=bool(gate and gate.alone), drained=bool(gate and gate.drained))
         self.stages_fh.write(json.dumps(line) + "\n")
         self.stages_fh.flush()
 
@@ -142,8 +145,8 @@ def summary_table(result: Any) -> str:
     for backend, info in result.infos.items():
         if info.get("unavailable"):
             lines.append(f"  {backend}: unavailable: {info['unavailable']}")
-    split = getattr(result, "split", "")
-    return "\n".join([*lines, *known_vs_new(result.rows), *([split] if split else [])])
+    tail = [t for t in (getattr(result, "split", ""), getattr(result, "gate", "")) if t]
+    return "\n".join([*lines, *known_vs_new(result.rows), *tail])
 
 
 def known_vs_new(rows: Iterable[dict[str, Any]]) -> list[str]:
