@@ -158,3 +158,23 @@ def test_resume_restores_split_auto(tmp_path):
     (tmp_path / "environment.json").write_text(json.dumps({"argv": ["__main__.py", "run", "--split", "auto", "--jobs", "2"]}))
     args = resumed(cli.build_parser().parse_args(["run", "--resume", "--out", str(tmp_path)]), cli.run.add_parser)
     assert args.split == ["auto"] and args.jobs == 2
+
+
+def test_lanes_are_planned_again_once_the_workers_say_which_backends_are_unavailable():
+    p = plan(["flex-cuda", "reference", "sdpa", "jax-xla-cuda"], _cases(), SweepOptions(jobs=2))  # hints 30, 1, 1, 8
+    assert p.lanes == [["flex-cuda"], ["reference", "sdpa", "jax-xla-cuda"]]
+    after = p.rebalanced({"flex-cuda", "jax-xla-cuda"})
+    assert after.lanes == [["flex-cuda", "reference", "jax-xla-cuda"], ["sdpa"]] and after.units == p.units
+    assert p.rebalanced(set()) is p and p.rebalanced({"not-a-unit"}) is p
+
+
+def test_a_run_whose_heavy_backends_are_unavailable_spreads_the_others_over_its_lanes(tmp_path):
+    from parity.cli import main
+
+    if ReferenceBackend().device == "cuda":  # pragma: no cover - the CUDA backends must be unavailable here
+        pytest.skip("needs a machine without CUDA")
+    (tmp_path / "cases.jsonl").write_text("".join(c.to_json() + "\n" for c in _cases()))
+    args = ["run", "--backend", "flex-cuda,reference,sdpa,jax-xla-cuda", "--case-file", str(tmp_path / "cases.jsonl")]
+    assert main([*args, "--jobs", "2", "--no-report", "--shrink", "0", "-q", "--out", str(tmp_path / "run")]) == 1  # named, unavailable
+    lanes = json.loads((tmp_path / "run" / "timing.json").read_text())["lanes"]
+    assert sorted(sorted(lane) for lane in lanes) == [["flex-cuda", "jax-xla-cuda", "reference"], ["sdpa"]], lanes

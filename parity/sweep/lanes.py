@@ -11,7 +11,7 @@ import math
 import os
 import statistics
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -252,6 +252,28 @@ class LanePlan:
     thread_env: dict[str, str]  # CPU threads per worker (lanes share the CPUs)
     note: str = ""  # GPUs left idle, said once
     auto: dict[str, int] | None = None  # --split auto: the parts it chose per backend (None: not asked)
+    costs: dict[str, float] = dataclasses.field(default_factory=dict)  # unit -> the lane cost it was planned by
+
+    def rebalanced(self, unavailable: Collection[str]) -> LanePlan:
+        """The same units over as many lanes, planned again once the workers said which are ``unavailable``: their
+        rows cost nothing (each is written at once), so a lane of them alone would end at once while the others
+        queue (h100-2026-12-07c-models-gate: nothing staged, 9 of 14 lanes idle after 2 s). Units keep their
+        workers; with units on several GPUs the lanes stay as planned (each lane's GPU balance is :func:`plan`'s).
+
+        ===========================================  =====  ==========================================
+        lanes as planned (unit: cost), unavailable   lanes  lanes after
+        ===========================================  =====  ==========================================
+        [a: 30] [b: 1, c: 1, d: 8], a and d          2      [a, b, d] [c]: b and c run at once
+        any, none unavailable                        any    as planned
+        units on several GPUs                        any    as planned
+        ===========================================  =====  ==========================================
+        """
+        idle = set(unavailable) & set(self.units)
+        if len(self.lanes) <= 1 or not idle or len(set(self.gpu_of.values())) > 1:
+            return self
+        costs = {u: 0.0 if u in idle else self.costs.get(u, 1.0) for u in self.units}
+        lanes = plan_lanes(list(self.units), len(self.lanes), costs, {u: s for u, (s, _) in self.units.items()})
+        return dataclasses.replace(self, lanes=lanes, costs=costs)
 
     def runs(self, unit: str, case: Case) -> bool:
         """Does ``unit`` run ``case``? (A part of a split backend runs its own configurations only.)"""
@@ -296,7 +318,7 @@ def plan(backend_names: Sequence[str], cases: list[Case], options: SweepOptions)
         note = f"{len(lanes)} lane(s) for {len(options.gpus)} GPUs: GPU {idle} left idle (--jobs {len(options.gpus)} uses them all)"
     gpu_of = {u: env["CUDA_VISIBLE_DEVICES"] for u, env in shard.unit_gpus(lanes, costs, gpus).items()} if gpus else {}
     part_of = {s: split_cases(cases, k, unit_key(s)) for s, k in splits.items()}
-    return LanePlan(units, part_of, lanes, gpu_of, splits, lane_thread_env(options.jobs, len(units)), note, auto)
+    return LanePlan(units, part_of, lanes, gpu_of, splits, lane_thread_env(options.jobs, len(units)), note, auto, costs)
 
 
 def chosen_splits(

@@ -109,6 +109,8 @@ class Sweep(SweepEnd):
         """Start the units' workers (``on_started`` then), run the lanes, then the rows they held back to run alone
         (:meth:`_run_deferred`), then retry alone the rows that timed out."""
         self._start_executors()
+        self.plan = self.plan.rebalanced({u for u, info in self.unit_infos.items() if info.get("unavailable")})
+        self.timing.lanes = self.plan.lanes  # timing.json's lanes: as they ran
         if self.on_started:
             self.on_started(self.snapshot())
         self.t_rows = time.perf_counter()
