@@ -439,8 +439,17 @@ def _gqa_all_ok(case: Case, out: torch.Tensor) -> ProbeResult | None:
         wrote |= written.any(0)
     if bool(bad.any()) or not bool(wrote.any()):
         return None
-    unjudged = (~wrote).nonzero().flatten().tolist()
-    note = f" (query head(s) {unjudged} wrote no row: not judged)" if unjudged else ""
+    return _gqa_ok(case, (~wrote).nonzero().flatten().tolist())
+
+
+def _unjudged_note(unjudged: list[int]) -> str:
+    return f" (query head(s) {unjudged} wrote no row: not judged)" if unjudged else ""
+
+
+def _gqa_ok(case: Case, unjudged: list[int]) -> ProbeResult:
+    """The GQA probe's ``ok``: every query head that wrote a row that sees a key read its kv head (``unjudged``: the
+    heads that wrote none)."""
+    note = _unjudged_note(unjudged)
     return ProbeResult("ok", f"all {case.hq - len(unjudged)} query heads read kv head h // {case.group}{note}", 0, case.hq)
 
 
@@ -452,11 +461,7 @@ def decode_gqa(case: Case, out: torch.Tensor) -> ProbeResult:
     raw = out.detach().to("cpu")  # (total_q, hq, d), the output's dtype
     written = ~(raw == POISON).any(-1)  # (total_q, hq): poison left in a row: not judged
     o = raw.to(torch.float64)  # (total_q, hq, d)
-    empty = []
-    for sq, sk in zip(case.q_lens, case.k_lens):
-        lo, hi = case.band(sq, sk)
-        empty.append(lo > hi)
-    seen = ~torch.cat(empty)  # (total_q,)
+    seen = _seen_rows(case, raw.device)  # (total_q,)
     o, written = o[seen], written[seen]  # (rows, hq, d), (rows, hq)
     if o.numel() == 0:
         return ProbeResult("n/a", "no row sees a key")
@@ -464,16 +469,7 @@ def decode_gqa(case: Case, out: torch.Tensor) -> ProbeResult:
         return ProbeResult("n/a", "output not written: no query head wrote a row that sees a key")
     if not torch.isfinite(o[written]).all():
         return ProbeResult("mismatch", "GQA probe output has NaN/Inf", 1, case.hq)
-    rounded = torch.round(o)  # (rows, hq, d)
-    want_h = (torch.arange(case.hq) // case.group + 1).to(o.dtype)[None, :, None]  # (1, hq, 1)
-    w = written[..., None]  # (rows, hq, 1)
-    mixed_h = torch.where(w, (o - rounded).abs(), 0.0).amax(dim=(0, 2)) > 0.05  # (hq,)
-    other_h = (torch.where(w, rounded, want_h) != want_h).any(2).any(0)  # (hq,)
-    if not (mixed_h | other_h).any():  # every head at once; the loop below words a mismatch (the same tests per head)
-        unjudged_h = (~written.any(0)).nonzero().flatten().tolist()
-        note = f" (query head(s) {unjudged_h} wrote no row: not judged)" if unjudged_h else ""
-        return ProbeResult("ok", f"all {case.hq - len(unjudged_h)} query heads read kv head h // {case.group}{note}", 0, case.hq)
-    wrong, unjudged = [], []
+    wrong, unjudged = [], []  # the same tests as _gqa_all_ok, head by head, to word what it could not call ok
     for h in range(case.hq):
         vals = o[written[:, h], h, :]  # (rows written, d)
         if vals.numel() == 0:
@@ -486,13 +482,11 @@ def decode_gqa(case: Case, out: torch.Tensor) -> ProbeResult:
             heads = sorted({int(x) - 1 for x in used.flatten().tolist()})
             what = f"a mix of kv heads (values {vals.min():.3g}..{vals.max():.3g})" if mixed else f"kv head(s) {heads}"
             wrong.append(f"query head {h} used {what}, expected kv head {want - 1}")
-    note = f" (query head(s) {unjudged} wrote no row: not judged)" if unjudged else ""
-    judged = case.hq - len(unjudged)
     if not wrong:
-        return ProbeResult("ok", f"all {judged} query heads read kv head h // {case.group}{note}", 0, case.hq)
+        return _gqa_ok(case, unjudged)
     return ProbeResult(
         "mismatch",
-        f"{len(wrong)} of {judged} query heads read the wrong kv head{note}. " + "; ".join(wrong[:4]),
+        f"{len(wrong)} of {case.hq - len(unjudged)} query heads read the wrong kv head{_unjudged_note(unjudged)}. " + "; ".join(wrong[:4]),
         len(wrong),
         case.hq,
     )
