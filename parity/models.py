@@ -400,9 +400,14 @@ def shared_calls(cases: Sequence[Case]) -> dict[str, str]:
     kinds: dict[str, list[str]] = {}
     for c in cases:
         name = f"{c.model}/{c.layer}"
-        first.setdefault(call_key(c), name)
-        kinds.setdefault(name, []).append(first[call_key(c)])
+        kinds.setdefault(name, []).append(first.setdefault(call_key(c), name))
     return {k: v[0] for k, v in kinds.items() if v[0] != k and all(x == v[0] for x in v)}
+
+
+def without_shared(cases: Sequence[Case]) -> tuple[list[Case], dict[str, str]]:
+    """``cases`` less the layer kinds :func:`shared_calls` names, and those kinds (``model/layer`` -> the one run)."""
+    shared = shared_calls(cases)
+    return [c for c in cases if f"{c.model}/{c.layer}" not in shared], shared
 
 
 def profile_cases(
@@ -416,7 +421,4 @@ def profile_cases(
         for c in model_cases(m, dtypes, scale_down, seed):
             cases.setdefault(c.case_id, c)
     out = list(cases.values())
-    if dedupe:
-        shared = shared_calls(out)
-        out = [c for c in out if f"{c.model}/{c.layer}" not in shared]
-    return out, models
+    return (without_shared(out)[0] if dedupe else out), models

@@ -134,7 +134,7 @@ def load_cases(req: RunRequest, backend_names: Sequence[str] = ()) -> tuple[list
 def _model_cases(req: RunRequest, backend_names: Sequence[str]) -> tuple[list, dict]:
     """``--model`` / ``--profile models``: the models' cases; lengths divided on a run without a GPU backend (said on stdout)."""
     from . import backends
-    from .models import CPU_SCALE_DOWN, profile_cases, shared_calls
+    from .models import CPU_SCALE_DOWN, profile_cases, without_shared
 
     if req.profile not in (None, "models"):
         raise UserError(f"--model runs the models' own cases: drop --profile {req.profile} (or use --profile models)")
@@ -143,8 +143,7 @@ def _model_cases(req: RunRequest, backend_names: Sequence[str]) -> tuple[list, d
         raise UserError(f"--length-scale must be >= 1, got {req.length_scale}")
     scale = req.length_scale or (1 if gpu else CPU_SCALE_DOWN)
     every, models = profile_cases(list(req.model), tuple(req.dtype) if req.dtype else ("bfloat16",), scale, req.seed, dedupe=False)
-    shared = shared_calls(every)
-    cases = [c for c in every if f"{c.model}/{c.layer}" not in shared]
+    cases, shared = without_shared(every)
     why = (
         ""
         if scale == 1
