@@ -113,7 +113,7 @@ case "${1:-}" in
   checks)  # issue 49's engine checks on CUDA: batch invariance and graph replay, a table per backend last
     w=/tmp/checks; rm -rf "$w"; mkdir -p "$w"; t0=$(date +%s)
     timeout $(( ${2:-300} + 90 )) python3 -m parity run --profile quick --backend "${BACKENDS:-all-gpu}" --jobs "${JOBS:-12}" --split auto \
-      --invariance --graph-replay --shrink 0 --no-report -q --compile-cache /tmp/tp/cc --out "$w/run" --time-limit "${2:-300}" \
+      --invariance --graph-replay --shrink 0 --no-report -q --compile-cache /tmp/tp/cc --precompile "${PRECOMPILE:-auto}" --out "$w/run" --time-limit "${2:-300}" \
       > "$w/run.log" 2>&1
     echo "checks rc=$? in $(( $(date +%s) - t0 )) s"; grep -v "^  \|^$" "$w/run.log" | tail -n 4 | cut -c1-200
     python3 - "$w/run/results.csv" <<'PY' | tee "$w/checks.txt"

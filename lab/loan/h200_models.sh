@@ -3,7 +3,10 @@
 # lengths), resumed over calls until complete. After the four parts are parked and `bash lab/device/install.sh` ran
 # on the same warm machine (lab/device/README.md):
 #   bash lab/loan/h200_models.sh run [LIMIT_S] [JOBS]  # the first call starts /tmp/models, later calls --resume it
-#   SEED=lab/runs/h100-2026-12-06b-models/run bash lab/loan/h200_models.sh run ...  # first call: resume that run
+#   SEED=lab/runs/RUN/run bash lab/loan/h200_models.sh run ...  # first call: resume that committed run (its code's
+#     columns: a run of older code is refused, "lacks the columns ..."; the newest is lab/runs/h100-2026-12-07d-models)
+#   PRECOMPILE=off ...                                 # --precompile off|on|auto (default auto): off when a call's
+#     time limit is shorter than its compiles (12-07d: FlashInfer's prefill JIT took the whole 370 s)
 #   bash lab/loan/h200_models.sh mem [LIMIT_S]         # benchmarks/memory_estimate.py at scale 1, a few backends
 # Each call leaves $OUT/models.tgz: the run folder (masks.jsonl only while small: a call returns 16 MiB) and its log.
 set -u
@@ -19,7 +22,7 @@ case "${1:-}" in
     # rows in flight finish after --time-limit (a 32k prefill with its mask probe takes a while): the call's timeout
     # leaves them 140 s; the compile cache stays on the machine for the next call
     timeout $(( lim + 140 )) python3 -m parity run --backend all-gpu --profile models --jobs "${3:-8}" --shrink 0 \
-      --no-report -q --expect default --compile-cache /tmp/models-cc --time-limit "$lim" --out "$d" "${resume[@]}" \
+      --no-report -q --expect default --compile-cache /tmp/models-cc --precompile "${PRECOMPILE:-auto}" --time-limit "$lim" --out "$d" "${resume[@]}" \
       >> /tmp/models-run.log 2>&1
     echo "models rc=$?"; grep -v "^  \|^$" /tmp/models-run.log | tail -n 45 | cut -c1-220
     nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
