@@ -499,6 +499,7 @@ def backend_info(backend_name: str) -> dict[str, Any]:
         "unavailable": reason,
         "version": version,
         "first_use_compile": bool(getattr(backend, "first_use_compile", False)),
+        "variant_of": getattr(backend, "variant_of", None),  # its base backend (a split-KV variant): whose worker path it takes
     }
 
 

@@ -63,25 +63,26 @@ def select_rows(df, run_dir: Path, row: int | None, backend: str | None) -> list
     return [(int(i), df.loc[i].to_dict()) for i in df.index[mask]]
 
 
-def worker_paths(command: str, backend: str) -> list[str]:
-    """The ``--worker-path SPEC=PATH`` entries of the run's command line for ``backend``."""
+def worker_paths(command: str, backend: str, variant_of: str | None = None) -> list[str]:
+    """The ``--worker-path SPEC=PATH`` entries of the run's command line for ``backend``; where it has none, those of
+    ``variant_of`` (its base backend, whose worker path a variant runs with: :func:`parity.backends.worker_path`)."""
     try:
         words = shlex.split(command or "")
     except ValueError:
         return []
-    out: list[str] = []
+    by: dict[str, list[str]] = {}
     for flag, value in zip(words, words[1:]):
         name, sep, path = value.partition("=")
-        if flag == "--worker-path" and sep and name == backend:
-            out.append(path)
-    return out
+        if flag == "--worker-path" and sep:
+            by.setdefault(name, []).append(path)
+    return by.get(backend) or (by.get(variant_of, []) if variant_of else [])
 
 
 def _meta(run, index: int, row: dict[str, Any], backend: str, script: Path) -> dict[str, Any]:
     env = run.env
     info = (env.get("backends") or {}).get(backend) or {}
     gpu = env.get("gpu") or {}
-    paths = worker_paths(env.get("command", ""), backend)
+    paths = worker_paths(env.get("command", ""), backend, info.get("variant_of"))
     prefix = f"PYTHONPATH={shlex.quote(':'.join(paths))} " if paths else ""
     errors = ""
     if row.get("max_abs_err"):

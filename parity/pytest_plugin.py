@@ -14,7 +14,8 @@ Options (also ``[tool.pytest.ini_options] parity_backends = [...]`` for the back
 * ``--parity-expect FILE`` (repeatable; ``default``, ``none``; or ``$PARITY_EXPECT``): known
   divergences (:mod:`parity.expect`): a failure one describes is an xfail naming it;
 * ``--parity-worker-path BACKEND=PATH`` (repeatable; or ``$PARITY_WORKER_PATH``): run BACKEND
-  in a worker process with PATH first on its sys.path;
+  in a worker process with PATH first on its sys.path (and its variants, ``vllm-fa3-split2-cuda`` of
+  ``vllm-fa3-cuda``, unless they have their own);
 * ``--parity-shard K/N``: keep shard K of N of the collected tests (sha256 of the node id mod N,
   as pytest-shard: an item's shard does not depend on the other items), for CI matrices.
 
@@ -91,7 +92,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="parity_worker_path",
         metavar="BACKEND=PATH",
         help="run BACKEND in a worker process with PATH first on its sys.path (repeatable; also "
-        "$PARITY_WORKER_PATH, items separated by spaces or ';')",
+        "$PARITY_WORKER_PATH, items separated by spaces or ';'); a variant of BACKEND (vllm-fa3-split2-cuda of "
+        "vllm-fa3-cuda) takes BACKEND's PATH unless it has its own",
     )
     group.addoption(
         "--parity-shard",
@@ -182,15 +184,30 @@ def expectations(config: pytest.Config) -> Any:
 
 
 def worker_paths(config: pytest.Config) -> dict[str, list[str]]:
-    """``{backend: [folders]}`` from ``--parity-worker-path`` / ``$PARITY_WORKER_PATH``."""
+    """``{backend: [folders]}`` from ``--parity-worker-path`` / ``$PARITY_WORKER_PATH``, each registered variant with
+    its base backend's folders unless it has its own (:func:`parity.backends.with_variants`)."""
     if _PATHS not in config.stash:
         from .execute import worker_paths as parse
 
         try:
-            config.stash[_PATHS] = parse(config.getoption("parity_worker_path"))
+            given = parse(config.getoption("parity_worker_path"))
         except ValueError as exc:
             raise pytest.UsageError(f"--parity-worker-path: {exc}") from None
+        if given:
+            from . import backends
+
+            given = backends.with_variants(given, backends.names())
+        config.stash[_PATHS] = given
     return config.stash[_PATHS]
+
+
+def _worker_path(config: pytest.Config, backend: str) -> list[str] | None:
+    """``backend``'s folders (a ``module:Class`` variant's too: :func:`parity.backends.worker_path`)."""
+    if not worker_paths(config):
+        return None
+    from . import backends
+
+    return backends.worker_path(worker_paths(config), backend)
 
 
 def _info(config: pytest.Config, backend: str) -> dict[str, Any]:
@@ -200,7 +217,7 @@ def _info(config: pytest.Config, backend: str) -> dict[str, Any]:
         from .api import worker_info
         from .execute import backend_info
 
-        path = worker_paths(config).get(backend)
+        path = _worker_path(config, backend)
         try:
             infos[backend] = worker_info(backend, path) if path else backend_info(backend)
         except backends.BackendSpecError as exc:
@@ -278,7 +295,8 @@ def parity_expectations(pytestconfig: pytest.Config) -> Any:
 
 @pytest.fixture(scope="session")
 def parity_worker_paths(pytestconfig: pytest.Config) -> dict[str, list[str]]:
-    """``{backend: [folders]}``: pass ``worker_path=parity_worker_paths.get(backend)`` to :func:`parity.evaluate`."""
+    """``{backend: [folders]}``, variants included: pass ``worker_path=parity_worker_paths.get(backend)`` to
+    :func:`parity.evaluate`."""
     return worker_paths(pytestconfig)
 
 
@@ -320,7 +338,7 @@ def assert_parity(pytestconfig: pytest.Config) -> Any:
     def check(backend: Any, case: Any, **kw: Any) -> dict[str, Any]:
         exp = kw.pop("expectations", expectations(pytestconfig))
         if isinstance(backend, str) and "worker_path" not in kw:
-            kw["worker_path"] = worker_paths(pytestconfig).get(backend)
+            kw["worker_path"] = _worker_path(pytestconfig, backend)
         kw.setdefault("grad", bool(pytestconfig.getoption("parity_grad", False)))
         judged = evaluate_record(backend, case, expectations=exp, **kw)
         return check_row(judged.row, exp, judged)

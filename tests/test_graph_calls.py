@@ -21,10 +21,12 @@ import pytest
 import torch
 
 from parity import Case, Window, backends
+from parity import graphs as graphs_mod
 from parity.backends import flex as flex_mod
 from parity.backends import torch_fa2, vllm_fa
+from parity.backends.graphing import CacheFill
 from parity.case import make_inputs
-from parity.graphs import copy_values, new_values, static_copy
+from parity.graphs import copy_values, new_values, run_graph_check, static_copy
 from parity.verdict import POISON
 
 #: every digest a fake library computed, in call order
@@ -168,6 +170,8 @@ PAGED = Case((1, 1), (40, 17), 4, 2, 32, "bfloat16", Window(7, 0), page_size=16,
 PAGED_PREFILL = Case((4, 3), (40, 17), 4, 2, 32, "bfloat16", Window(7, 0), page_size=16, seed=7)
 SINKS = Case((4, 3), (40, 17), 4, 2, 32, "bfloat16", Window(7, 0), page_size=16, sinks=True, seed=8)
 FP8 = Case((5, 9), (12, 9), 4, 2, 32, "bfloat16", Window(7, 0), kv_dtype="float8_e4m3fn", q_fp8=True, fp8_scales="kv_head", seed=9)
+#: an fp8 paged cache: the graph call refills it (:meth:`parity.backends.graphing.CacheFill.fill`) inside the captured function
+FP8_PAGED = Case((1, 1), (40, 17), 4, 2, 32, "bfloat16", Window(7, 0), page_size=16, kv_dtype="float8_e4m3fn", q_fp8=True, seed=10)
 
 #: (backend, case): every overriding backend, each layout it prepares
 OVERRIDES = [
@@ -183,6 +187,8 @@ OVERRIDES = [
     ("vllm-fa2-cuda", VARLEN),
     ("vllm-fa3-cuda", SINKS),
     ("vllm-fa3-cuda", FP8),
+    ("vllm-fa3-cuda", FP8_PAGED),
+    ("vllm-fa3-split4-cuda", FP8_PAGED),
     ("vllm-fa3-split2-cuda", PAGED),
     ("torch-fa2-cuda", DENSE),
     ("torch-fa2-varlen-cuda", VARLEN),
@@ -329,3 +335,35 @@ def test_the_guard_and_the_digest_catch_a_broken_override(fakes, guard, monkeypa
     with pytest.raises(AssertionError) as caught:
         test_the_graph_call_is_run_reads_new_values_and_does_no_host_work("fa2-kvcache-cuda", PAGED, None, guard)
     assert "host work" not in str(caught.value)  # (b): the replay read the old keys
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
+def test_an_fp8_cache_fill_copies_the_bits_into_their_slots(dtype):
+    """``CacheFill.fill`` on fp8 caches (torch has no float8 ``index_copy_``, on CUDA or the CPU): every key's bits land in
+    its slot, the other rows keep theirs, each cache keeps its storage (a captured graph reads those addresses)."""
+    fp8 = getattr(torch, dtype)
+    k_cache = torch.full((4, 4, 2, 8), 3.0).to(fp8)  # (pages, page_size, hkv, d)
+    v_cache = torch.full((4, 4, 2, 8), -3.0).to(fp8)
+    slots = torch.tensor([5, 0, 14, 9])  # (total_k,)
+    k, v = torch.randn(4, 2, 8).to(fp8), torch.randn(4, 2, 8).to(fp8)  # (total_k, hkv, d)
+    ptrs = (k_cache.data_ptr(), v_cache.data_ptr())
+    CacheFill(k_cache, v_cache, slots).fill(k, v)
+    assert (k_cache.data_ptr(), v_cache.data_ptr()) == ptrs and k_cache.dtype == v_cache.dtype == fp8
+    for cache, x, old in ((k_cache, k, 3.0), (v_cache, v, -3.0)):
+        rows = cache.view(-1, 2, 8)  # (rows, hkv, d)
+        assert torch.equal(rows[slots].view(torch.uint8), x.view(torch.uint8))
+        rest = torch.ones(len(rows), dtype=torch.bool)
+        rest[slots] = False
+        assert bool((rows[rest].float() == old).all())
+
+
+def test_graph_replay_of_an_fp8_paged_cache_runs_on_the_cpu(fakes, monkeypatch):
+    """The whole ``--graph-replay`` check (:func:`parity.graphs.run_graph_check`, capture faked) of vLLM's FA3 on an fp8
+    paged cache: on an H100 its cache refill raised ``"index_copy_cuda" not implemented for 'Float8_e4m3fn'`` (an
+    ``error`` row); the CPU's ``index_copy_`` has the same gap."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(graphs_mod, "capture", lambda fn: (fn(), fn)[1])  # a replay reruns the captured work
+    for case in (FP8_PAGED, dataclasses.replace(FP8_PAGED, fp8_scales="batch_kv_head")):
+        got = run_graph_check(backends.get("vllm-fa3-cuda"), case, make_inputs(case))
+        assert got["status"] == "ok", got

@@ -109,6 +109,22 @@ def test_the_vllm_stub_is_the_one_the_backend_reads():
     assert '__version__ = "0.26.0"' in stub and "_parity_stub = True" in stub
 
 
+def test_the_staged_worker_paths_reach_the_split_variants():
+    """install.sh prints (and worker-paths.txt holds) one ``--worker-path`` per staged base backend; the split
+    variants of a staged library take their base's (parity.backends.worker_path): on the H100 of the report they
+    came out unavailable, "No module named 'vllm'", while their bases ran."""
+    from parity import backends
+    from parity.process import parse_worker_paths
+
+    groups = _stage_module().GROUPS
+    items = [f"{b}={':'.join(g['paths'])}" for g in groups.values() if g["paths"] for b in g["backends"]]
+    paths = backends.with_variants(parse_worker_paths(items), backends.names())
+    for variant in ("vllm-fa3-split2-cuda", "vllm-fa3-split4-cuda", "vllm-fa3-split256-cuda"):
+        assert paths[variant] == ["/tmp/site-vllm-fa"], variant
+    for variant in ("flashinfer-decode-split2-cuda", "flashinfer-decode-split4-cuda", "flashinfer-decode-splitmax-cuda"):
+        assert paths[variant] == ["/tmp/site-flashinfer"], variant
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
 @pytest.mark.parametrize("script", sorted(p.relative_to(LAB).as_posix() for p in LAB.glob("*/*.sh")))
 def test_lab_scripts_parse(script):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import UserError
 from ..markers import marker_for
@@ -181,6 +181,35 @@ def get(backend: str) -> Backend:
     return inst
 
 
+def worker_path_owner(paths: Mapping[str, Sequence[str]], backend: str) -> str | None:
+    """Whose entry of ``paths`` (``{backend: [folders]}``: ``--worker-path``, ``$PARITY_WORKER_PATH``) ``backend``'s
+    worker runs with: its own; else, for a variant (:attr:`Backend.variant_of`: a split-KV count forced on the same
+    library), its base backend's, so a library staged once serves its variants; else None."""
+    if backend in paths or not paths:
+        return backend if backend in paths else None
+    try:
+        base = getattr(get(backend), "variant_of", None)
+    except Exception:  # noqa: BLE001 - a plugin importable only with its own worker path has no variant here
+        return None
+    return base if base in paths else None
+
+
+def worker_path(paths: Mapping[str, Sequence[str]], backend: str) -> list[str] | None:
+    """The folders ``backend``'s worker puts first on its ``sys.path`` (:func:`worker_path_owner`'s entry); None: none."""
+    owner = worker_path_owner(paths, backend)
+    return None if owner is None else list(paths[owner])
+
+
+def with_variants(paths: Mapping[str, Sequence[str]], backend_names: Sequence[str]) -> dict[str, list[str]]:
+    """``paths`` and, for each of ``backend_names`` without an entry, the entry it takes (:func:`worker_path`): a
+    variant's base backend's."""
+    out = {n: list(p) for n, p in paths.items()}
+    for n in backend_names:
+        if n not in out and (found := worker_path(paths, n)) is not None:
+            out[n] = found
+    return out
+
+
 __all__ = [
     "Backend",
     "BackendError",
@@ -195,4 +224,7 @@ __all__ = [
     "marker_for",
     "names",
     "register",
+    "worker_path",
+    "worker_path_owner",
+    "with_variants",
 ]

@@ -103,6 +103,10 @@ class Backend:
     name: str = "unnamed"
     device: str = "cpu"
     description: str = ""
+    #: The backend this one is a variant of: the same library, called with other arguments (a split-KV count forced).
+    #: A worker path given for that one (``--worker-path``, ``$PARITY_WORKER_PATH``) applies to this one too unless
+    #: it has its own entry (:func:`parity.backends.worker_path`). None: no variant.
+    variant_of: str | None = None
     #: True when ``run`` reads a paged KV cache (``inputs.paged()``) for cases with a
     #: ``page_size``; other backends get those cases recorded as unsupported.
     supports_paged: bool = False

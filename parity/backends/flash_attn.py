@@ -367,11 +367,18 @@ def split_accum_bytes(case: Case, num_splits: int) -> int:
 class SplitVariant:
     """A split-KV variant, mixed in before its base backend: ``num_splits`` forced (set by each subclass); the
     backward is the base backend's (the split count changes the forward only). Its rows: decode-shaped cases only
-    (:func:`.base.split_scope_reason`); its memory: the base's and the split accumulators."""
+    (:func:`.base.split_scope_reason`); its memory: the base's and the split accumulators. Its ``variant_of``: the
+    base backend's name (the class after this mixin), whose worker path it takes."""
 
     supports_grad = False
     no_grad_reason = "a forced split count changes the forward only: the base backend's rows check the backward"
     num_splits: int
+    variant_of: str | None = None
+
+    def __init_subclass__(cls, **kw) -> None:
+        super().__init_subclass__(**kw)
+        mro = cls.__mro__
+        cls.variant_of = mro[mro.index(SplitVariant) + 1].name  # type: ignore[attr-defined]
 
     def unsupported_reason(self, case: Case) -> str | None:
         return split_scope_reason(case) or super().unsupported_reason(case)  # type: ignore[misc]

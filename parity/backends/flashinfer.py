@@ -619,6 +619,7 @@ class _FlashInferDecodeSplit(FlashInferDecodeBackend):
     forced into at least :attr:`splits` splits (0: one page a split); see the module docstring."""
 
     splits = 0
+    variant_of = FlashInferDecodeBackend.name  # the same library: its worker path applies
 
     def unsupported_reason(self, case: Case) -> str | None:
         why = super().unsupported_reason(case)

@@ -63,8 +63,18 @@ class CacheFill:
     def fill(self, k: torch.Tensor, v: torch.Tensor) -> None:
         """The keys' and values' current values ``(total_k, hkv, d)`` into their slots: device work only."""
         assert self.slots is not None, "a cache built for run (graph=False) has no slots to refill"
-        self.k_cache.view(-1, *k.shape[1:]).index_copy_(0, self.slots, k)  # (rows, hkv, d)
-        self.v_cache.view(-1, *v.shape[1:]).index_copy_(0, self.slots, v)  # (rows, hkv, d)
+        _copy_rows(self.k_cache, self.slots, k)
+        _copy_rows(self.v_cache, self.slots, v)
+
+
+def _copy_rows(cache: torch.Tensor, slots: torch.Tensor, x: torch.Tensor) -> None:
+    """``x`` ``(total_k, hkv, d)`` into rows ``slots`` of ``cache`` flattened to ``(rows, hkv, d)``, in place. fp8 goes
+    through same-size integer views of both (``index_copy_`` has no float8 kernel on CUDA or the CPU in torch 2.x: a
+    row copy moves bits, so the integer copy is exact); no allocation, no host sync: capturable."""
+    rows = cache.view(-1, *x.shape[1:])  # (rows, hkv, d)
+    if x.dtype.is_floating_point and x.element_size() == 1:  # float8_e4m3fn, float8_e5m2 (and any other 1-byte float)
+        rows, x = rows.view(torch.uint8), x.view(torch.uint8)  # (rows, hkv, d), (total_k, hkv, d): the same bits
+    rows.index_copy_(0, slots, x)
 
 
 def _on(slots: torch.Tensor | None, inputs: Inputs) -> torch.Tensor | None:

@@ -1,8 +1,10 @@
 """``python -m parity backends``: every backend, its availability and the reason, its version.
 
 The backends are probed in one worker process per distinct worker path (``PARITY_WORKER_PATH``:
-a backend is checked where it will run; ``--no-isolate``: in this process). A backend whose check
-kills its worker is re-checked alone in its own worker and costs only its own row. Exit 0.
+a backend is checked where it will run, a variant such as ``vllm-fa3-split2-cuda`` on its base backend's
+path unless it has its own entry, and its row says which: ``[worker path of vllm-fa3-cuda: DIR]``;
+``--no-isolate``: in this process). A backend whose check kills its worker is re-checked alone in its
+own worker and costs only its own row. Exit 0.
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ from .common import EXIT_OK
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    b = subparsers.add_parser("backends", help="list every backend, its availability and reason")
+    b = subparsers.add_parser(
+        "backends",
+        help="list every backend, its availability and reason, and the worker path it runs with ($PARITY_WORKER_PATH; "
+        "a variant takes its base backend's unless it has its own)",
+    )
     b.add_argument("--json", action="store_true", help="machine-readable output")
     b.add_argument("--no-isolate", action="store_true", help="probe availability in this process")
     b.add_argument(
@@ -31,30 +37,42 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     try:  # PARITY_WORKER_PATH: such a backend is checked where it will run
-        paths = worker_paths(None)
+        given = worker_paths(None)
     except ValueError as exc:
         raise UserError(f"$PARITY_WORKER_PATH: {exc}") from None
     # the shared worker starts before this process imports the registry (torch): the two overlap
-    shared = None if args.no_isolate else SharedProbe(None, [], skip=sorted(paths))
-    if shared is not None and not paths and shared.specs_checked():
-        names = shared.specs_checked()  # the worker's registry: this process needs no torch at all
+    shared = None if args.no_isolate else SharedProbe(None, [], skip=sorted(given))
+    if shared is not None and not given and shared.specs_checked():
+        names, paths = shared.specs_checked(), given  # the worker's registry: this process needs no torch at all
     else:
         from .. import backends
 
         names = backends.names()
+        paths = backends.with_variants(given, names)  # a variant checked where it runs: on its base's worker path
     if args.no_isolate:
         from ..execute import backend_info
 
         by = {n: _inline_info(backend_info, n) for n in names if n not in paths}
     else:
         assert shared is not None
-        by = dict(zip(shared.specs_checked(), shared.infos(paths)))
+        by = {n: info for n, info in zip(shared.specs_checked(), shared.infos(paths)) if n not in paths}
     rest = [n for n in names if n not in by]
     by.update(zip(rest, _infos_fast(rest, paths)))
     if args.cache_key:
         print(cache_key([by[n] for n in names]))
         return EXIT_OK
-    return _print_backends([by[n] for n in names], args.json)
+    return _print_backends([_with_path(by[n], given) for n in names], args.json)
+
+
+def _with_path(info: dict, given: dict[str, list[str]]) -> dict:
+    """``info`` and, where its worker ran on a worker path, ``worker_path`` (the folders) and ``worker_path_of`` (whose
+    entry: the backend's own, or its base backend's for a variant, :func:`parity.backends.worker_path_owner`)."""
+    if not given:
+        return info
+    from ..backends import worker_path_owner
+
+    owner = worker_path_owner(given, info["spec"])
+    return info if owner is None else {**info, "worker_path": given[owner], "worker_path_of": owner}
 
 
 def cache_key(infos: list[dict]) -> str:
@@ -155,5 +173,15 @@ def _print_backends(rows: list, as_json: bool) -> int:
     print(f"{'backend':<{width}}{'device':<8}{'status':<12}version / reason")
     for info in rows:
         status = "available" if not info.get("unavailable") else "unavailable"
-        print(f"{info['spec']:<{width}}{info.get('device', '?'):<8}{status:<12}{info.get('unavailable') or info.get('version', '')}")
+        path = _path_words(info)
+        print(f"{info['spec']:<{width}}{info.get('device', '?'):<8}{status:<12}{info.get('unavailable') or info.get('version', '')}{path}")
     return EXIT_OK
+
+
+def _path_words(info: dict) -> str:
+    """`` [worker path DIR]``, `` [worker path of BASE: DIR]`` for a variant on its base's entry; '' without one."""
+    if "worker_path" not in info:
+        return ""
+    folders = ":".join(info["worker_path"])
+    of = info["worker_path_of"]
+    return f"  [worker path {folders}]" if of == info["spec"] else f"  [worker path of {of}: {folders}]"

@@ -147,7 +147,9 @@ def _how_it_runs(r: argparse.ArgumentParser) -> None:
         "--worker-path",
         action="append",
         metavar="BACKEND=PATH[:PATH]",
-        help="prepend PATH to sys.path of BACKEND's worker (packages that cannot share one sys.path)",
+        help="prepend PATH to sys.path of BACKEND's worker (packages that cannot share one sys.path); a variant of "
+        "BACKEND (vllm-fa3-split2-cuda of vllm-fa3-cuda: the same library) takes BACKEND's unless it has its own entry; "
+        "python -m parity backends shows each one's",
     )
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .. import shard
+from ..backends import worker_path
 from ..case import Case
 from ..execute import InlineExecutor, ProcessExecutor, kernel_key
 from ..shard import config_key
@@ -222,7 +223,8 @@ def split_cases(cases: list[Case], parts: int, key: Callable[[Case], tuple[Any, 
 def make_executor(
     backend: str, options: SweepOptions, log_path: Path | None = None, env: Mapping[str, str] | None = None, wait: bool = True
 ) -> InlineExecutor | ProcessExecutor:
-    """``backend``'s executor as ``options`` say: a worker process (``isolate``), else in this process."""
+    """``backend``'s executor as ``options`` say: a worker process (``isolate``; its worker path: its own, else its
+    base backend's for a variant, :func:`parity.backends.worker_path`), else in this process."""
     if not options.isolate:
         return InlineExecutor(backend, options.probes, options.max_passes, options.repeats, options.grad, options.checks)
     return ProcessExecutor(
@@ -232,7 +234,7 @@ def make_executor(
         repeats=options.repeats,
         timeout=options.timeout or options.timeout_floor,
         log_path=log_path,
-        extra_path=options.worker_paths.get(backend),
+        extra_path=worker_path(options.worker_paths, backend),
         env=dict(env or {}),
         wait=wait,
         grad=options.grad,
