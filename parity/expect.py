@@ -155,8 +155,18 @@ MASK_NOT_RUN = "not_run"
 #:                           last page has unused positions past ``Sk``)
 #: ========================  ==================================================================================
 #:
-#: Both are ``no`` for a contiguous (unpaged) case.
-FEATURES: dict[str, tuple[str, ...]] = {"pages_outside_window": ("no", "yes"), "last_page_tail": ("no", "yes")}
+#: Both are ``no`` for a contiguous (unpaged) case. ``outside_window_reach`` says how far the pages outside the window
+#: lie from it (:func:`outside_window_reach`): ``none`` (no such page, or unpaged), ``<=128`` (every such page within
+#: :data:`NEAR_KEYS` keys of its sequence's visible keys: a kernel that loads whole key tiles of 128 around the window
+#: reads no other), ``>128`` (some page farther, or a sequence whose rows see no key). The probe poisons every such
+#: page at once, so a NaN row of a ``>128`` case may come from a far page: an entry of near reads does not cover it.
+FEATURES: dict[str, tuple[str, ...]] = {
+    "pages_outside_window": ("no", "yes"),
+    "last_page_tail": ("no", "yes"),
+    "outside_window_reach": ("none", "<=128", ">128"),
+}
+#: ``outside_window_reach`` ``<=128``: every page outside the window within this many keys of it.
+NEAR_KEYS = 128
 REQUIRED = ("id", "backend", "condition", "explanation", "upstream")
 
 
@@ -266,10 +276,33 @@ def case_features(case: Case) -> dict[str, str]:
     """The case's :data:`FEATURES` (the table there says when each is ``yes``)."""
     ps = case.page_size
     if ps is None:
-        return {name: "no" for name in FEATURES}
+        return {"pages_outside_window": "no", "last_page_tail": "no", "outside_window_reach": "none"}
     outside = any(not bool(pages_seen(case, ps, b).all()) for b in range(case.batch))
     tail = any(sk % ps for sk in case.k_lens)
-    return {"pages_outside_window": "yes" if outside else "no", "last_page_tail": "yes" if tail else "no"}
+    reach = outside_window_reach(case) if outside else None
+    words = "none" if reach is None else f"<={NEAR_KEYS}" if reach <= NEAR_KEYS else f">{NEAR_KEYS}"
+    return {"pages_outside_window": "yes" if outside else "no", "last_page_tail": "yes" if tail else "no", "outside_window_reach": words}
+
+
+def outside_window_reach(case: Case) -> float | None:
+    """How far, in keys, the farthest page wholly outside every window of a paged case lies from its sequence's
+    visible keys: a page before them, from its first key to the earliest visible key; after them, from the last
+    visible key to its last key. ``inf`` where a sequence's rows see no key; None where no page lies outside."""
+    ps, far = case.page_size or 1, None
+    for b, (sq, sk) in enumerate(zip(case.q_lens, case.k_lens)):
+        seen = pages_seen(case, ps, b)  # (pages_b,)
+        if bool(seen.all()):
+            continue
+        lo, hi = case.band(sq, sk)  # (Sq,), (Sq,)
+        rows = lo <= hi  # (Sq,) rows that see a key
+        if not bool(rows.any()):
+            return float("inf")
+        first, last = int(lo[rows].min()), int(hi[rows].max())
+        for p in (~seen).nonzero().flatten().tolist():
+            start, end = p * ps, min(sk, (p + 1) * ps) - 1
+            dist = first - start if end < first else end - last
+            far = dist if far is None else max(far, dist)
+    return far
 
 
 @dataclasses.dataclass(frozen=True)

@@ -97,6 +97,41 @@ def test_case_features(case, want):
     assert (f["pages_outside_window"], f["last_page_tail"]) == want
 
 
+@pytest.mark.parametrize(
+    "case, want",
+    [
+        (NO_EMPTY_ROWS, "none"),  # contiguous KV
+        (Case((1,), (64,), 2, 2, 32, window=Window(None, 0), page_size=16), "none"),  # every page seen
+        # the 12-07d cases' shape: keys 0..111 on pages 0-6 outside a one-key window at key 127: 127 keys before it
+        (Case((1,), (128,), 2, 2, 32, window=Window(0, None), page_size=16), "<=128"),
+        (Case((1,), (144,), 2, 2, 32, window=Window(0, None), page_size=16), ">128"),  # page 0 starts 143 keys before
+        (Case((1,), (64,), 2, 2, 32, window=Window(0, 0, "top_left"), page_size=16), "<=128"),  # pages 1-3 after key 0: 63
+        (Case((1,), (160,), 2, 2, 32, window=Window(0, 0, "top_left"), page_size=16), ">128"),  # key 159 is 159 after it
+        (ISSUE_4972, ">128"),  # pages 0-215 outside a band that starts at key 3456
+        # a batch: the far sequence decides
+        (Case((1, 1), (128, 4096), 2, 2, 32, window=Window(0, None), page_size=16), ">128"),
+    ],
+)
+def test_outside_window_reach(case, want):
+    assert case_features(case)["outside_window_reach"] == want
+
+
+@pytest.mark.parametrize(
+    "sk, want",
+    [(128, ("expected", "fa4-paged-reads-pages-outside-window-near-it")), (4096, ("fail", ""))],
+    ids=["pages-within-128-keys", "page-0-of-a-4k-cache"],
+)
+def test_a_near_page_read_entry_leaves_a_far_read_new(sk, want):
+    """The read probe's words of a kernel that loads every page (a planted CPU backend), judged as an FA4 row: over
+    128 keys with a one-key window every poisoned page is within 128 keys of it (the 12-07d rows, expected); over a
+    4096-key cache the same words could come from page 0, 4095 keys away: not the near-read entry's, a new failure."""
+    case = Case((1, 1), (sk, sk), 8, 4, 64, "float16", Window(0, None), page_size=16, seed=1)
+    row = dict(evaluate_record(READS_EVERY_PAGE, case).row)
+    assert row["raw_verdict"] == "fail" and "poisoned keys 0.." in row["read_detail"], row["read_detail"]
+    judged = load().judge({**row, "backend": "fa4-cuda"}, "flash-attn-4 4.0.0b36", "2.11.0")
+    assert (judged["verdict"], judged["expected_id"]) == want
+
+
 FEATURE_TOML = """
 [[divergence]]
 id = "fake-page-reader"
