@@ -334,24 +334,31 @@ class Sweep(SweepEnd):
         t_judge = time.perf_counter()
         # the baseline is shared by the backends (of a GPU's lanes): whichever meets a case first must not
         # be charged for it (it would make a backend's cases/s depend on the backend order)
+        computed = waited = 0.0  # this row's reference computed here; waited for another lane's (judge_wait)
         try:
             grad_ok = (res.get("grad") or {}).get("status") == "ok"  # its reference is charged like the forward's
-            baseline_s = ref_s + (baselines.ensure(case, grad=grad_ok) if res.get("status") == "ok" else 0.0)
+            if res.get("status") == "ok":
+                computed, waited = baselines.ensure_timed(case, grad=grad_ok)
             judged = judge(case, backend, info, res, baselines, self.options.budgets)
         except Exception as exc:  # out of memory in this process (on the device and the CPU): this row only
             if not is_oom(exc):
                 raise
-            baseline_s, judged = ref_s, harness_oom_row(case, backend, info, res, exc)
+            computed, judged = 0.0, harness_oom_row(case, backend, info, res, exc)
         finally:
             self.memory.release(unit, case)
         judged = apply_expectations(judged, self.options.expectations, str(info.get("version") or ""), case)
+        baseline_s, t_lock = ref_s + computed, time.perf_counter()
+        judge_s = t_lock - t_judge - computed - waited
         with self.lock:
-            judge_s = time.perf_counter() - t_judge - (baseline_s - ref_s)
+            judge_wait = waited + time.perf_counter() - t_lock  # other lanes: their reference, then this lock
             gate = self.memory.take_admission(unit, case)
-            stages = self.timing.add(backend, case, res, wait_s, judge_s, baseline_s, unit=unit, part=part, gate=gate)
+            stages = self.timing.add(
+                backend, case, res, wait_s, judge_s, baseline_s, unit=unit, part=part, gate=gate, judge_wait=judge_wait
+            )
             self.sink.stages(backend, case, res, stages, gate)
             if self.sink.eta:
-                self.sink.eta.done(backend, case.case_id, wait_s + judge_s + baseline_s, ran=res.get("status") != Outcome.UNSUPPORTED)
+                lane_s = wait_s + judge_s + judge_wait + baseline_s
+                self.sink.eta.done(backend, case.case_id, lane_s, ran=res.get("status") != Outcome.UNSUPPORTED)
         self._emit(judged, unit)
 
     def _emit(self, judged: Judged, unit: str) -> None:
