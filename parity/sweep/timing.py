@@ -49,7 +49,7 @@ STAGES = (
     "ipc",  # wait not spent in the worker: sending, pickling the answer, process scheduling
     "judge",  # the comparison with the reference and the known divergences (the probes are decoded in the worker)
     "judge_wait",  # what judging the row waited for other lanes: a reference another lane was computing (the cache
-    # computes one at a time), then the sweep's lock to record the row (before 2026-12-07 both were in ``judge``)
+    # computes one at a time), the sweep's lock to release its memory hold and to record it (before 2026-12-07: in judge)
     "reference",  # inputs + float64 reference + same-dtype baseline (and, with --grad, their gradients): charged
     # to the first row to meet the case
 )
