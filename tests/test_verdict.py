@@ -1,3 +1,8 @@
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -147,3 +152,15 @@ def test_a_chunk_the_fast_path_declines_is_judged_by_the_masks(monkeypatch, wher
     fast = verdict.compare(case, out, base, BUDGETS["float32"])
     monkeypatch.setattr(verdict, "_tally_written_finite", lambda *a: False)
     assert repr(fast) == repr(verdict.compare(case, out, base, BUDGETS["float32"]))  # repr: a NaN equals itself there
+
+
+def test_the_judge_cost_benchmark_runs_and_a_held_baseline_waits_for_no_computation():
+    """``benchmarks/judge_cost.py`` on two small models-profile calls: its table, and the cache's hit answered while
+    another case's reference is computed (its last line: waited far less than that computation took)."""
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "benchmarks.judge_cost", "--model", "gemma-3-1b", "--calls", "decode-1k-32k,spec-5", "--repeat", "1"]
+    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300, check=True).stdout
+    lines = out.splitlines()
+    assert "compare_masked" in lines[1] and len(lines) == 6, out
+    waited, took = map(float, re.findall(r"waited ([\d.]+) ms \(that computation took ([\d.]+) ms\)", lines[-1])[0])
+    assert waited < took / 4, out
