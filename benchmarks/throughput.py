@@ -53,6 +53,7 @@ STAGE_COLS = (
     ("read", "read_probe"),
     ("ipc", "ipc"),
     ("judge", "judge"),
+    ("jwait", "judge_wait"),
     ("ref", "reference"),
 )
 
@@ -177,7 +178,7 @@ def _per_backend_all_calls(stages: dict[str, Any]) -> dict[str, dict[str, Any]]:
         out[spec] = {
             "rows": int(st.get("rows", 0)),
             "rows_per_s": st.get("rows_per_s"),
-            "busy_s": round(sum(s.get(k, 0.0) for k in ("wait", "judge", "reference")), 3),
+            "busy_s": round(sum(s.get(k, 0.0) for k in ("wait", "judge", "judge_wait", "reference")), 3),
             "call_s": None,
             "probe_call_s": None,
             "compile_s": st.get("compile_s"),
@@ -226,7 +227,10 @@ def lane_seconds(folder: str) -> dict[tuple[str, str], tuple[float, float]]:
         for line in fh:
             r = json.loads(line)
             ms = r.get("stage_ms") or {}
-            out[(r["backend"], r["case_id"])] = ((ms.get("wait", 0.0) + ms.get("judge", 0.0)) / 1e3, ms.get("compile", 0.0) / 1e3)
+            out[(r["backend"], r["case_id"])] = (
+                (ms.get("wait", 0.0) + ms.get("judge", 0.0) + ms.get("judge_wait", 0.0)) / 1e3,
+                ms.get("compile", 0.0) / 1e3,
+            )
     return out
 
 

@@ -38,7 +38,9 @@ def lanes():
             r = res.loc[(s["backend"], s["case_id"])]
             ms = s["stage_ms"]
             alone = "alone" in str(r.detail)
-            rows.append(((ms["wait"] + ms["judge"] + ms["reference"]) / 1e3, int(float(r.est_mem_mb) * 2**20), alone))
+            rows.append(
+                ((ms["wait"] + ms["judge"] + ms.get("judge_wait", 0.0) + ms["reference"]) / 1e3, int(float(r.est_mem_mb) * 2**20), alone)
+            )
         out.append(rows)
     return out
 

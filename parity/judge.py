@@ -77,7 +77,12 @@ class BaselineCache:
 
     Keeps at most ``keep`` baselines and ``max_bytes`` of them. Where ``device`` runs out of memory
     computing one, it is computed on the CPU instead (:attr:`cpu_fallbacks` counts them); an
-    out-of-memory error there is raised (the sweep gives that row an ``error``)."""
+    out-of-memory error there is raised (the sweep gives that row an ``error``).
+
+    The lanes (``--jobs``) share one cache: one baseline is computed at a time (the harness's device memory
+    holds one computation), and a baseline already held is answered without waiting for it (before
+    2026-12-07 one lock covered both: on the H100's models run a lane judging a two-row decode case waited up
+    to 17 s behind another lane's 32k reference, counted as the judge's time)."""
 
     def __init__(self, device: str = "cpu", keep: int = 64, max_bytes: int = CACHE_BYTES):
         self.device = device
@@ -89,30 +94,16 @@ class BaselineCache:
         #: seconds per stage, summed over the cases computed: inputs, reference (float64), baseline (same dtype)
         self.stage_seconds: dict[str, float] = {"inputs": 0.0, "reference": 0.0, "baseline": 0.0}
         self.computed: dict[str, int] = {}  # case id -> times computed (> 1: evicted, then met again)
-        self._lock = threading.Lock()  # lanes (--jobs) share one cache
+        self._lock = threading.Lock()  # the dicts: held only to read or change them, never while computing
+        self._computing = threading.Lock()  # one computation at a time (the counters above change under it)
         self._grads: dict[str, GradBaseline] = {}  # the backward's (--grad), kept like the forward's
 
     def grad(self, case: Case) -> GradBaseline:
         """``case``'s reference gradients and their budget figures (:mod:`parity.grad`), computed once."""
-        with self._lock:
-            return self._grad(case)
-
-    def _grad(self, case: Case) -> GradBaseline:
-        hit = self._grads.get(case.case_id)
-        if hit is not None:
-            return hit
-        t0 = time.perf_counter()
-        base = self._on_device_or_cpu(lambda device: make_grad_baseline(case, make_inputs(case, device)))
-        self._make_room(self._grads, lambda b: b.bytes, base.bytes)
-        self._grads[case.case_id] = base
-        spent = time.perf_counter() - t0
-        self.stage_seconds["grad_reference"] = self.stage_seconds.get("grad_reference", 0.0) + spent
-        self.seconds += spent
-        return base
+        return self._fetch(self._grads, case, self._compute_grad)[0]
 
     def get(self, case: Case) -> Baseline:
-        with self._lock:
-            return self._get(case)
+        return self._fetch(self._cache, case, self._compute)[0]
 
     def cached(self, case: Case) -> bool:
         """Whether ``case``'s baseline is held now (a row of it then costs the harness no new device memory)."""
@@ -122,17 +113,47 @@ class BaselineCache:
     def ensure(self, case: Case, grad: bool = False) -> float:
         """Compute ``case``'s baseline (and with ``grad`` its gradient baseline) unless cached; the seconds spent
         computing them (0.0 on a hit)."""
-        with self._lock:
-            before = self.seconds
-            self._get(case)
-            if grad:
-                self._grad(case)
-            return self.seconds - before
+        return self.ensure_timed(case, grad)[0]
 
-    def _get(self, case: Case) -> Baseline:
-        hit = self._cache.get(case.case_id)
+    def ensure_timed(self, case: Case, grad: bool = False) -> tuple[float, float]:
+        """:meth:`ensure`'s seconds computing, and the seconds it waited for another caller's computation (another
+        lane's case, or this case computed meanwhile by another lane)."""
+        _, spent, waited = self._fetch(self._cache, case, self._compute)
+        if grad:
+            _, g_spent, g_waited = self._fetch(self._grads, case, self._compute_grad)
+            spent, waited = spent + g_spent, waited + g_waited
+        return spent, waited
+
+    def _fetch(self, cache: dict[str, _T], case: Case, compute: Callable[[Case], _T]) -> tuple[_T, float, float]:
+        """``case``'s entry of ``cache`` (computed by ``compute`` unless held), the seconds computing it and the
+        seconds waited for another computation."""
+        with self._lock:
+            hit = cache.get(case.case_id)
         if hit is not None:
-            return hit
+            return hit, 0.0, 0.0
+        t0 = time.perf_counter()
+        with self._computing:
+            waited = time.perf_counter() - t0
+            with self._lock:
+                hit = cache.get(case.case_id)  # another lane computed it while this one waited
+            if hit is not None:
+                return hit, 0.0, waited
+            t1 = time.perf_counter()
+            value = compute(case)
+            return value, time.perf_counter() - t1, waited
+
+    def _compute_grad(self, case: Case) -> GradBaseline:
+        t0 = time.perf_counter()
+        base = self._on_device_or_cpu(lambda device: make_grad_baseline(case, make_inputs(case, device)))
+        with self._lock:
+            self._make_room(self._grads, lambda b: b.bytes, base.bytes)
+            self._grads[case.case_id] = base
+        spent = time.perf_counter() - t0
+        self.stage_seconds["grad_reference"] = self.stage_seconds.get("grad_reference", 0.0) + spent
+        self.seconds += spent
+        return base
+
+    def _compute(self, case: Case) -> Baseline:
         t0 = time.perf_counter()
         base = self._on_device_or_cpu(lambda device: compute_baseline(case, device, stages=self.stage_seconds))
         if estimate(case, probes=False).harness_bytes >= LARGE_ROW_BYTES:
@@ -140,8 +161,9 @@ class BaselineCache:
             # the lanes' workers share (h100-2026-12-06-models: a process of 17 GiB beside a worker's OOM)
             _release(self.device)
         self.computed[case.case_id] = self.computed.get(case.case_id, 0) + 1
-        self._make_room(self._cache, _ref_bytes, _ref_bytes(base))
-        self._cache[case.case_id] = base
+        with self._lock:
+            self._make_room(self._cache, _ref_bytes, _ref_bytes(base))
+            self._cache[case.case_id] = base
         spent = time.perf_counter() - t0
         self.case_seconds[case.case_id] = spent
         self.seconds += spent
@@ -174,7 +196,8 @@ class BaselineCache:
     @property
     def bytes(self) -> int:
         """Bytes the cached references hold."""
-        return sum(_ref_bytes(b) for b in self._cache.values())
+        with self._lock:
+            return sum(_ref_bytes(b) for b in self._cache.values())
 
 
 def compute_baseline(case: Case, device: str, stages: dict[str, float] | None = None) -> Baseline:

@@ -171,6 +171,46 @@ def test_baseline_cache_keeps_to_its_byte_budget():
     assert cache.bytes <= cache.max_bytes and len(cache._cache) == 2
 
 
+def test_a_cached_baseline_is_answered_while_another_case_is_computed(monkeypatch):
+    """Lanes share the cache: a held baseline comes back at once while another lane computes another case's
+    (before 2026-12-07 one lock covered both: a lane judging a two-row decode case waited 17 s behind another lane's
+    32k reference on the H100, counted as judging); a case not held waits for that computation (one at a time), and
+    ``ensure_timed`` says how long, apart from its own; a case two lanes ask for is computed once."""
+    held, slow, other = CASES
+    release, started = threading.Event(), threading.Event()
+    real = judging.compute_baseline
+
+    def compute(case, device, **kw):
+        if case is slow:
+            started.set()
+            assert release.wait(30), "never released"
+        return real(case, device, **kw)
+
+    monkeypatch.setattr(judging, "compute_baseline", compute)
+    cache = judging.BaselineCache("cpu")
+    base = cache.get(held)
+    computing = [threading.Thread(target=cache.get, args=(slow,)) for _ in range(2)]  # two lanes, the same case
+    for t in computing:
+        t.start()
+    assert started.wait(30)
+    got: list = []
+    hit = threading.Thread(target=lambda: got.append(cache.ensure_timed(held)))
+    hit.start()
+    hit.join(5)
+    assert got == [(0.0, 0.0)] and cache.get(held) is base  # answered while ``slow`` is still being computed
+    waits: list = []
+    miss = threading.Thread(target=lambda: waits.append(cache.ensure_timed(other)))
+    miss.start()
+    time.sleep(0.3)
+    assert not waits  # one computation at a time
+    release.set()
+    for t in [*computing, miss]:
+        t.join(30)
+    spent, waited = waits[0]
+    assert waited >= 0.25 and 0.0 < spent < waited + 30
+    assert cache.computed == {held.case_id: 1, slow.case_id: 1, other.case_id: 1}
+
+
 # -- out of memory: in a worker ------------------------------------------------------------------
 
 

@@ -330,29 +330,45 @@ class Sweep(SweepEnd):
                 self.retries.append((case, unit, info, res, wait_s, ref_s, limit))
             self.memory.release(unit, case)  # its memory hold too: the retry runs after the lanes, alone
             return
-        baselines = self._baselines(unit)
         t_judge = time.perf_counter()
+        judged, computed, waited = self._judge_row(case, unit, info, res)
+        judged = apply_expectations(judged, self.options.expectations, str(info.get("version") or ""), case)
+        baseline_s, t_lock = ref_s + computed, time.perf_counter()
+        judge_s = t_lock - t_judge - computed - waited
+        with self.lock:
+            judge_wait = waited + time.perf_counter() - t_lock  # other lanes: their reference, this lock
+            gate = self.memory.take_admission(unit, case)
+            stages = self.timing.add(
+                backend, case, res, wait_s, judge_s, baseline_s, unit=unit, part=part, gate=gate, judge_wait=judge_wait
+            )
+            self.sink.stages(backend, case, res, stages, gate)
+            if self.sink.eta:
+                lane_s = wait_s + judge_s + judge_wait + baseline_s
+                self.sink.eta.done(backend, case.case_id, lane_s, ran=res.get("status") != Outcome.UNSUPPORTED)
+        self._emit(judged, unit)
+
+    def _judge_row(self, case: Case, unit: str, info: dict[str, Any], res: dict[str, Any]) -> tuple[Judged, float, float]:
+        """The row judged against the reference (its memory hold released), the seconds spent computing its reference
+        here (another lane's row had not met the case, or it was evicted), and the seconds waited for other lanes:
+        the reference cache computing another case, the sweep's lock to release the hold."""
+        backend, baselines = self.plan.units[unit][0], self._baselines(unit)
         # the baseline is shared by the backends (of a GPU's lanes): whichever meets a case first must not
         # be charged for it (it would make a backend's cases/s depend on the backend order)
+        computed = waited = 0.0
         try:
             grad_ok = (res.get("grad") or {}).get("status") == "ok"  # its reference is charged like the forward's
-            baseline_s = ref_s + (baselines.ensure(case, grad=grad_ok) if res.get("status") == "ok" else 0.0)
+            if res.get("status") == "ok":
+                computed, waited = baselines.ensure_timed(case, grad=grad_ok)
             judged = judge(case, backend, info, res, baselines, self.options.budgets)
         except Exception as exc:  # out of memory in this process (on the device and the CPU): this row only
             if not is_oom(exc):
                 raise
-            baseline_s, judged = ref_s, harness_oom_row(case, backend, info, res, exc)
+            computed, judged = 0.0, harness_oom_row(case, backend, info, res, exc)
         finally:
-            self.memory.release(unit, case)
-        judged = apply_expectations(judged, self.options.expectations, str(info.get("version") or ""), case)
-        with self.lock:
-            judge_s = time.perf_counter() - t_judge - (baseline_s - ref_s)
-            gate = self.memory.take_admission(unit, case)
-            stages = self.timing.add(backend, case, res, wait_s, judge_s, baseline_s, unit=unit, part=part, gate=gate)
-            self.sink.stages(backend, case, res, stages, gate)
-            if self.sink.eta:
-                self.sink.eta.done(backend, case.case_id, wait_s + judge_s + baseline_s, ran=res.get("status") != Outcome.UNSUPPORTED)
-        self._emit(judged, unit)
+            t_release = time.perf_counter()
+            self.memory.release(unit, case)  # under the sweep's lock: waiting for it, the rest microseconds
+            waited += time.perf_counter() - t_release
+        return judged, computed, waited
 
     def _emit(self, judged: Judged, unit: str) -> None:
         with self.lock:

@@ -47,7 +47,9 @@ STAGES = (
     # card draining for a row that runs alone (this one, or another lane's); its line says which (ran_alone, drained)
     "wait",  # what the lane waited on the worker (overlaps judging the previous row)
     "ipc",  # wait not spent in the worker: sending, pickling the answer, process scheduling
-    "judge",  # the comparison with the reference (the probes are decoded in the worker)
+    "judge",  # the comparison with the reference and the known divergences (the probes are decoded in the worker)
+    "judge_wait",  # what judging the row waited for other lanes: a reference another lane was computing (the cache
+    # computes one at a time), the sweep's lock to release its memory hold and to record it (before 2026-12-07: in judge)
     "reference",  # inputs + float64 reference + same-dtype baseline (and, with --grad, their gradients): charged
     # to the first row to meet the case
 )
@@ -71,12 +73,15 @@ _WORKER = {
 }
 
 
-def row_stages(res: dict[str, Any], wait_s: float, judge_s: float, reference_s: float, gate_s: float = 0.0) -> dict[str, float]:
+def row_stages(
+    res: dict[str, Any], wait_s: float, judge_s: float, reference_s: float, gate_s: float = 0.0, judge_wait: float = 0.0
+) -> dict[str, float]:
     """One row's :data:`STAGES` (seconds; 0 where the row did not reach a stage)."""
     w = res.get("timing") or {}
     out = {stage: float(w.get(key, 0.0)) for stage, key in _WORKER.items()}
     worker = out["worker"]
-    out.update(gate=gate_s, wait=wait_s, ipc=max(0.0, wait_s - worker) if worker else 0.0, judge=judge_s, reference=reference_s)
+    ipc = max(0.0, wait_s - worker) if worker else 0.0
+    out.update(gate=gate_s, wait=wait_s, ipc=ipc, judge=judge_s, judge_wait=judge_wait, reference=reference_s)
     return out
 
 
@@ -129,7 +134,7 @@ def _sum_stages(each: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _rows_per_s(rows: int, stages_s: dict[str, float]) -> float | None:
     """Rows per second of the lane's time on a backend: waiting on its worker, judging, the reference."""
-    busy = sum(stages_s.get(k, 0.0) for k in ("wait", "judge", "reference"))
+    busy = sum(stages_s.get(k, 0.0) for k in ("wait", "judge", "judge_wait", "reference"))
     return round(rows / busy, 2) if busy > 0 else None
 
 
@@ -163,12 +168,13 @@ class SweepTiming:
     probes, ``probe_s`` the probes in all (building inputs, decoding included),
     ``gen_s`` input generation. From the sweep: ``exec_s`` the time it waited on the
     worker (sending the case, then blocked until the answer: IPC included), ``judge_s``
-    the comparison, ``baseline_s`` the float64 reference and same-dtype baseline computed
+    the comparison (its waits for other lanes are ``stages``' ``judge_wait``), ``baseline_s`` the
+    float64 reference and same-dtype baseline computed
     while judging this backend's rows: computed once per case and shared by all backends,
     it falls to whichever backend met the case first, so it is kept out of ``judge_s`` and
     of the rates below (the sweep's total is ``reference_s``). Judging backend k's row
-    overlaps backend k+1's work, so ``exec_s + judge_s + baseline_s`` summed over backends
-    bounds the loop's wall time from above.
+    overlaps backend k+1's work, so ``exec_s + judge_s + baseline_s`` (and ``judge_wait``) summed
+    over backends bounds the loop's wall time from above.
 
     Harness overhead = wall - call_s - probe_call_s: start-up, generation, probe
     building and decoding, reference, comparison, IPC, writing rows.
@@ -227,12 +233,14 @@ class SweepTiming:
         unit: str | None = None,
         part: int | None = None,
         gate: Admission | None = None,
+        judge_wait: float = 0.0,
     ) -> dict[str, float]:
-        """Add one row (``gate``: its waits at the memory gate); its :func:`row_stages`."""
+        """Add one row (``gate``: its waits at the memory gate; ``judge_wait``: judging it, for other lanes); its
+        :func:`row_stages`."""
         t = self.per.setdefault(backend, {k: 0.0 for k in self.KEYS})
         w = res.get("timing") or {}
         gate = gate or Admission(0)
-        stages = row_stages(res, exec_s, judge_s, baseline_s, gate.wait_s)
+        stages = row_stages(res, exec_s, judge_s, baseline_s, gate.wait_s, judge_wait)
         tot = self.stages.setdefault(backend, dict.fromkeys(STAGES, 0.0))
         for k, v in stages.items():
             tot[k] += v
@@ -395,6 +403,7 @@ def stage_table(timing: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "gate",
         "ipc",
         "judge",
+        "judge wait",
         "reference",
     ]
     rows = []
@@ -403,7 +412,7 @@ def stage_table(timing: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         rate = st.get("rows_per_s")
         cells = [s.get(k, 0.0) for k in ("inputs", "call")] + [st.get("compile_s", 0.0)]
         cells += [s.get(k, 0.0) for k in ("mask_probe",)]
-        tail = [s.get(k, 0.0) for k in ("gqa_probe", "read_probe", "backward", "gate", "ipc", "judge", "reference")]
+        tail = [s.get(k, 0.0) for k in ("gqa_probe", "read_probe", "backward", "gate", "ipc", "judge", "judge_wait", "reference")]
         rows.append(
             [backend, str(st.get("rows", 0)), "-" if rate is None else f"{rate:g}"]
             + [f"{v:.2f}" for v in cells]
