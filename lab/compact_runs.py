@@ -231,10 +231,14 @@ def plan(top: Path) -> tuple[dict[Path, bytes | None], list[tuple[str, int, str]
     return writes, done, gzipped
 
 
-def follow(text: str, gzipped: list[str]) -> str:
-    """The notes with each mention of a gzipped file (its path or name, not already ``.gz``) naming ``NAME.gz``."""
+def follow(text: str, gzipped: list[str], run: str = "") -> str:
+    """The notes with each mention of a gzipped file (its path or name, not already ``.gz``) naming ``NAME.gz``.
+
+    A mention after a ``/`` is another folder's file of that name (``call4/run.log`` when the run's own
+    ``run.log`` was gzipped), unless the folder is ``run``, the run's own (``RUN/run.log``)."""
+    own = r"|(?<=" + re.escape(run + "/") + ")" if run else ""
     for name in sorted(set(gzipped), key=len, reverse=True):
-        text = re.sub(r"(?<![\w.-])" + re.escape(name) + r"(?![\w-]|\.gz|\.\w)", name + ".gz", text)
+        text = re.sub(r"(?:(?<![\w./-])" + own + ")" + re.escape(name) + r"(?![\w-]|\.gz|\.\w)", name + ".gz", text)
     return text
 
 
@@ -275,7 +279,7 @@ def compact(top: Path, commit: str, dry_run: bool) -> tuple[int, int]:
                 path.write_bytes(data)
         readme = top / "README.md"
         head, sep, section = readme.read_text().partition("\n" + SECTION)
-        text = follow(head.rstrip("\n") + "\n", gzipped)
+        text = follow(head.rstrip("\n") + "\n", gzipped, top.name)
         if sep:  # compacted before: that record stays, this pass's follows it
             readme.write_text(text + sep + section.rstrip("\n") + "\n" + again_section(done, top, commit))
         else:

@@ -81,3 +81,11 @@ def test_the_seed_of_the_next_loan_keeps_every_word(tmp_path):
     top = _folder(tmp_path, tool)
     data, what = tool.compact_results(top / "run" / "results.csv.gz", next(iter(tool.KEEP_EVERY_ROW)))
     assert what == [] and [r["worst_where"] for r in _rows(top / "run" / "results.csv.gz")] == [r[2] for r in ROWS]
+
+
+def test_a_gzipped_top_level_log_does_not_rename_a_subfolders_log_of_that_name():
+    """12-07d: the run's own run.log was gzipped and the notes' `call4-prepass/run.log` (kept as it was) followed."""
+    tool = _tool()
+    notes = "see run.log, call4-prepass/run.log and lab/runs/R/run.log"
+    assert tool.follow(notes, ["run.log"], "R") == "see run.log.gz, call4-prepass/run.log and lab/runs/R/run.log.gz"
+    assert tool.follow("sub/x.log and x.log", ["sub/x.log", "x.log"], "R") == "sub/x.log.gz and x.log.gz"
