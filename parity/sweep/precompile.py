@@ -234,7 +234,10 @@ def plan_precompile(
 ) -> PrecompilePlan:
     """The pre-pass of a sweep whose backends have ``cases_of[backend]`` rows still to run: its keys per backend
     (less those ``built`` already, :func:`recorded`), and worker processes dealt to the backends by their keys x
-    cost hint (at least one each that has keys), ``cpus`` (default: this machine's) in all."""
+    cost hint over their compile threads (at least one each that has keys), ``cpus`` (default: this machine's) in
+    all. Where those add up to more (many backends, or wide ones), :class:`CpuSlots` starts a worker only once its
+    threads are free: a backend's worker is never cut to make room (d7 of 2026-12-07: six FlashInfer backends of
+    four threads on 16 CPUs would have left FA4's 32 keys one worker)."""
     tasks, left = {}, {}
     built = built or {}
     for backend, cases in cases_of.items():
@@ -248,18 +251,7 @@ def plan_precompile(
     weight = {s: len(r) * max(1.0, float(getattr(backend_object(s), "cost_hint", 1.0))) for s, r in tasks.items()}
     whole = sum(weight.values()) or 1.0
     procs = {s: max(1, min(len(tasks[s]), math.floor(total * w / whole / threads[s]))) for s, w in weight.items()}
-    return PrecompilePlan(tasks, left, _fit(procs, threads, total), threads, total)
-
-
-def _fit(procs: dict[str, int], threads: Mapping[str, int], cpus: int) -> dict[str, int]:
-    """``procs`` less workers, from the backend with the most, until workers x threads fit ``cpus`` or every
-    backend has one (:class:`CpuSlots` then keeps those running at once within the CPUs)."""
-    while sum(n * threads[s] for s, n in procs.items()) > cpus:
-        most = max(procs, key=lambda s: (procs[s], s))
-        if procs[most] == 1:
-            break
-        procs[most] -= 1
-    return procs
+    return PrecompilePlan(tasks, left, procs, threads, total)
 
 
 class PrePass:
