@@ -386,7 +386,7 @@ class PrePass:
         row.update(key=timing.get("kernel_key"), late=self.past_deadline())
         if row["status"] == "ok":
             return row
-        cut = self.closing or self.halt.stop.is_set() or (row["status"] == "timeout" and wait < self.key_limit)
+        cut = self.closing or self.halt.stop.is_set() or (row["status"] == Outcome.TIMEOUT and wait < self.key_limit)
         return {**row, "cut": cut, "detail": clip(str(res.get("detail") or "")), "case": case.case_id}
 
     def finish(self) -> dict[str, Any]:
