@@ -46,7 +46,7 @@ from .memory import (
     total_bytes,
 )
 from .process import ProcessExecutor, env_worker_paths, parse_worker_paths, recv, send, worker_paths  # noqa: F401 - their old home
-from .results import CUDA_FAULT_WORDS, Outcome, cuda_fault
+from .results import CUDA_FAULT_WORDS, Outcome, clip, cuda_fault
 from .shard import config_key
 from .verdict import POISON
 
@@ -474,8 +474,14 @@ def _fault_or_error(exc: BaseException) -> dict[str, Any]:
 def _generic_error(exc: BaseException) -> dict[str, Any]:
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
-    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return {"status": "error", "detail": f"{type(exc).__name__}{where}: {msg[:300]}"}
+    return {"status": "error", "detail": f"{type(exc).__name__}{where}: {clip(error_words(exc))}"}
+
+
+def error_words(exc: BaseException) -> str:
+    """What ``exc`` says, for a row's detail: its first line, and its last where it has several (a ninja build's
+    failure, a compiler's trace: the reason is often the last line); :func:`parity.results.clip` then keeps both ends."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    return " | ".join(lines[:1] + lines[1:][-1:])
 
 
 def backend_info(backend_name: str) -> dict[str, Any]:

@@ -157,6 +157,27 @@ CUDA_FAULT_WORDS = (
 )
 
 
+#: Characters of an error's words a row's ``detail`` keeps (:func:`clip`).
+DETAIL_CHARS = 300
+
+
+def clip(text: str, most: int = DETAIL_CHARS) -> str:
+    """``text`` in at most ``most`` characters, its middle cut (`` ... ``): the head names what failed and the tail
+    says why (a FlashInfer error's first 270 characters are the path of its generated source, its reason the end).
+
+    ============================================  ======================================
+    text                                          clipped to 20
+    ============================================  ======================================
+    ``short``                                     ``short``
+    ``Error at /a/very/long/path.cu:12: reason``  ``Error at ... reason``
+    ============================================  ======================================
+    """
+    if len(text) <= most:
+        return text
+    tail = (most - 5) // 2
+    return f"{text[: most - 5 - tail].rstrip()} ... {text[len(text) - tail :].lstrip()}"
+
+
 def cuda_fault(detail: object) -> bool:
     """Whether a row's ``detail`` reports a sticky CUDA fault (:data:`CUDA_FAULT_WORDS`).
 

@@ -15,7 +15,7 @@ import pytest
 from parity import Case, Window, compile_cache
 from parity.backends.reference import ReferenceBackend
 from parity.sweep import SweepOptions, run_sweep
-from parity.sweep.precompile import plan_precompile, wanted
+from parity.sweep.precompile import KEY_BOUND_S, SHARE_WORDS, CpuSlots, PrePass, plan_precompile, run_precompile, wanted
 
 ME = "tests.test_precompile"
 BASE = Case(q_lens=(8,), k_lens=(8,), hq=2, hkv=1, head_dim=8, dtype="float32", window=Window(2, 0), seed=0)
@@ -39,10 +39,12 @@ class DiskBuild(ReferenceBackend):
     def kernels_built(self):
         return DiskBuild.built
 
+    build_s = BUILD_S
+
     def run(self, case, inputs, out):
         path = Path(os.environ[compile_cache.ENV_VAR]) / "fake" / f"d{case.head_dim}"
         if not path.exists():
-            time.sleep(BUILD_S)
+            time.sleep(self.build_s)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("kernel")
             DiskBuild.built += 1
@@ -188,3 +190,140 @@ def test_a_stop_signal_in_the_pre_pass_stops_its_workers_and_ends_the_run_partia
     assert res.rows == [] and _rows(tmp_path / "out") == {}  # no lane ran
     assert res.infos[f"{ME}:LongBuild"]["name"] == "long-build"  # from the pre-pass's worker
     assert json.loads((tmp_path / "out" / "timing.json").read_text())["partial"] is True
+
+
+class HangsOnLastKey(DiskBuild):
+    """Builds its last key (head dim 32) for two minutes, in the pre-pass and in its row alike."""
+
+    name = "hangs-on-last-key"
+
+    def run(self, case, inputs, out):
+        if case.head_dim == 32:
+            time.sleep(120)
+        return super().run(case, inputs, out)
+
+
+def test_the_pre_pass_has_a_third_of_the_time_limit_then_the_lanes_start_and_its_keys_not_built_are_theirs(tmp_path, cache):
+    # d4 of 2026-12-07: a pre-pass of 260 s in a run of --time-limit 230 ("0 of 3864 rows ran")
+    t0 = time.perf_counter()
+    res = run_sweep([f"{ME}:HangsOnLastKey"], CASES, out_dir=tmp_path / "out", timeout=10, progress=False, jobs=2, time_limit=24)
+    assert time.perf_counter() - t0 < 24 + 10 + 15  # the run's limit, its last row's own limit: the hung build was stopped
+    pre = json.loads((tmp_path / "out" / "timing.json").read_text())["precompile"]
+    assert (pre["budget_s"], pre["budget"], pre["deadline_hit"]) == (8.0, SHARE_WORDS, True)
+    assert pre["wall_s"] < 8 + 3  # over at its deadline, not at the run's
+    mine = pre["per_backend"][f"{ME}:HangsOnLastKey"]
+    assert mine["failed"] == 0 and mine["failures"] == []  # the key cut short is the lanes', not a failure
+    assert mine["left_to_lanes"] >= 1 and mine["ok"] + mine["left_to_lanes"] == mine["keys"] == 4
+    assert pre["left_to_lanes"] == mine["left_to_lanes"]
+    ran = {r["case_id"] for r in res.rows if r["verdict"] == "pass"}
+    assert {c.case_id for c in CASES if c.head_dim == 8} <= ran  # the lanes ran rows: the pre-pass left them time
+    assert res.partial  # the d32 row hung in its lane too
+
+
+def test_a_lane_without_a_compiling_backend_starts_while_the_pre_pass_builds(tmp_path, cache):
+    first: dict[str, float] = {}
+
+    def on_row(row):
+        first.setdefault(row["backend"], time.perf_counter())
+
+    t0 = time.perf_counter()
+    run_sweep([f"{ME}:SlowBuild", "reference"], CASES, out_dir=tmp_path / "out", timeout=60, progress=False, jobs=2, on_row=on_row)
+    pre = json.loads((tmp_path / "out" / "timing.json").read_text())["precompile"]
+    assert pre["per_backend"][f"{ME}:SlowBuild"]["ok"] == 4 and not pre["deadline_hit"]
+    assert first["reference"] - t0 < pre["wall_s"]  # its first row before the pre-pass ended
+    assert first[f"{ME}:SlowBuild"] - t0 > pre["wall_s"]  # this lane waited for its keys
+    waits = pre["lanes_waited_s"]
+    assert waits["reference"] < 1.0 < waits[f"{ME}:SlowBuild"]
+
+
+class SlowBuild(DiskBuild):
+    name = "slow-build"
+    build_s = 5.0
+
+
+class Wide(DiskBuild):
+    """A build of two compile threads (FlashInfer's ninja jobs): each build notes when it ran and its ``MAX_JOBS``."""
+
+    name = "wide"
+    compile_threads = 2
+
+    def run(self, case, inputs, out):
+        t0 = time.time()
+        res = super().run(case, inputs, out)
+        note = Path(os.environ[compile_cache.ENV_VAR]) / "notes" / f"{type(self).__name__}-{case.case_id}.json"
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text(json.dumps({"t": [t0, time.time()], "jobs": os.environ.get("MAX_JOBS")}))
+        return res
+
+    def compile_key(self, case):
+        return (type(self).__name__, case.head_dim)
+
+
+class Wide2(Wide):
+    name = "wide-2"
+
+
+def test_workers_times_compile_threads_never_exceed_the_cpus(tmp_path, cache):
+    # d7 of 2026-12-07: 18 pre-pass processes on 16 CPUs, each FlashInfer build with one ninja job
+    plan = plan_precompile({f"{ME}:DiskBuild": CASES, f"{ME}:Wide": CASES, f"{ME}:Wide2": CASES}, SweepOptions(), cpus=12)
+    assert plan.threads == {f"{ME}:DiskBuild": 1, f"{ME}:Wide": 2, f"{ME}:Wide2": 2}
+    assert plan.procs == {f"{ME}:DiskBuild": 4, f"{ME}:Wide": 2, f"{ME}:Wide2": 2}  # a third of the CPUs each, in workers
+    # two backends of two threads each on two CPUs: one worker at a time, its builds given MAX_JOBS=2
+    plan = plan_precompile({f"{ME}:Wide": CASES, f"{ME}:Wide2": CASES}, SweepOptions(), cpus=2)
+    assert plan.procs == {f"{ME}:Wide": 1, f"{ME}:Wide2": 1}
+    rec = run_precompile(plan, SweepOptions(timeout=60), None, None, {})
+    assert rec["cpus"] == 2 and rec["cpus_peak"] == 2
+    notes = [json.loads(p.read_text()) for p in (cache / "notes").iterdir()]
+    assert len(notes) == 8 and {n["jobs"] for n in notes} == {"2"}
+    spans = sorted(n["t"] for n in notes)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # no two builds at once
+
+
+class FailsWithALongPath(DiskBuild):
+    """Fails as FlashInfer's JIT modules do: a long path of the generated source first, the reason last."""
+
+    name = "fails-with-a-long-path"
+
+    def run(self, case, inputs, out):
+        where = "/tmp/models-cc/flashinfer/.cache/flashinfer/0.7.2.post1/90a/generated/" + "batch_decode_with_kv_cache_" * 10
+        raise RuntimeError(f"Error in function 'operator()' at {where}/batch_decode.cu:42: no kernel image is available for sm_90")
+
+
+def test_a_pre_pass_failure_keeps_the_reason_at_the_end_of_a_long_message(tmp_path, cache):
+    plan = plan_precompile({f"{ME}:FailsWithALongPath": CASES}, SweepOptions(), cpus=2)
+    rec = run_precompile(plan, SweepOptions(timeout=60), None, None, {})
+    mine = rec["per_backend"][f"{ME}:FailsWithALongPath"]
+    assert mine["failed"] == 4 and len(mine["failures"]) == 4
+    for said in mine["failures"]:
+        assert "RuntimeError at test_precompile.py" in said and said.endswith("no kernel image is available for sm_90")
+        assert " ... " in said and len(said) < 340  # the path's middle cut, both ends kept
+
+
+def test_an_error_s_words_keep_its_first_and_last_lines_and_both_ends():
+    from parity.execute import error_words
+    from parity.results import clip
+
+    ninja = RuntimeError("Ninja build failed. Ninja output:\n[1/3] nvcc ...\nerror: no memory\nninja: build stopped: subcommand failed.")
+    assert error_words(ninja) == "Ninja build failed. Ninja output: | ninja: build stopped: subcommand failed."
+    assert error_words(ValueError("head_dim must be 64")) == "head_dim must be 64"
+    assert clip("short") == "short" and clip("a" * 200 + "b" * 200).endswith("b" * 147) and len(clip("x" * 999)) <= 300
+
+
+def test_no_pre_pass_key_waits_longer_than_its_bound(cache):
+    plan = plan_precompile({f"{ME}:DiskBuild": CASES}, SweepOptions(), cpus=2)
+    assert PrePass(plan, SweepOptions(), None, None, {}).key_limit == KEY_BOUND_S  # 120 s + a grace of 900 s asked
+    assert PrePass(plan, SweepOptions(timeout=30, compile_grace=0), None, None, {}).key_limit == 30
+    assert PrePass(plan, SweepOptions(), None, None, {}).until is None  # no --time-limit: no deadline
+
+
+def test_the_cpu_slots_hold_a_worker_s_threads_and_a_lane_started_beside_takes_its_share():
+    slots = CpuSlots(4)
+    assert slots.take(3, lambda: False) == 3
+    assert slots.take(2, lambda: True) == 0  # one free: a worker of two waits (here: gives up)
+    assert slots.take(9, lambda: True) == 0  # wider than the machine: all of it, once free
+    slots.lend(2)  # a lane of two threads started beside the pre-pass
+    slots.give(3)
+    assert slots.total == 2 and slots.take(3, lambda: True) == 2 and slots.peak == 3  # wider than what is left: all of it
+    slots.lend(5)  # one CPU always stays the pre-pass's
+    slots.give(2)
+    assert slots.total == 1 and slots.take(4, lambda: True) == 1

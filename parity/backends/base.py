@@ -131,6 +131,10 @@ class Backend:
     #: host (a JIT or graph compiler): that row's time limit gets ``--compile-grace`` on top (a build can take
     #: minutes on a busy machine; a worker killed mid-build loses it, and the next row starts it again).
     first_use_compile: bool = False
+    #: CPU threads one first-use build keeps busy: the compile pre-pass (:mod:`parity.sweep.precompile`) gives each
+    #: of this backend's build workers that many (``MAX_JOBS``, ``TORCHINDUCTOR_COMPILE_THREADS``) and counts them
+    #: against the machine's CPUs. 1: a build is one compiler thread (a Triton kernel, a CuTe DSL kernel, XLA).
+    compile_threads: int = 1
     #: fp8 dtypes of a KV cache ``run`` reads (see the module docstring); () = none.
     kv_dtypes: tuple[str, ...] = ()
     #: True when ``run`` also takes an fp8 query (``case.q_fp8``: ``inputs.q`` fp8, ``inputs.q_descale``).

@@ -334,6 +334,9 @@ class FlashInferBackend(Backend):
     name = "flashinfer-cuda"
     cost_hint = 10  # nvcc JIT-builds each kernel configuration: decode's 16 took 549 s, cold, on the H100 of 12-06c
     first_use_compile = True  # an SM90 prefill module took over 4 minutes with 14 lanes compiling (12-06c)
+    # a module is several .cu files (a batch prefill's: its paged and ragged kernels per mask mode) that ninja
+    # compiles MAX_JOBS at a time: with one job a prefill module did not build in 254 s on the H100 of 2026-12-07 (d4)
+    compile_threads = 4
     no_grad_reason = "FlashInfer is an inference library (forward only): no backward"
     device = "cuda"
     kv_dtypes = ("float8_e4m3fn", "float8_e5m2")  # kv_data_type / k_scale / v_scale; the query stays in the case's dtype

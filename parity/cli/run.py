@@ -203,8 +203,9 @@ def _lanes_and_output(r: argparse.ArgumentParser) -> None:
         "--precompile",
         choices=("auto", "on", "off"),
         default="auto",
-        help="build each kernel key of the compiling backends (flex, FA4, JAX, FlashInfer, vLLM FA2) once before "
-        "the lanes start, many at a time, one compile thread each, so the lanes run warm from the compile cache "
+        help="build each kernel key of the compiling backends (flex, FA4, JAX, FlashInfer, vLLM FA2) once, many at a "
+        "time within the CPUs, each lane starting once its backends' keys are built, so the lanes run warm from the "
+        "compile cache; with --time-limit it has a third of it, then its keys not built are the lanes' "
         "(auto, the default: when a compile cache is in use; rows and verdicts are the same either way)",
     )
     r.add_argument("--quiet", "-q", action="store_true", help="no progress bar")

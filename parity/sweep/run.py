@@ -84,6 +84,8 @@ class Sweep(SweepEnd):
         self.lost_context = ""  # --no-isolate: "BACKEND on CASE" that left this process's CUDA context unusable
         self.interrupted = ""  # the stop signal that ended the run (:meth:`interrupt`)
         self.prepass = precompile.Halt(self.stop)  # the compile pre-pass's live executors (:meth:`interrupt` stops them)
+        self.precompiling: precompile.PrePass | None = None  # the pre-pass under way beside the lanes (:meth:`_precompile`)
+        self.prepass_waits: dict[str, float] = {}  # each lane's wait for its backends' pre-pass (seconds)
         self.t0 = time.perf_counter()
         self.deadline = None if options.time_limit is None else self.t0 + options.time_limit
         self.limits = RowLimits(self.plan, options, self._baselines, self.unit_infos, self.lock, self.deadline)
@@ -96,11 +98,10 @@ class Sweep(SweepEnd):
                 print(f"parity: {line}", file=sys.stderr)
         try:
             self._precompile()
-            if self.interrupted:  # by a stop signal in the pre-pass: its workers said what they run; no lane starts
-                self.infos.update(self.prepass.infos)
-            else:
+            if not self.interrupted:
                 self._run_lanes()
         finally:
+            self._end_precompile()
             self._close_executors()
             self.sink.close()
         return self._result(time.perf_counter() - self.t0)
@@ -146,7 +147,8 @@ class Sweep(SweepEnd):
                     write_timing(self.out_dir, self._timing_summary(partial=True))
 
     def _precompile(self) -> None:
-        """The compile pre-pass (:mod:`parity.sweep.precompile`) over the rows still to run, where it is wanted."""
+        """Start the compile pre-pass (:mod:`parity.sweep.precompile`) over the rows still to run, where it is wanted;
+        it runs beside the lanes, each of which waits for its own backends' keys (:meth:`_lane`)."""
         from ..compile_cache import ENV_VAR
 
         if not precompile.wanted(self.options, bool(os.environ.get(ENV_VAR))):
@@ -156,13 +158,34 @@ class Sweep(SweepEnd):
         if not pre.keys:
             return
         logs = runfolder.logs_dir(self.out_dir) if self.out_dir else None
-        self.timing.precompile = precompile.run_precompile(pre, self.options, logs, self.deadline, self.plan.thread_env, self.prepass)
+        env = self.plan.thread_env
+        self.precompiling = precompile.PrePass(pre, self.options, logs, self.deadline, env, self.prepass, self._precompiled).start()
         if self.options.progress:
-            print(f"parity: {precompile.line(self.timing.precompile)}", file=sys.stderr)
+            print(f"parity: {precompile.start_line(pre, self.precompiling.budget, self.precompiling.key_limit)}", file=sys.stderr)
+
+    def _precompiled(self, record: dict[str, Any]) -> None:
+        """The pre-pass is over (every build done, or its deadline): its record so far, and its line."""
+        with self.lock:
+            self.timing.precompile = record
+        if self.options.progress:
+            print(f"{chr(10) if self.sink.bar.tty else ''}parity: {precompile.line(record)}", file=sys.stderr)  # below the bar
+
+    def _end_precompile(self) -> None:
+        """The run's end: builds of the pre-pass still running are stopped; its record, with the lanes' waits. A run
+        interrupted before its lanes' workers said what they run takes the backends' infos from the pre-pass's."""
+        if self.precompiling is None:
+            return
+        record = self.precompiling.finish()
+        record["lanes_waited_s"] = {lane: round(s, 3) for lane, s in self.prepass_waits.items()}
+        with self.lock:
+            self.timing.precompile = record
+        if self.interrupted:
+            lost = {b for b, info in self.infos.items() if info.get("unavailable")}
+            self.infos.update({b: i for b, i in self.prepass.infos.items() if b not in self.infos or b in lost})
 
     def _start_executors(self) -> None:
         """Every unit's executor, started at once (workers start in parallel), then their infos."""
-        env = self.plan.thread_env
+        t_start, env = time.perf_counter(), self.plan.thread_env
         self.timing.worker_threads = int(env["OMP_NUM_THREADS"]) if "OMP_NUM_THREADS" in env else None
         for unit, (backend, _) in self.plan.units.items():
             log = runfolder.log_path(self.out_dir, _safe(unit)) if self.out_dir else None
@@ -170,8 +193,7 @@ class Sweep(SweepEnd):
         for unit, ex in self.executors.items():
             self.unit_infos[unit] = ex.info
             self.infos.setdefault(self.plan.units[unit][0], ex.info)  # a split backend: its first part's
-        pre = float((self.timing.precompile or {}).get("wall_s", 0.0))  # the pre-pass is not the workers' start-up
-        self.timing.startup_s = time.perf_counter() - self.t0 - pre
+        self.timing.startup_s = time.perf_counter() - t_start  # the pre-pass, beside it, is not the workers' start-up
 
     def _close_executors(self) -> None:
         for ex in self.executors.values():
@@ -192,6 +214,12 @@ class Sweep(SweepEnd):
     def _lane(self, lane_units: list[str]) -> None:
         """Cases outer, units inner; unit k+1 computes while the lane judges unit k's answer."""
         pending: list[Pending] = []
+        if self.precompiling is not None:  # its backends' keys built first (or the pre-pass over): then it runs warm
+            t_wait = time.perf_counter()
+            self.precompiling.wait({self.plan.units[u][0] for u in lane_units}, self.stop)
+            self.precompiling.lane_started(max(1, (os.cpu_count() or 1) // len(self.plan.lanes)))  # its share of the CPUs
+            with self.lock:
+                self.prepass_waits[" ".join(lane_units)] = time.perf_counter() - t_wait
         t_lane = time.perf_counter()
         try:
             for case in self.cases:
