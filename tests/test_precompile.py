@@ -327,3 +327,22 @@ def test_the_cpu_slots_hold_a_worker_s_threads_and_a_lane_started_beside_takes_i
     slots.lend(5)  # one CPU always stays the pre-pass's
     slots.give(2)
     assert slots.total == 1 and slots.take(4, lambda: True) == 1
+
+
+class Grouped(DiskBuild):
+    """Two variants of one library that build the same kernels into one cache (FlashInfer's split decode variants)."""
+
+    name = "grouped"
+    build_group = "one-library"
+
+
+class Grouped2(Grouped):
+    name = "grouped-2"
+
+
+def test_a_build_group_builds_each_key_once():
+    # d7 of 2026-12-07: flashinfer-decode-split2/4/max-cuda each queued workers for the same modules
+    plan = plan_precompile({f"{ME}:Grouped": CASES, f"{ME}:Grouped2": CASES, f"{ME}:DiskBuild": CASES}, SweepOptions(), cpus=4)
+    ids = {b: sorted(c.case_id for c in cases) for b, cases in plan.tasks.items()}
+    assert ids[f"{ME}:Grouped"] and f"{ME}:Grouped2" not in ids  # the group's keys, built once
+    assert ids[f"{ME}:DiskBuild"] == ids[f"{ME}:Grouped"]  # no group: its own builds

@@ -135,6 +135,9 @@ class Backend:
     #: of this backend's build workers that many (``MAX_JOBS``, ``TORCHINDUCTOR_COMPILE_THREADS``) and counts them
     #: against the machine's CPUs. 1: a build is one compiler thread (a Triton kernel, a CuTe DSL kernel, XLA).
     compile_threads: int = 1
+    #: Backends of one non-empty group build the same kernels into one cache (one library, the same compile keys):
+    #: the pre-pass builds each key once for the group. "": none.
+    build_group: str = ""
     #: fp8 dtypes of a KV cache ``run`` reads (see the module docstring); () = none.
     kv_dtypes: tuple[str, ...] = ()
     #: True when ``run`` also takes an fp8 query (``case.q_fp8``: ``inputs.q`` fp8, ``inputs.q_descale``).

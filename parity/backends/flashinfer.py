@@ -647,6 +647,9 @@ class _FlashInferDecodeSplit(FlashInferDecodeBackend):
             raise Unsupported(f"flashinfer {getattr(flashinfer, '__version__', '?')}: the decode wrapper's plan takes no fixed_split_size")
         return super()._prepare(case, inputs, pad, graph)
 
+    #: the split variants build the same modules into FlashInfer's one JIT cache: the pre-pass builds each once
+    build_group = "flashinfer-decode-tensor-cores"
+
     def compile_key(self, case: Case) -> tuple | None:
         """The tensor-core decode path builds FlashInfer's batch prefill module (``get_batch_prefill_module``, "fa2"),
         keyed on the same fields as the decode module; the split size is a ``plan`` argument, not a build one."""

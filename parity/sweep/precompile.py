@@ -240,8 +240,10 @@ def plan_precompile(
     four threads on 16 CPUs would have left FA4's 32 keys one worker)."""
     tasks, left = {}, {}
     built = built or {}
+    claimed: set[tuple[str, str]] = set()
     for backend, cases in cases_of.items():
         reps, n_left = representatives(backend, cases, options, built.get(backend, set()))
+        reps = _unclaimed(backend, reps, claimed)
         if reps:
             tasks[backend] = reps
         if n_left:
@@ -252,6 +254,19 @@ def plan_precompile(
     whole = sum(weight.values()) or 1.0
     procs = {s: max(1, min(len(tasks[s]), math.floor(total * w / whole / threads[s]))) for s, w in weight.items()}
     return PrecompilePlan(tasks, left, procs, threads, total)
+
+
+def _unclaimed(backend: str, reps: list[Case], claimed: set[tuple[str, str]]) -> list[Case]:
+    """``reps`` less the keys another backend of ``backend``'s ``build_group`` builds already (FlashInfer's three
+    split-KV decode variants build the same modules into one JIT cache: one worker builds each, the other lanes load it
+    or wait on the library's own file lock); the keys kept are claimed for the group. No group: ``reps``."""
+    group = str(getattr(backend_object(backend), "build_group", "") or "")
+    if not group:
+        return reps
+    key = unit_key(backend)
+    kept = [c for c in reps if (group, key_text(key(c))) not in claimed]
+    claimed.update((group, key_text(key(c))) for c in kept)
+    return kept
 
 
 class PrePass:
