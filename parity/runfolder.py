@@ -41,6 +41,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from .case import Case
 from .errors import UserError
 from .files import read_text
 from .results import ADDED_COLUMNS, COLUMNS, Judged
@@ -422,7 +423,7 @@ class ResultsWriter:
         one without another column of COLUMNS, or with a column this version does not write, is refused."""
         fields, rows = read_table(self.path)
         missing = [c for c in COLUMNS if c not in fields]
-        essential = [c for c in missing if c not in ADDED_COLUMNS]
+        essential = [c for c in missing if c not in ADDED_COLUMNS and c not in DERIVED_COLUMNS]
         if essential:
             named = ", ".join(essential[:8]) + (f" and {len(essential) - 8} more" if len(essential) > 8 else "")
             raise UserError(f"--resume: {self.path} is not a results.csv of this tool (it lacks the columns {named}); start a new --out")
@@ -432,6 +433,9 @@ class ResultsWriter:
                 f"--resume: {self.path} has columns this attn-parity does not write ({', '.join(extra)}): "
                 "a newer version's run; finish it with that version, or start a new --out"
             )
+        if "repro" in missing:
+            _derive_repro(rows)
+            missing.remove("repro")
         if fields != COLUMNS:
             self._rewrite(rows)
         if missing:
@@ -469,3 +473,15 @@ class ResultsWriter:
     def close(self) -> None:
         self._fh.close()
         self._masks.close()
+
+
+#: Columns a folder may lack and --resume rebuilds from the others: ``repro`` (``lab/compact_runs.py`` leaves it
+#: out of a committed run, as each row's ``case_json`` and ``backend`` give it back).
+DERIVED_COLUMNS = ("repro",)
+
+
+def _derive_repro(rows: list[dict[str, str]]) -> None:
+    """Each row's ``repro`` from its case and backend (the run's flags, such as ``--grad``, are not in the row)."""
+    for r in rows:
+        r["repro"] = Case.from_json(r["case_json"]).repro(r["backend"]) if r.get("case_json") else ""
+    print("parity: --resume: the rows' repro column rebuilt from case_json (without the run's flags)", file=sys.stderr)
