@@ -15,7 +15,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -28,8 +28,17 @@ from .verdict import Baseline, Budget, Comparison, compare, compare_lse, make_ba
 
 _T = TypeVar("_T")
 
-#: Bytes of baselines a cache keeps (their float64 references), oldest evicted first.
+#: Bytes of baselines a cache keeps (their float64 references): the memory gates reserve this much
+#: (:mod:`parity.sweep.rowmemory`); which is evicted first, :class:`BaselineCache`'s ``demand`` says.
 CACHE_BYTES = 4 << 30
+
+
+class Demand(Protocol):
+    """What a sweep still needs of a cache (:class:`parity.sweep.demand.CaseDemand`)."""
+
+    def rank(self, case_id: str) -> Any:
+        """Eviction order: the lowest rank is evicted first."""
+        ...
 
 
 def case_columns(case: Case) -> dict[str, Any]:
@@ -75,7 +84,9 @@ def unavailable_row(case: Case, backend: str, info: dict[str, Any]) -> dict[str,
 class BaselineCache:
     """Reference and same-dtype baseline, computed once per case for all backends (on ``device``).
 
-    Keeps at most ``keep`` baselines and ``max_bytes`` of them. Where ``device`` runs out of memory
+    Keeps at most ``keep`` baselines and ``max_bytes`` of them (default :data:`CACHE_BYTES`); to make room it
+    evicts the oldest, or with a ``demand`` (a sweep's, :mod:`parity.sweep.demand`) the one it ranks lowest: no
+    unit needs it, else the one needed latest (:meth:`release` drops one no unit needs at once). Where ``device`` runs out of memory
     computing one, it is computed on the CPU instead (:attr:`cpu_fallbacks` counts them); an
     out-of-memory error there is raised (the sweep gives that row an ``error``).
 
@@ -84,10 +95,11 @@ class BaselineCache:
     2026-12-07 one lock covered both: on the H100's models run a lane judging a two-row decode case waited up
     to 17 s behind another lane's 32k reference, counted as the judge's time)."""
 
-    def __init__(self, device: str = "cpu", keep: int = 64, max_bytes: int = CACHE_BYTES):
+    def __init__(self, device: str = "cpu", keep: int = 64, max_bytes: int | None = None, demand: Demand | None = None):
         self.device = device
-        self.keep, self.max_bytes = keep, max_bytes
-        self._cache: dict[str, Baseline] = {}  # insertion-ordered: oldest evicted first
+        self.keep, self.max_bytes = keep, CACHE_BYTES if max_bytes is None else max_bytes
+        self.demand = demand
+        self._cache: dict[str, Baseline] = {}  # insertion-ordered: oldest first
         self.seconds = 0.0
         self.case_seconds: dict[str, float] = {}  # case id -> seconds its reference and baseline took (kept)
         self.cpu_fallbacks = 0
@@ -183,10 +195,18 @@ class BaselineCache:
         return result
 
     def _make_room(self, cache: dict[str, Any], size_of: Callable[[Any], int], incoming: int) -> None:
-        """Evict ``cache``'s oldest entries until it holds fewer than ``keep`` and ``incoming`` more bytes fit."""
+        """Evict ``cache``'s entries until it holds fewer than ``keep`` and ``incoming`` more bytes fit: the oldest,
+        or those ``demand`` ranks lowest (the oldest among equals)."""
         held = sum(size_of(b) for b in cache.values())
         while cache and (len(cache) >= self.keep or held + incoming > self.max_bytes):
-            held -= size_of(cache.pop(next(iter(cache))))
+            victim = next(iter(cache)) if self.demand is None else min(cache, key=self.demand.rank)
+            held -= size_of(cache.pop(victim))
+
+    def release(self, case_id: str) -> None:
+        """Drop ``case_id``'s baselines now (no unit will judge the case again)."""
+        with self._lock:
+            self._cache.pop(case_id, None)
+            self._grads.pop(case_id, None)
 
     @property
     def recomputed(self) -> int:

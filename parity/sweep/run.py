@@ -22,6 +22,7 @@ from ..results import Judged, Outcome
 from ..runfolder import read_timing
 from . import precompile
 from .deferred import Deferrals, Deferred
+from .demand import CaseDemand, demands
 from .ending import SweepEnd, SweepResult
 from .eta import Eta, case_cost
 from .lanes import LanePlan, make_executor, plan, run_lanes
@@ -71,6 +72,7 @@ class Sweep(SweepEnd):
         self.on_started = on_started
         self.plan = plan(self.backend_names, cases, options)
         self.baselines = reference_caches(self.plan, options)
+        self.demands = self._demands()  # which references the units still need: what each cache evicts first
         self.infos: dict[str, dict[str, Any]] = {}
         self.executors: dict[str, Any] = {}  # per unit
         self.unit_infos: dict[str, dict[str, Any]] = {}
@@ -222,7 +224,8 @@ class Sweep(SweepEnd):
                 self.prepass_waits[" ".join(lane_units)] = time.perf_counter() - t_wait
         t_lane = time.perf_counter()
         try:
-            for case in self.cases:
+            for index, case in enumerate(self.cases):
+                self._at(lane_units, index)
                 for unit in lane_units:
                     if not self.plan.runs(unit, case):
                         continue  # another part's case
@@ -234,6 +237,7 @@ class Sweep(SweepEnd):
                         write_timing(self.out_dir, self._timing_summary(partial=True))
         finally:
             self._finish(pending)  # a result already in is never lost, even on Ctrl-C
+            self._at(lane_units, len(self.cases))
             with self.lock:
                 self.timing.lane_wall[tuple(lane_units)] = time.perf_counter() - t_lane
 
@@ -251,12 +255,14 @@ class Sweep(SweepEnd):
         backend = self.plan.units[unit][0]
         if self.sink.done(backend, case.case_id):
             self.sink.skip(backend, case.case_id)
+            self._done_with(case, unit)
             return True
         info = self.unit_infos[unit]
         if info.get("unavailable"):
             self._finish(pending)
             self.sink.skip(backend, case.case_id, shown=False)
             self._emit(unavailable(case, backend, info), unit)
+            self._done_with(case, unit)
             return True
         return False
 
@@ -396,6 +402,7 @@ class Sweep(SweepEnd):
             t_release = time.perf_counter()
             self.memory.release(unit, case)  # under the sweep's lock: waiting for it, the rest microseconds
             waited += time.perf_counter() - t_release
+            self._done_with(case, unit)
         return judged, computed, waited
 
     def _emit(self, judged: Judged, unit: str) -> None:
@@ -404,7 +411,32 @@ class Sweep(SweepEnd):
             self.sink.emit(judged, self.plan.gpu_of.get(unit, ""), time.perf_counter() - self.t_rows)
 
     def _baselines(self, unit: str) -> BaselineCache:
-        return self.baselines.get(self.plan.gpu_of.get(unit)) or next(iter(self.baselines.values()))
+        return self.baselines[self._cache_key(unit)]
+
+    def _cache_key(self, unit: str) -> str | None:
+        gpu = self.plan.gpu_of.get(unit)
+        return gpu if gpu in self.baselines else next(iter(self.baselines))
+
+    def _demands(self) -> dict[str | None, CaseDemand]:
+        """Per reference cache, the units that will judge each case (:mod:`.demand`), given to the cache."""
+        units: dict[str | None, list[str]] = {key: [] for key in self.baselines}
+        for unit in self.plan.units:
+            units[self._cache_key(unit)].append(unit)
+        out = demands(self.cases, units, self.plan.runs)
+        for key, cache in self.baselines.items():
+            cache.demand = out[key]
+        return out
+
+    def _done_with(self, case: Case, unit: str) -> None:
+        """``unit`` needs ``case``'s reference no more (judged, or written without a call): dropped once no unit does."""
+        key = self._cache_key(unit)
+        if self.demands[key].release(unit, case.case_id):
+            self.baselines[key].release(case.case_id)
+
+    def _at(self, lane_units: list[str], index: int) -> None:
+        """The lane of ``lane_units`` is at case ``index`` (``len(self.cases)``: done): the caches keep what is near."""
+        for key in {self._cache_key(unit) for unit in lane_units}:
+            self.demands[key].at(lane_units, index)
 
     def _retry_timeouts(self) -> None:
         """Each row that timed out, once more, alone (the lanes are done) with a longer limit; a second
