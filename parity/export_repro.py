@@ -82,7 +82,8 @@ def _meta(run, index: int, row: dict[str, Any], backend: str, script: Path) -> d
     env = run.env
     info = (env.get("backends") or {}).get(backend) or {}
     gpu = env.get("gpu") or {}
-    paths = worker_paths(env.get("command", ""), backend, info.get("variant_of"))
+    # the folders the run's worker used (PARITY_WORKER_PATH included), else the command line's --worker-path
+    paths = list(info.get("worker_path") or []) or worker_paths(env.get("command", ""), backend, info.get("variant_of"))
     prefix = f"PYTHONPATH={shlex.quote(':'.join(paths))} " if paths else ""
     errors = ""
     if row.get("max_abs_err"):

@@ -179,7 +179,9 @@ class ProcessExecutor:
                 "version": "",
                 "fatal": reply.get("fatal", False),
             }
-        return reply["info"]
+        info = reply["info"]
+        # the folders this worker imported the backend from: repro scripts name them (parity.export_repro)
+        return {**info, "worker_path": list(self.extra_path)} if self.extra_path else info
 
     def _reply(self, timeout: float) -> dict[str, Any]:
         assert self.proc is not None and self.proc.stdout is not None

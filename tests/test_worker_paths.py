@@ -120,3 +120,23 @@ def test_a_repro_script_of_a_variant_row_runs_on_its_base_path():
     assert repro_paths(command, "vllm-fa3-split2-cuda", "vllm-fa3-cuda") == ["/s/vllm"]
     assert repro_paths(command, "fa3-split4-cuda", "fa3-cuda") == ["/own"]
     assert repro_paths(command, "vllm-fa3-cuda") == ["/s/vllm"] and repro_paths(command, "fa3-split2-cuda", "fa3-cuda") == []
+
+
+def test_a_run_records_each_workers_path_and_its_repro_scripts_name_it(tmp_path, monkeypatch):
+    """A run whose paths came from $PARITY_WORKER_PATH (the lab's way) has no --worker-path on its command line:
+    environment.json records the folders each worker used, and the repro script's command puts them first."""
+    import types
+
+    from parity.export_repro import _meta
+
+    (tmp_path / "site").mkdir()
+    site = _stage(tmp_path / "site")
+    variant = "tests.test_worker_paths:StagedSplit"
+    monkeypatch.setenv("PARITY_WORKER_PATH", f"{BASE}={site}")
+    out = tmp_path / "run"
+    assert main(["run", "--backend", variant, "--case", CASE.to_json(), "-q", "--no-report", "--shrink", "0", "--out", str(out)]) == 0
+    env = json.loads((out / "environment.json").read_text())
+    assert env["backends"][variant]["worker_path"] == [site]
+    run = types.SimpleNamespace(env=env, path=out)
+    meta = _meta(run, 0, {"case_id": CASE.case_id}, variant, out / "repro.py")
+    assert meta["command"] == f"PYTHONPATH={site} python repro.py"
