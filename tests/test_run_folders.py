@@ -401,9 +401,7 @@ def test_resume_of_a_folder_whose_command_cannot_be_read_uses_the_flags_given(tm
 def test_resume_of_a_committed_compacted_folder_rebuilds_the_repro_column(tmp_path, capsys):
     """lab/compact_runs.py leaves ``repro`` out of a committed run and gzips its rows: the 12-07d loan's resume of such
     a seed was refused ("lacks the columns repro"); the rows' repro comes back from their case_json."""
-    case = '{"q_lens":[3],"k_lens":[5],"hq":1,"hkv":1,"head_dim":8,"dtype":"float32","window":{"left":2,"right":0}}'
-    base = ["run", "--backend", "reference", "--no-isolate", "-q", "--no-report", "--shrink", "0", "--out", str(tmp_path)]
-    assert main([*base, "--case", case]) == 0
+    assert _run("--out", str(tmp_path)) == 0
     path = tmp_path / "results.csv"
     with path.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
@@ -416,7 +414,7 @@ def test_resume_of_a_committed_compacted_folder_rebuilds_the_repro_column(tmp_pa
     (tmp_path / "results.csv.gz").write_bytes(gzip.compress(path.read_bytes()))
     path.unlink()
     capsys.readouterr()
-    assert main([*base, "--resume", "--case", case]) == 0
+    assert _run("--resume", "--out", str(tmp_path)) == 0
     assert "repro column rebuilt" in capsys.readouterr().err
     with path.open(newline="") as fh:
         again = list(csv.DictReader(fh))
