@@ -111,10 +111,11 @@ case "${1:-}" in
     echo "warm rc=$? in $(( $(date +%s) - t0 )) s: $(( $(wc -l < "$w/warm/results.csv") - 1 )) rows"; grep -v "^  \|^$" "$w/warm.log" | tail -n 12 | cut -c1-200
     tar czf "$OUT/warm.tgz" -C "$w" --exclude=results.json --exclude=masks.jsonl warm warm.log ;;
   checks)  # issue 49's engine checks on CUDA: batch invariance and graph replay, a table per backend last
-    w=/tmp/checks; rm -rf "$w"; mkdir -p "$w"; t0=$(date +%s)
+    # RESUME=1: go on with /tmp/checks/run of an earlier call on this machine (same BACKENDS)
+    w=/tmp/checks; [ "${RESUME:-0}" = 1 ] || rm -rf "$w"; mkdir -p "$w"; t0=$(date +%s)
     timeout $(( ${2:-300} + 90 )) python3 -m parity run --profile quick --backend "${BACKENDS:-all-gpu}" --jobs "${JOBS:-12}" --split auto \
       --invariance --graph-replay --shrink 0 --no-report -q --compile-cache /tmp/tp/cc --precompile "${PRECOMPILE:-auto}" --out "$w/run" --time-limit "${2:-300}" \
-      > "$w/run.log" 2>&1
+      $([ "${RESUME:-0}" = 1 ] && echo --resume) >> "$w/run.log" 2>&1
     echo "checks rc=$? in $(( $(date +%s) - t0 )) s"; grep -v "^  \|^$" "$w/run.log" | tail -n 4 | cut -c1-200
     python3 - "$w/run/results.csv" <<'PY' | tee "$w/checks.txt"
 import sys
