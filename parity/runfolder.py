@@ -37,7 +37,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -389,10 +389,14 @@ def check_out_dir(out: Path, resume: bool, force: bool) -> None:
 
 
 class ResultsWriter:
-    """Appends rows to ``DIR/results.csv`` (flushed per row) and mask images to ``masks.jsonl``."""
+    """Appends rows to ``DIR/results.csv`` (flushed per row) and mask images to ``masks.jsonl``.
 
-    def __init__(self, out_dir: Path, resume: bool = False):
+    ``retry``: the (backend, case_id) rows this run will write; with ``resume``, an earlier ``unavailable`` row among
+    them is dropped and tried again (the library may be installed now), never kept beside a new row."""
+
+    def __init__(self, out_dir: Path, resume: bool = False, retry: Container[tuple[str, str]] = ()):
         self.dir = out_dir
+        self.retry = retry
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / RESULTS
         self.done: set[tuple[str, str]] = set()
@@ -436,7 +440,13 @@ class ResultsWriter:
         if "repro" in missing:
             _derive_repro(rows)
             missing.remove("repro")
-        if fields != COLUMNS:
+        again = [r for r in rows if r.get("verdict") == "unavailable" and (r.get("backend"), r.get("case_id")) in self.retry]
+        if again:
+            dropped = {id(r) for r in again}
+            rows = [r for r in rows if id(r) not in dropped]
+            names = ", ".join(sorted({r["backend"] for r in again}))
+            print(f"parity: --resume: {len(again)} unavailable rows are tried again ({names})", file=sys.stderr)
+        if fields != COLUMNS or again:
             self._rewrite(rows)
         if missing:
             s = "s" if len(missing) > 1 else ""

@@ -419,3 +419,28 @@ def test_resume_of_a_committed_compacted_folder_rebuilds_the_repro_column(tmp_pa
     with path.open(newline="") as fh:
         again = list(csv.DictReader(fh))
     assert [r["repro"] for r in again] == [want]  # the one row, done already, its repro as the run wrote it
+
+
+def test_resume_tries_an_unavailable_row_again_and_keeps_the_others(tmp_path, capsys):
+    """A library installed after a partial run: --resume runs its rows that came out unavailable, in their place
+    (one row per backend and case); an unavailable row of a backend this run does not ask for stays as it was."""
+    out = tmp_path / "run"
+    assert _run("--out", str(out), "--case", CASE2) == 0
+    with (out / "results.csv").open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields, rows = reader.fieldnames, list(reader)
+    assert [r["verdict"] for r in rows] == ["pass", "pass"]
+    rows[1] = {**rows[1], "verdict": "unavailable", "detail": "no module named the_library"}  # as a run without it
+    other = {**rows[1], "backend": "not-asked-for"}
+    with (out / "results.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows([*rows, other])
+    capsys.readouterr()
+    assert _run("--out", str(out), "--resume", "--case", CASE2) == 0
+    assert "1 unavailable rows are tried again (reference)" in capsys.readouterr().err
+    with (out / "results.csv").open(newline="") as fh:
+        got = list(csv.DictReader(fh))
+    mine = sorted((r["case_id"], r["verdict"]) for r in got if r["backend"] == "reference")
+    assert mine == sorted((r["case_id"], "pass") for r in rows)
+    assert [r["verdict"] for r in got if r["backend"] == "not-asked-for"] == ["unavailable"]

@@ -81,7 +81,8 @@ class Sweep(SweepEnd):
         self.stop, self.timed_out = threading.Event(), threading.Event()
         bar = Progress(len(self.backend_names) * len(cases), enabled=options.progress)
         eta = Eta(_planned(self.backend_names, cases)) if options.progress else None
-        self.sink = RowSink(out_dir, options.resume, options.fail_fast, bar, eta, on_row, self.lock)
+        retry = {(b, c.case_id) for b in self.backend_names for c in cases}  # this run's rows: unavailable ones go again
+        self.sink = RowSink(out_dir, options.resume, options.fail_fast, bar, eta, on_row, self.lock, retry)
         self.retries: list[Pending] = []  # rows that timed out once: retried alone after the lanes
         self.lost_context = ""  # --no-isolate: "BACKEND on CASE" that left this process's CUDA context unusable
         self.interrupted = ""  # the stop signal that ended the run (:meth:`interrupt`)

@@ -8,7 +8,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +75,10 @@ class RowSink:
         eta: Eta | None,
         on_row: Callable[[dict[str, Any]], None] | None,
         lock: threading.RLock,
+        retry: Container[tuple[str, str]] = (),
     ):
-        self.writer = ResultsWriter(out_dir, resume) if out_dir else None
+        """``retry``: the (backend, case_id) rows of this run (an earlier unavailable one is tried again, :class:`ResultsWriter`)."""
+        self.writer = ResultsWriter(out_dir, resume, retry) if out_dir else None
         self.stages_fh = open_jsonl(out_dir, STAGES, append=resume) if out_dir else None
         self.fail_fast, self.bar, self.eta, self.on_row, self.lock = fail_fast, bar, eta, on_row, lock
         self.rows: list[dict[str, Any]] = []
