@@ -60,7 +60,7 @@ def test_planted_changes_land_in_the_right_categories(base, tmp_path, capsys):
         extra = df[df["backend"] == "sdpa"].copy()
         extra["backend"] = "sdpa-new"  # a backend appears (passing what sdpa passed in BASE)
         i = _key(df, "sdpa", "dense")  # pass -> fail
-        df.loc[i, ["verdict", "reasons", "err_ratio"]] = ["fail", "max_err", "40"]
+        df.loc[i, ["verdict", "reasons", "err_ratio", "unconfirmed_id"]] = ["fail", "max_err", "40", "a-mask-entry"]
         planted["new"] = df.loc[i, "case_id"]
         j = _key(df, OFF_BY_ONE, "chunked")  # fail -> pass
         df.loc[j, ["verdict", "reasons", "err_ratio"]] = ["pass", "", "0.5"]
@@ -93,6 +93,7 @@ def test_planted_changes_land_in_the_right_categories(base, tmp_path, capsys):
     assert out.startswith("parity diff: REGRESSION: 1 new failures, 1 error ratios up more than 1.5x")
     md = (tmp_path / "d" / "diff.md").read_text()
     assert "### New failures (1)" in md and "pass → fail" in md and "--backend sdpa --case" in md
+    assert "max_err (no mask evidence for known divergence a-mask-entry)" in md  # why it is not expected
     assert "### Fixed (1)" in md and "Backends appeared: `sdpa-new`" in md and f"Backends vanished: `{NEEDS_GPU}`" in md
     page = (tmp_path / "d" / "diff.html").read_text()
     assert 'class="status bad"' in page and planted["new"] in page and "no varlen path" in page

@@ -220,6 +220,8 @@ def _change_cells(c: Change) -> tuple[str, str, str, str, str]:
     eid = (c.head or {}).get("expected_id") or (c.base or {}).get("expected_id")
     if eid:
         why = f"{why} (known divergence {eid})".strip()
+    elif uid := (c.head or {}).get("unconfirmed_id"):  # an entry would explain it, but the row has no mechanism evidence
+        why = f"{why} (no mask evidence for known divergence {uid})".strip()
     ratio = f"{_fmt(_ratio(c.base))} → {_fmt(_ratio(c.head))}"
     return f"{bv} → {hv}", why[:300], ratio, case_text(c.row), c.row.get("repro", "")
 
