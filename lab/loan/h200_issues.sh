@@ -17,6 +17,8 @@
 #   bash lab/loan/h200_issues.sh checks [LIMIT_S]   # issue 49: the quick profile with --invariance --graph-replay on
 #                                                   # every GPU backend here, on the cold run's cache -> $OUT/checks.tgz
 #     [BACKENDS=a,b | BACKENDS=staged]              # only these (staged: the staged libraries' backends, below)
+#     [CASES=FILE.jsonl NAME=checks-x]              # that case file instead of the quick profile, into /tmp/NAME ->
+#                                                   # $OUT/NAME.tgz (lab/loan/flashinfer_cases.py: FlashInfer's few modules)
 #   bash lab/loan/h200_issues.sh vdiff LIMIT_S      # old code (.stage/old-6ac94c6, carried) against new on CASES
 #                                                   # cases, both on the cold run's cache -> $OUT/vdiff.tgz
 #   bash lab/loan/h200_issues.sh launch [FEAT_S] [GRAD_S] [GATE_S]  # the detached jobs below; returns at once
@@ -112,8 +114,9 @@ case "${1:-}" in
     tar czf "$OUT/warm.tgz" -C "$w" --exclude=results.json --exclude=masks.jsonl warm warm.log ;;
   checks)  # issue 49's engine checks on CUDA: batch invariance and graph replay, a table per backend last
     # RESUME=1: go on with /tmp/checks/run of an earlier call on this machine (same BACKENDS)
-    w=/tmp/checks; [ "${RESUME:-0}" = 1 ] || rm -rf "$w"; mkdir -p "$w"; t0=$(date +%s)
-    timeout $(( ${2:-300} + 90 )) python3 -m parity run --profile quick --backend "${BACKENDS:-all-gpu}" --jobs "${JOBS:-12}" --split auto \
+    name=${NAME:-checks}; w=/tmp/$name; [ "${RESUME:-0}" = 1 ] || rm -rf "$w"; mkdir -p "$w"; t0=$(date +%s)
+    what=(--profile quick); [ -n "${CASES:-}" ] && what=(--case-file "$CASES")
+    timeout $(( ${2:-300} + 90 )) python3 -m parity run "${what[@]}" --backend "${BACKENDS:-all-gpu}" --jobs "${JOBS:-12}" --split auto \
       --invariance --graph-replay --shrink 0 --no-report -q --compile-cache /tmp/tp/cc --precompile "${PRECOMPILE:-auto}" --out "$w/run" --time-limit "${2:-300}" \
       $([ "${RESUME:-0}" = 1 ] && echo --resume) >> "$w/run.log" 2>&1
     echo "checks rc=$? in $(( $(date +%s) - t0 )) s"; grep -v "^  \|^$" "$w/run.log" | tail -n 4 | cut -c1-200
@@ -128,7 +131,7 @@ bad = df[df["graph_check"].isin(["mismatch", "close", "error"]) | df["invariance
 for _, r in bad.head(30).iterrows():
     print(r["backend"], r["case_id"], r["invariance_check"], r["graph_check"], (r["graph_detail"] or r["invariance_detail"])[:150])
 PY
-    tar czf "$OUT/checks.tgz" -C /tmp --exclude=results.json --exclude=masks.jsonl checks ;;
+    tar czf "$OUT/$name.tgz" -C /tmp --exclude=results.json --exclude=masks.jsonl "$name" ;;
   vdiff)
     # the old code has no FLASHINFER_WORKSPACE_BASE of its own: give it the cold run's builds too
     export FLASHINFER_WORKSPACE_BASE=/tmp/tp/cc/flashinfer
