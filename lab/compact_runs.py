@@ -48,6 +48,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from parity.runfolder import derived_repro
+
 #: the folders whose every row stays: the seed the next models loan resumes (lab/README.md), so that its --resume
 #: does not run the refusals again
 KEEP_EVERY_ROW = {"h100-2026-12-06b-models/run"}
@@ -75,7 +77,8 @@ def _gz(text: str) -> bytes:
 
 
 def _derived_repro(row: dict, grad: bool) -> str:
-    return f"python -m parity run --backend {row['backend']} --case '{row['case_json']}'" + (" --grad" if grad else "")
+    """The row's ``repro`` as the product writes it (:func:`parity.runfolder.derived_repro`), with ``--grad``."""
+    return derived_repro(row) + (" --grad" if grad else "")
 
 
 def _drop_refusals(rows: list[dict], notes: list[str]) -> list[dict]:

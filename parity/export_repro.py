@@ -64,18 +64,19 @@ def select_rows(df, run_dir: Path, row: int | None, backend: str | None) -> list
 
 
 def worker_paths(command: str, backend: str, variant_of: str | None = None) -> list[str]:
-    """The ``--worker-path SPEC=PATH`` entries of the run's command line for ``backend``; where it has none, those of
-    ``variant_of`` (its base backend, whose worker path a variant runs with: :func:`parity.backends.worker_path`)."""
+    """The ``--worker-path BACKEND=PATH`` entries of the run's command line for ``backend``; where it has none, its
+    base backend's (a variant's: ``variant_of`` as the run recorded it, else the registry's;
+    :func:`parity.backends.worker_path_owner`). A malformed recorded command or item is passed over."""
+    from . import backends
+    from .process import read_worker_path_items
+
     try:
         words = shlex.split(command or "")
     except ValueError:
         return []
-    by: dict[str, list[str]] = {}
-    for flag, value in zip(words, words[1:]):
-        name, sep, path = value.partition("=")
-        if flag == "--worker-path" and sep:
-            by.setdefault(name, []).append(path)
-    return by.get(backend) or (by.get(variant_of, []) if variant_of else [])
+    given, _malformed = read_worker_path_items(value for flag, value in zip(words, words[1:]) if flag == "--worker-path")
+    owner = backends.worker_path_owner(given, backend, variant_of)
+    return [] if owner is None else given[owner]
 
 
 def _meta(run, index: int, row: dict[str, Any], backend: str, script: Path) -> dict[str, Any]:

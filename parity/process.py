@@ -22,16 +22,25 @@ if TYPE_CHECKING:
     from .case import Case
 
 
-def parse_worker_paths(items: Iterable[str]) -> dict[str, list[str]]:
-    """``BACKEND=PATH[:PATH]`` items (``--worker-path``, ``PARITY_WORKER_PATH``) as ``{BACKEND: [PATH, ...]}``.
-
-    Raises ``ValueError`` naming the bad item."""
+def read_worker_path_items(items: Iterable[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """``BACKEND=PATH[:PATH]`` items (``--worker-path``, ``PARITY_WORKER_PATH``, or a run's recorded command line) as
+    ``{BACKEND: [PATH, ...]}``, and the items that are not of that form (never raises)."""
     out: dict[str, list[str]] = {}
+    bad: list[str] = []
     for item in items:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
-            raise ValueError(f"worker path wants BACKEND=PATH[{os.pathsep}PATH], got {item!r}")
+            bad.append(item)
+            continue
         out.setdefault(name, []).extend(p for p in path.split(os.pathsep) if p)
+    return out, bad
+
+
+def parse_worker_paths(items: Iterable[str]) -> dict[str, list[str]]:
+    """:func:`read_worker_path_items`'s ``{BACKEND: [PATH, ...]}``; raises ``ValueError`` naming the first bad item."""
+    out, bad = read_worker_path_items(items)
+    if bad:
+        raise ValueError(f"worker path wants BACKEND=PATH[{os.pathsep}PATH], got {bad[0]!r}")
     return out
 
 

@@ -490,8 +490,14 @@ class ResultsWriter:
 DERIVED_COLUMNS = ("repro",)
 
 
+def derived_repro(row: Mapping[str, str]) -> str:
+    """A row's ``repro`` from its case and backend (:meth:`Case.repro`; the run's flags, such as ``--grad``, are not
+    in the row); empty for a row without its case."""
+    return Case.from_json(row["case_json"]).repro(row["backend"]) if row.get("case_json") else ""
+
+
 def _derive_repro(rows: list[dict[str, str]]) -> None:
-    """Each row's ``repro`` from its case and backend (the run's flags, such as ``--grad``, are not in the row)."""
+    """Each row's ``repro`` rebuilt (:func:`derived_repro`)."""
     for r in rows:
-        r["repro"] = Case.from_json(r["case_json"]).repro(r["backend"]) if r.get("case_json") else ""
+        r["repro"] = derived_repro(r)
     print("parity: --resume: the rows' repro column rebuilt from case_json (without the run's flags)", file=sys.stderr)

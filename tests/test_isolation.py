@@ -218,8 +218,15 @@ def test_worker_path_items_are_checked():
     from parity.execute import parse_worker_paths
 
     assert parse_worker_paths(["fa4-cuda=/a:/b", "fa4-cuda=/c"]) == {"fa4-cuda": ["/a", "/b", "/c"]}
-    with pytest.raises(ValueError, match="BACKEND=PATH"):
-        parse_worker_paths(["fa4-cuda"])
+    with pytest.raises(ValueError, match="BACKEND=PATH.*'fa4-cuda'"):
+        parse_worker_paths(["fa2-cuda=/a", "fa4-cuda", "=/b"])
+
+
+def test_worker_path_items_read_tolerantly_name_what_is_malformed():
+    from parity.process import read_worker_path_items
+
+    got = read_worker_path_items(["fa4-cuda=/a:/b", "fa4-cuda", "=/c", "fa2-cuda=", "fa2-cuda=/d"])
+    assert got == ({"fa4-cuda": ["/a", "/b"], "fa2-cuda": ["/d"]}, ["fa4-cuda", "=/c", "fa2-cuda="])
 
 
 _POISONED = []  # this process's "CUDA context": gone after the first sticky error

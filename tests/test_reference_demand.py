@@ -70,8 +70,9 @@ def test_a_reference_still_needed_is_kept_while_one_no_unit_needs_is_evicted():
     cache.get(c)  # now ``b`` (next used two cases ahead by the slow lane) goes before ``a`` (about to be used)
     assert cache.cached(a) and cache.cached(c) and not cache.cached(b)
     assert cache.bytes <= cache.max_bytes
-    assert not demand.release("fast", c.case_id) and demand.needed(c.case_id) == 1  # the slow lane still will
+    assert not demand.release("fast", c.case_id)  # the slow lane still will judge ``c``
     assert demand.release("slow", a.case_id) and demand.rank(a.case_id) < demand.rank(c.case_id)  # none needs ``a`` now
+    assert demand.release("slow", c.case_id)  # the slow lane was the last of ``c``'s units
 
 
 def test_the_byte_bound_is_the_gates_and_ranks_say_latest_first():

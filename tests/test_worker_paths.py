@@ -122,6 +122,14 @@ def test_a_repro_script_of_a_variant_row_runs_on_its_base_path():
     assert repro_paths(command, "vllm-fa3-cuda") == ["/s/vllm"] and repro_paths(command, "fa3-split2-cuda", "fa3-cuda") == []
 
 
+def test_a_repro_reads_a_recorded_command_as_the_run_did_and_passes_over_what_is_malformed():
+    """One parser (:func:`parity.process.read_worker_path_items`): folders split on the path separator, a malformed
+    item or command passed over, a variant's base found in the registry where the run recorded none."""
+    command = "parity run --worker-path oops --worker-path vllm-fa3-cuda= --worker-path vllm-fa3-cuda=/a:/b --worker-path =/c"
+    assert repro_paths(command, "vllm-fa3-split2-cuda") == ["/a", "/b"]
+    assert repro_paths("parity run --worker-path 'vllm-fa3-cuda=/a", "vllm-fa3-cuda") == []  # an unclosed quote
+
+
 def test_a_run_records_each_workers_path_and_its_repro_scripts_name_it(tmp_path, monkeypatch):
     """A run whose paths came from $PARITY_WORKER_PATH (the lab's way) has no --worker-path on its command line:
     environment.json records the folders each worker used, and the repro script's command puts them first."""

@@ -89,3 +89,23 @@ def test_a_gzipped_top_level_log_does_not_rename_a_subfolders_log_of_that_name()
     notes = "see run.log, call4-prepass/run.log and lab/runs/R/run.log"
     assert tool.follow(notes, ["run.log"], "R") == "see run.log.gz, call4-prepass/run.log and lab/runs/R/run.log.gz"
     assert tool.follow("sub/x.log and x.log", ["sub/x.log", "x.log"], "R") == "sub/x.log.gz and x.log.gz"
+
+
+def test_the_repro_column_leaves_where_every_row_has_the_one_the_product_writes(tmp_path):
+    """A backward run's rows, each ``repro`` as the judge wrote it (:meth:`parity.Case.repro` and `` --grad``):
+    the column leaves; one row with another command keeps it."""
+    from parity import Case, Window
+
+    tool = _tool()
+    cases = [Case(q_lens=(8,), k_lens=(8,), hq=1, hkv=1, head_dim=8, dtype="float32", window=Window(2, 0), seed=s) for s in range(2)]
+    rows = [{"backend": "sdpa", "verdict": "pass", "case_json": c.to_json(), "repro": c.repro("sdpa") + " --grad"} for c in cases]
+    for other, kept in ((None, False), ("python -m parity run --backend sdpa", True)):
+        out = io.StringIO(newline="")
+        w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows if other is None else [rows[0], {**rows[1], "repro": other}])
+        path = tmp_path / f"{kept}.csv.gz"
+        path.write_bytes(gzip.compress(out.getvalue().encode()))
+        data, what = tool.compact_results(path, "run")
+        path.write_bytes(data)
+        assert ("repro" in _rows(path)[0]) == kept and any("column `repro`" in n for n in what) != kept

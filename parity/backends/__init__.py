@@ -181,17 +181,23 @@ def get(backend: str) -> Backend:
     return inst
 
 
-def worker_path_owner(paths: Mapping[str, Sequence[str]], backend: str) -> str | None:
+def worker_path_owner(paths: Mapping[str, Sequence[str]], backend: str, variant_of: str | None = None) -> str | None:
     """Whose entry of ``paths`` (``{backend: [folders]}``: ``--worker-path``, ``$PARITY_WORKER_PATH``) ``backend``'s
     worker runs with: its own; else, for a variant (:attr:`Backend.variant_of`: a split-KV count forced on the same
-    library), its base backend's, so a library staged once serves its variants; else None."""
+    library), its base backend's, so a library staged once serves its variants; else None. ``variant_of``: the base
+    as a run recorded it (environment.json); None: the registry's."""
     if backend in paths or not paths:
         return backend if backend in paths else None
+    base = variant_of or _variant_base(backend)
+    return base if base in paths else None
+
+
+def _variant_base(backend: str) -> str | None:
+    """``backend``'s :attr:`Backend.variant_of` in the registry; None for a backend that is none or cannot load."""
     try:
-        base = getattr(get(backend), "variant_of", None)
+        return getattr(get(backend), "variant_of", None)
     except Exception:  # noqa: BLE001 - a plugin importable only with its own worker path has no variant here
         return None
-    return base if base in paths else None
 
 
 def worker_path(paths: Mapping[str, Sequence[str]], backend: str) -> list[str] | None:

@@ -41,10 +41,6 @@ class CaseDemand:
                 left.remove(unit)
             return not left
 
-    def needed(self, case_id: str) -> int:
-        with self._lock:
-            return len(self.users.get(case_id, ()))
-
     def rank(self, case_id: str) -> tuple[int, int, int]:
         """Eviction order, lowest first: no unit needs it; then the furthest next use; then the fewest units."""
         n = len(self.index)

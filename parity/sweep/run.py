@@ -52,6 +52,13 @@ def reference_caches(lane_plan: LanePlan, options: SweepOptions) -> dict[str | N
     return {g: BaselineCache(f"cuda:{visible.index(g)}" if g in visible else options.reference_device, keep) for g in gpus}
 
 
+def _demand_of(cache: BaselineCache) -> CaseDemand:
+    """The sweep's demand of ``cache`` (:meth:`Sweep._give_demands` gave every cache of the sweep one)."""
+    demand = cache.demand
+    assert isinstance(demand, CaseDemand), "a sweep's reference cache has its demand"
+    return demand
+
+
 class Sweep(SweepEnd):
     """One run of ``cases`` x ``backend_names`` with ``options``; :meth:`run` once. Its parts: the lanes and their
     executors (:mod:`.lanes`), time limits per row (:class:`.limits.RowLimits`), device memory per row
@@ -72,7 +79,7 @@ class Sweep(SweepEnd):
         self.on_started = on_started
         self.plan = plan(self.backend_names, cases, options)
         self.baselines = reference_caches(self.plan, options)
-        self.demands = self._demands()  # which references the units still need: what each cache evicts first
+        self._give_demands()  # which references the units still need: what each cache evicts first (its demand)
         self.infos: dict[str, dict[str, Any]] = {}
         self.executors: dict[str, Any] = {}  # per unit
         self.unit_infos: dict[str, dict[str, Any]] = {}
@@ -418,26 +425,25 @@ class Sweep(SweepEnd):
         gpu = self.plan.gpu_of.get(unit)
         return gpu if gpu in self.baselines else next(iter(self.baselines))
 
-    def _demands(self) -> dict[str | None, CaseDemand]:
-        """Per reference cache, the units that will judge each case (:mod:`.demand`), given to the cache."""
+    def _give_demands(self) -> None:
+        """Each reference cache its demand: the units that will judge each case (:mod:`.demand`); the cache holds it
+        (:func:`_demand_of`), none other."""
         units: dict[str | None, list[str]] = {key: [] for key in self.baselines}
         for unit in self.plan.units:
             units[self._cache_key(unit)].append(unit)
-        out = demands(self.cases, units, self.plan.runs)
-        for key, cache in self.baselines.items():
-            cache.demand = out[key]
-        return out
+        for key, demand in demands(self.cases, units, self.plan.runs).items():
+            self.baselines[key].demand = demand
 
     def _done_with(self, case: Case, unit: str) -> None:
         """``unit`` needs ``case``'s reference no more (judged, or written without a call): dropped once no unit does."""
-        key = self._cache_key(unit)
-        if self.demands[key].release(unit, case.case_id):
-            self.baselines[key].release(case.case_id)
+        cache = self._baselines(unit)
+        if _demand_of(cache).release(unit, case.case_id):
+            cache.release(case.case_id)
 
     def _at(self, lane_units: list[str], index: int) -> None:
         """The lane of ``lane_units`` is at case ``index`` (``len(self.cases)``: done): the caches keep what is near."""
         for key in {self._cache_key(unit) for unit in lane_units}:
-            self.demands[key].at(lane_units, index)
+            _demand_of(self.baselines[key]).at(lane_units, index)
 
     def _retry_timeouts(self) -> None:
         """Each row that timed out, once more, alone (the lanes are done) with a longer limit; a second
