@@ -152,7 +152,9 @@ def summarize_run(folder: Path) -> None:
 
     rows = [r for r in _run_rows(folder) if r.get("est_mem_mb") and float(r.get("peak_mem_mb") or 0) > 0]
     print(f"{folder}: {len(rows)} rows with a measured peak (the worker's torch allocations; JAX's are not seen;")
-    print("a row that allocated nothing, such as a refusal, is left out)")
+    print("a row that allocated nothing, such as a refusal, is left out). est_mem_mb is what the gate held: the worker's")
+    print("parts and, with the reference on the GPU, the harness's (another process: not in the peak); --now sets the")
+    print("worker's torch part alone beside the peak")
     for key in ("backend", "model"):
         groups: dict[str, list[tuple[float, float]]] = {}
         for r in rows:
@@ -175,18 +177,22 @@ def summarize_now(folder: Path) -> None:
     ran = [r for r in rows if r.get("verdict") != "unsupported" and not str(r.get("detail", "")).startswith("out of memory")]
     print(f"{folder}: {len(ran)} rows that ran with a measured peak, today's estimate of the worker's torch allocations")
     print("(JAX's own buffers are estimated apart: peak_mem_mb does not see them)")
+    print("(a row whose mask probe did not run then, before the scaled probe, is estimated without probes)")
     groups: dict[str, list[tuple[float, float]]] = {}
     for r in ran:
         case, be = Case.from_json(r["case_json"]), backends.get(r["backend"])
-        groups.setdefault(r["backend"], []).append((estimate(case, backend=be).measured_bytes / MIB, float(r["peak_mem_mb"])))
+        est = estimate(case, r.get("mask_check") != "not_run", backend=be).measured_bytes / MIB
+        groups.setdefault(r["backend"], []).append((est, float(r["peak_mem_mb"])))
     head = f"{'backend':<26} {'rows':>5} {'max peak MiB':>13} {'est/peak min':>13} {'median':>7} {'max':>6}"
-    print(f"\n{head} {'peak>est':>9} {'est>1.5x':>9}")
+    print(f"\n{head} {'peak>est':>9} {'<1.1x':>6} {'est>1.5x':>9}")
     for name, pairs in sorted(groups.items()):
         ratios = [e / p for e, p in pairs]
-        under, over = sum(e < p for e, p in pairs), sum(e > 1.5 * p for e, p in pairs)
+        under, over, tight = sum(e < p for e, p in pairs), sum(e > 1.5 * p for e, p in pairs), sum(e < 1.1 * p for e, p in pairs)
         top = max(p for _, p in pairs)
         med = statistics.median(ratios)
-        print(f"{name:<26} {len(pairs):>5} {top:>13.0f} {min(ratios):>13.2f} {med:>7.2f} {max(ratios):>6.2f} {under:>9} {over:>9}")
+        print(
+            f"{name:<26} {len(pairs):>5} {top:>13.0f} {min(ratios):>13.2f} {med:>7.2f} {max(ratios):>6.2f} {under:>9} {tight:>6} {over:>9}"
+        )
 
 
 def summarize_bench(path: Path) -> None:

@@ -6,7 +6,7 @@ own hint, :meth:`parity.backends.base.Backend.workspace_bytes`):
 
 =========  =====================================================================================
 Parts of the largest stage (additive): ``inputs``, ``output`` (its buffer and LSE), ``workspace``,
-``check``, ``probes``; then ``margin`` (:data:`MARGIN` of those: what the model names no figure for),
+``check``, ``probes``; then ``margin`` (:data:`WORKER_MARGIN` of those: what the model names no figure for),
 ``resident`` (what the backend's worker keeps between rows: FlashInfer's 128 MiB buffer) and ``foreign``
 (device memory outside torch's allocator, JAX's: not in ``peak_mem_mb``). The harness's parts, on the
 device where the reference runs there (``--reference-device cuda``), from its own stages: ``reference``
@@ -57,14 +57,24 @@ LARGE_ROW_BYTES = 1 << 30
 #: Bytes per output element of the unwritten check: ``out == POISON`` (bool) and the int64 copy of it that
 #: torch's ``sum`` of a bool tensor makes first (a 32k prefill at 32 heads, d 128: 1.1 GiB, the row's peak).
 CHECK_BYTES = 1 + 8
-#: Bytes per output element while the streamed mask probe folds one pass in (:class:`parity.maskcheck.MaskStream`):
-#: the float32 weights, their masked copy and three bools (10.9 measured, live tensors on the CPU; 11 on the H100).
-STREAM_BYTES = 11
+#: Bytes per output element while the streamed mask probe folds one pass in (:class:`parity.maskcheck.MaskStream`),
+#: beside the pass's output: the float32 weights, their masked copies and the bools (the H100 models run of
+#: 2026-12-07d: 20.0 bytes per element beyond the inputs and the row's output on every streamed row, two of them the
+#: pass's bfloat16 output).
+STREAM_BYTES = 18
+#: Bytes per (described pair, key) while a streamed probe's mismatch is put in words: the int64 copy that torch's
+#: ``sum`` of the visible keys (bool) makes first (:func:`parity.maskcheck._row_patterns`; 2026-12-07d: a JAX cuDNN
+#: mismatch at 2k x 12k keys, 4 heads, peaked at 508 MiB, 384 of them this).
+DESCRIBE_BYTES = 8
 #: Bytes per weight of a mask probe decoded whole on the device (:func:`parity.maskcheck.decode_mask`).
 DECODE_BYTES = 16
-#: The named parts of a worker's stage times this: index tensors, ``cu_seqlens``, LSE conversions, the
-#: allocator's rounding (on the rows of the H100 models runs the named parts alone are 0.95-1.22x the peak).
+#: The harness's named parts times this (:func:`harness_parts`).
 MARGIN = 1.1
+#: The named parts of a worker's stage times this: index tensors, ``cu_seqlens``, LSE conversions, the
+#: allocator's rounding, and room for fragmentation: on the 501 rows of the H100 models runs of 2026-12-07c/d the
+#: named parts alone are at least 0.99x the measured peak, so the estimate is at least 1.1x every one of them
+#: (``tests/test_memory.py`` replays those rows).
+WORKER_MARGIN = 1.15
 #: Device memory one process takes before any tensor (its CUDA context, cuBLAS / cuDNN handles): 0.5-0.6 GiB
 #: per worker on the H100 of 2026-12-06 ("Process ... has 610.00 MiB memory in use" beside an idle worker),
 #: rounded up. A row can use its card less two of them: its worker's and the harness's (:func:`card_bytes`).
@@ -229,8 +239,9 @@ def _mask_stage(case: Case, s: _Sizes, again: Callable[[Case], int], max_passes:
         return None
     n = passes_per_call(case, passes=passes)
     probe_in = n * s.q + (n * s.kv if n > 1 else 0) + n * s.kv  # zero q, k repeated (n > 1), value v
-    if kind == "scaled":
-        held = passes * (s.out + s.lse) + 6 * SCALED_CHUNK_ELEMENTS * 4
+    if kind == "scaled":  # its row chunks (:func:`parity.maskcheck._residue_check`): float32 copies of a chunk
+        per_row = passes * case.hq * case.head_dim
+        held = passes * (s.out + s.lse) + 6 * 4 * per_row * min(max(1, SCALED_CHUNK_ELEMENTS // per_row), max(case.q_lens))
         return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": again(probe_case(case, n)), "probes": held + probe_in}
     weights = case.hq * sum(sq * sk for sq, sk in zip(case.q_lens, case.k_lens))
     w = again(probe_case(case, n))
@@ -239,9 +250,10 @@ def _mask_stage(case: Case, s: _Sizes, again: Callable[[Case], int], max_passes:
         after = 0 if weights <= CPU_DECODE_ELEMENTS else DECODE_BYTES * weights  # decoded on the device when large
     else:  # streamed: a call's output stays while each of its passes is folded in, beside the per-pair figures
         pairs = zip(case.q_lens, case.k_lens)  # and, on a mismatch, the visible / partial keys of the pairs it describes
-        picks = sum(2 * min(MAX_DESCRIBED_ROWS, sq * case.hq) * sk for sq, sk in pairs) + 2 * 128 * max(case.k_lens)
-        held = n * (s.out + s.lse) + 6 * sum(case.q_lens) * case.hq * 4 + picks
-        after = STREAM_BYTES * s.elements  # one pass's float32 weights (the call's W freed by then)
+        described = [min(MAX_DESCRIBED_ROWS, sq * case.hq) * sk for sq, sk in pairs]
+        held = n * (s.out + s.lse) + 6 * sum(case.q_lens) * case.hq * 4 + 2 * sum(described) + 2 * 128 * max(case.k_lens)
+        # one pass's float32 weights (the call's W freed by then), or a mismatch put in words after the passes
+        after = max(STREAM_BYTES * s.elements, DESCRIBE_BYTES * max(described))
     # the largest of: a call (its probe inputs and W) and the decoding after it, beside what is held
     return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": w, "probes": held + max(probe_in, after - w)}
 
@@ -301,7 +313,7 @@ def estimate(
     parts = {k: 0 for k in WORKER_PARTS}
     parts.update(stages[stage])
     named = sum(parts.values())
-    parts.update(margin=int(named * (MARGIN - 1)), resident=h.resident, foreign=h.foreign(case), **harness_parts(case))
+    parts.update(margin=int(named * (WORKER_MARGIN - 1)), resident=h.resident, foreign=h.foreign(case), **harness_parts(case))
     return MemoryEstimate(parts, harness_on_device, stage, h.words(case), draw_bytes(case))
 
 

@@ -179,7 +179,7 @@ def test_cpu_rows_hold_their_host_bytes_on_one_gate(monkeypatch):
     assert with_reference == memory.host_need(MEDIUM, "u", est).bytes > est.worker_bytes
     cache.get(MEDIUM)
     assert memory.need(MEDIUM, "u", memory.row_need(MEDIUM, "u", est)) == max(est.worker_bytes, est.draw) < with_reference
-    monkeypatch.setenv("PARITY_HOST_MEMORY", "1280M")
+    monkeypatch.setenv("PARITY_HOST_MEMORY", "1030M")
     assert memory.need(MEDIUM, "u", memory.row_need(MEDIUM, "u", est)) == 0  # refused before it holds anything
 
 

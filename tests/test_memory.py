@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import statistics
 import threading
 import time
 
@@ -387,6 +388,12 @@ def test_memory_benchmark_reads_a_run_folder(tmp_path):
 
 
 MODELS_RUNS = [("h100-2026-12-06-models", 130), ("h100-2026-12-06b-models", 300)]
+#: The models runs of today's probes (the scaled probe, the streamed full probe as it allocates now): the constants of
+#: the worker's estimate were fitted on the first (STREAM_BYTES, DESCRIBE_BYTES, WORKER_MARGIN), the second is held out.
+TODAYS_RUNS = [("h100-2026-12-07d-models", 400), ("h100-2026-12-07c-models-gate", 55)]
+#: Backends whose worker allocates outside torch's allocator (JAX): ``peak_mem_mb`` sees only the torch side of
+#: their rows, so their estimate (kept safe) is not held to the median bound.
+UNSEEN_BY_PEAK = ("jax-xla-cuda", "jax-cudnn-cuda", "jax-cudnn-causal-cuda")
 
 
 def _measured_rows(run: str) -> list[tuple[dict, Case, object]]:
@@ -434,17 +441,53 @@ def test_every_measured_gpu_peak_of_the_models_run_is_at_least_two_thirds_of_its
     the peak in the median per backend, up to 26.7x, and its worker part alone up to 126x (JAX XLA's dense
     scores, which torch does not see, counted as torch's). A row whose mask probe did not run then (more than 64
     one-hot passes, before the scaled probe) is set against the estimate of a row without probes: the scaled probe
-    that runs there today is not in its measured peak (a GPU run of today's code gives those peaks)."""
+    that runs there today is not in its measured peak (a GPU run of today's code gives those peaks). So is a row
+    whose full probe was streamed: that code took less then than it takes today (the runs of 2026-12-07, below)."""
+    from parity.maskcheck import STREAM_ELEMENTS
+
     ran = lambda r: r["verdict"] != "unsupported" and not r["detail"].startswith("out of memory")  # noqa: E731
     measured = [(r, c, b) for r, c, b in _measured_rows(run) if ran(r)]
     assert len(measured) >= at_least - 40
     over = []
     for r, case, be in measured:
+        if r["mask_check"] != "not_run" and case.hq * sum(q * k for q, k in zip(case.q_lens, case.k_lens)) > STREAM_ELEMENTS:
+            continue  # the streamed probe: 13.2 bytes per output element then, 20.0 in the runs of 2026-12-07 (below)
         probes = r["mask_check"] != "not_run"
         est = estimate(case, probes, 64, backend=be).measured_bytes / 2**20
         if est > 1.5 * float(r["peak_mem_mb"]):
             over.append(f"{r['backend']} {case.summary()}: estimated {est:.0f} MiB, measured {r['peak_mem_mb']} MiB")
     assert not over, "\n".join(over)
+
+
+def _todays_ratios(run: str) -> dict[str, list[tuple[float, str]]]:
+    """Per backend, each row of ``run`` that ran: its estimate of the worker's torch allocations / its peak, and its words."""
+    from parity.maskcheck import mask_plan
+
+    ratios: dict[str, list[tuple[float, str]]] = {}
+    for r, case, be in _measured_rows(run):
+        if r["verdict"] == "unsupported" or r["detail"].startswith("out of memory"):
+            continue
+        assert r["mask_probe"] == mask_plan(case, 64)[0], "the probe that ran then is the one that runs today"
+        est, peak = estimate(case, True, 64, backend=be).measured_bytes / 2**20, float(r["peak_mem_mb"])
+        ratios.setdefault(r["backend"], []).append((est / peak, f"{r['backend']} {case.summary()}: {est:.0f} MiB for {peak} MiB"))
+    return ratios
+
+
+@pytest.mark.parametrize("run,at_least", TODAYS_RUNS)
+def test_the_estimate_covers_every_peak_of_todays_probes_by_a_tenth_and_stays_within_1_5x_per_backend(run, at_least):
+    """Issue 47 item 3, on the models runs of today's probes (the first fitted, the second held out): every row's
+    estimate of the worker's torch allocations is at least 1.1x its measured peak (room for the allocator's
+    fragmentation), and per backend the median is at most 1.5x (JAX's backends aside: their own buffers, which the
+    peak does not see, are estimated apart). Before (2026-12-07, the same rows): 50 of 441 rows of the first run
+    under their peak (0.38-0.98x: the streamed full probe counted 11 bytes per output element of its 20, a mismatch's
+    description its bool keys and not torch's int64 sum of them), and the scaled probe's comparison chunks counted
+    at their largest (384 MiB) for a decode of one row (up to 4.3x)."""
+    ratios = _todays_ratios(run)
+    assert sum(map(len, ratios.values())) >= at_least
+    short = [words for pairs in ratios.values() for ratio, words in pairs if ratio < 1.1]
+    assert not short, "\n".join(short)
+    wide = {name: statistics.median(x for x, _ in pairs) for name, pairs in ratios.items() if name not in UNSEEN_BY_PEAK}
+    assert len(wide) >= 5 and max(wide.values()) <= 1.5, wide
 
 
 def test_the_harness_releases_its_cached_blocks_after_a_large_baseline(monkeypatch):
