@@ -44,7 +44,7 @@ from typing import Any
 from .case import Case
 from .errors import UserError
 from .files import read_text
-from .results import ADDED_COLUMNS, COLUMNS, Judged
+from .results import ADDED_COLUMNS, COLUMNS, Judged, Outcome
 
 RESULTS = "results.csv"
 RESULTS_GZ = "results.csv.gz"
@@ -440,7 +440,7 @@ class ResultsWriter:
         if "repro" in missing:
             _derive_repro(rows)
             missing.remove("repro")
-        again = [r for r in rows if r.get("verdict") == "unavailable" and (r.get("backend"), r.get("case_id")) in self.retry]
+        again = [r for r in rows if r.get("verdict") == Outcome.UNAVAILABLE and (r.get("backend"), r.get("case_id")) in self.retry]
         if again:
             dropped = {id(r) for r in again}
             rows = [r for r in rows if id(r) not in dropped]
