@@ -440,10 +440,13 @@ class ResultsWriter:
         if "repro" in missing:
             _derive_repro(rows)
             missing.remove("repro")
-        again = [r for r in rows if r.get("verdict") == Outcome.UNAVAILABLE and (r.get("backend"), r.get("case_id")) in self.retry]
+        kept: list[dict[str, str]] = []
+        again: list[dict[str, str]] = []
+        for r in rows:
+            retried = r.get("verdict") == Outcome.UNAVAILABLE and (r.get("backend"), r.get("case_id")) in self.retry
+            (again if retried else kept).append(r)
+        rows = kept
         if again:
-            dropped = {id(r) for r in again}
-            rows = [r for r in rows if id(r) not in dropped]
             names = ", ".join(sorted({r["backend"] for r in again}))
             print(f"parity: --resume: {len(again)} unavailable rows are tried again ({names})", file=sys.stderr)
         if fields != COLUMNS or again:

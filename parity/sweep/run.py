@@ -88,7 +88,8 @@ class Sweep(SweepEnd):
         self.stop, self.timed_out = threading.Event(), threading.Event()
         bar = Progress(len(self.backend_names) * len(cases), enabled=options.progress)
         eta = Eta(_planned(self.backend_names, cases)) if options.progress else None
-        retry = {(b, c.case_id) for b in self.backend_names for c in cases}  # this run's rows: unavailable ones go again
+        # with --resume, this run's rows: an unavailable one in the folder is tried again
+        retry = {(b, c.case_id) for b in self.backend_names for c in cases} if options.resume else set()
         self.sink = RowSink(out_dir, options.resume, options.fail_fast, bar, eta, on_row, self.lock, retry)
         self.retries: list[Pending] = []  # rows that timed out once: retried alone after the lanes
         self.lost_context = ""  # --no-isolate: "BACKEND on CASE" that left this process's CUDA context unusable
