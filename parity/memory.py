@@ -66,13 +66,17 @@ STREAM_BYTES = 18
 #: ``sum`` of the visible keys (bool) makes first (:func:`parity.maskcheck._row_patterns`; 2026-12-07d: a JAX cuDNN
 #: mismatch at 2k x 12k keys, 4 heads, peaked at 508 MiB, 384 of them this).
 DESCRIBE_BYTES = 8
+#: Bytes per readout element of a row chunk the scaled probe compares (:func:`parity.maskcheck._residue_check`): the
+#: stacked outputs (2, bfloat16), their float32 copy, its ratio to the row's largest, the ratio rounded, their
+#: difference and its absolute value (4 each: 22), rounded up.
+SCALED_BYTES = 24
 #: Bytes per weight of a mask probe decoded whole on the device (:func:`parity.maskcheck.decode_mask`).
 DECODE_BYTES = 16
 #: The harness's named parts times this (:func:`harness_parts`).
 MARGIN = 1.1
 #: The named parts of a worker's stage times this: index tensors, ``cu_seqlens``, LSE conversions, the
 #: allocator's rounding, and room for fragmentation: on the 501 rows of the H100 models runs of 2026-12-07c/d the
-#: named parts alone are at least 0.99x the measured peak, so the estimate is at least 1.1x every one of them
+#: named parts alone are at least 0.98x the measured peak, so the estimate is at least 1.1x every one of them
 #: (``tests/test_memory.py`` replays those rows).
 WORKER_MARGIN = 1.15
 #: Device memory one process takes before any tensor (its CUDA context, cuBLAS / cuDNN handles): 0.5-0.6 GiB
@@ -233,16 +237,14 @@ def _gqa_stage(case: Case, s: _Sizes, w_again: int) -> dict[str, int]:
 def _mask_stage(case: Case, s: _Sizes, again: Callable[[Case], int], max_passes: int) -> dict[str, int] | None:
     """The mask probe's largest moment: a batched call, or the decoding after it (None: the probe does not run).
     The probe is the one that runs (:func:`parity.maskcheck.mask_plan`): the full one, or past ``max_passes`` the
-    scaled one, whose residue passes' outputs are all kept and compared in row chunks (float32 copies of a chunk)."""
+    scaled one (:func:`_scaled_stage`)."""
     kind, passes = mask_plan(case, max_passes)
     if kind == "not_run":
         return None
     n = passes_per_call(case, passes=passes)
+    if kind == "scaled":
+        return _scaled_stage(case, s, again, passes, n)
     probe_in = n * s.q + (n * s.kv if n > 1 else 0) + n * s.kv  # zero q, k repeated (n > 1), value v
-    if kind == "scaled":  # its row chunks (:func:`parity.maskcheck._residue_check`): float32 copies of a chunk
-        per_row = passes * case.hq * case.head_dim
-        held = passes * (s.out + s.lse) + 6 * 4 * per_row * min(max(1, SCALED_CHUNK_ELEMENTS // per_row), max(case.q_lens))
-        return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": again(probe_case(case, n)), "probes": held + probe_in}
     weights = case.hq * sum(sq * sk for sq, sk in zip(case.q_lens, case.k_lens))
     w = again(probe_case(case, n))
     if weights <= STREAM_ELEMENTS:  # every pass kept (views of the calls' outputs), then decoded whole
@@ -258,16 +260,47 @@ def _mask_stage(case: Case, s: _Sizes, again: Callable[[Case], int], max_passes:
     return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": w, "probes": held + max(probe_in, after - w)}
 
 
+def _scaled_stage(case: Case, s: _Sizes, again: Callable[[Case], int], passes: int, n: int) -> dict[str, int]:
+    """The scaled probe's largest moment (:func:`parity.maskcheck.run_scaled_probe`): a residue call (its probe
+    inputs and ``W`` beside the passes' outputs, all kept); the comparison after the calls, in row chunks
+    (:func:`parity.maskcheck._residue_check`: :data:`SCALED_BYTES` per element of a chunk and the int8 spec
+    readouts of the longest sequence, the calls' ``W`` and probe inputs freed by then: a 2k x 12k prefill at 32
+    heads peaked at 481 MiB on SDPA's efficient kernel, its inputs, output, three outputs and one chunk of 16.8M
+    elements at 22 bytes, not its 304 MiB ``W`` besides); or, on a mismatch, a refining call (one pass, the
+    case's ``W``) beside the block pass's output, the previous refining output and the described pairs' float32
+    readouts twice, kept and decoded (:func:`parity.maskcheck._describe_scaled`: a JAX cuDNN mismatch at 1+1+1+2k
+    queries, 4 heads, d 256 peaked 20 MiB above the rows that pass)."""
+    probe_in = n * s.q + (n * s.kv if n > 1 else 0) + n * s.kv  # zero q, k repeated (n > 1), value v
+    kept = passes * (s.out + s.lse)
+    per_row = passes * case.hq * case.head_dim
+    chunk = SCALED_BYTES * per_row * min(max(1, SCALED_CHUNK_ELEMENTS // per_row), max(case.q_lens))
+    pairs = sum(min(MAX_DESCRIBED_ROWS, sq * case.hq) for sq in case.q_lens)
+    w_call, w_one = again(probe_case(case, n)), again(case)
+    moments = [  # (its W, the probes' bytes beside it)
+        (w_call, kept + probe_in),
+        (0, kept + chunk + passes * max(case.q_lens) * case.head_dim),
+        (w_one, s.q + s.kv + 3 * (s.out + s.lse) + 2 * 4 * passes * case.head_dim * pairs),
+    ]
+    w, probes = max(moments, key=sum)
+    return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": w, "probes": probes}
+
+
 def _read_stage(case: Case, s: _Sizes, h: Hints, w_again: int) -> dict[str, int] | None:
-    """The read probe: a call on poisoned caches (None: the probe does not run). The backend's ``W`` holds its
-    clean caches; poisoning them first holds the clean ones and their copies."""
+    """The read probe (:func:`parity.maskcheck.run_read_probe`): a call on poisoned caches (None: the probe does not
+    run). The backend's ``W`` holds its caches; making the poisoned ones holds the clean caches and their copies
+    at once (:meth:`parity.case.Inputs.paged` / ``padded``: 4 caches, the larger of that and ``W``). Where a paged
+    call reads NaN, one pass per poisoned part follows, their outputs kept beside the first's. The 1+1+1k-query
+    paged rows of 2026-12-07d peaked at their inputs, output, probe output and 4 caches (1016 MiB on vLLM FA2 at
+    16 heads, d 256: 4 x 166 MiB), 4-20 MiB more on those that read NaN. 6 were counted before (1.5x): the
+    poisoning of 2026-12-06 (845f4c8) concatenated the unreferenced pages onto its copies, a third pair at once."""
     if case.page_size is not None and h.paged:
-        poisoning = 6 * paged_bytes(case)  # the null page included
+        poisoning, outputs = 4 * paged_bytes(case), 3  # the null page included
     elif case.page_size is None and h.padded(case):
-        poisoning = 4 * padded_bytes(case)
+        poisoning, outputs = 4 * padded_bytes(case), 1
     else:
         return None
-    return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": w_again, "probes": s.out + s.lse + max(0, poisoning - w_again)}
+    probes = outputs * (s.out + s.lse) + max(0, poisoning - w_again)
+    return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": w_again, "probes": probes}
 
 
 def worker_stages(case: Case, h: Hints, probes: bool = True, max_passes: int = 64) -> dict[str, dict[str, int]]:

@@ -390,7 +390,9 @@ def test_memory_benchmark_reads_a_run_folder(tmp_path):
 MODELS_RUNS = [("h100-2026-12-06-models", 130), ("h100-2026-12-06b-models", 300)]
 #: The models runs of today's probes (the scaled probe, the streamed full probe as it allocates now): the constants of
 #: the worker's estimate were fitted on the first (STREAM_BYTES, DESCRIBE_BYTES, WORKER_MARGIN), the second is held out.
-TODAYS_RUNS = [("h100-2026-12-07d-models", 400), ("h100-2026-12-07c-models-gate", 55)]
+#: Each: the rows it has at least, and the most of them whose estimate may exceed 1.5x their peak (JAX's aside): those
+#: of the two causes the estimate cannot see before the row runs (:func:`_over_for_want_of_state`).
+TODAYS_RUNS = [("h100-2026-12-07d-models", 400, 36), ("h100-2026-12-07c-models-gate", 55, 0)]
 #: Backends whose worker allocates outside torch's allocator (JAX): ``peak_mem_mb`` sees only the torch side of
 #: their rows, so their estimate (kept safe) is not held to the median bound.
 UNSEEN_BY_PEAK = ("jax-xla-cuda", "jax-cudnn-cuda", "jax-cudnn-causal-cuda")
@@ -426,10 +428,19 @@ def test_every_measured_gpu_peak_of_the_models_run_is_within_its_estimate(run, a
     short = []
     for r, case, be in measured:
         est = estimate(case, True, 64, backend=be, harness_on_device=True)
-        if est.measured_bytes / 2**20 < float(r["peak_mem_mb"]):
-            mib = est.measured_bytes / 2**20
+        mib = (est.measured_bytes + _old_read_probe_bytes(case, be)) / 2**20
+        if mib < float(r["peak_mem_mb"]):
             short.append(f"{r['backend']} {case.summary()}: estimated {mib:.0f} MiB, measured {r['peak_mem_mb']} MiB")
     assert not short, "\n".join(short)
+
+
+def _old_read_probe_bytes(case: Case, backend: object) -> int:
+    """What the read probe of the 2026-12-06 runs (main at 845f4c8) held beyond today's on a paged case: its
+    ``poison_pages`` concatenated the unreferenced pages onto the poisoned copies, two more caches at once (6 where
+    today's makes 4, since 54cc4d4): their 1+1+1k-query paged rows peaked at 686.7 MiB, inputs, outputs and 6 x 83."""
+    from parity.memory import paged_bytes
+
+    return 2 * paged_bytes(case) if case.page_size is not None and getattr(backend, "supports_paged", False) else 0
 
 
 @pytest.mark.parametrize("run,at_least", MODELS_RUNS)
@@ -459,35 +470,59 @@ def test_every_measured_gpu_peak_of_the_models_run_is_at_least_two_thirds_of_its
     assert not over, "\n".join(over)
 
 
-def _todays_ratios(run: str) -> dict[str, list[tuple[float, str]]]:
-    """Per backend, each row of ``run`` that ran: its estimate of the worker's torch allocations / its peak, and its words."""
+def _todays_ratios(run: str) -> dict[str, list[tuple[float, str, Case]]]:
+    """Per backend, each row of ``run`` that ran: its estimate of the worker's torch allocations / its peak, its
+    words and its case."""
     from parity.maskcheck import mask_plan
 
-    ratios: dict[str, list[tuple[float, str]]] = {}
+    ratios: dict[str, list[tuple[float, str, Case]]] = {}
     for r, case, be in _measured_rows(run):
         if r["verdict"] == "unsupported" or r["detail"].startswith("out of memory"):
             continue
         assert r["mask_probe"] == mask_plan(case, 64)[0], "the probe that ran then is the one that runs today"
         est, peak = estimate(case, True, 64, backend=be).measured_bytes / 2**20, float(r["peak_mem_mb"])
-        ratios.setdefault(r["backend"], []).append((est / peak, f"{r['backend']} {case.summary()}: {est:.0f} MiB for {peak} MiB"))
+        words = f"{r['backend']} {case.summary()}: {est:.0f} MiB for {peak} MiB ({est / peak:.2f}x)"
+        ratios.setdefault(r["backend"], []).append((est / peak, words, case))
     return ratios
 
 
-@pytest.mark.parametrize("run,at_least", TODAYS_RUNS)
-def test_the_estimate_covers_every_peak_of_todays_probes_by_a_tenth_and_stays_within_1_5x_per_backend(run, at_least):
+def _over_for_want_of_state(backend: str, case: Case) -> bool:
+    """Whether a row's estimate may exceed 1.5x its peak for what it cannot know before the row runs: a full mask
+    probe streamed pass by pass (:class:`parity.maskcheck.MaskStream`), whose mismatch description needs the visible
+    keys of up to 4096 pairs a sequence and torch's int64 sum of them (at 2k x 12k keys, 4 heads: JAX cuDNN's
+    mismatch peaked at 508 MiB, JAX XLA's pass of the same case at 82), or flex, whose worker builds a
+    block mask once for its lengths and window (a later row of the same needs none: Gemma's 32k prefills after
+    Mistral's, 1148 MiB measured, 10880 where it was built)."""
+    from parity.maskcheck import STREAM_ELEMENTS, mask_plan
+
+    weights = case.hq * sum(q * k for q, k in zip(case.q_lens, case.k_lens))
+    return backend == "flex-cuda" or (mask_plan(case, 64)[0] == "full" and weights > STREAM_ELEMENTS)
+
+
+@pytest.mark.parametrize("run,at_least,most_over", TODAYS_RUNS)
+def test_the_estimate_covers_every_peak_of_todays_probes_by_a_tenth_and_stays_within_1_5x_per_backend(run, at_least, most_over):
     """Issue 47 item 3, on the models runs of today's probes (the first fitted, the second held out): every row's
     estimate of the worker's torch allocations is at least 1.1x its measured peak (room for the allocator's
     fragmentation), and per backend the median is at most 1.5x (JAX's backends aside: their own buffers, which the
     peak does not see, are estimated apart). Before (2026-12-07, the same rows): 50 of 441 rows of the first run
     under their peak (0.38-0.98x: the streamed full probe counted 11 bytes per output element of its 20, a mismatch's
     description its bool keys and not torch's int64 sum of them), and the scaled probe's comparison chunks counted
-    at their largest (384 MiB) for a decode of one row (up to 4.3x)."""
+    at their largest (384 MiB) for a decode of one row (up to 4.3x).
+
+    At most ``most_over`` rows (JAX's aside) over 1.5x, each for a cause :func:`_over_for_want_of_state` names.
+    Before: 81 of the first run's (37 of them, up to 2.05x, for neither cause) and 6 of the second's (3): the scaled
+    probe's calls, their ``W`` and its comparison chunks counted at once, where the chunks come after the calls, and
+    the read probe's paged caches counted 6 times, where today's poisoning holds 4."""
     ratios = _todays_ratios(run)
     assert sum(map(len, ratios.values())) >= at_least
-    short = [words for pairs in ratios.values() for ratio, words in pairs if ratio < 1.1]
+    short = [words for pairs in ratios.values() for ratio, words, _ in pairs if ratio < 1.1]
     assert not short, "\n".join(short)
-    wide = {name: statistics.median(x for x, _ in pairs) for name, pairs in ratios.items() if name not in UNSEEN_BY_PEAK}
+    wide = {name: statistics.median(x for x, _, _ in pairs) for name, pairs in ratios.items() if name not in UNSEEN_BY_PEAK}
     assert len(wide) >= 5 and max(wide.values()) <= 1.5, wide
+    over = [(name, words, case) for name, pairs in ratios.items() if name not in UNSEEN_BY_PEAK for x, words, case in pairs if x > 1.5]
+    assert len(over) <= most_over, f"{len(over)} rows over 1.5x their peak, at most {most_over}:\n" + "\n".join(w for _, w, _ in over)
+    unexplained = [words for name, words, case in over if not _over_for_want_of_state(name, case)]
+    assert not unexplained, "\n".join(unexplained)
 
 
 def test_the_harness_releases_its_cached_blocks_after_a_large_baseline(monkeypatch):
