@@ -64,17 +64,17 @@ def select_rows(df, run_dir: Path, row: int | None, backend: str | None) -> list
 
 
 def worker_paths(command: str, backend: str, variant_of: str | None = None) -> list[str]:
-    """The ``--worker-path BACKEND=PATH`` entries of the run's command line for ``backend``; where it has none, its
-    base backend's (a variant's: ``variant_of`` as the run recorded it, else the registry's;
-    :func:`parity.backends.worker_path_owner`). A malformed recorded command or item is passed over."""
+    """The ``--worker-path BACKEND=PATH`` (or ``--worker-path=BACKEND=PATH``) entries of the run's command line for
+    ``backend``; where it has none, its base backend's (a variant's: ``variant_of`` as the run recorded it, else the
+    registry's; :func:`parity.backends.worker_path_owner`). A malformed recorded command or item is passed over."""
     from . import backends
-    from .process import read_worker_path_items
+    from .process import read_worker_path_items, recorded_worker_path_items
 
     try:
         words = shlex.split(command or "")
     except ValueError:
         return []
-    given, _malformed = read_worker_path_items(value for flag, value in zip(words, words[1:]) if flag == "--worker-path")
+    given, _malformed = read_worker_path_items(recorded_worker_path_items(words))
     owner = backends.worker_path_owner(given, backend, variant_of)
     return [] if owner is None else given[owner]
 

@@ -14,7 +14,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,22 @@ def read_worker_path_items(items: Iterable[str]) -> tuple[dict[str, list[str]], 
             continue
         out.setdefault(name, []).extend(p for p in path.split(os.pathsep) if p)
     return out, bad
+
+
+def recorded_worker_path_items(words: Sequence[str]) -> list[str]:
+    """The ``--worker-path`` values of a recorded command line (its words), in either of argparse's forms:
+    ``--worker-path BACKEND=PATH`` and ``--worker-path=BACKEND=PATH``, for :func:`read_worker_path_items`."""
+    items: list[str] = []
+    i = 0
+    while i < len(words):
+        flag, sep, value = words[i].partition("=")
+        if flag == "--worker-path" and sep:  # one word: argparse splits at the first '='
+            items.append(value)
+        elif flag == "--worker-path" and i + 1 < len(words):  # two words: the next is the value
+            items.append(words[i + 1])
+            i += 1
+        i += 1
+    return items
 
 
 def parse_worker_paths(items: Iterable[str]) -> dict[str, list[str]]:

@@ -15,7 +15,16 @@ import pytest
 from parity import Case, Window, compile_cache
 from parity.backends.reference import ReferenceBackend
 from parity.sweep import SweepOptions, run_sweep
-from parity.sweep.precompile import KEY_BOUND_S, SHARE_WORDS, CpuSlots, PrePass, plan_precompile, run_precompile, wanted
+from parity.sweep.precompile import (
+    KEY_BOUND_S,
+    SHARE_WORDS,
+    CpuSlots,
+    PrePass,
+    PrePassOptions,
+    plan_precompile,
+    run_precompile,
+    wanted,
+)
 
 ME = "tests.test_precompile"
 BASE = Case(q_lens=(8,), k_lens=(8,), hq=2, hkv=1, head_dim=8, dtype="float32", window=Window(2, 0), seed=0)
@@ -271,7 +280,7 @@ def test_workers_times_compile_threads_never_exceed_the_cpus(tmp_path, cache):
     # two backends of two threads each on two CPUs: one worker at a time, its builds given MAX_JOBS=2
     plan = plan_precompile({f"{ME}:Wide": CASES, f"{ME}:Wide2": CASES}, SweepOptions(), cpus=2)
     assert plan.procs == {f"{ME}:Wide": 1, f"{ME}:Wide2": 1}
-    rec = run_precompile(plan, SweepOptions(timeout=60), None, None, {})
+    rec = run_precompile(PrePassOptions(plan, SweepOptions(timeout=60)))
     assert rec["cpus"] == 2 and rec["cpus_peak"] == 2
     notes = [json.loads(p.read_text()) for p in (cache / "notes").iterdir()]
     assert len(notes) == 8 and {n["jobs"] for n in notes} == {"2"}
@@ -291,7 +300,7 @@ class FailsWithALongPath(DiskBuild):
 
 def test_a_pre_pass_failure_keeps_the_reason_at_the_end_of_a_long_message(tmp_path, cache):
     plan = plan_precompile({f"{ME}:FailsWithALongPath": CASES}, SweepOptions(), cpus=2)
-    rec = run_precompile(plan, SweepOptions(timeout=60), None, None, {})
+    rec = run_precompile(PrePassOptions(plan, SweepOptions(timeout=60)))
     mine = rec["per_backend"][f"{ME}:FailsWithALongPath"]
     assert mine["failed"] == 4 and len(mine["failures"]) == 4
     for said in mine["failures"]:
@@ -311,9 +320,27 @@ def test_an_error_s_words_keep_its_first_and_last_lines_and_both_ends():
 
 def test_no_pre_pass_key_waits_longer_than_its_bound(cache):
     plan = plan_precompile({f"{ME}:DiskBuild": CASES}, SweepOptions(), cpus=2)
-    assert PrePass(plan, SweepOptions(), None, None, {}).key_limit == KEY_BOUND_S  # 120 s + a grace of 900 s asked
-    assert PrePass(plan, SweepOptions(timeout=30, compile_grace=0), None, None, {}).key_limit == 30
-    assert PrePass(plan, SweepOptions(), None, None, {}).until is None  # no --time-limit: no deadline
+    assert PrePass(PrePassOptions(plan, SweepOptions())).key_limit == KEY_BOUND_S  # 120 s + a grace of 900 s asked
+    assert PrePass(PrePassOptions(plan, SweepOptions(timeout=30, compile_grace=0))).key_limit == 30
+    assert PrePass(PrePassOptions(plan, SweepOptions())).until is None  # no --time-limit: no deadline
+
+
+def test_a_pre_pass_takes_one_frozen_options_object_and_its_deadline_from_it(cache):
+    """:class:`PrePassOptions`: built once, passed down unchanged (the plan, the sweep's options, logs, deadline, the
+    lanes' environment) and read-only; the pre-pass's share of ``--time-limit`` is a third, its lanes' the rest."""
+    plan = plan_precompile({f"{ME}:DiskBuild": CASES}, SweepOptions(), cpus=2)
+    env = {"OMP_NUM_THREADS": "2"}
+    setup = PrePassOptions(plan, SweepOptions(time_limit=300), deadline=1000.0, lane_env=env)
+    env["OMP_NUM_THREADS"] = "8"  # the caller's dict changed afterwards: the pre-pass keeps what it was given
+    assert dict(setup.lane_env) == {"OMP_NUM_THREADS": "2"}, f"lane_env follows its caller's dict: {dict(setup.lane_env)}"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setup.deadline = 0.0
+    with pytest.raises(TypeError):
+        setup.lane_env["OMP_NUM_THREADS"] = "8"
+    pre = PrePass(setup)
+    got = (pre.budget, pre.until, pre.deadline)
+    assert got == (100.0, 800.0, 1000.0), f"budget, until, deadline: {got}, wanted (100.0, 800.0, 1000.0)"
+    assert PrePass(PrePassOptions(plan, SweepOptions(time_limit=300))).budget is None  # no deadline given: no budget
 
 
 def test_the_cpu_slots_hold_a_worker_s_threads_and_a_lane_started_beside_takes_its_share():

@@ -130,6 +130,26 @@ def test_a_repro_reads_a_recorded_command_as_the_run_did_and_passes_over_what_is
     assert repro_paths("parity run --worker-path 'vllm-fa3-cuda=/a", "vllm-fa3-cuda") == []  # an unclosed quote
 
 
+@pytest.mark.parametrize("form", ["two words", "one word"])
+def test_a_recorded_worker_path_reads_in_either_of_argparses_forms(form, tmp_path):
+    """``--worker-path B=P`` and ``--worker-path=B=P``: the CLI takes both, ``--resume`` restores both (it parses the
+    recorded command with the CLI's parser), so a repro script must read both from the recorded command line."""
+    from parity.cli import build_parser, common
+    from parity.cli import run as run_command
+
+    words = ["--worker-path", "vllm-fa3-cuda=/a:/b"] if form == "two words" else ["--worker-path=vllm-fa3-cuda=/a:/b"]
+    argv = ["run", "--backend", "all-gpu", *words, "--worker-path", "fa3-split4-cuda=/own"]
+    items = ["vllm-fa3-cuda=/a:/b", "fa3-split4-cuda=/own"]
+    assert build_parser().parse_args(argv).worker_path == items
+    command = " ".join(["parity", *argv])
+    (tmp_path / "environment.json").write_text(json.dumps({"command": command}))  # a run recorded before argv was
+    resumed = common.resumed(build_parser().parse_args(["run", "--resume", "--out", str(tmp_path)]), run_command.add_parser)
+    assert resumed.worker_path == items
+    assert repro_paths(command, "vllm-fa3-cuda") == ["/a", "/b"], f"{command!r} read as {repro_paths(command, 'vllm-fa3-cuda')}"
+    assert repro_paths(command, "vllm-fa3-split2-cuda", "vllm-fa3-cuda") == ["/a", "/b"]
+    assert repro_paths(command, "fa3-split4-cuda", "fa3-cuda") == ["/own"]
+
+
 def test_a_run_records_each_workers_path_and_its_repro_scripts_name_it(tmp_path, monkeypatch):
     """A run whose paths came from $PARITY_WORKER_PATH (the lab's way) has no --worker-path on its command line:
     environment.json records the folders each worker used, and the repro script's command puts them first."""

@@ -61,6 +61,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from ..case import Case
@@ -269,6 +270,42 @@ def _unclaimed(backend: str, reps: list[Case], claimed: set[tuple[str, str]]) ->
     return kept
 
 
+@dataclasses.dataclass(frozen=True)
+class PrePassOptions:
+    """What a pre-pass runs with, built once by its caller (:meth:`parity.sweep.run.Sweep._precompile`, or a test)
+    and passed down unchanged: its ``plan``, the sweep's options (``sweep``), where its workers' logs go (``log_dir``;
+    None: nowhere), the run's ``deadline`` (``--time-limit`` after its start, a ``time.perf_counter()`` value; None:
+    none) and the environment its workers start from (``lane_env``: the lanes' own, :attr:`LanePlan.thread_env`;
+    copied, read-only)."""
+
+    plan: PrecompilePlan
+    sweep: SweepOptions
+    log_dir: Path | None = None
+    deadline: float | None = None
+    lane_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lane_env", MappingProxyType(dict(self.lane_env)))
+
+    @property
+    def budget(self) -> float | None:
+        """The pre-pass's seconds: :data:`SHARE` of ``--time-limit`` (None: no deadline)."""
+        limit = self.sweep.time_limit
+        return None if self.deadline is None or limit is None else limit * SHARE
+
+    @property
+    def until(self) -> float | None:
+        """When every lane starts (a ``time.perf_counter()`` value): the run's deadline less the lanes' share."""
+        limit = self.sweep.time_limit
+        return None if self.deadline is None or limit is None else self.deadline - limit * (1 - SHARE)
+
+    @property
+    def key_limit(self) -> float:
+        """One key's seconds at most: the row limit (``--timeout``, else its floor) and the compile grace, within
+        :data:`KEY_BOUND_S`."""
+        return min(KEY_BOUND_S, (self.sweep.timeout or self.sweep.timeout_floor) + self.sweep.compile_grace)
+
+
 class PrePass:
     """A pre-pass under way (:meth:`start`): per backend, ``plan.procs`` worker threads take its keys from one queue,
     each worker process started once its threads are free (:class:`CpuSlots`). :meth:`wait`: a lane's wait for its
@@ -276,24 +313,14 @@ class PrePass:
     signal; ``on_over`` is then called with the record. :meth:`finish`: the run's end (builds still running are
     stopped, their keys left to the lanes) and ``timing.json``'s record."""
 
-    def __init__(
-        self,
-        plan: PrecompilePlan,
-        options: SweepOptions,
-        log_dir: Path | None,
-        deadline: float | None,
-        lane_env: Mapping[str, str],
-        halt: Halt | None = None,
-        on_over: Any = None,
-    ):
-        """``deadline``: the run's (``--time-limit`` after its start, a ``time.perf_counter()`` value; None: none)."""
-        self.plan, self.options, self.log_dir, self.lane_env = plan, options, log_dir, dict(lane_env)
-        self.halt, self.on_over, self.deadline = halt or Halt(), on_over, deadline
+    def __init__(self, setup: PrePassOptions, halt: Halt | None = None, on_over: Any = None):
+        """``setup``: what it runs with; ``halt``: the sweep's (a stop signal ends it); ``on_over``: called with the
+        record once it is over."""
+        self.setup, self.plan, self.options = setup, setup.plan, setup.sweep
+        self.halt, self.on_over, self.deadline = halt or Halt(), on_over, setup.deadline
         self.t0 = time.perf_counter()
-        limit = options.time_limit
-        self.budget = None if deadline is None or limit is None else limit * SHARE
-        self.until = None if deadline is None or limit is None else deadline - limit * (1 - SHARE)
-        self.key_limit = min(KEY_BOUND_S, (options.timeout or options.timeout_floor) + options.compile_grace)
+        self.budget, self.until, self.key_limit = setup.budget, setup.until, setup.key_limit
+        plan = setup.plan
         self.queues = {s: deque(reps) for s, reps in plan.tasks.items()}
         self.results: dict[str, list[dict[str, Any]]] = {s: [] for s in plan.tasks}
         self.running = dict(plan.procs)
@@ -311,11 +338,12 @@ class PrePass:
         gpus = list(self.options.gpus)
         for backend in self.plan.tasks:
             for i in range(self.plan.procs[backend]):
-                env = {**self.lane_env, **worker_env(self.plan.threads.get(backend, 1))}
+                env = {**self.setup.lane_env, **worker_env(self.plan.threads.get(backend, 1))}
                 if gpus:
                     env["CUDA_VISIBLE_DEVICES"] = gpus[len(self.threads) % len(gpus)]
                 safe = backend.replace(":", "_").replace("/", "_")
-                log = self.log_dir / f"precompile-{safe}-{i + 1}.log" if self.log_dir else None
+                log_dir = self.setup.log_dir
+                log = log_dir / f"precompile-{safe}-{i + 1}.log" if log_dir else None
                 self.threads.append(threading.Thread(target=self._worker, args=(backend, log, env), daemon=True))
         for t in self.threads:
             t.start()
@@ -437,17 +465,10 @@ class PrePass:
         return rec
 
 
-def run_precompile(
-    plan: PrecompilePlan,
-    options: SweepOptions,
-    log_dir: Path | None,
-    deadline: float | None,
-    lane_env: Mapping[str, str],
-    halt: Halt | None = None,
-) -> dict[str, Any]:
+def run_precompile(setup: PrePassOptions, halt: Halt | None = None) -> dict[str, Any]:
     """The whole pre-pass at once, no lane beside it: :class:`PrePass` started, waited until it is over (every build
     done, or its deadline), finished (builds still running stopped); ``timing.json``'s record of it."""
-    pre = PrePass(plan, options, log_dir, deadline, lane_env, halt).start()
+    pre = PrePass(setup, halt).start()
     while not pre.over.wait(0.2):
         pass
     return pre.finish()

@@ -169,8 +169,8 @@ class Sweep(SweepEnd):
         if not pre.keys:
             return
         logs = runfolder.logs_dir(self.out_dir) if self.out_dir else None
-        env = self.plan.thread_env
-        self.precompiling = precompile.PrePass(pre, self.options, logs, self.deadline, env, self.prepass, self._precompiled).start()
+        setup = precompile.PrePassOptions(pre, self.options, logs, self.deadline, self.plan.thread_env)
+        self.precompiling = precompile.PrePass(setup, self.prepass, self._precompiled).start()
         if self.options.progress:
             print(f"parity: {precompile.start_line(pre, self.precompiling.budget, self.precompiling.key_limit)}", file=sys.stderr)
 
