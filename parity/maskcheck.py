@@ -33,7 +33,13 @@ GQA probe
     ``V`` of kv head ``g`` is the constant ``g + 1``; query head ``h`` must output
     ``h // (hq // hkv) + 1`` in every row that sees a key (learned sinks, if the case has them,
     are set to :data:`NEUTRAL_SINK` for it). The mask probe keeps the case's sinks: they lower
-    the weight of every visible key of a row alike.
+    the weight of every visible key of a row alike. ``q = 0`` as in the mask probe: with ``V``
+    constant per kv head the output is that constant whatever the weights, so ``Q`` (and ``K``)
+    cannot change what the probe reads; zero scores make every weight equal, so the output is
+    the constant up to the rounding of ``1/n`` (a kernel that rounds ``P`` to bfloat16 before
+    ``P @ V`` is within an ulp of it). The probe sees which kv head's ``V`` a query head reads;
+    a slip in ``K``'s head mapping alone is invisible to it (the error budget sees it). A row
+    value is read as an integer within :func:`gqa_tolerance` (two ulps of the output's dtype).
 
 Read probe (paged cases, and padded caches with used lengths)
     The case's own inputs, with the cache as a real engine holds it: paged
@@ -233,12 +239,15 @@ def _unit(descale: torch.Tensor | None) -> torch.Tensor | None:
 
 
 def gqa_probe_inputs(case: Case, device: torch.device | str = "cpu", base: Inputs | None = None) -> Inputs:
+    """The GQA probe (module docstring): ``q = 0``, the case's ``K``, ``V`` of kv head ``g`` the constant ``g + 1``."""
     base = base if base is not None else make_inputs(case, "cpu")
     heads = (torch.arange(case.hkv, device=base.v.device, dtype=torch.float32) + 1).to(base.v.dtype)  # (hkv,); exact in fp8 up to 16
     v = heads[None, :, None].expand_as(base.v).contiguous()  # (total_k, hkv, d)
-    # fp8 cases: q = 0, so every weight is exp(0) and exact in fp8 (an fp8 P @ V rounds other weights by up
-    # to 2**-4, which would read as "a mix of kv heads"); the output is V's value whatever the weights
-    q = torch.zeros_like(base.q) if base.v_descale is not None else base.q  # (total_q, hq, d)
+    # q = 0 in every dtype: V is constant per kv head, so the output is V's value whatever the weights and Q
+    # cannot change which head the probe reads; zero scores make every weight exp(0), equal (exact in fp8), so
+    # the output is V's value up to the rounding of 1/n. With the case's Q a kernel that rounds P to bfloat16
+    # before P @ V (JAX XLA) summed the weights to 1 +- 1% and read 13 as 12.9 ("a mix of kv heads").
+    q = torch.zeros_like(base.q)  # (total_q, hq, d)
     probe = dataclasses.replace(base.with_tensors(q, base.k, v), v_descale=_unit(base.v_descale))
     if base.sinks is not None:  # a sink would scale each head's constant by its own weight: out of the way
         probe = dataclasses.replace(probe, sinks=torch.full_like(base.sinks, NEUTRAL_SINK))  # (hq,)
@@ -405,6 +414,37 @@ def _mask_verdict(total_rows: int, bad_rows: int, skipped: int, patterns: Counte
 
 #: Elements of the GQA probe's output checked at once on its device (:func:`_gqa_all_ok`; float32: 64 MiB).
 GQA_CHUNK_ELEMENTS = 1 << 24
+#: The GQA probe's tolerance around an integer: at least this (float32 outputs) ...
+GQA_MIN_TOLERANCE = 0.05
+#: ... and at most this, below 0.5 so that each value is one head's (on the bf16 / fp16 grid it reads as any cap in
+#: [0.25, 0.5): the offsets there are multiples of the ulp, 0.25 at most below 0.5 wherever 2 ulps reach 0.5).
+GQA_MAX_TOLERANCE = 0.25
+
+
+def gqa_tolerance(k: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """How far a GQA probe value may lie from the integer ``k`` (a tensor, float) and still read as ``k``:
+    ``max(0.05, 2 ulp of dtype at k)``, at most 0.25 (:data:`GQA_MAX_TOLERANCE`); the ulp at ``k`` is the spacing
+    above it, ``eps * 2**floor(log2 k)``. The probe's output is ``k`` up to the rounding of ``1/n`` (at most
+    ``2**-9`` relative where ``P`` is rounded to bfloat16, one ulp of a bfloat16 output):
+
+    ============  ==========  =========  ===============
+    ``k``         bfloat16    float16    float32, others
+    ============  ==========  =========  ===============
+    1 .. 3        0.05        0.05       0.05
+    4 .. 7        0.0625      0.05       0.05
+    8 .. 15       0.125       0.05       0.05
+    16 .. 31      0.25        0.05       0.05
+    32 .. 63      0.25 (cap)  0.0625     0.05
+    64 .. 127     0.25 (cap)  0.125      0.05
+    128 and up    0.25 (cap)  0.25       0.05
+    ============  ==========  =========  ===============
+    """
+    k = k.to(torch.float32)
+    if not dtype.is_floating_point or torch.finfo(dtype).eps < 2.0**-20:
+        return torch.full_like(k, GQA_MIN_TOLERANCE)
+    _, e = torch.frexp(k.abs())  # k = m * 2**e, m in [0.5, 1): floor(log2 k) = e - 1
+    ulp = torch.finfo(dtype).eps * torch.exp2((e - 1).to(torch.float32))  # (like k)
+    return (2 * ulp).clamp(GQA_MIN_TOLERANCE, GQA_MAX_TOLERANCE)
 
 
 def _seen_rows(case: Case, device: torch.device) -> torch.Tensor:
@@ -425,6 +465,7 @@ def _gqa_all_ok(case: Case, out: torch.Tensor) -> ProbeResult | None:
     if o.dim() != 3 or not bool(seen.any()):
         return None
     want = (torch.arange(case.hq, device=o.device) // case.group + 1).to(torch.float32)[None, :, None]  # (1, hq, 1)
+    tol = gqa_tolerance(want, o.dtype)  # (1, hq, 1): at the expected value, as only a value read as it passes
     bad = torch.zeros(case.hq, dtype=torch.bool, device=o.device)  # (hq,): mixed, other head or non-finite
     wrote = torch.zeros(case.hq, dtype=torch.bool, device=o.device)  # (hq,): wrote a row that sees a key
     step = max(1, GQA_CHUNK_ELEMENTS // max(1, o.shape[1] * o.shape[2]))
@@ -434,7 +475,7 @@ def _gqa_all_ok(case: Case, out: torch.Tensor) -> ProbeResult | None:
         f = part.to(torch.float32)  # (rows, hq, d)
         w = written[..., None]  # (rows, hq, 1)
         rounded = torch.round(f)  # (rows, hq, d)
-        off = ((f - rounded).abs() > 0.05) | (rounded != want) | ~torch.isfinite(f)  # (rows, hq, d)
+        off = ((f - rounded).abs() > tol) | (rounded != want) | ~torch.isfinite(f)  # (rows, hq, d)
         bad |= (off & w).any(2).any(0)
         wrote |= written.any(0)
     if bool(bad.any()) or not bool(wrote.any()):
@@ -476,8 +517,8 @@ def decode_gqa(case: Case, out: torch.Tensor) -> ProbeResult:
             unjudged.append(h)
             continue
         want = h // case.group + 1
-        used = torch.round(vals)
-        mixed = (vals - used).abs().max() > 0.05
+        used = torch.round(vals)  # (rows written, d)
+        mixed = bool(((vals - used).abs() > gqa_tolerance(used, raw.dtype).to(vals.dtype)).any())
         if mixed or (used != want).any():
             heads = sorted({int(x) - 1 for x in used.flatten().tolist()})
             what = f"a mix of kv heads (values {vals.min():.3g}..{vals.max():.3g})" if mixed else f"kv head(s) {heads}"

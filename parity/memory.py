@@ -228,10 +228,9 @@ def _compile_stage(s: _Sizes, w_again: int) -> dict[str, int]:
     return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": w_again, "probes": s.out + s.lse}
 
 
-def _gqa_stage(case: Case, s: _Sizes, w_again: int) -> dict[str, int]:
-    """The GQA probe: its V (its q zero with fp8), its output, the backend's workspace."""
-    zero_q = s.q if case.kv_dtype is not None else 0
-    return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": w_again, "probes": s.kv + zero_q + s.out + s.lse}
+def _gqa_stage(s: _Sizes, w_again: int) -> dict[str, int]:
+    """The GQA probe: its V and zero q (:func:`parity.maskcheck.gqa_probe_inputs`), its output, the backend's workspace."""
+    return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": w_again, "probes": s.kv + s.q + s.out + s.lse}
 
 
 def _mask_stage(case: Case, s: _Sizes, again: Callable[[Case], int], max_passes: int) -> dict[str, int] | None:
@@ -309,7 +308,7 @@ def worker_stages(case: Case, h: Hints, probes: bool = True, max_passes: int = 6
     w_again = h.again(case)
     stages = {"call": _call_stage(s, h.workspace(case)), "compile": _compile_stage(s, w_again)}
     if probes:
-        stages["gqa"] = _gqa_stage(case, s, w_again)
+        stages["gqa"] = _gqa_stage(s, w_again)
         for name, stage in (("mask", _mask_stage(case, s, h.again, max_passes)), ("read", _read_stage(case, s, h, w_again))):
             if stage is not None:
                 stages[name] = stage
