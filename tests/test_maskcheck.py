@@ -278,3 +278,119 @@ def test_a_passing_output_is_neither_widened_nor_copied_whole():
     with _Seen() as seen:
         assert mc.decode_gqa(case, out).status == "ok"
     assert max(seen.float64, default=0) < out.numel() and max(seen.to_cpu, default=0) < out.numel()
+
+
+# -- the GQA probe's numerics: q = 0 and a tolerance of two ulps of the output's dtype ---------------------------
+
+import dataclasses  # noqa: E402
+
+from parity.case import make_inputs  # noqa: E402
+from parity.maskcheck import gqa_probe_inputs, run_gqa_probe  # noqa: E402
+from parity.selftest.bugs import EagerAttention  # noqa: E402
+
+
+def _steps(out: torch.Tensor, n: int) -> torch.Tensor:
+    """``out`` (positive, bfloat16 / float16) moved ``n`` ulps along its dtype's grid."""
+    return (out.view(torch.int16) + n).view(out.dtype)
+
+
+def _gqa_case(dtype: str, hkv: int, group: int = 2) -> Case:
+    return Case(q_lens=(6,), k_lens=(9,), hq=hkv * group, hkv=hkv, head_dim=4, dtype=dtype, window=Window(3, 0))
+
+
+def _both_decodes(case: Case, out: torch.Tensor, monkeypatch) -> mc.ProbeResult:
+    """decode_gqa's answer, checked to be the float64 decode's too (the one that words a mismatch)."""
+    got = mc.decode_gqa(case, out)
+    with monkeypatch.context() as m:
+        m.setattr(mc, "_gqa_all_ok", lambda case, out: None)
+        assert mc.decode_gqa(case, out) == got
+    return got
+
+
+def test_a_bf16_output_an_ulp_or_two_off_its_head_reads_as_it(monkeypatch):
+    """An XLA-style bfloat16 P @ V at 16 kv heads (h100 models run, 2026-12-07: 13 read as 12.94, "a mix of kv
+    heads"): the right head's value times ``1 + 2**-7`` and its neighbour ulps read as the head; 0.05 did not."""
+    case = _gqa_case("bfloat16", 16)
+    honest = _honest(case)  # (total_q, 32, d): 1..16
+    scaled = (honest.float() * (1 + 2**-7)).to(torch.bfloat16)  # (total_q, hq, d): 13 -> 13.125, two ulps
+    outs = {"x (1 + 2**-7)": scaled, **{f"{n:+d} ulp": _steps(honest, n) for n in (-2, -1, 1, 2)}}
+    for name, out in outs.items():
+        got = _both_decodes(case, out, monkeypatch)
+        assert got.status == "ok", f"{name}: {got.detail}"
+    assert float((scaled.float() - honest.float()).abs().amax()) > 0.05  # past the old fixed tolerance
+    three = _steps(honest, 3)  # (total_q, hq, d): three ulps, within 0.05 at 1..3 (6 query heads), a mix from 4 on
+    got = _both_decodes(case, three, monkeypatch)
+    assert got.status == "mismatch" and got.differing_rows == 26, got.detail
+    assert "query head 6 used a mix of kv heads (values 4.09..4.09), expected kv head 3" in got.detail, got.detail
+
+
+@pytest.mark.parametrize("dtype, hkv", [("bfloat16", 16), ("bfloat16", 32), ("float16", 16), ("float16", 32)])
+def test_a_wrong_mapping_stays_a_mismatch_under_the_wider_tolerance(dtype, hkv, monkeypatch):
+    """Query head h reads kv head h // group + 1 (the last group kv head 0), with the same rounding noise as the
+    honest output above: named as that head; a 50/50 mix of two heads stays a mix."""
+    case = _gqa_case(dtype, hkv)
+    wrong = (torch.arange(case.hq) // case.group + 1) % hkv + 1  # (hq,): kv head + 1 that each query head reads
+    out = (wrong.double()[None, :, None] * (1 + 2**-7)).expand(6, case.hq, 4).to(case.torch_dtype)  # (total_q, hq, d)
+    got = _both_decodes(case, out, monkeypatch)
+    assert got.status == "mismatch" and got.differing_rows == case.hq, got.detail
+    assert got.detail.startswith(f"{case.hq} of {case.hq} query heads read the wrong kv head. "), got.detail
+    assert "query head 0 used kv head(s) [1], expected kv head 0" in got.detail, got.detail
+    half = (_honest(case).double() + 0.5).to(case.torch_dtype)  # (total_q, hq, d): between two heads
+    got = _both_decodes(case, half, monkeypatch)
+    assert got.status == "mismatch" and "query head 0 used a mix of kv heads (values 1.5..1.5)" in got.detail, got.detail
+
+
+class RoundsPToBf16(EagerAttention):
+    """JAX's ``implementation='xla'``: the float32 softmax probabilities cast to bfloat16 before ``P @ V``."""
+
+    name = "test-rounds-p-to-bf16"
+
+    def softmax(self, s):
+        return super().softmax(s).to(torch.bfloat16).float()  # (hq, Sq, Sk)
+
+
+class RoundsPToFp8(EagerAttention):
+    """A flash-style fp8 ``P @ V``: the unnormalised ``exp(s - max)`` in e4m3, divided by its float32 sum after."""
+
+    name = "test-rounds-p-to-fp8"
+
+    def softmax(self, s):
+        m = s.amax(dim=-1, keepdim=True)  # (hq, Sq, 1)
+        e = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))  # (hq, Sq, Sk)
+        den = e.sum(dim=-1, keepdim=True)  # (hq, Sq, 1)
+        return e.to(torch.float8_e4m3fn).float() / torch.where(den > 0, den, torch.ones_like(den))
+
+
+#: 64 query rows over 16 kv heads; the outliers regime spreads the scores as the gemma-3-27b local layer's did.
+XLA_CASE = Case(q_lens=(64,), k_lens=(256,), hq=32, hkv=16, head_dim=32, dtype="bfloat16", window=Window(63, 0), regime="outliers", seed=0)
+
+
+def _runner(be):
+    return lambda inp: be.run(inp.case, inp, torch.full_like(inp.q, 0.0))
+
+
+def _old_recipe(case, run, monkeypatch) -> mc.ProbeResult:
+    """The probe before 2026-12-07: the case's own Q and a fixed 0.05."""
+    base = make_inputs(case, "cpu")
+    monkeypatch.setattr(mc, "GQA_MIN_TOLERANCE", 0.05)
+    monkeypatch.setattr(mc, "GQA_MAX_TOLERANCE", 0.05)
+    return mc.decode_gqa(case, run(dataclasses.replace(gqa_probe_inputs(case, "cpu", base), q=base.q)))
+
+
+def test_a_backend_rounding_p_to_bf16_reads_its_kv_heads(monkeypatch):
+    res = run_gqa_probe(XLA_CASE, _runner(RoundsPToBf16()), "cpu")
+    assert res.status == "ok", res.detail
+    old = _old_recipe(XLA_CASE, _runner(RoundsPToBf16()), monkeypatch)  # the same backend, read the old way: a misfire
+    assert old.status == "mismatch" and "used a mix of kv heads" in old.detail, old.detail
+
+
+def test_q_is_zero_so_a_coarse_p_cannot_read_as_a_mix(monkeypatch):
+    """With q = 0 every exp(s - max) is 1, exact in any dtype: an fp8 P reads its head exactly. With the case's Q the
+    same backend reads as a mix even at two bfloat16 ulps (e4m3 rounds a weight by up to 2**-4)."""
+    for dtype in ("bfloat16", "float16", "float32"):
+        case = dataclasses.replace(XLA_CASE, dtype=dtype)
+        assert not gqa_probe_inputs(case).q.any(), dtype
+        assert run_gqa_probe(case, _runner(RoundsPToFp8()), "cpu").status == "ok", dtype
+    base = make_inputs(XLA_CASE, "cpu")
+    real_q = mc.decode_gqa(XLA_CASE, _runner(RoundsPToFp8())(dataclasses.replace(gqa_probe_inputs(XLA_CASE, "cpu", base), q=base.q)))
+    assert real_q.status == "mismatch" and "used a mix of kv heads" in real_q.detail, real_q.detail
