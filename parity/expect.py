@@ -94,8 +94,8 @@ library does not promise batch invariance" (docs/engine-checks.md). Such an entr
 ran (``ok`` / ``close`` / ``mismatch``: a row of one sequence, or of a run without the option, is not an unexpected
 pass); an entry whose reasons are all engine-check reasons explains only a row that failed in its checks alone
 (never a numeric failure beside them); and a row that failed an engine check is explained only by an entry naming
-that check's reason (a numeric finding's entry does not swallow it: the two explain such a row jointly). Such an entry is usually ``strict = false``:
-a kernel that does not promise invariance can still be invariant on a given case.
+that check's reason (a numeric finding's entry does not swallow it: the two explain such a row jointly). Such an
+entry is usually ``strict = false``: a kernel that does not promise invariance can still be invariant on a given case.
 
 Which files (:func:`load`): ``--expect FILE`` (repeatable; it replaces the default file;
 ``default`` names it, ``none`` alone disables), else ``$PARITY_EXPECT`` (files separated by
