@@ -139,7 +139,7 @@ def evaluate(
 
     ``expectations``: known divergences (:mod:`parity.expect`) applied to the row, with the
     backend's ``version()`` string: a failure one describes comes back ``expected``, a pass a
-    strict one covers ``unexpected-pass`` (``expected_id`` names the entry)."""
+    strict one covers ``unexpected-pass`` (``expected_id`` names the entry; ``a+b``: entries explaining it jointly)."""
     return evaluate_record(backend, case, probes, budgets, max_passes, baselines, expectations, worker_path, grad, checks).row
 
 

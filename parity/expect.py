@@ -54,6 +54,8 @@ fail / error / crash /      one whose ``verdict`` is the row's,    ``expected`` 
 timeout                     whose ``reasons`` the row has (and
                             one of ``any_reasons``, if given) and
                             whose regular expressions match
+fail                        none explains it alone; several        ``expected``         their ids,   ""
+                            explain it jointly (below)                                  ``a+b``
 fail                        none explains it; one asks for mask    ``fail``             ""           its id
                             evidence, the row's mask probe did
                             not run, the row failed on values and
@@ -65,9 +67,18 @@ any                         none                                   unchanged    
 unsupported / unavailable   (never covered)                        unchanged            ""           ""
 ==========================  =====================================  ===================  ===========  ==============
 
-The first entry in file order wins. ``expected`` is never a pass and never a failure: a run
+The first entry in file order wins; a joint explanation only where no entry alone explains the row. ``expected``
+is never a pass and never a failure: a run
 whose only non-passing rows are ``expected`` exits 0; ``unexpected-pass`` makes it exit 1
 (pytest's strict xfail), so a fix upstream is noticed and the entry retired.
+
+**Joint explanations.** A row that failed for two known reasons at once (vLLM FA3's paged varlen decode batch on an
+H100, case ddb1214eefd2 with ``--invariance``: ``reads_outside_window`` from a last page's tail and ``batch_invariance``
+from its split count) is explained by no single entry, yet each of its failures is known. Such a ``fail`` row is
+``expected`` when its reasons split among entries that each cover it and each explain the row restricted to the
+reasons they name, every reason of the row named by one of them (:func:`joint_explanation`, its table); its
+``expected_id`` joins their ids with :data:`JOINT` in file order (``a+b``; :func:`entry_ids` splits it), and each
+entry counts as matched, seen and explaining (reports, ``parity evidence``, ``export-repro --known``).
 
 **Mask evidence.** An entry whose mechanism is a mask (``mask`` among its ``reasons``) or an exact mask
 (``mask_detail``, e.g. numerics "with exact masks") explains a row only with the mask probe's words. Where the
@@ -83,8 +94,8 @@ library does not promise batch invariance" (docs/engine-checks.md). Such an entr
 ran (``ok`` / ``close`` / ``mismatch``: a row of one sequence, or of a run without the option, is not an unexpected
 pass); an entry whose reasons are all engine-check reasons explains only a row that failed in its checks alone
 (never a numeric failure beside them); and a row that failed an engine check is explained only by an entry naming
-that check's reason (a numeric finding's entry does not swallow it). Such an entry is usually ``strict = false``:
-a kernel that does not promise invariance can still be invariant on a given case.
+that check's reason (a numeric finding's entry does not swallow it: the two explain such a row jointly). Such an
+entry is usually ``strict = false``: a kernel that does not promise invariance can still be invariant on a given case.
 
 Which files (:func:`load`): ``--expect FILE`` (repeatable; it replaces the default file;
 ``default`` names it, ``none`` alone disables), else ``$PARITY_EXPECT`` (files separated by
@@ -96,6 +107,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import itertools
 import os
 import re
 import sys
@@ -168,6 +180,8 @@ FEATURES: dict[str, tuple[str, ...]] = {
 #: ``outside_window_reach`` ``<=128``: every page outside the window within this many keys of it.
 NEAR_KEYS = 128
 REQUIRED = ("id", "backend", "condition", "explanation", "upstream")
+#: Joins the ids of the entries that explain a row together (``expected_id`` ``a+b``); no id may hold it.
+JOINT = "+"
 
 
 class ExpectationError(UserError):
@@ -411,6 +425,18 @@ class Expectation:
         named = set(self.reasons) | set(self.any_reasons)
         return not (self.checks and named <= set(CHECK_REASONS) and reasons - set(CHECK_REASONS))
 
+    @property
+    def named(self) -> frozenset[str]:
+        """Every reason the entry speaks of: its ``reasons``, ``any_reasons`` and engine checks (:attr:`checks`)."""
+        return frozenset((*self.reasons, *self.any_reasons, *self.checks))
+
+    def explains_part(self, row: Mapping[str, Any]) -> tuple[str, ...]:
+        """The row's reasons this entry names, where it explains the row restricted to them (:meth:`explains` of the
+        row with only those reasons; its patterns on the row's columns as they are): its share of a joint
+        explanation. ``()`` where it names none of them or does not explain that part."""
+        part = tuple(r for r in str(row.get("reasons", "")).split() if r in self.named)
+        return part if part and self.explains({**row, "reasons": " ".join(part)}) else ()
+
     def describe(self) -> str:
         return f"{self.id}: {self.explanation}"
 
@@ -420,6 +446,46 @@ class Expectation:
         text = ", ".join(f"{d}={'|'.join(v)}" for d, v in (*self.condition, *self.features))
         words = [f"{name} ~ {getattr(self, name)}" for name in PATTERN_FIELDS[1:] if getattr(self, name)]
         return "; ".join([text, *words])
+
+
+def entry_ids(expected_id: Any) -> list[str]:
+    """The entry ids an ``expected_id`` names: one, or each of a joint explanation (``a+b``); ``[]`` for none."""
+    return [part for part in str(expected_id or "").split(JOINT) if part] if isinstance(expected_id, str) else []
+
+
+def joint_explanation(entries: Sequence[Expectation], row: Mapping[str, Any], including: str = "") -> tuple[Expectation, ...]:
+    """The entries (two or more, of ``entries``: those covering the row) that explain a ``fail`` row jointly, in
+    the order given; ``()`` where none do. Each must explain its part (:meth:`Expectation.explains_part`: the row's
+    reasons it names, its patterns holding on the row), and the parts together must be every reason of the row,
+    value reasons too. The fewest entries that do win, the first in order among as few; ``including``: only sets
+    holding that entry id (``parity evidence``: is this entry part of a joint explanation).
+
+    ==================================  =========================================  ==================
+    row                                 entries explaining a part                  result
+    ==================================  =========================================  ==================
+    raw verdict not ``fail``            any                                        ``()``
+    ``fail``, fewer than two reasons    any                                        ``()``
+    ``fail``                            parts that leave a reason unnamed          ``()``
+    ``fail``                            one entry's part is every reason           ``()`` (explains
+                                                                                   it alone, or the
+                                                                                   row needs no split)
+    ``fail``                            two or more whose parts are every reason   those entries
+    ==================================  =========================================  ==================
+
+    A part is the entry's only if it explains that part: a check entry (``batch_invariance``) explains its check's
+    reason whatever else failed beside it, a read entry its read; a reason no entry names (``max_err`` beside them)
+    leaves the row a failure."""
+    reasons = set(str(row.get("reasons", "")).split())
+    if raw_verdict_of(row) != Outcome.FAIL or len(reasons) < 2:
+        return ()
+    parts = [(e, set(part)) for e in entries if (part := e.explains_part(row))]
+    if any(part == reasons for _, part in parts):
+        return ()
+    for size in range(2, min(len(parts), len(reasons)) + 1):
+        for chosen in itertools.combinations(parts, size):
+            if set().union(*(part for _, part in chosen)) == reasons and (not including or any(e.id == including for e, _ in chosen)):
+                return tuple(e for e, _ in chosen)
+    return ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -434,6 +500,11 @@ class Expectations:
 
     def get(self, entry_id: str) -> Expectation | None:
         return next((e for e in self.entries if e.id == entry_id), None)
+
+    def describe_id(self, expected_id: str) -> str:
+        """``id: explanation`` of each entry an ``expected_id`` names (a joint one: each, ``; ``-joined); an id not
+        loaded as itself."""
+        return "; ".join(e.describe() if (e := self.get(i)) else i for i in entry_ids(expected_id)) or str(expected_id)
 
     def judge(self, row: dict[str, Any], version_text: str = "", torch_version: str = "", case: Case | None = None) -> dict[str, Any]:
         """``row`` judged against the entries (the module docstring's table); a new dict.
@@ -451,13 +522,7 @@ class Expectations:
         candidates = [e for e in self.entries if fnmatch.fnmatchcase(backend, e.backend)]
         if not candidates:
             return out
-        case = case or Case.from_json(row["case_json"])
-        checked = row.get("grad_check") in GRAD_CHECKED  # a backward entry speaks only of rows whose backward ran
-        covering = [
-            e
-            for e in candidates
-            if (checked or not e.backward) and e.checks_ran(row) and e.covers(backend, case, version_text, torch_version)
-        ]
+        covering = self.covering(row, case or Case.from_json(row["case_json"]), version_text, torch_version, candidates)
         if raw == Outcome.PASS:
             hit = next((e for e in covering if e.strict), None)
             if hit:
@@ -467,10 +532,28 @@ class Expectations:
         if hit:
             out.update(verdict=EXPECTED, expected_id=hit.id)
             return out
+        joint = joint_explanation(covering, out)
+        if joint:
+            out.update(verdict=EXPECTED, expected_id=JOINT.join(e.id for e in joint))
+            return out
         unconfirmed = next((e for e in covering if e.explains_but_for_mask(out)), None)
         if unconfirmed:
             out.update(unconfirmed_id=unconfirmed.id)
         return out
+
+    def covering(
+        self, row: Mapping[str, Any], case: Case, version_text: str = "", torch_version: str = "", among: Sequence[Expectation] = ()
+    ) -> list[Expectation]:
+        """The entries (of ``among``, else all) that cover ``row`` of ``case``, in order: backend, versions, condition
+        and features (:meth:`Expectation.covers`); a backward entry only a row whose backward was checked, an
+        engine-check entry only a row whose checks it names ran."""
+        backend = str(row.get("backend", ""))
+        checked = row.get("grad_check") in GRAD_CHECKED  # a backward entry speaks only of rows whose backward ran
+        return [
+            e
+            for e in (among or self.entries)
+            if (checked or not e.backward) and e.checks_ran(row) and e.covers(backend, case, version_text, torch_version)
+        ]
 
     def summary(self) -> dict[str, Any]:
         """What environment.json records."""
@@ -625,6 +708,8 @@ def load_file(path: Path | str) -> tuple[Expectation, ...]:
     entries = tuple(_entry(path, n, r, names) for n, r in enumerate(raw, 1))
     seen: set[str] = set()
     for e in entries:
+        if JOINT in e.id:
+            raise ExpectationError(f"{path}: entry {e.id!r}: field 'id' must not hold {JOINT!r} (it joins the ids of a joint explanation)")
         if e.id in seen:
             raise ExpectationError(f"{path}: entry {e.id!r}: duplicate id")
         seen.add(e.id)

@@ -279,23 +279,28 @@ def read_index(path: Path | None) -> dict[str, str]:
 def pick(runs, keep: dict[str, str] | None = None) -> dict[str, tuple[Any, int, dict[str, Any]]]:
     """entry id -> (run, row index, row) of the smallest row it explains (fewest query x key elements x
     heads of the case written: the shrunk one where the run has it) in ``runs`` (judged with the
-    known-divergence file); for an entry in ``keep`` (entry -> script name ``BACKEND_CASEID.py``), the row
+    known-divergence file); a row it explains jointly with others (``expected_id`` ``a+b``) only where it
+    explains none alone; for an entry in ``keep`` (entry -> script name ``BACKEND_CASEID.py``), the row
     whose exported case is that script's, and no other."""
     from .case import Case
+    from .expect import entry_ids
 
-    best: dict[str, tuple[tuple[int, int], Any, int, dict[str, Any]]] = {}
+    best: dict[str, tuple[tuple[int, int, int], Any, int, dict[str, Any]]] = {}
     for run in runs:
         df = run.df
         smaller = {k: Case.from_dict(e["case"]) for k, e in shrunk_cases(run).items()}
         rows = df[(df["verdict"] == Outcome.EXPECTED) & ~df["detail"].str.contains(HARNESS_SIDE, regex=False)]
         for i, r in rows.iterrows():
             c = smaller.get((r["backend"], r["case_id"])) or Case.from_json(r["case_json"])  # the case that is written
-            kept = (keep or {}).get(r["expected_id"])
-            size = (0 if kept == f"{_safe(r['backend'])}_{c.case_id}.py" else 1, sum(q * k for q, k in zip(c.q_lens, c.k_lens)) * c.hq)
-            if kept and size[0]:
-                continue  # a kept entry takes its own row only
-            if r["expected_id"] not in best or size < best[r["expected_id"]][0]:
-                best[r["expected_id"]] = (size, run, int(i), r.to_dict())
+            ids = entry_ids(r["expected_id"])
+            for entry in ids:
+                kept = (keep or {}).get(entry)
+                mine = 0 if kept == f"{_safe(r['backend'])}_{c.case_id}.py" else 1
+                size = (mine, int(len(ids) > 1), sum(q * k for q, k in zip(c.q_lens, c.k_lens)) * c.hq)
+                if kept and size[0]:
+                    continue  # a kept entry takes its own row only
+                if entry not in best or size < best[entry][0]:
+                    best[entry] = (size, run, int(i), r.to_dict())
     return {k: v[1:] for k, v in best.items()}
 
 

@@ -317,8 +317,7 @@ def check_row(row: dict[str, Any], expectations: Any = None, judged: Any = None)
         return row
     if v in (Outcome.UNSUPPORTED, Outcome.UNAVAILABLE):
         pytest.skip(f"{row['backend']} {v}: {row.get('detail')}")
-    entry = expectations.get(row.get("expected_id", "")) if expectations else None
-    words = entry.describe() if entry else str(row.get("expected_id"))
+    words = expectations.describe_id(row.get("expected_id", "")) if expectations else str(row.get("expected_id"))  # a+b: each
     if v == Outcome.EXPECTED:
         pytest.xfail(f"{words} [{row.get('reasons') or row.get('raw_verdict')}]")
     if v == Outcome.UNEXPECTED_PASS:

@@ -28,9 +28,8 @@ from parity.results import Judged
 
 
 def entry_text(row: dict[str, Any], expectations) -> str:
-    """``"id: explanation"`` of the entry a row names."""
-    entry = expectations.get(row.get("expected_id", "")) if expectations else None
-    return entry.describe() if entry else str(row.get("expected_id"))
+    """``"id: explanation"`` of the entry a row names (of each, ``; ``-joined, for a joint ``a+b``)."""
+    return expectations.describe_id(row.get("expected_id", "")) if expectations else str(row.get("expected_id"))
 
 
 def check(judged: Judged, expectations) -> Judged:

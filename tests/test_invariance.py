@@ -201,10 +201,13 @@ upstream = "not reported"
 
 def test_engine_check_entries_explain_only_engine_check_failures(tmp_path):
     """An invariance entry does not explain a numeric failure beside it; a numeric entry does not swallow an
-    invariance failure; a strict invariance entry is no unexpected pass where the check did not run."""
+    invariance failure (the two together explain it jointly: tests/test_expect_joint.py); a strict invariance entry
+    is no unexpected pass where the check did not run."""
     known = _entries(tmp_path, NOT_PROMISED + NUMERIC)
     assert known.judge(_row("batch_invariance"))["verdict"] == "expected"
-    assert known.judge(_row("max_err batch_invariance"))["verdict"] == "fail"  # neither entry names both
+    for alone in (NOT_PROMISED, NUMERIC):  # neither entry names both
+        assert _entries(tmp_path, alone).judge(_row("max_err batch_invariance"))["verdict"] == "fail"
+    assert known.judge(_row("max_err batch_invariance"))["expected_id"] == "long-path-by-batch+numeric"  # each its part
     assert known.judge(_row("max_err", inv="ok", detail="2 sub-batches equal"))["expected_id"] == "numeric"
     assert known.judge(_row("batch_invariance", detail="seq 0 rotated (position 1 of 2)"))["verdict"] == "fail"  # words differ
     strict = _entries(tmp_path, NOT_PROMISED.replace("strict = false", "strict = true"))

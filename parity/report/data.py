@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import coverage
 from ..backends import marker_for
-from ..expect import CHECK_COLUMN, CHECK_RAN, GRAD_CHECKED
+from ..expect import CHECK_COLUMN, CHECK_RAN, GRAD_CHECKED, entry_ids
 from ..results import Outcome
 from .runs import FAILING, Run, case_text, partial_words
 
@@ -105,15 +105,16 @@ def why_text(r: dict[str, Any], run: Run, limit: int = 160) -> str:
 
 def known_rows(run: Run) -> list[dict[str, Any]]:
     """Per known divergence: ``{"id", "entry" (or None: not in the loaded files), "expected", "unexpected"}``;
-    every loaded entry, then ids only the rows name."""
+    every loaded entry, then ids only the rows name. A row explained jointly (``expected_id`` ``a+b``) counts for
+    each of its entries, so the counts of several entries may hold one row twice (:func:`n_expected` counts rows)."""
     out: dict[str, dict[str, Any]] = {}
     for e in run.expectations.entries if run.expectations else ():
         out[e.id] = {"id": e.id, "entry": e, "expected": 0, "unexpected": 0}
     for r in records(run):
         if r["verdict"] in (Outcome.EXPECTED, Outcome.UNEXPECTED_PASS):
-            k = r.get("expected_id") or "?"
-            d = out.setdefault(k, {"id": k, "entry": None, "expected": 0, "unexpected": 0})
-            d["expected" if r["verdict"] == Outcome.EXPECTED else "unexpected"] += 1
+            for k in entry_ids(r.get("expected_id")) or ["?"]:
+                d = out.setdefault(k, {"id": k, "entry": None, "expected": 0, "unexpected": 0})
+                d["expected" if r["verdict"] == Outcome.EXPECTED else "unexpected"] += 1
     return list(out.values())
 
 
@@ -121,7 +122,7 @@ def unmatched_entries(run: Run) -> tuple[int, list[dict[str, Any]]]:
     """How many loaded entries are for this run, and those of them that matched no row: ``{"entry", "why"}``
     each, in file order. An entry is for the run when its backend glob names a backend with a row that ran
     (a backward entry: one whose backward was checked); it matched when a row names it in ``expected_id``
-    (expected, unexpected pass) or ``unconfirmed_id``. ``why`` says where the run's version of every such
+    (expected, alone or jointly: ``a+b``; unexpected pass) or ``unconfirmed_id``. ``why`` says where the run's version of every such
     backend lies outside the entry's range ("" otherwise: in range, the failure did not show).
 
     ======================================  ==============  ==============================
@@ -141,7 +142,7 @@ def unmatched_entries(run: Run) -> tuple[int, list[dict[str, Any]]]:
     backends = set(ran["backend"])
     graded = set(ran.loc[ran["grad_check"].isin(GRAD_CHECKED), "backend"])
     checked = {r: set(ran.loc[ran[f"{col}_check"].isin(CHECK_RAN), "backend"]) for r, col in CHECK_COLUMN.items()}
-    named = set(df["expected_id"]) | set(df["unconfirmed_id"])
+    named = {i for col in ("expected_id", "unconfirmed_id") for text in set(df[col]) for i in entry_ids(text)}
     versions = {k: str(v.get("version") or "") for k, v in (run.env.get("backends") or {}).items() if isinstance(v, dict)}
     torch_version = str(run.env.get("torch") or "")
     out, n = [], 0

@@ -10,6 +10,8 @@ is not found, one column per run folder; the whole version string for an entry w
 row (raw verdict)                      counts as
 =====================================  ==========
 failing as the entry describes         seen
+fail that the entry explains jointly   seen
+with others (``expected_id`` ``a+b``)
 pass                                   clean
 failing otherwise                      other
 fail that the entry would explain      other (unconfirmed: no mask evidence)
@@ -22,6 +24,10 @@ A cell (entry, version) says ``seen`` (one row or more seen), ``not seen`` (rows
 ``,<FIRST_NOT_SEEN_ABOVE_THE_HIGHEST_SEEN`` where there is one; ``agrees`` says whether the entry's
 ``versions`` holds every version seen and none of those not seen. Nothing is edited: a person sets
 ``versions`` from the table.
+
+A joint explanation (:func:`parity.expect.joint_explanation`) is looked for with every entry's ``versions`` ignored,
+the others' as this one's: a row failing with the entry's reason beside another entry's (a page tail read and a
+batch invariance finding in one row) is evidence of both.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..case import Case
-from ..expect import Expectation, Expectations, version_key
+from ..expect import Expectation, Expectations, joint_explanation, version_key
 from ..results import RAW_FAIL_VERDICTS, SKIP_VERDICTS, Outcome, raw_verdict_of
 from .runs import Run
 
@@ -130,6 +136,7 @@ def collect(runs: list[Run], expectations: Expectations, globs: list[str] | None
     entries = [e for e in expectations.entries if not globs or any(fnmatch.fnmatchcase(e.id, g) for g in globs)]
     out = {e.id: EntryEvidence(e) for e in entries}
     alone = {e.id: Expectations((dataclasses.replace(e, versions=None),)) for e in entries}
+    blind = Expectations(tuple(dataclasses.replace(e, versions=None) for e in expectations.entries))  # joint explanations
     cases: dict[str, Case] = {}
     for run in runs:
         versions = {k: str(v.get("version") or "") for k, v in (run.env.get("backends") or {}).items() if isinstance(v, dict)}
@@ -140,14 +147,18 @@ def collect(runs: list[Run], expectations: Expectations, globs: list[str] | None
             if not mine or not r.get("case_json"):
                 continue
             case = cases.get(r["case_json"]) or cases.setdefault(r["case_json"], Case.from_json(r["case_json"]))
+            row, partners = {**r, "backend": kernel}, None
             for e in mine:
                 if alone[e.id].entries[0].covers(kernel, case):
                     label = version_label(e, versions.get(r["backend"], ""), torch_version, run.path)
-                    _count(out[e.id].cells.setdefault(label, Cell()), alone[e.id], {**r, "backend": kernel}, case, str(run.path))
+                    partners = blind.covering(row, case) if partners is None else partners
+                    _count(out[e.id].cells.setdefault(label, Cell()), alone[e.id], row, case, str(run.path), partners)
     return list(out.values())
 
 
-def _count(cell: Cell, alone: Expectations, row: dict[str, Any], case: Case, where: str) -> None:
+def _count(cell: Cell, alone: Expectations, row: dict[str, Any], case: Case, where: str, partners: list[Expectation]) -> None:
+    """One row in ``cell`` (the module docstring's table); ``partners``: the entries covering the row, versions
+    ignored, among which a joint explanation holding the entry is looked for."""
     raw = raw_verdict_of(row)
     if raw in SKIPPED:
         cell.not_run += 1
@@ -155,6 +166,7 @@ def _count(cell: Cell, alone: Expectations, row: dict[str, Any], case: Case, whe
     if where not in cell.runs:
         cell.runs.append(where)
     seen = raw in RAW_FAIL_VERDICTS and alone.judge(row, case=case).get("verdict") == Outcome.EXPECTED
+    seen = seen or bool(raw == Outcome.FAIL and joint_explanation(partners, row, including=alone.entries[0].id))
     if seen and not cell.seen:
         cell.example = str(row["case_id"])  # the first row seen, over any that only ran
     cell.example = cell.example or str(row["case_id"])

@@ -219,7 +219,7 @@ def _known_details(run: Run) -> list[str]:
     hit = [k for k in known_rows(run) if k["expected"] or k["unexpected"]]
     if not hit:
         return []
-    n = sum(k["expected"] for k in hit)
+    n = n_expected(run)  # rows: a row explained jointly counts for each of its entries in the table
     out = [
         "",
         f"<details><summary>Known divergences ({n} rows expected)</summary>",
@@ -239,8 +239,7 @@ def _known_details(run: Run) -> list[str]:
 def _entry_text(run: Run, r: dict[str, Any]) -> tuple[str, str]:
     """(entry id, "id: explanation") of an expected / unexpected-pass row."""
     eid = r.get("expected_id") or "?"
-    e = run.expectations.get(eid) if run.expectations else None
-    return eid, e.describe() if e else eid
+    return eid, run.expectations.describe_id(eid) if run.expectations else eid
 
 
 def junit_xml(run: Run) -> str:

@@ -20,10 +20,12 @@ and its own side's version, twice:
 section             rows                                                                   regression
 ==================  =====================================================================  ==========
 verdict changes     the verdict differs between BASE and HEAD (both present)               no
-findings            per entry explaining a BASE row (by mechanism): its rows at HEAD pass     no
-                    (fixed), fail the same way (still present), fail otherwise (changed)
+findings            per entry explaining a BASE row (by mechanism; each of a joint         no
+                    ``a+b``): its rows at HEAD pass (fixed), fail the same way (still
+                    present), fail otherwise (changed)
 new findings        failing at HEAD, not failing at BASE (passing, refused, absent), or     yes
-                    failing at BASE by an entry's mechanism and at HEAD not by it
+                    failing at BASE by an entry's mechanism and at HEAD not by it (nor by
+                    entries all among BASE's joint ``a+b``)
 coverage lost       ran at BASE (any verdict), unsupported / unavailable at HEAD            yes [1]
 error ratio up      same raw verdict (pass or fail), ``err_ratio`` (error / the same-dtype  yes
                     baseline's) up by more than ``ratio_threshold`` x and ``min_ratio_delta``
@@ -44,7 +46,7 @@ from typing import Any
 
 from ..case import Case
 from ..errors import UserError
-from ..expect import Expectations
+from ..expect import Expectations, entry_ids
 from ..results import RAW_FAIL_VERDICTS, SKIP_VERDICTS, Outcome, raw_verdict_of
 from .runs import Run
 
@@ -325,7 +327,7 @@ def _classify(d: VersionDiff, rp: RowPair) -> None:
         return
     if b is not None and b.verdict != h.verdict:
         d.changes.append(rp)
-    if h.failing and (b is None or not b.failing or (b.mechanism and b.mechanism != h.mechanism)):
+    if h.failing and (b is None or not b.failing or (b.mechanism and not _within(h.mechanism, b.mechanism))):
         d.new.append(rp)
     if b is not None and b.raw not in SKIPPED and h.raw in SKIPPED:
         d.coverage_lost.append(rp)
@@ -335,25 +337,31 @@ def _classify(d: VersionDiff, rp: RowPair) -> None:
             d.ratio_up.append(rp)
 
 
+def _within(head: str, base: str) -> bool:
+    """A HEAD mechanism no newer than BASE's: explained, and by entries that all explained the BASE row (the same
+    entry; or, of a joint ``a+b``, some of its entries: a finding fixed beside one still present)."""
+    return bool(head) and set(entry_ids(head)) <= set(entry_ids(base))
+
+
 def findings(rows: list[RowPair], expectations: Expectations) -> list[Finding]:
-    """Per entry explaining a BASE row by its mechanism: what those rows do at HEAD (:class:`Finding`)."""
+    """Per entry explaining a BASE row by its mechanism (each entry of a joint ``a+b``): what those rows do at HEAD
+    (:class:`Finding`; still present where HEAD's mechanism names the entry too)."""
     out: dict[str, Finding] = {}
     for rp in rows:
         b, h = rp.base, rp.head
-        if b is None or not b.mechanism:
-            continue
-        f = out.setdefault(b.mechanism, _finding(b.mechanism, rp, expectations))
-        f.base_rows += 1
-        if rp.pair.label not in f.pairs:
-            f.pairs.append(rp.pair.label)
-        if h is None or h.raw in SKIPPED:
-            f.not_run += 1
-        elif h.mechanism == b.mechanism:
-            f.still += 1
-        elif h.raw == Outcome.PASS:
-            f.fixed += 1
-        else:
-            f.other += 1
+        for entry in entry_ids(b.mechanism) if b is not None else ():
+            f = out.setdefault(entry, _finding(entry, rp, expectations))
+            f.base_rows += 1
+            if rp.pair.label not in f.pairs:
+                f.pairs.append(rp.pair.label)
+            if h is None or h.raw in SKIPPED:
+                f.not_run += 1
+            elif entry in entry_ids(h.mechanism):
+                f.still += 1
+            elif h.raw == Outcome.PASS:
+                f.fixed += 1
+            else:
+                f.other += 1
     order = {"changed": 0, "fixed": 1, "partly fixed": 2, "still present": 3, "not run at HEAD": 4}
     return sorted(out.values(), key=lambda f: (order[f.status], f.entry))
 

@@ -12,7 +12,7 @@ Verdicts:
 ``timeout``      no answer within the per-case timeout
 ``expected``     failed as a known divergence describes (:mod:`parity.expect`): counted
                  apart, never a pass and never a failure; ``raw_verdict`` keeps the verdict
-                 above, ``expected_id`` the entry
+                 above, ``expected_id`` the entry (or entries, ``a+b``: a joint explanation)
 ``unexpected-pass``  passed, but a strict known divergence covers it: a failure (the entry
                  is stale: fixed upstream?), ``expected_id`` names it
 ===============  =============================================================
