@@ -6,6 +6,7 @@ the product's tests read fixtures only; these read the lab's data and run in the
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 from pathlib import Path
 
@@ -80,6 +81,28 @@ XFORMERS_5D_GRAD = "is invalid for input of size|Input tensors have incompatible
 #: this inside the backward for the attn_bias types it does not declare (its bottom-right local masks); read up
 #: front since (XformersBackend.grad_unsupported_reason: unsupported), no entry
 XFORMERS_BW_BIAS = "Unsupported attn_bias type"
+#: the harness's own bug on the H100 on 2026-12-07 (lab/runs/h100-2026-12-07g-models/README.md): the GQA probe called a
+#: bfloat16 value one or two ulps off its head's value "a mix of kv heads" (a fixed 0.05 tolerance; XLA rounds the
+#: probabilities to bfloat16 before P @ V). Fixed since (parity.maskcheck: q = 0, a tolerance in ulps), no entry;
+#: :func:`_gqa_within_ulps` checks every quoted value range is within two bfloat16 ulps of the expected head's value
+GQA_MIX = re.compile(r"query head \d+ used a mix of kv heads \(values ([-\d.e+]+)\.\.([-\d.e+]+)\), expected kv head (\d+)")
+
+
+def _gqa_within_ulps(row) -> bool:
+    """A ``gqa``-only bfloat16 failure whose every quoted head read its own kv head's value (kv head k: k + 1) within
+    two ulps of bfloat16 at that value (the words print three digits: half a unit of the last one is allowed too)."""
+    if row["reasons"] != "gqa" or row["dtype"] != "bfloat16":
+        return False
+    found = GQA_MIX.findall(str(row["gqa_detail"] or ""))
+    if not found:
+        return False
+    for lo, hi, head in found:
+        want = int(head) + 1
+        ulp = 2.0 ** (math.floor(math.log2(want)) - 7)  # bfloat16: 8 significant bits
+        slack = 2 * ulp + 0.5 * 10 ** (math.floor(math.log10(want)) - 2)
+        if not (abs(float(lo) - want) <= slack and abs(float(hi) - want) <= slack):
+            return False
+    return True
 
 
 def test_only_the_named_runs_lack_their_environment():
@@ -116,6 +139,7 @@ def test_committed_gpu_runs_rejudged(folder):
     sticky = bad["detail"].str.contains(STICKY_COLLATERAL)  # two of them match the head-dim-33 entry (README there)
     nan_budget = grad_detail.str.contains(NAN_GRAD_BUDGET, regex=False) & ~bad["reasons"].str.contains("max_err")
     xf_grad = bad["backend"].str.startswith("xformers-") & grad_detail.str.contains(f"{XFORMERS_5D_GRAD}|{XFORMERS_BW_BIAS}")
+    gqa_ulps = bad.apply(_gqa_within_ulps, axis=1).astype(bool) if len(bad) else bad["verdict"].eq("")
     refusals = (
         bad["detail"].str.contains(FA4_REFUSAL, regex=False)
         | bad["detail"].str.contains(XFORMERS_REFUSAL, regex=False)
@@ -130,9 +154,10 @@ def test_committed_gpu_runs_rejudged(folder):
         # a backend's row that ran out of device memory at a real model's length (h100-2026-12-06-models: dense
         # SDPA MATH / XLA scores at 32k, XLA's autotuner): the card's limit, recorded with its estimate, no divergence
         | bad["detail"].str.startswith("out of memory: ")
+        | gqa_ulps
     )
     assert (bad[~refusals]["verdict"] == "expected").all(), bad[~refusals & (bad["verdict"] != "expected")][["backend", "case_id"]]
-    assert bad[refusals & ~sticky & ~nan_budget & ~xf_grad]["verdict"].isin(["error", "timeout"]).all()
+    assert bad[refusals & ~sticky & ~nan_budget & ~xf_grad & ~gqa_ulps]["verdict"].isin(["error", "timeout"]).all()
     assert not (df["verdict"] == "unexpected-pass").any(), df[df["verdict"] == "unexpected-pass"][["backend", "expected_id", "case_id"]]
     assert (df[df["raw_verdict"] == "pass"]["verdict"] == "pass").all()
 

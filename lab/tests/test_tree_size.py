@@ -1,6 +1,10 @@
 """Issue 51's limit on the tracked tree: at most 8 MB (8,000,000 bytes), the lab's committed runs included. A new
 run that does not fit retires superseded rows (their README names the ``git show`` that brings them back), as
-lab/runs/h200-2026-12-06d-coldwarm/README.md did, or the limit moves here with its reason."""
+lab/runs/h200-2026-12-06d-coldwarm/README.md did, or the limit moves here with its reason.
+
+8.25 MB since the 20th session (2026-12-07): its two loan runs, lab/runs/h100-2026-12-07g-models (issue 48, 0.21 MB:
+the first models rows at 32k-128k keys on every staged backend) and -07g-versions (issue 50, 0.17 MB: both vLLM builds),
+after retiring the rows they re-ran (h100-2026-12-07-versions' vLLM FA3 rows, 79 KB)."""
 
 from __future__ import annotations
 
@@ -11,10 +15,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LIMIT = 8_000_000
+LIMIT = 8_250_000
 
 
-def test_the_tracked_tree_is_at_most_8_mb():
+def test_the_tracked_tree_is_at_most_its_limit():
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
     names = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
