@@ -70,6 +70,8 @@ PLATFORM = [
     "--platform",
     "manylinux_2_28_x86_64",
     "--platform",
+    "manylinux_2_27_x86_64",  # jaxlib 0.12 and its CUDA plugin
+    "--platform",
     "manylinux_2_24_x86_64",
     "--platform",
     "manylinux_2_17_x86_64",
@@ -167,6 +169,14 @@ GROUPS: dict[str, dict] = {
         "paths": ["/tmp/site-flashinfer"],
         "backends": ["flashinfer-cuda", "flashinfer-paged-cuda", "flashinfer-decode-cuda"],
         "note": "JIT-compiles its kernels with nvcc on first use (lab/device/README.md, FlashInfer)",
+    },
+    "jax012": {
+        "tree": ["jax==0.12.1", "jaxlib==0.12.1", "jax-cuda13-plugin==0.12.1", "jax-cuda13-pjrt==0.12.1"],
+        "site": "/tmp/site-jax012",
+        "paths": ["/tmp/site-jax012"],
+        "backends": [],  # not in worker-paths.txt: the JAX backends stay the image's 0.11.2 unless a run says otherwise
+        "note": "JAX 0.12.1 beside the image's 0.11.2 (issue 50): jax-cudnn-cuda=/tmp/site-jax012 (and jax-xla-cuda, "
+        "jax-cudnn-causal-cuda) runs it; the CUDA libraries (cuDNN, cuBLAS) stay the image's",
     },
     "nox": {
         "tree": [
@@ -284,6 +294,7 @@ def build_payloads(group: str, work: Path) -> list[dict]:
                         "--no-deps",
                         "--no-index",
                         "--no-compile",
+                        "--ignore-requires-python",  # the target is the device's 3.12 (PLATFORM), not this interpreter
                         *PLATFORM,
                         "--target",
                         str(site),
