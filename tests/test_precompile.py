@@ -373,3 +373,92 @@ def test_a_build_group_builds_each_key_once():
     ids = {b: sorted(c.case_id for c in cases) for b, cases in plan.tasks.items()}
     assert ids[f"{ME}:Grouped"] and f"{ME}:Grouped2" not in ids  # the group's keys, built once
     assert ids[f"{ME}:DiskBuild"] == ids[f"{ME}:Grouped"]  # no group: its own builds
+
+
+class LateKey(DiskBuild):
+    """Builds head dim 8 past a pre-pass deadline, as vLLM's FA2 modules do (the driver's JIT: no lock, no sharing of a
+    build under way): its build ends only once the lanes ran rows of other keys (:func:`_lane_ran_others`, at most
+    :data:`LATE_CAP_S`). Each call appends what it did to ``calls.jsonl`` in the cache folder (when, which process,
+    whether it built)."""
+
+    name = "late-key"
+
+    def run(self, case, inputs, out):
+        root = Path(os.environ[compile_cache.ENV_VAR])
+        t0, before = time.time(), DiskBuild.built
+        if case.head_dim == 8 and not (root / "fake" / "d8").exists():
+            _lane_ran_others(root / "calls.jsonl")
+        res = super().run(case, inputs, out)
+        call = {"d": case.head_dim, "case": case.case_id, "t": [t0, time.time()], "pid": os.getpid(), "built": DiskBuild.built > before}
+        with (root / "calls.jsonl").open("a") as fh:
+            fh.write(json.dumps(call) + "\n")
+        return res
+
+
+LATE_CAP_S = 25.0
+
+
+def _lane_ran_others(calls: Path) -> None:
+    """Until ``calls`` names ``$LATE_KEY_AFTER`` cases of other head dims than 8 (the pre-pass builds three: six, the
+    lanes ran three; ten, the lanes ran all of them and wait at their end), or :data:`LATE_CAP_S` passed."""
+    want, end = int(os.environ.get("LATE_KEY_AFTER", "6")), time.time() + LATE_CAP_S
+    while time.time() < end:
+        seen = set()
+        for line in calls.read_text().splitlines() if calls.exists() else []:
+            try:
+                call = json.loads(line)
+            except ValueError:  # being written
+                continue
+            if call["d"] != 8:
+                seen.add(call["case"])
+        if len(seen) >= want:
+            time.sleep(1.0 if want >= 10 else 0.0)  # the lane meanwhile at its end, waiting
+            return
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("after", [6, 10], ids=["before-its-next-row", "after-its-last-case"])
+def test_a_lane_sets_aside_a_row_whose_key_the_pre_pass_still_builds_and_sends_it_once_built(tmp_path, cache, monkeypatch, after):
+    # h100-2026-12-07g: 14 of 19 vLLM FA2 keys built late, and the lanes' rows of them compiled each again (~120 s)
+    monkeypatch.setenv("LATE_KEY_AFTER", str(after))
+    res = run_sweep([f"{ME}:LateKey"], CASES, out_dir=tmp_path / "out", timeout=60, progress=False, jobs=1, time_limit=45)
+    pre = json.loads((tmp_path / "out" / "timing.json").read_text())["precompile"]
+    mine = pre["per_backend"][f"{ME}:LateKey"]
+    assert pre["deadline_hit"] and mine["late"] == 1, f"d8 not built past the pre-pass deadline (15 s): {pre}"
+    calls = [json.loads(line) for line in (cache / "calls.jsonl").read_text().splitlines()]
+    builds = {d: sum(c["built"] for c in calls if c["d"] == d) for d in (8, 16, 24, 32, 40)}
+    assert builds == dict.fromkeys((8, 16, 24, 32, 40), 1), f"builds per head dim: {builds}"
+    prepass = {c["pid"] for c in calls if c["built"] and c["d"] != 40}  # the single-row key d40 is its row's
+    late = next(c for c in calls if c["built"] and c["d"] == 8)
+    lane = [c for c in calls if c["pid"] not in prepass]
+    waited = [c["t"][0] - late["t"][1] for c in lane if c["d"] == 8]  # a row may call its backend more than once
+    assert min(waited) >= 0, f"lane calls of d8 sent this long after its build ended: {waited}"
+    assert len({c["case"] for c in lane if c["d"] == 8}) == 3
+    meanwhile = {c["case"] for c in lane if c["d"] != 8 and c["t"][0] < late["t"][1]}
+    assert len(meanwhile) >= 3, f"lane rows of other keys sent while d8 was built: {meanwhile}"
+    assert pre["lanes_set_aside"] == {f"{ME}:LateKey": 3}
+    end_wait = sum(pre["lanes_set_aside_waited_s"].values())
+    assert (end_wait > 0.5) == (after == 10), f"the lane waited {end_wait} s after its last case for d8's build"
+    assert sorted(r["case_id"] for r in res.rows) == sorted(c.case_id for c in CASES)
+    assert {r["verdict"] for r in res.rows} == {"pass"} and not res.partial
+
+
+def test_without_a_key_in_flight_a_lane_sets_nothing_aside(tmp_path, cache):
+    run_sweep([f"{ME}:DiskBuild"], CASES, out_dir=tmp_path / "out", timeout=60, progress=False, jobs=1)
+    pre = json.loads((tmp_path / "out" / "timing.json").read_text())["precompile"]
+    assert pre["per_backend"][f"{ME}:DiskBuild"]["ok"] == 4 and not pre["deadline_hit"]
+    assert pre["lanes_set_aside"] == {} and pre["lanes_set_aside_waited_s"] == {}
+    with (tmp_path / "out" / "results.csv").open() as fh:
+        assert [r["case_id"] for r in csv.DictReader(fh)] == [c.case_id for c in CASES]  # the lane's own order
+
+
+def test_the_pre_pass_says_which_keys_it_builds_now_per_build_group(cache):
+    plan = plan_precompile({f"{ME}:Grouped": CASES, f"{ME}:Grouped2": CASES}, SweepOptions(), cpus=2)
+    pre = PrePass(PrePassOptions(plan, SweepOptions()))
+    assert pre.being_built(f"{ME}:Grouped", CASES[0]) is None  # nothing started
+    case = pre._next(f"{ME}:Grouped")  # a worker took its first key (head dim 8)
+    same = [c for c in CASES if c.head_dim == case.head_dim]
+    built = pre.being_built(f"{ME}:Grouped2", same[-1])  # the group's other backend: the same module
+    assert built is not None and not built.is_set() and built is pre.being_built(f"{ME}:Grouped", same[0])
+    assert pre.being_built(f"{ME}:Grouped", next(c for c in CASES if c.head_dim != case.head_dim)) is None
+    assert pre.being_built(f"{ME}:DiskBuild", case) is None  # another backend's key

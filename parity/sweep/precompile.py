@@ -28,9 +28,14 @@ Time. Each lane starts as soon as every backend of it is done with its pre-pass 
 backend at once), so no lane waits on the slowest backend's builds. With ``--time-limit`` the pre-pass has
 :data:`SHARE` of it (a third): at that deadline every lane starts, no key starts any more, and the keys not
 built are left to the lanes (``left_to_lanes``, not failures); a build under way then goes on, beside the
-lanes, into the cache (a lane's row of that key meets it there, or waits on the library's lock: FlashInfer,
-FA4; or builds it too: inductor, JAX, whose caches take either) until the run's own limit; the run's end stops
-it. No key waits longer than :data:`KEY_BOUND_S`, with or without ``--time-limit``.
+lanes, into the cache until the run's own limit; the run's end stops it. A lane does not send a row whose key is
+being built then (:meth:`PrePass.being_built`): it sets the row aside, runs its other rows, and sends it once that
+build ended (built or not), or after its last case, waiting for the build (at most the key limit, within the run's
+deadline). Sent at once, a row of it would build the key a second time beside the pre-pass where nothing shares a
+build under way (vLLM's FA2, the CUDA driver's JIT: 14 of 19 keys late in h100-2026-12-07g-versions, each of their
+rows ~120 s; inductor and JAX, whose caches take either build), or block its lane on the library's lock (FlashInfer,
+FA4). A set-aside row not sent by the run's end is not written (``--resume`` runs it, as any row not started). No
+key waits longer than :data:`KEY_BOUND_S`, with or without ``--time-limit``.
 
 CPUs. A backend's worker builds with :attr:`parity.backends.base.Backend.compile_threads` threads
 (``MAX_JOBS``, ninja's jobs for FlashInfer's nvcc builds; ``TORCHINDUCTOR_COMPILE_THREADS``), and a worker
@@ -46,7 +51,8 @@ only saves time: a key listed there whose files are gone is rebuilt by its row, 
 smallest case is estimated above :data:`MAX_ROW_BYTES` of device memory are left to the lanes (their
 memory gate places such rows); ``timing.json`` (``precompile``) says per backend how many keys were
 built (``late``: after the deadline), failed, left to the lanes, the workers and threads, the seconds it
-took, and the deadline it had.
+took, and the deadline it had; ``lanes_set_aside``: per backend, the rows the lanes set aside while their key was
+built, and ``lanes_set_aside_waited_s``: each lane's wait for those builds after its last case.
 """
 
 from __future__ import annotations
@@ -257,16 +263,21 @@ def plan_precompile(
     return PrecompilePlan(tasks, left, procs, threads, total)
 
 
+def build_id(backend: str, case: Case) -> tuple[str, str]:
+    """What the pre-pass builds for ``case`` on ``backend``: its ``build_group`` (else the backend) and kernel key
+    (:func:`key_text`), the same for every backend of a group (:func:`_unclaimed`)."""
+    group = str(getattr(backend_object(backend), "build_group", "") or "")
+    return group or backend, key_text(unit_key(backend)(case))
+
+
 def _unclaimed(backend: str, reps: list[Case], claimed: set[tuple[str, str]]) -> list[Case]:
     """``reps`` less the keys another backend of ``backend``'s ``build_group`` builds already (FlashInfer's three
     split-KV decode variants build the same modules into one JIT cache: one worker builds each, the other lanes load it
     or wait on the library's own file lock); the keys kept are claimed for the group. No group: ``reps``."""
-    group = str(getattr(backend_object(backend), "build_group", "") or "")
-    if not group:
+    if not getattr(backend_object(backend), "build_group", ""):
         return reps
-    key = unit_key(backend)
-    kept = [c for c in reps if (group, key_text(key(c))) not in claimed]
-    claimed.update((group, key_text(key(c))) for c in kept)
+    kept = [c for c in reps if build_id(backend, c) not in claimed]
+    claimed.update(build_id(backend, c) for c in kept)
     return kept
 
 
@@ -332,6 +343,7 @@ class PrePass:
         self.closing = False
         self.wall: float | None = None
         self.building = 0  # keys being built now
+        self.in_flight: dict[tuple[str, str], threading.Event] = {}  # (build, key_text) being built now: set when done
         self.threads: list[threading.Thread] = []
 
     def start(self) -> PrePass:
@@ -404,10 +416,14 @@ class PrePass:
                 return
             self.halt.infos.setdefault(backend, ex.info)
             while (case := self._next(backend)) is not None:
-                row = self._build(ex, case)
+                try:
+                    row = self._build(ex, case)
+                finally:
+                    with self.lock:
+                        self.building -= 1
+                        self.in_flight.pop(build_id(backend, case)).set()  # a lane's row of it goes now
                 with self.lock:
                     self.results[backend].append(row)
-                    self.building -= 1
         finally:
             ex.close()
 
@@ -416,7 +432,18 @@ class PrePass:
             if self._given_up() or not self.queues[backend]:
                 return None
             self.building += 1
-            return self.queues[backend].popleft()
+            case = self.queues[backend].popleft()
+            self.in_flight[build_id(backend, case)] = threading.Event()
+            return case
+
+    def being_built(self, backend: str, case: Case) -> threading.Event | None:
+        """Whether ``case``'s kernel key on ``backend`` is being built by the pre-pass now (by ``backend`` or another of
+        its ``build_group``): the event set once that build ended (built, failed or cut), else None (never started, or
+        done). A lane sets such a row aside until then (:meth:`parity.sweep.run.Sweep._lane`): sent now, it would build
+        the key a second time beside the pre-pass, where no library lock or cache shares a build under way (vLLM's FA2:
+        the CUDA driver's JIT of its module)."""
+        with self.lock:
+            return self.in_flight.get(build_id(backend, case)) if self.in_flight else None
 
     def _build(self, ex: Any, case: Case) -> dict[str, Any]:
         """One key built: its status, seconds and what it built; one cut short by the run (its end, a stop signal,

@@ -35,6 +35,8 @@ from .writers import Progress, RowSink
 #: One backend's answer waiting to be judged: (case, unit, backend info, result, seconds waited on the worker,
 #: seconds spent on the case's reference meanwhile, the row's time limit in seconds).
 Pending = tuple[Case, str, dict[str, Any], dict[str, Any], float, float, float]
+#: A row a lane set aside while the pre-pass builds its kernel key: (case, unit, set once that build ended).
+Aside = tuple[Case, str, threading.Event]
 
 
 def _safe(name: str) -> str:
@@ -97,6 +99,8 @@ class Sweep(SweepEnd):
         self.prepass = precompile.Halt(self.stop)  # the compile pre-pass's live executors (:meth:`interrupt` stops them)
         self.precompiling: precompile.PrePass | None = None  # the pre-pass under way beside the lanes (:meth:`_precompile`)
         self.prepass_waits: dict[str, float] = {}  # each lane's wait for its backends' pre-pass (seconds)
+        self.set_aside: dict[str, int] = {}  # per backend: rows set aside while the pre-pass built their key (:meth:`_set_aside`)
+        self.aside_waits: dict[str, float] = {}  # each lane's wait, after its last case, for the keys of its set-aside rows
         self.t0 = time.perf_counter()
         self.deadline = None if options.time_limit is None else self.t0 + options.time_limit
         self.limits = RowLimits(self.plan, options, self._baselines, self.unit_infos, self.lock, self.deadline)
@@ -188,6 +192,8 @@ class Sweep(SweepEnd):
             return
         record = self.precompiling.finish()
         record["lanes_waited_s"] = {lane: round(s, 3) for lane, s in self.prepass_waits.items()}
+        record["lanes_set_aside"] = dict(self.set_aside)
+        record["lanes_set_aside_waited_s"] = {lane: round(s, 3) for lane, s in self.aside_waits.items()}
         with self.lock:
             self.timing.precompile = record
         if self.interrupted:
@@ -223,14 +229,12 @@ class Sweep(SweepEnd):
                 halt()
 
     def _lane(self, lane_units: list[str]) -> None:
-        """Cases outer, units inner; unit k+1 computes while the lane judges unit k's answer."""
+        """Cases outer, units inner; unit k+1 computes while the lane judges unit k's answer. A row whose kernel key
+        the pre-pass is building now is set aside (:meth:`_set_aside`) and sent once that build ended, before the
+        lane's next row, or after its last case (:meth:`_run_aside`)."""
         pending: list[Pending] = []
-        if self.precompiling is not None:  # its backends' keys built first (or the pre-pass over): then it runs warm
-            t_wait = time.perf_counter()
-            self.precompiling.wait({self.plan.units[u][0] for u in lane_units}, self.stop)
-            self.precompiling.lane_started(max(1, (os.cpu_count() or 1) // len(self.plan.lanes)))  # its share of the CPUs
-            with self.lock:
-                self.prepass_waits[" ".join(lane_units)] = time.perf_counter() - t_wait
+        aside: list[Aside] = []
+        self._wait_for_prepass(lane_units)
         t_lane = time.perf_counter()
         try:
             for index, case in enumerate(self.cases):
@@ -238,17 +242,73 @@ class Sweep(SweepEnd):
                 for unit in lane_units:
                     if not self.plan.runs(unit, case):
                         continue  # another part's case
-                    if self._should_stop() or not self._step(case, unit, pending):
+                    if not self._run_aside(aside, pending) or self._should_stop():
+                        return
+                    if not self._set_aside(case, unit, aside) and not self._step(case, unit, pending):
                         return
                 self._finish(pending)
                 if self.out_dir:  # after every case, so a run cut short still says where its time went
                     with self.lock:
                         write_timing(self.out_dir, self._timing_summary(partial=True))
+            self._run_aside(aside, pending, lane_units)
         finally:
             self._finish(pending)  # a result already in is never lost, even on Ctrl-C
             self._at(lane_units, len(self.cases))
             with self.lock:
                 self.timing.lane_wall[tuple(lane_units)] = time.perf_counter() - t_lane
+
+    def _wait_for_prepass(self, lane_units: list[str]) -> None:
+        """Until the lane's backends' pre-pass keys are built (or the pre-pass is over): then it runs warm."""
+        if self.precompiling is None:
+            return
+        t_wait = time.perf_counter()
+        self.precompiling.wait({self.plan.units[u][0] for u in lane_units}, self.stop)
+        self.precompiling.lane_started(max(1, (os.cpu_count() or 1) // len(self.plan.lanes)))  # its share of the CPUs
+        with self.lock:
+            self.prepass_waits[" ".join(lane_units)] = time.perf_counter() - t_wait
+
+    def _set_aside(self, case: Case, unit: str, aside: list[Aside]) -> bool:
+        """Whether ``case`` on ``unit`` is set aside: its kernel key is being built by the pre-pass right now
+        (:meth:`.precompile.PrePass.being_built`; a build that went on past its deadline), so the lane runs its other
+        rows meanwhile instead of building the key a second time beside it. A row already in the folder or of an
+        unavailable backend needs no kernel: it goes now (:meth:`_step`)."""
+        if self.precompiling is None:
+            return False
+        backend = self.plan.units[unit][0]
+        if self.sink.done(backend, case.case_id) or self.unit_infos[unit].get("unavailable"):
+            return False
+        built = self.precompiling.being_built(backend, case)
+        if built is None:
+            return False
+        aside.append((case, unit, built))
+        with self.lock:
+            self.set_aside[backend] = self.set_aside.get(backend, 0) + 1
+        return True
+
+    def _run_aside(self, aside: list[Aside], pending: list[Pending], last: list[str] | None = None) -> bool:
+        """Send the set-aside rows whose key's build ended (built or not), in the lane's order; False: interrupted.
+        ``last``: the lane (its units) is past its last case: wait for the builds of the rest, each at most the
+        pre-pass's key limit (or until the run's deadline, :meth:`_should_stop`: not sent, ``--resume`` runs them)."""
+        bound = time.perf_counter() + (self.precompiling.key_limit if self.precompiling is not None else 0.0)
+        while aside:
+            ready = [row for row in aside if row[2].is_set() or time.perf_counter() > bound]
+            if not ready and last is None:
+                return True
+            if not ready:
+                self._finish(pending)  # judged while the builds go on
+                if self._should_stop():
+                    return False
+                t_wait = time.perf_counter()
+                aside[0][2].wait(0.05)
+                with self.lock:
+                    lane = " ".join(last or [])
+                    self.aside_waits[lane] = self.aside_waits.get(lane, 0.0) + time.perf_counter() - t_wait
+                continue
+            for row in ready:
+                aside.remove(row)
+                if self._should_stop() or not self._step(row[0], row[1], pending):
+                    return False
+        return True
 
     def _should_stop(self) -> bool:
         if self.stop.is_set() or self.sink.failed_fast.is_set() or self.lost_context:
