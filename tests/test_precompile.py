@@ -240,7 +240,9 @@ def test_a_lane_without_a_compiling_backend_starts_while_the_pre_pass_builds(tmp
     pre = json.loads((tmp_path / "out" / "timing.json").read_text())["precompile"]
     assert pre["per_backend"][f"{ME}:SlowBuild"]["ok"] == 4 and not pre["deadline_hit"]
     assert first["reference"] - t0 < pre["wall_s"]  # its first row before the pre-pass ended
-    assert first[f"{ME}:SlowBuild"] - t0 > pre["wall_s"]  # this lane waited for its keys
+    # this lane waited for its keys: the pre-pass's wall is read by a watcher that polls every 0.05 s, so the lane
+    # may start up to that much before it (a loaded 2-CPU run once saw 0.027 s)
+    assert first[f"{ME}:SlowBuild"] - t0 > pre["wall_s"] - 0.1
     waits = pre["lanes_waited_s"]
     assert waits["reference"] < 1.0 < waits[f"{ME}:SlowBuild"]
 
