@@ -99,6 +99,15 @@ REAL_REFUSALS = [
         RuntimeError("BatchPrefillWithPagedKVCache failed to dispatch with dtype Half"),
         id="flashinfer-dispatch",
     ),
+    pytest.param(
+        flashinfer.FLASHINFER_REFUSALS,
+        RuntimeError(
+            "Error in function 'operator()' at /tmp/models-cc/flashinfer/.cache/flashinfer/0.7.2.post1/90a/generated/"
+            "batch_decode_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_128_head_dim_vo_128_"
+            "posenc_0_use_swa_True_use_logits_cap_False/batch_decode.cu:63: Unsupported group_size: 12"
+        ),
+        id="flashinfer-decode-group-size",  # the H100's words, 2026-12-07 (lab/runs/h100-2026-12-07g-models)
+    ),
 ]
 
 ALL_TUPLES = [

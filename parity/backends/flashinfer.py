@@ -72,11 +72,16 @@ and the decode wrapper here take no sinks. No chunked local attention (``attenti
 Refusal phrases (:data:`FLASHINFER_REFUSALS`): FlashInfer's dispatch macros raise
 ``RuntimeError`` when no kernel was generated for a configuration:
 
-========================  ==================================================================
-``Unsupported head_dim``  "Unsupported head_dim: 80" (``DISPATCH_HEAD_DIM``)
-``failed to dispatch``    "BatchPrefillWithPagedKVCache failed to dispatch with dtype Half"
-                          (0.0.2, built without head_dim 256 kernels)
-========================  ==================================================================
+==========================  ================================================================
+``Unsupported head_dim``    "Unsupported head_dim: 80" (``DISPATCH_HEAD_DIM``)
+``failed to dispatch``      "BatchPrefillWithPagedKVCache failed to dispatch with dtype Half"
+                            (0.0.2, built without head_dim 256 kernels)
+``Unsupported group_size``  "... batch_decode.cu:63: Unsupported group_size: 12"
+                            (``DISPATCH_GQA_GROUP_SIZE``: the decode wrapper without tensor cores
+                            has kernels for a few query heads per kv head only, which ones varies
+                            by version; 0.7.2.post1 refused 7 and 12 on the H100 on 2026-12-07,
+                            lab/runs/h100-2026-12-07g-models)
+==========================  ================================================================
 
 A CUDA error raised through FlashInfer ("... failed with error: an illegal memory access")
 is not a refusal.
@@ -114,7 +119,7 @@ INT_WORKSPACE_BYTES = 8 * MIB
 SINGLE_PREFILL_TMP_BYTES = 32 * MIB
 
 #: FlashInfer's own words when it has no kernel for a configuration; see the module docstring.
-FLASHINFER_REFUSALS: tuple[str, ...] = ("Unsupported head_dim", "failed to dispatch")
+FLASHINFER_REFUSALS: tuple[str, ...] = ("Unsupported head_dim", "failed to dispatch", "Unsupported group_size")
 
 
 def flashinfer_window(window: Window, sq: int, sk: int) -> tuple[bool, int]:
