@@ -4,7 +4,7 @@
 # on the same warm machine (lab/device/README.md):
 #   bash lab/loan/h200_models.sh run [LIMIT_S] [JOBS]  # the first call starts /tmp/models, later calls --resume it
 #   SEED=lab/runs/RUN/run bash lab/loan/h200_models.sh run ...  # first call: resume that committed run (its code's
-#     columns: a run of older code is refused, "lacks the columns ..."; the newest is lab/runs/h100-2026-12-07d-models)
+#     columns: a run of older code is refused, "lacks the columns ..."; the newest is lab/runs/h100-2026-12-07g-models)
 #   PRECOMPILE=off ...                                 # --precompile off|on|auto (default auto): off when a call's
 #     time limit is shorter than its compiles (12-07d: FlashInfer's prefill JIT took the whole 370 s)
 #   bash lab/loan/h200_models.sh mem [LIMIT_S]         # benchmarks/memory_estimate.py at scale 1, a few backends
