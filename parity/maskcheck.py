@@ -442,9 +442,14 @@ def gqa_tolerance(k: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     k = k.to(torch.float32)
     if not dtype.is_floating_point:
         return torch.full_like(k, GQA_MIN_TOLERANCE)
-    _, e = torch.frexp(k.abs())  # k = m * 2**e, m in [0.5, 1): floor(log2 k) = e - 1
-    ulp = torch.finfo(dtype).eps * torch.exp2((e - 1).to(torch.float32))  # (like k)
-    return (2 * ulp).clamp(GQA_MIN_TOLERANCE, GQA_MAX_TOLERANCE)
+    return (2 * dtype_ulp(k, dtype)).clamp(GQA_MIN_TOLERANCE, GQA_MAX_TOLERANCE)
+
+
+def dtype_ulp(k: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The spacing of ``dtype``'s values just above ``|k|`` (a float tensor; ``dtype`` a floating one):
+    ``eps * 2**floor(log2 |k|)`` (bfloat16 at 8..15: 0.0625)."""
+    _, e = torch.frexp(k.to(torch.float32).abs())  # k = m * 2**e, m in [0.5, 1): floor(log2 k) = e - 1
+    return torch.finfo(dtype).eps * torch.exp2((e - 1).to(torch.float32))  # (like k)
 
 
 def _seen_rows(case: Case, device: torch.device) -> torch.Tensor:

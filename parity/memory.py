@@ -243,7 +243,7 @@ def _mask_stage(case: Case, s: _Sizes, again: Callable[[Case], int], max_passes:
     n = passes_per_call(case, passes=passes)
     if kind == "scaled":
         return _scaled_stage(case, s, again, passes, n)
-    probe_in = n * s.q + (n * s.kv if n > 1 else 0) + n * s.kv  # zero q, k repeated (n > 1), value v
+    probe_in = _probe_inputs(s, n)
     weights = case.hq * sum(sq * sk for sq, sk in zip(case.q_lens, case.k_lens))
     w = again(probe_case(case, n))
     if weights <= STREAM_ELEMENTS:  # every pass kept (views of the calls' outputs), then decoded whole
@@ -259,6 +259,11 @@ def _mask_stage(case: Case, s: _Sizes, again: Callable[[Case], int], max_passes:
     return {"inputs": s.inputs, "output": s.out + s.lse, "workspace": w, "probes": held + max(probe_in, after - w)}
 
 
+def _probe_inputs(s: _Sizes, n: int) -> int:
+    """A mask probe call's inputs, ``n`` passes batched: zero q, k repeated (n > 1), the pass values v."""
+    return n * s.q + (n * s.kv if n > 1 else 0) + n * s.kv
+
+
 def _scaled_stage(case: Case, s: _Sizes, again: Callable[[Case], int], passes: int, n: int) -> dict[str, int]:
     """The scaled probe's largest moment (:func:`parity.maskcheck.run_scaled_probe`): a residue call (its probe
     inputs and ``W`` beside the passes' outputs, all kept); the comparison after the calls, in row chunks
@@ -269,7 +274,7 @@ def _scaled_stage(case: Case, s: _Sizes, again: Callable[[Case], int], passes: i
     case's ``W``) beside the block pass's output, the previous refining output and the described pairs' float32
     readouts twice, kept and decoded (:func:`parity.maskcheck._describe_scaled`: a JAX cuDNN mismatch at 1+1+1+2k
     queries, 4 heads, d 256 peaked 20 MiB above the rows that pass)."""
-    probe_in = n * s.q + (n * s.kv if n > 1 else 0) + n * s.kv  # zero q, k repeated (n > 1), value v
+    probe_in = _probe_inputs(s, n)
     kept = passes * (s.out + s.lse)
     per_row = passes * case.hq * case.head_dim
     chunk = SCALED_BYTES * per_row * min(max(1, SCALED_CHUNK_ELEMENTS // per_row), max(case.q_lens))

@@ -11,9 +11,11 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from parity import expect
 from parity.expect import load
+from parity.maskcheck import dtype_ulp
 from parity.report.runs import load_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +100,7 @@ def _gqa_within_ulps(row) -> bool:
         return False
     for lo, hi, head in found:
         want = int(head) + 1
-        ulp = 2.0 ** (math.floor(math.log2(want)) - 7)  # bfloat16: 8 significant bits
+        ulp = float(dtype_ulp(torch.tensor(float(want)), torch.bfloat16))  # the probe's own measure of an ulp
         slack = 2 * ulp + 0.5 * 10 ** (math.floor(math.log10(want)) - 2)
         if not (abs(float(lo) - want) <= slack and abs(float(hi) - want) <= slack):
             return False

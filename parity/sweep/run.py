@@ -287,8 +287,11 @@ class Sweep(SweepEnd):
 
     def _run_aside(self, aside: list[Aside], pending: list[Pending], last: list[str] | None = None) -> bool:
         """Send the set-aside rows whose key's build ended (built or not), in the lane's order; False: interrupted.
-        ``last``: the lane (its units) is past its last case: wait for the builds of the rest, each at most the
-        pre-pass's key limit (or until the run's deadline, :meth:`_should_stop`: not sent, ``--resume`` runs them)."""
+        ``last``: the lane (its units) is past its last case: wait for the builds of the rest, all of them within the
+        pre-pass's key limit from now (or until the run's deadline, :meth:`_should_stop`: not sent, ``--resume`` runs
+        them); a row whose build is still going then is sent anyway."""
+        if not aside:
+            return True
         bound = time.perf_counter() + (self.precompiling.key_limit if self.precompiling is not None else 0.0)
         while aside:
             ready = [row for row in aside if row[2].is_set() or time.perf_counter() > bound]
