@@ -6,7 +6,7 @@
 #   bash lab/loan/h200_versions.sh run [LIMIT_S] [PROFILE]   # each version LIMIT_S (default 200) -> $OUT/versions.tgz
 # The two versions run side by side (PAR=0: one after the other); RESUME=1 goes on with an earlier call's /tmp/versions
 # on this machine (each run `--resume`d where it has rows, each entries run again); ENTRY_S bounds each entries run
-# (default 400 s). ONLY=0.26.0 or ONLY=0.33.0 runs that version alone (its FA2 pre-pass gets all 16 CPUs); the diff,
+# (default 400 s; 0 skips them). ONLY=0.26.0 or ONLY=0.33.0 runs that version alone (its FA2 pre-pass gets all 16 CPUs); the diff,
 # vdiff and evidence then read whatever both folders hold (ONLY=0.26.0, then RESUME=1 ONLY=0.33.0 in the next call).
 # 2026-12-07 (lab/runs/h100-2026-12-07-versions): vLLM's FA2 spent 6-145 s on each configuration's first call, so each
 # version has a compile cache of its own (the CUDA driver's JIT cache among them) and the entry cases wait up to 400 s.
@@ -26,6 +26,13 @@ else
   OLD=0.26.0 OLD_SITE=/tmp/site-vllm-fa; NEW=0.33.0 NEW_SITE=/tmp/site-vllm33-fa; w=/tmp/versions
 fi
 [ "${RESUME:-0}" = 1 ] || rm -rf "$w"; mkdir -p "$w"
+# SEED=lab/runs/RUN: on a fresh machine, go on from a committed run of this script (its four run folders, .gz files
+# unpacked); each run is then `--resume`d, so only the rows that run lacks (or had `unavailable`) are run
+if [ -n "${SEED:-}" ]; then
+  for f in "$here/../$SEED"/"$PKG"-*/; do
+    n=$(basename "$f"); [ -d "$w/$n" ] || { cp -r "$f" "$w/$n" && gunzip -f "$w/$n"/*.gz; RESUME=1; }
+  done
+fi
 paths() {  # SITE -> "backend=SITE ..." for this library's backends (none for the image's own version)
   [ -n "$1" ] && echo "$BACKENDS" | tr ',' '\n' | sed "s|\$|=$1|" | tr '\n' ' '
 }
@@ -39,6 +46,7 @@ one() {  # SITE NAME LIMIT_S PROFILE
   grep -v "^  \|^$" "$w/$2.log" | tail -n 8 | cut -c1-200
   # each entry's shrunk case (lab/loan/versions-cases, from `parity evidence --write-cases`), for `parity evidence`
   # on every backend, with --invariance (vLLM: the vllm-fa3 batch-invariance entry's case needs it) or --grad (JAX)
+  [ "${ENTRY_S:-400}" = 0 ] && { echo "$2 entries: skipped (ENTRY_S=0)"; return; }  # timeout 0 would mean no limit
   cat "$here"/loan/versions-cases/"$PKG"-*-cuda.jsonl > "$w/entries-$2.jsonl"
   PARITY_WORKER_PATH="$(paths "$1")" timeout "${ENTRY_S:-400}" python3 -m parity run --backend "$BACKENDS" \
     --case-file "$w/entries-$2.jsonl" $ENTRY_ARGS --jobs 2 --timeout 240 -q --no-report --compile-cache "$w/cc-$2" \
