@@ -31,11 +31,13 @@ built are left to the lanes (``left_to_lanes``, not failures); a build under way
 lanes, into the cache until the run's own limit; the run's end stops it. A lane does not send a row whose key is
 being built then (:meth:`PrePass.being_built`): it sets the row aside, runs its other rows, and sends it once that
 build ended (built or not), or after its last case, waiting for the build (at most the key limit, within the run's
-deadline). Sent at once, a row of it would build the key a second time beside the pre-pass where nothing shares a
-build under way (vLLM's FA2, the CUDA driver's JIT: 14 of 19 keys late in h100-2026-12-07g-versions, each of their
-rows ~120 s; inductor and JAX, whose caches take either build), or block its lane on the library's lock (FlashInfer,
-FA4). A set-aside row not sent by the run's end is not written (``--resume`` runs it, as any row not started). No
-key waits longer than :data:`KEY_BOUND_S`, with or without ``--time-limit``.
+deadline); so do the rows held back to run alone after every other row (their gate's other rows go first), and a
+timeout's retry waits for it (at most the key limit). Sent at once, a row of it would build the key a second time
+beside the pre-pass where nothing shares a build under way (vLLM's FA2, the CUDA driver's JIT: 14 of 19 keys late in
+h100-2026-12-07g-versions, each of their rows ~120 s; inductor and JAX, whose caches take either build), or block
+its lane on the library's lock (FlashInfer, FA4). A set-aside row not sent by the run's end is not written
+(``--resume`` runs it, as any row not started). No key waits longer than :data:`KEY_BOUND_S`, with or without
+``--time-limit``.
 
 CPUs. A backend's worker builds with :attr:`parity.backends.base.Backend.compile_threads` threads
 (``MAX_JOBS``, ninja's jobs for FlashInfer's nvcc builds; ``TORCHINDUCTOR_COMPILE_THREADS``), and a worker
@@ -52,7 +54,8 @@ smallest case is estimated above :data:`MAX_ROW_BYTES` of device memory are left
 memory gate places such rows); ``timing.json`` (``precompile``) says per backend how many keys were
 built (``late``: after the deadline), failed, left to the lanes, the workers and threads, the seconds it
 took, and the deadline it had; ``lanes_set_aside``: per backend, the rows the lanes set aside while their key was
-built, and ``lanes_set_aside_waited_s``: each lane's wait for those builds after its last case.
+built (held-back rows and retries too), and ``lanes_set_aside_waited_s``: each lane's wait for those builds after its
+last case (``held back``: the held-back rows', ``retries``: the retries').
 """
 
 from __future__ import annotations

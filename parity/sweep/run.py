@@ -35,8 +35,9 @@ from .writers import Progress, RowSink
 #: One backend's answer waiting to be judged: (case, unit, backend info, result, seconds waited on the worker,
 #: seconds spent on the case's reference meanwhile, the row's time limit in seconds).
 Pending = tuple[Case, str, dict[str, Any], dict[str, Any], float, float, float]
-#: A row a lane set aside while the pre-pass builds its kernel key: (case, unit, set once that build ended).
-Aside = tuple[Case, str, threading.Event]
+#: A row set aside while the pre-pass builds its kernel key: (case, unit, set once that build ended, the held-back row
+#: it is where the rows held back to run alone set it aside, else None).
+Aside = tuple[Case, str, threading.Event, Deferred | None]
 
 
 def _safe(name: str) -> str:
@@ -100,7 +101,9 @@ class Sweep(SweepEnd):
         self.precompiling: precompile.PrePass | None = None  # the pre-pass under way beside the lanes (:meth:`_precompile`)
         self.prepass_waits: dict[str, float] = {}  # each lane's wait for its backends' pre-pass (seconds)
         self.set_aside: dict[str, int] = {}  # per backend: rows set aside while the pre-pass built their key (:meth:`_set_aside`)
-        self.aside_waits: dict[str, float] = {}  # each lane's wait, after its last case, for the keys of its set-aside rows
+        # each lane's wait, after its last case, for the keys of its set-aside rows; those of the rows held back to run
+        # alone and of the timeouts' retries (``held back``, ``retries``)
+        self.aside_waits: dict[str, float] = {}
         self.t0 = time.perf_counter()
         self.deadline = None if options.time_limit is None else self.t0 + options.time_limit
         self.limits = RowLimits(self.plan, options, self._baselines, self.unit_infos, self.lock, self.deadline)
@@ -148,13 +151,18 @@ class Sweep(SweepEnd):
                 self.timing.held_back_s += time.perf_counter() - t0
 
     def _deferred_lane(self, rows: list[Deferred]) -> None:
-        """One gate's held-back rows, in order; each row's answer judged while the next waits for the card."""
+        """One gate's held-back rows, in order; each row's answer judged while the next waits for the card. A row whose
+        kernel key the pre-pass is building now is set aside as in a lane (:meth:`_set_aside`): the gate's other rows
+        go first, it once that build ended, or after the last of them (their waits: ``held back``)."""
         pending: list[Pending] = []
+        aside: list[Aside] = []
         try:
             for row in rows:
-                if self._should_stop() or not self._step(row.case, row.unit, pending, row):
+                if not self._run_aside(aside, pending) or self._should_stop():
                     return
-                self.deferred.ran(row)
+                if not self._set_aside(row.case, row.unit, aside, row) and not self._send(row.case, row.unit, pending, row):
+                    return
+            self._run_aside(aside, pending, "held back")
         finally:
             self._finish(pending)
             if self.out_dir:
@@ -250,7 +258,7 @@ class Sweep(SweepEnd):
                 if self.out_dir:  # after every case, so a run cut short still says where its time went
                     with self.lock:
                         write_timing(self.out_dir, self._timing_summary(partial=True))
-            self._run_aside(aside, pending, lane_units)
+            self._run_aside(aside, pending, " ".join(lane_units))
         finally:
             self._finish(pending)  # a result already in is never lost, even on Ctrl-C
             self._at(lane_units, len(self.cases))
@@ -267,11 +275,12 @@ class Sweep(SweepEnd):
         with self.lock:
             self.prepass_waits[" ".join(lane_units)] = time.perf_counter() - t_wait
 
-    def _set_aside(self, case: Case, unit: str, aside: list[Aside]) -> bool:
+    def _set_aside(self, case: Case, unit: str, aside: list[Aside], held_back: Deferred | None = None) -> bool:
         """Whether ``case`` on ``unit`` is set aside: its kernel key is being built by the pre-pass right now
         (:meth:`.precompile.PrePass.being_built`; a build that went on past its deadline), so the lane runs its other
         rows meanwhile instead of building the key a second time beside it. A row already in the folder or of an
-        unavailable backend needs no kernel: it goes now (:meth:`_step`)."""
+        unavailable backend needs no kernel: it goes now (:meth:`_step`). ``held_back``: the row held back to run
+        alone that it is (:meth:`_deferred_lane`)."""
         if self.precompiling is None:
             return False
         backend = self.plan.units[unit][0]
@@ -280,16 +289,16 @@ class Sweep(SweepEnd):
         built = self.precompiling.being_built(backend, case)
         if built is None:
             return False
-        aside.append((case, unit, built))
+        aside.append((case, unit, built, held_back))
         with self.lock:
             self.set_aside[backend] = self.set_aside.get(backend, 0) + 1
         return True
 
-    def _run_aside(self, aside: list[Aside], pending: list[Pending], last: list[str] | None = None) -> bool:
+    def _run_aside(self, aside: list[Aside], pending: list[Pending], last: str | None = None) -> bool:
         """Send the set-aside rows whose key's build ended (built or not), in the lane's order; False: interrupted.
-        ``last``: the lane (its units) is past its last case: wait for the builds of the rest, all of them within the
-        pre-pass's key limit from now (or until the run's deadline, :meth:`_should_stop`: not sent, ``--resume`` runs
-        them); a row whose build is still going then is sent anyway."""
+        ``last``: the lane (its wait's name in ``lanes_set_aside_waited_s``) is past its last case: wait for the builds
+        of the rest, all of them within the pre-pass's key limit from now (or until the run's deadline,
+        :meth:`_should_stop`: not sent, ``--resume`` runs them); a row whose build is still going then is sent anyway."""
         if not aside:
             return True
         bound = time.perf_counter() + (self.precompiling.key_limit if self.precompiling is not None else 0.0)
@@ -303,15 +312,44 @@ class Sweep(SweepEnd):
                     return False
                 t_wait = time.perf_counter()
                 aside[0][2].wait(0.05)
-                with self.lock:
-                    lane = " ".join(last or [])
-                    self.aside_waits[lane] = self.aside_waits.get(lane, 0.0) + time.perf_counter() - t_wait
+                self._waited_for_keys(last or "", t_wait)
                 continue
             for row in ready:
                 aside.remove(row)
-                if self._should_stop() or not self._step(row[0], row[1], pending):
+                if self._should_stop() or not self._send(row[0], row[1], pending, row[3]):
                     return False
         return True
+
+    def _send(self, case: Case, unit: str, pending: list[Pending], held_back: Deferred | None = None) -> bool:
+        """:meth:`_step`, and a held-back row noted as run (:meth:`.deferred.Deferrals.ran`); False: interrupted."""
+        if not self._step(case, unit, pending, held_back):
+            return False
+        if held_back is not None:
+            self.deferred.ran(held_back)
+        return True
+
+    def _await_key(self, case: Case, unit: str) -> bool:
+        """Before a timeout's retry: where the pre-pass is building the row's kernel key now (:meth:`_set_aside`), wait
+        until that build ended, at most its key limit (the retries run one by one, after every other row: nothing is
+        left to send meanwhile; the wait's name: ``retries``). False: the run stopped meanwhile (not sent)."""
+        aside: list[Aside] = []
+        if self.precompiling is None or not self._set_aside(case, unit, aside):
+            return True
+        t_wait = time.perf_counter()
+        bound = t_wait + self.precompiling.key_limit
+        try:
+            while not aside[0][2].wait(0.05) and time.perf_counter() < bound:
+                if self._should_stop():
+                    return False
+            return True
+        finally:
+            self._waited_for_keys("retries", t_wait)
+
+    def _waited_for_keys(self, name: str, since: float) -> None:
+        """Seconds since ``since`` waited for the pre-pass's builds, added to the wait of ``name`` (a lane, ``held
+        back`` or ``retries``)."""
+        with self.lock:
+            self.aside_waits[name] = self.aside_waits.get(name, 0.0) + time.perf_counter() - since
 
     def _should_stop(self) -> bool:
         if self.stop.is_set() or self.sink.failed_fast.is_set() or self.lost_context:
@@ -510,12 +548,14 @@ class Sweep(SweepEnd):
             _demand_of(self.baselines[key]).at(lane_units, index)
 
     def _retry_timeouts(self) -> None:
-        """Each row that timed out, once more, alone (the lanes are done) with a longer limit; a second
-        timeout is recorded, its detail saying how long the reference took on the case."""
+        """Each row that timed out, once more, alone (the lanes are done) with a longer limit, once the pre-pass is not
+        building its key (:meth:`_await_key`); a second timeout is recorded, its detail saying how long the reference
+        took on the case."""
         retries, self.retries = self.retries, []
-        for case, unit, info, res, wait_s, ref_s, limit in retries:
-            if self._should_stop():
-                self.retries.append((case, unit, info, res, wait_s, ref_s, limit))
+        for retry in retries:
+            case, unit, info, res, wait_s, ref_s, limit = retry
+            if self._should_stop() or not self._await_key(case, unit):  # no build of its key beside a build under way
+                self.retries.append(retry)
                 continue  # not recorded: the run is partial, --resume runs the row again
             backend = self.plan.units[unit][0]
             longer = self.limits.limit(case, backend, unit, 1.0 if self.options.timeout is not None else self.options.retry_scale)
