@@ -1,10 +1,11 @@
 """Rows set aside while the compile pre-pass builds their kernel key (parity.sweep.run.Sweep._set_aside), outside the
-lanes' own pass: rows held back to run alone, and timeouts' retries. The pre-pass here is a :class:`PrePass` that is
-never started: a key goes in flight with its ``_next`` (as a worker takes it) and its build ends with
-:func:`_end_build`, when the test says."""
+lanes' own pass: rows held back to run alone, timeouts' retries, and rows a --time-limit cuts before their key's
+build ended (left to --resume). The pre-pass here is a :class:`PrePass` that is never started: a key goes in flight
+with its ``_next`` (as a worker takes it) and its build ends with :func:`_end_build`, when the test says."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import threading
@@ -15,7 +16,7 @@ import pytest
 
 from parity import Case, Window
 from parity.backends.reference import ReferenceBackend
-from parity.sweep import Sweep, SweepOptions, rowmemory
+from parity.sweep import Sweep, SweepOptions, rowmemory, run_sweep
 from parity.sweep import run as sweep_run
 from parity.sweep.memgate import MemoryGate
 from parity.sweep.precompile import PrecompilePlan, PrePass, PrePassOptions, build_id
@@ -200,3 +201,61 @@ def test_a_timeout_s_retry_waits_for_its_key_s_build(tmp_path, monkeypatch):
     assert tries[1] >= ended[0], f"the retry was sent {ended[0] - tries[1]:.3f} s before its key's build ended"
     counts, waits = _aside(out)
     assert counts == {name: 1} and waits["retries"] > 0.5, (counts, waits)
+
+
+# -- a --time-limit cuts a set-aside row: --resume runs it --------------------------------------------------
+
+
+class Keyed(ReferenceBackend):
+    """A kernel per head dim; records its calls (:data:`CALLS`); its first row of head dim 16 takes ``slow_s``."""
+
+    name = "test-aside-keyed"
+    slow_s = 0.0
+
+    def compile_key(self, case):
+        return (case.head_dim,)
+
+    def run(self, case, inputs, out):
+        CALLS.append((case.case_id, time.perf_counter()))
+        if case == CUT[3]:
+            time.sleep(self.slow_s)
+        return super().run(case, inputs, out)
+
+
+CUT = [dataclasses.replace(BASE, head_dim=d, seed=s) for d in (8, 16) for s in range(3)]
+
+
+def _results(out: Path) -> list[dict[str, str]]:
+    with (out / "results.csv").open() as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.parametrize("slow", [False, True], ids=["after-its-last-case", "mid-lane"])
+def test_a_set_aside_row_cut_by_the_time_limit_is_not_written_and_resume_runs_it(tmp_path, monkeypatch, slow):
+    """Head dim 8's key is being built the whole run: the lane sets its three rows aside and runs the others; the
+    --time-limit of 2 s passes while it waits for the build after its last case, or while it runs its first row of head
+    dim 16 (2.5 s). The rows set aside are not written (not a pass, not any verdict), the run is partial and says so,
+    and --resume runs them, and only the rows not run."""
+    name, out = f"{ME}:Keyed", tmp_path / "out"
+    monkeypatch.setattr(Keyed, "slow_s", 2.5 if slow else 0.0)
+    late, ran = [c.case_id for c in CUT[:3]], [c.case_id for c in CUT[3 : 4 if slow else 6]]
+    CALLS.clear()
+    sweep = Sweep([name], CUT, SweepOptions(isolate=False, probes=False, progress=False, jobs=1, time_limit=2.0), out)
+    sweep.precompiling = _prepass(name, CUT[0])
+    _start_build(sweep.precompiling, name)  # never ends in this run
+    res = sweep.run()
+    assert res.partial and res.stopped_by.startswith("--time-limit 2 s reached"), res.stopped_by
+    assert "(3 row(s) set aside while the pre-pass built their key not run)" in res.stopped_by, res.stopped_by
+    assert sorted(c for c, _ in CALLS) == sorted(ran), "the lane sent these rows"
+    assert not {r["case_id"] for r in res.rows} & set(late), "a set-aside row not sent has a row"
+    assert sorted(r["case_id"] for r in _results(out)) == sorted(ran), "results.csv: the rows sent, no other"
+    assert res.counts() == {name: {"pass": len(ran)}}
+    counts, waits = _aside(out)
+    assert counts == {name: 3} and (waits.get(name, 0.0) > 0.5) == (not slow), (counts, waits)
+    CALLS.clear()
+    again = run_sweep([name], CUT, out, isolate=False, probes=False, progress=False, jobs=1, resume=True)
+    assert sorted(c for c, _ in CALLS) == sorted(c.case_id for c in CUT if c.case_id not in ran), "--resume ran these"
+    assert not again.partial and again.already == len(ran) and again.counts() == {name: {"pass": len(CUT) - len(ran)}}
+    rows = _results(out)
+    assert sorted(r["case_id"] for r in rows) == sorted(c.case_id for c in CUT), "each row once in results.csv"
+    assert {r["verdict"] for r in rows} == {"pass"}

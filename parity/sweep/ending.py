@@ -22,6 +22,11 @@ from .options import SweepOptions
 from .timing import SweepTiming, gate_line, split_line, write_timing
 from .writers import RowSink
 
+#: What :meth:`SweepEnd._stopped_by` says of the rows a --time-limit left: held back to run alone (:mod:`.deferred`),
+#: set aside by a lane while the pre-pass built their key (:meth:`.run.Sweep._set_aside`).
+_HELD = "held back to run alone after the others"
+_ASIDE = "set aside while the pre-pass built their key"
+
 
 @dataclasses.dataclass
 class SweepResult:
@@ -80,6 +85,7 @@ class SweepEnd:
     retries: list
     deferred: Deferrals
     lost_context: str
+    aside_unsent: int
     interrupted: str
     timed_out: threading.Event
     t0: float
@@ -112,9 +118,9 @@ class SweepEnd:
         if self.sink.failed_fast.is_set():
             return "--fail-fast: stopped after the first failing row"
         if self.timed_out.is_set():
-            left = self.deferred.left
-            held = f" ({left} row(s) held back to run alone after the others not run)" if left else ""
-            return f"--time-limit {self.options.time_limit:g} s reached{held}"
+            held, aside = self.deferred.left, self.aside_unsent
+            left = [f"{n} row(s) {what} not run" for n, what in ((held, _HELD), (aside, _ASIDE)) if n]
+            return f"--time-limit {self.options.time_limit:g} s reached" + (f" ({'; '.join(left)})" if left else "")
         return ""
 
     def _result(self, wall: float) -> SweepResult:

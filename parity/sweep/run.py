@@ -104,6 +104,7 @@ class Sweep(SweepEnd):
         # each lane's wait, after its last case, for the keys of its set-aside rows; those of the rows held back to run
         # alone and of the timeouts' retries (``held back``, ``retries``)
         self.aside_waits: dict[str, float] = {}
+        self.aside_unsent = 0  # rows the lanes set aside and had not sent when they stopped (not written: --resume runs them)
         self.t0 = time.perf_counter()
         self.deadline = None if options.time_limit is None else self.t0 + options.time_limit
         self.limits = RowLimits(self.plan, options, self._baselines, self.unit_infos, self.lock, self.deadline)
@@ -264,6 +265,7 @@ class Sweep(SweepEnd):
             self._at(lane_units, len(self.cases))
             with self.lock:
                 self.timing.lane_wall[tuple(lane_units)] = time.perf_counter() - t_lane
+                self.aside_unsent += len(aside)
 
     def _wait_for_prepass(self, lane_units: list[str]) -> None:
         """Until the lane's backends' pre-pass keys are built (or the pre-pass is over): then it runs warm."""
