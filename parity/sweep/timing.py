@@ -46,7 +46,8 @@ STAGES = (
     "gate",  # what the lane waited at the memory gate before sending the row: other rows holding the card, or the
     # card draining for a row that runs alone (this one, or another lane's); its line says which (ran_alone, drained)
     "wait",  # what the lane waited on the worker (overlaps judging the previous row)
-    "ipc",  # wait not spent in the worker: sending, pickling the answer, process scheduling
+    "ipc",  # wait not spent in the worker: sending, the answer's pickle (its large tensors as files since 2026-12-07,
+    # parity.transfer), process scheduling
     "judge",  # the comparison with the reference and the known divergences (the probes are decoded in the worker)
     "judge_wait",  # what judging the row waited for other lanes: a reference another lane was computing (the cache
     # computes one at a time), the sweep's lock to release its memory hold and to record it (before 2026-12-07: in judge)
