@@ -23,6 +23,7 @@ from . import transfer
 
 if TYPE_CHECKING:
     from .case import Case
+    from .shared_inputs import InputFiles
 
 
 def read_worker_path_items(items: Iterable[str]) -> tuple[dict[str, list[str]], list[str]]:
@@ -261,8 +262,8 @@ class ProcessExecutor:
         self.proc = None
         self._remove_files()
 
-    def run(self, case: Case) -> dict[str, Any]:
-        failed = self.submit(case)
+    def run(self, case: Case, inputs: InputFiles | None = None) -> dict[str, Any]:
+        failed = self.submit(case, inputs)
         return failed if failed is not None else self.collect()
 
     def halt(self) -> None:
@@ -277,8 +278,9 @@ class ProcessExecutor:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    def submit(self, case: Case) -> dict[str, Any] | None:
-        """Send ``case`` to the worker without waiting; a result dict if it could not be sent."""
+    def submit(self, case: Case, inputs: InputFiles | None = None) -> dict[str, Any] | None:
+        """Send ``case`` to the worker without waiting; a result dict if it could not be sent. ``inputs``: the case's
+        shared draw (:mod:`parity.shared_inputs`: its files' names cross, the worker maps them), else it draws them."""
         if self.halted:
             return {"status": "crash", "detail": "the run was interrupted: its workers were stopped"}
         if self.proc is None or self.proc.poll() is not None:
@@ -292,6 +294,7 @@ class ProcessExecutor:
         try:
             req = {"op": "run", "case": case.to_json(), "probes": self.probes, "max_passes": passes, "repeats": self.repeats}
             req = {**req, "grad": True} if self.grad else req
+            req = {**req, "inputs": inputs} if inputs is not None else req
             send(self.proc.stdin, {**req, "checks": list(self.checks)} if self.checks else req)
         except (BrokenPipeError, OSError):
             code = self.proc.wait(timeout=30)

@@ -79,7 +79,8 @@ def serve(spec_seen: list[str] | None = None) -> int:
                 continue
             case = Case.from_json(req["case"])
             checks = tuple(req.get("checks", ()))
-            result = execute(backend, case, req["probes"], req["max_passes"], req.get("repeats", 1), req.get("grad", False), checks)
+            shared = req.get("inputs")  # the sweep's draw of the case (parity.shared_inputs), else drawn here
+            result = execute(backend, case, req["probes"], req["max_passes"], req.get("repeats", 1), req.get("grad", False), checks, shared)
             if context_lost(result):
                 # the CUDA context is unusable: later rows would fail here for this row's fault
                 result["detail"] = result.get("detail", "") + " (CUDA context lost: the worker was restarted for the next row)"

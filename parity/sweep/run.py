@@ -25,6 +25,7 @@ from .deferred import Deferrals, Deferred
 from .demand import CaseDemand, demands
 from .ending import SweepEnd, SweepResult
 from .eta import Eta, case_cost
+from .inputstore import InputStore
 from .lanes import LanePlan, make_executor, plan, run_lanes
 from .limits import RowLimits
 from .options import SweepOptions
@@ -81,6 +82,12 @@ class Sweep(SweepEnd):
         self.on_started = on_started
         self.plan = plan(self.backend_names, cases, options)
         self.baselines = reference_caches(self.plan, options)
+        # each case's inputs drawn once: its rows' workers and its reference map them (the bytes of one draw); in this
+        # process (--no-isolate) each row draws its own, as before 2026-12-07 (budget 0: the store holds nothing)
+        rows = {c.case_id: sum(self.plan.runs(u, c) for u in self.plan.units) for c in cases}
+        self.shared_inputs = InputStore(rows, max_bytes=None if options.isolate else 0)
+        for cache in self.baselines.values():
+            cache.inputs = self.shared_inputs if options.isolate else None
         self._give_demands()  # which references the units still need: what each cache evicts first (its demand)
         self.infos: dict[str, dict[str, Any]] = {}
         self.executors: dict[str, Any] = {}  # per unit
@@ -118,6 +125,7 @@ class Sweep(SweepEnd):
         finally:
             self._end_precompile()
             self._close_executors()
+            self.shared_inputs.close()
             self.sink.close()
         return self._result(time.perf_counter() - self.t0)
 
@@ -357,14 +365,20 @@ class Sweep(SweepEnd):
             return False
         t_ex, est = time.perf_counter(), reserved.est
         why = self.memory.host_refusal(case, unit, reserved)  # the machine cannot hold it: not sent, no reference
-        failed = {"status": Outcome.UNSUPPORTED, "detail": why} if why else ex.submit(case)
+        # the case's shared draw (drawn now by the first row to meet it: the reference's stage, as its own draw was)
+        shared, draw_s = self.shared_inputs.lease(case) if not why and not self.memory.refused(est, unit) else (None, 0.0)
+        failed = {"status": Outcome.UNSUPPORTED, "detail": why} if why else ex.submit(case, shared)
         t_sent = time.perf_counter()
         self._finish(pending)  # the previous row, overlapped with this backend's work
         t_ref = time.perf_counter()
         now = failed is None and self.options.isolate and not self.memory.refused(est, unit)  # a refused row needs no reference
-        baseline_s = self.limits.reference_now(case, unit) if now else 0.0
+        baseline_s = draw_s + (self.limits.reference_now(case, unit) if now else 0.0)
         limit = self.limits.limit(case, backend, unit)
-        res = failed if failed is not None else ex.collect(timeout=limit)
+        try:
+            res = failed if failed is not None else ex.collect(timeout=limit)
+        finally:
+            if shared is not None:
+                self.shared_inputs.unlease(case)
         self.limits.note_built(case, unit, res)
         if res.get("oom") and self.memory.gate(unit).budget is not None:
             spent = (time.perf_counter() - t_ex - baseline_s, baseline_s)
@@ -503,6 +517,7 @@ class Sweep(SweepEnd):
         cache = self._baselines(unit)
         if _demand_of(cache).release(unit, case.case_id):
             cache.release(case.case_id)
+        self.shared_inputs.done(case.case_id)
 
     def _at(self, lane_units: list[str], index: int) -> None:
         """The lane of ``lane_units`` is at case ``index`` (``len(self.cases)``: done): the caches keep what is near."""

@@ -28,7 +28,8 @@ __all__ = [
 #: The stages of one row, in seconds (``*_calls``: a count), as ``stages.jsonl`` and ``timing.json`` give them:
 #: the worker's (inputs .. worker), then the sweep's (gate .. reference).
 STAGES = (
-    "inputs",  # the case's inputs, drawn and moved to the backend's device
+    "inputs",  # the case's inputs, mapped from the sweep's one draw of the case (parity.sweep.inputstore; drawn by
+    # the worker before 2026-12-07, and where the sweep holds none) and moved to the backend's device
     "call",  # the backend's timed call(s), warm-up included: a first call of a configuration compiles here
     "compile",  # of which first-use compilation (the first row of a configuration, on CUDA or a compiling backend)
     "output_copy",  # the output copied to the CPU for the judge
@@ -52,7 +53,7 @@ STAGES = (
     "judge_wait",  # what judging the row waited for other lanes: a reference another lane was computing (the cache
     # computes one at a time), the sweep's lock to release its memory hold and to record it (before 2026-12-07: in judge)
     "reference",  # inputs + float64 reference + same-dtype baseline (and, with --grad, their gradients): charged
-    # to the first row to meet the case
+    # to the first row to meet the case; inputs: the sweep's shared draw, made by that row's lane before it is sent
 )
 
 _WORKER = {
