@@ -34,8 +34,9 @@ from .timing import SweepTiming, earlier_calls, write_timing
 from .writers import Progress, RowSink
 
 #: One backend's answer waiting to be judged: (case, unit, backend info, result, seconds waited on the worker,
-#: seconds spent on the case's reference meanwhile, the row's time limit in seconds).
-Pending = tuple[Case, str, dict[str, Any], dict[str, Any], float, float, float]
+#: seconds spent on the case's reference meanwhile, the row's time limit in seconds, seconds waited meanwhile for
+#: another lane's reference: the row's judge_wait, not its wait).
+Pending = tuple[Case, str, dict[str, Any], dict[str, Any], float, float, float, float]
 #: A row a lane set aside while the pre-pass builds its kernel key: (case, unit, set once that build ended).
 Aside = tuple[Case, str, threading.Event]
 
@@ -372,7 +373,8 @@ class Sweep(SweepEnd):
         self._finish(pending)  # the previous row, overlapped with this backend's work
         t_ref = time.perf_counter()
         now = failed is None and self.options.isolate and not self.memory.refused(est, unit)  # a refused row needs no reference
-        baseline_s = draw_s + (self.limits.reference_now(case, unit) if now else 0.0)
+        ref_s, ref_wait = self.limits.reference_now(case, unit) if now else (0.0, 0.0)
+        baseline_s = draw_s + ref_s
         limit = self.limits.limit(case, backend, unit)
         try:
             res = failed if failed is not None else ex.collect(timeout=limit)
@@ -387,12 +389,12 @@ class Sweep(SweepEnd):
         if self.stop.is_set():  # interrupted: this answer may be the worker being shut down
             return False
         res["est_mem_mb"] = est.mb
-        wait_s = (t_sent - t_ex) + (time.perf_counter() - t_ref) - baseline_s
-        if res.get("status") == "ok":
-            self.limits.note_ratio(backend, case, unit, wait_s)
+        wait_s = (t_sent - t_ex) + (time.perf_counter() - t_ref) - baseline_s - ref_wait  # ref_wait: judge_wait's
+        if res.get("status") == "ok":  # the limits' ratio as before 2026-12-07: another lane's reference counted in
+            self.limits.note_ratio(backend, case, unit, wait_s + ref_wait)
         if held_back is not None:  # its first attempt's seconds (an out-of-memory row), charged to it now
             wait_s, baseline_s = wait_s + held_back.spent_s, baseline_s + held_back.reference_s
-        pending.append((case, unit, info, res, wait_s, baseline_s, limit))
+        pending.append((case, unit, info, res, wait_s, baseline_s, limit, ref_wait))
         if not self.options.isolate and context_lost(res):
             self._lose_context(backend, case)
         return True
@@ -442,12 +444,13 @@ class Sweep(SweepEnd):
         wait_s: float,
         ref_s: float = 0.0,
         limit: float = 0.0,
+        ref_wait: float = 0.0,
         retried: bool = False,
     ) -> None:
         backend, part = self.plan.units[unit]
         if res.get("status") == Outcome.TIMEOUT and not retried and self.options.isolate:
             with self.lock:  # judged after the lanes, once retried alone (:meth:`_retry_timeouts`)
-                self.retries.append((case, unit, info, res, wait_s, ref_s, limit))
+                self.retries.append((case, unit, info, res, wait_s, ref_s, limit, ref_wait))
             self.memory.release(unit, case)  # its memory hold too: the retry runs after the lanes, alone
             return
         t_judge = time.perf_counter()
@@ -456,7 +459,7 @@ class Sweep(SweepEnd):
         baseline_s, t_lock = ref_s + computed, time.perf_counter()
         judge_s = t_lock - t_judge - computed - waited
         with self.lock:
-            judge_wait = waited + time.perf_counter() - t_lock  # other lanes: their reference, this lock
+            judge_wait = ref_wait + waited + time.perf_counter() - t_lock  # other lanes: their reference, this lock
             gate = self.memory.take_admission(unit, case)
             stages = self.timing.add(
                 backend, case, res, wait_s, judge_s, baseline_s, unit=unit, part=part, gate=gate, judge_wait=judge_wait
@@ -528,9 +531,9 @@ class Sweep(SweepEnd):
         """Each row that timed out, once more, alone (the lanes are done) with a longer limit; a second
         timeout is recorded, its detail saying how long the reference took on the case."""
         retries, self.retries = self.retries, []
-        for case, unit, info, res, wait_s, ref_s, limit in retries:
+        for case, unit, info, res, wait_s, ref_s, limit, ref_wait in retries:
             if self._should_stop():
-                self.retries.append((case, unit, info, res, wait_s, ref_s, limit))
+                self.retries.append((case, unit, info, res, wait_s, ref_s, limit, ref_wait))
                 continue  # not recorded: the run is partial, --resume runs the row again
             backend = self.plan.units[unit][0]
             longer = self.limits.limit(case, backend, unit, 1.0 if self.options.timeout is not None else self.options.retry_scale)
@@ -550,7 +553,7 @@ class Sweep(SweepEnd):
                     "detail": f"no answer within {limit:.3g} s, nor within {longer:.3g} s when retried alone; "
                     f"worker killed; the reference took {ref} on this case",
                 }
-            self._judge_and_emit(case, unit, info, again, wait_s + time.perf_counter() - t0, ref_s, longer, retried=True)
+            self._judge_and_emit(case, unit, info, again, wait_s + time.perf_counter() - t0, ref_s, longer, ref_wait, retried=True)
 
 
 def _timing(lane_plan: LanePlan, options: SweepOptions, out_dir: Path | None) -> SweepTiming:

@@ -51,7 +51,8 @@ STAGES = (
     # parity.transfer), process scheduling
     "judge",  # the comparison with the reference and the known divergences (the probes are decoded in the worker)
     "judge_wait",  # what judging the row waited for other lanes: a reference another lane was computing (the cache
-    # computes one at a time), the sweep's lock to release its memory hold and to record it (before 2026-12-07: in judge)
+    # computes one at a time), the sweep's lock to release its memory hold and to record it (before 2026-12-07: in judge),
+    # and what its lane waited for another lane's reference beside its worker (before 2026-12-07: in wait and ipc)
     "reference",  # inputs + float64 reference + same-dtype baseline (and, with --grad, their gradients): charged
     # to the first row to meet the case; inputs: the sweep's shared draw, made by that row's lane before it is sent
 )
