@@ -80,11 +80,13 @@ def run_sweep(name: str, cases: list[Case], backends: tuple[str, ...], out: Path
     wall = time.perf_counter() - t0
     rows = [json.loads(line) for line in (folder / "run" / "stages.jsonl").read_text().splitlines() if line.strip()]
     ok = [r["stage_ms"] for r in rows if r["status"] == "ok"]
+    shared = sum(bool(r.get("inputs_shared")) for r in rows if r["status"] == "ok")  # mapped the sweep's one draw
     timing = json.loads((folder / "run" / "timing.json").read_text())
     return {
         "rc": rc,
         "wall_s": round(wall, 1),
         "rows": len(ok),
+        "shared_rows": shared,
         **{f"{k}_s": _median([r[k] / 1e3 for r in ok]) for k in ("inputs", "ipc", "worker", "wait", "reference")},
         "harness_draws_s": timing.get("reference_stages_s", {}),
     }
@@ -150,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for name, r in results.items():
         s = r["sweep"]
-        print(f"  {name}: {r['case']}; sweep exit {s['rc']} in {s['wall_s']} s, harness draws {s['harness_draws_s']}")
+        print(f"  {name}: {r['case']}; sweep exit {s['rc']} in {s['wall_s']} s, {s['shared_rows']} of its {s['rows']} rows")
+        print(f"    on the shared draw; the harness's inputs stages {s['harness_draws_s']}")
     print(table(results))
     if a.json:
         with a.json.open("a") as fh:
