@@ -48,6 +48,7 @@ from .memory import (
 from .process import ProcessExecutor, env_worker_paths, parse_worker_paths, recv, send, worker_paths  # noqa: F401 - their old home
 from .results import CUDA_FAULT_WORDS, Outcome, clip, cuda_fault
 from .shard import config_key
+from .shared_inputs import InputFiles, shared_or_drawn
 from .verdict import POISON
 
 
@@ -209,8 +210,10 @@ def execute(
     repeats: int = 1,
     grad: bool = False,
     checks: tuple[str, ...] = (),
+    shared: InputFiles | None = None,
 ) -> dict[str, Any]:
-    """Run ``case`` on ``backend``; see the module docstring. ``grad``: then the backward too
+    """Run ``case`` on ``backend``; see the module docstring. ``shared``: the case's inputs as the sweep drew them once
+    (:mod:`parity.shared_inputs`; else, or where their files are gone, drawn here: the same bytes). ``grad``: then the backward too
     (``result["grad"]``, :func:`run_grad`), after the forward and its probes. ``checks``: the engine checks
     (:data:`parity.results.ENGINE_CHECKS`) after the probes: ``result["invariance"]`` / ``result["graph"]``. A CUDA row whose estimate
     exceeds what its card can hold is ``unsupported`` before its inputs are made (:func:`parity.memory.card_refusal`,
@@ -229,7 +232,7 @@ def execute(
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     built = _built(backend)
-    result = _execute(backend, case, probes, max_passes, repeats, grad, too_big, checks)
+    result = _execute(backend, case, probes, max_passes, repeats, grad, too_big, checks, shared)
     after = _built(backend) if built is not None else None
     if after is not None and built is not None and isinstance(result.get("timing"), dict):
         result["timing"]["kernels_built"] = after - built  # what this row built (the library's own count)
@@ -254,6 +257,7 @@ def _execute(
     grad: bool = False,
     too_big: str | None = None,
     checks: tuple[str, ...] = (),
+    shared: InputFiles | None = None,
 ) -> dict[str, Any]:
     device = backend.device
     try:
@@ -264,30 +268,14 @@ def _execute(
         return {"status": "unsupported", "detail": reason}
     try:
         t_gen = time.perf_counter()
-        inputs = make_inputs(case, device)
+        inputs, from_files = shared_or_drawn(case, device, shared, make_inputs)
         gen_s = time.perf_counter() - t_gen
-        times = []
-        res, unwritten, lse = None, None, None
         cuda = device == "cuda" and torch.cuda.is_available()
         first = first_of_config(backend, case)
         t_call = time.perf_counter()
-        if cuda and repeats > 1:
-            res, unwritten, lse = _call(backend, case, inputs, with_lse=True)  # warm-up: compilation, handles, autotuning
-        for _ in range(max(1, repeats)):
-            if cuda:  # CUDA events: the device time of the call (poisoning the buffer included)
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                res, unwritten, lse = _call(backend, case, inputs, with_lse=True)
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            else:
-                t0 = time.perf_counter()
-                res, unwritten, lse = _call(backend, case, inputs, with_lse=True)
-                times.append((time.perf_counter() - t0) * 1e3)
+        res, unwritten, lse, times = _timed_calls(backend, case, inputs, repeats, cuda)
         _sync(device)
         call_s = time.perf_counter() - t_call
-        assert res is not None
         t_out = time.perf_counter()
         output = res.detach().to("cpu")  # (total_q, hq, d), the case's dtype (the judge widens it)
         result: dict[str, Any] = {
@@ -302,6 +290,7 @@ def _execute(
         # where the worker's time went (the sweep sums these into OUT/timing.json): call_s / probe_call_s inside
         # backend calls, gen_s and probe_s - probe_call_s the harness's own work; per probe in _run_probes
         timing: dict[str, Any] = {"gen_s": gen_s, "call_s": call_s, "first_config": first, "out_s": time.perf_counter() - t_out}
+        timing["inputs_shared"] = from_files  # mapped from the sweep's draw (False: drawn here)
         if (key := kernel_key(backend, case))[0] == "kernel":  # a compiling backend's own key: timing.json counts them
             timing["kernel_key"] = repr(key[1:])
         no_probes = {"probe_s": 0.0, "probe_call_s": 0.0}
@@ -325,6 +314,31 @@ def _execute(
             text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             return {"status": "error", "detail": f"out of memory: {text}", "oom": True, "exc_text": text}
         return _fault_or_error(exc)
+
+
+def _timed_calls(
+    backend: Backend, case: Case, inputs: Inputs, repeats: int, cuda: bool
+) -> tuple[torch.Tensor, int | None, torch.Tensor | None, list[float]]:
+    """The row's ``repeats`` timed calls (on CUDA with more than one, a warm-up first: compilation, handles,
+    autotuning): the last call's output, unwritten count and LSE (:func:`_call`), and each call's milliseconds."""
+    times: list[float] = []
+    res, unwritten, lse = None, None, None
+    if cuda and repeats > 1:
+        res, unwritten, lse = _call(backend, case, inputs, with_lse=True)  # warm-up
+    for _ in range(max(1, repeats)):
+        if cuda:  # CUDA events: the device time of the call (poisoning the buffer included)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            res, unwritten, lse = _call(backend, case, inputs, with_lse=True)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            res, unwritten, lse = _call(backend, case, inputs, with_lse=True)
+            times.append((time.perf_counter() - t0) * 1e3)
+    assert res is not None
+    return res, unwritten, lse, times
 
 
 def _compile_seconds(backend: Backend, case: Case, inputs: Inputs, call_s: float, calls: int) -> float:
@@ -527,13 +541,14 @@ class InlineExecutor:
         self.info = backend_info(backend)
         self.halted = False  # :meth:`halt`
 
-    def run(self, case: Case) -> dict[str, Any]:
-        return execute(self.backend, case, self.probes, self.max_passes, self.repeats, self.grad, self.checks)
+    def run(self, case: Case, inputs: InputFiles | None = None) -> dict[str, Any]:
+        return execute(self.backend, case, self.probes, self.max_passes, self.repeats, self.grad, self.checks, inputs)
 
-    def submit(self, case: Case) -> dict[str, Any] | None:
+    def submit(self, case: Case, inputs: InputFiles | None = None) -> dict[str, Any] | None:
+        """Run ``case`` now (``inputs``: its shared draw, mapped afresh: the backend's writes stay in its copy)."""
         if self.halted:
             return {"status": "crash", "detail": "the run was interrupted"}
-        self._result = self.run(case)  # in this process there is nothing to overlap
+        self._result = self.run(case, inputs)  # in this process there is nothing to overlap
         return None
 
     def collect(self, timeout: float | None = None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
-from .case import Case, make_inputs
+from .case import Case, Inputs, make_inputs
 from .grad import GradBaseline, compare_grads, grad_columns, make_grad_baseline
 from .memory import LARGE_ROW_BYTES, estimate, is_oom
 from .reference import attention_reference
@@ -31,6 +31,19 @@ _T = TypeVar("_T")
 #: Bytes of baselines a cache keeps (their float64 references): the memory gates reserve this much
 #: (:mod:`parity.sweep.rowmemory`); which is evicted first, :class:`BaselineCache`'s ``demand`` says.
 CACHE_BYTES = 4 << 30
+
+
+class InputSource(Protocol):
+    """Where a cache's references take their inputs (:class:`parity.sweep.inputstore.InputStore`: the sweep's one draw
+    of each case, the bytes its rows were sent), and the seconds that draw took."""
+
+    def inputs(self, case: Case, device: str = "cpu") -> Inputs:
+        """``make_inputs(case, device)``."""
+        ...
+
+    def drawn_s(self, case_id: str) -> float:
+        """Seconds the source spent drawing ``case_id`` (0.0: none)."""
+        ...
 
 
 class Demand(Protocol):
@@ -109,6 +122,9 @@ class BaselineCache:
         self._lock = threading.Lock()  # the dicts: held only to read or change them, never while computing
         self._computing = threading.Lock()  # one computation at a time (the counters above change under it)
         self._grads: dict[str, GradBaseline] = {}  # the backward's (--grad), kept like the forward's
+        #: the references' inputs: the sweep's shared draw (None: make_inputs); its draw's seconds count in case_seconds,
+        #: as the reference's own draw did before 2026-12-07 (the rows' time limits scale with them)
+        self.inputs: InputSource | None = None
 
     def grad(self, case: Case) -> GradBaseline:
         """``case``'s reference gradients and their budget figures (:mod:`parity.grad`), computed once."""
@@ -156,7 +172,7 @@ class BaselineCache:
 
     def _compute_grad(self, case: Case) -> GradBaseline:
         t0 = time.perf_counter()
-        base = self._on_device_or_cpu(lambda device: make_grad_baseline(case, make_inputs(case, device)))
+        base = self._on_device_or_cpu(lambda device: make_grad_baseline(case, self._inputs(case, device)))
         with self._lock:
             self._make_room(self._grads, lambda b: b.bytes, base.bytes)
             self._grads[case.case_id] = base
@@ -167,7 +183,7 @@ class BaselineCache:
 
     def _compute(self, case: Case) -> Baseline:
         t0 = time.perf_counter()
-        base = self._on_device_or_cpu(lambda device: compute_baseline(case, device, stages=self.stage_seconds))
+        base = self._on_device_or_cpu(lambda device: compute_baseline(case, device, stages=self.stage_seconds, inputs_of=self._inputs))
         if estimate(case, probes=False).harness_bytes >= LARGE_ROW_BYTES:
             # as a worker does after a large row: the caching allocator's freed blocks go back to the card, which
             # the lanes' workers share (h100-2026-12-06-models: a process of 17 GiB beside a worker's OOM)
@@ -177,9 +193,13 @@ class BaselineCache:
             self._make_room(self._cache, _ref_bytes, _ref_bytes(base))
             self._cache[case.case_id] = base
         spent = time.perf_counter() - t0
-        self.case_seconds[case.case_id] = spent
+        self.case_seconds[case.case_id] = spent + (self.inputs.drawn_s(case.case_id) if self.inputs is not None else 0.0)
         self.seconds += spent
         return base
+
+    def _inputs(self, case: Case, device: str) -> Inputs:
+        """``case``'s inputs on ``device``: from :attr:`inputs` where the cache has a source, else drawn."""
+        return self.inputs.inputs(case, device) if self.inputs is not None else make_inputs(case, device)
 
     def _on_device_or_cpu(self, make: Callable[[str], _T]) -> _T:
         """``make(self.device)``; where that runs out of device memory, ``make("cpu")`` (counted in
@@ -220,11 +240,14 @@ class BaselineCache:
             return sum(_ref_bytes(b) for b in self._cache.values())
 
 
-def compute_baseline(case: Case, device: str, stages: dict[str, float] | None = None) -> Baseline:
+def compute_baseline(
+    case: Case, device: str, stages: dict[str, float] | None = None, inputs_of: Callable[[Case, str], Inputs] = make_inputs
+) -> Baseline:
     """``case``'s float64 reference and same-dtype baseline on ``device`` (both banded); ``stages``:
-    seconds of each step (``inputs``, ``reference``, ``baseline``) are added to it."""
+    seconds of each step (``inputs``, ``reference``, ``baseline``) are added to it; ``inputs_of``: its inputs
+    (:func:`parity.case.make_inputs`, or the sweep's shared draw of the same bytes)."""
     t0 = time.perf_counter()
-    inputs = make_inputs(case, device)
+    inputs = inputs_of(case, device)
     t1 = time.perf_counter()
     ref_lse = torch.empty(inputs.q.shape[:2], dtype=torch.float64, device=inputs.q.device)  # (total_q, hq)
     same_lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=inputs.q.device)  # (total_q, hq)

@@ -1,5 +1,6 @@
-"""Worker processes without torch: the worker protocol (length-prefixed pickles), the worker-path
-settings, and :class:`ProcessExecutor`, which runs a backend in ``python -m parity.worker``.
+"""Worker processes without torch: the worker protocol (length-prefixed pickles, a large tensor of an answer as
+a shared-memory file: :mod:`parity.transfer`), the worker-path settings, and :class:`ProcessExecutor`, which runs a
+backend in ``python -m parity.worker``.
 
 Importing this module costs no torch import, so ``parity backends`` starts its workers at once.
 """
@@ -18,8 +19,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import transfer
+
 if TYPE_CHECKING:
     from .case import Case
+    from .shared_inputs import InputFiles
 
 
 def read_worker_path_items(items: Iterable[str]) -> tuple[dict[str, list[str]], list[str]]:
@@ -74,8 +78,9 @@ def worker_paths(items: Iterable[str] | None) -> dict[str, list[str]]:
 # -- worker protocol: length-prefixed pickles over the worker's stdin / a dup of its stdout -------
 
 
-def send(fp, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+def send(fp, obj: Any, spill: str | None = None) -> None:
+    """``obj`` as one message; ``spill``: a file prefix, its large tensors then go as files (:mod:`parity.transfer`)."""
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) if spill is None else transfer.dumps(obj, spill)
     fp.write(struct.pack("<Q", len(data)))
     fp.write(data)
     fp.flush()
@@ -102,7 +107,7 @@ def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
 def recv(fd: int, timeout: float | None = None) -> Any:
     deadline = None if timeout is None else time.monotonic() + timeout
     (n,) = struct.unpack("<Q", _read_exact(fd, 8, deadline))
-    return pickle.loads(_read_exact(fd, n, deadline))
+    return transfer.loads(_read_exact(fd, n, deadline))  # a tensor sent as a file: mapped, the file unlinked
 
 
 def _signal_name(code: int | None) -> str:
@@ -145,6 +150,10 @@ class ProcessExecutor:
         self.proc: subprocess.Popen | None = None
         self._submitted = False
         self.halted = False  # :meth:`halt`: the run was interrupted; no worker starts again
+        #: the worker's tensor files (:mod:`parity.transfer`): their folders and name prefix (None: pickled)
+        self.spill_dirs = transfer.spill_dirs()
+        self.spill_prefix = transfer.owner_prefix(tag=transfer.new_tag("w")) if self.spill_dirs else None
+        transfer.remove_stale_once(self.spill_dirs)  # what a killed harness left
         self._launch()
         self._info: dict[str, Any] | None = None
         if wait:
@@ -173,6 +182,10 @@ class ProcessExecutor:
         path = [*self.extra_path, *[p for p in sys.path if p]]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env[transfer.DIRS_ENV] = os.pathsep.join(self.spill_dirs) or "off"
+        env.pop(transfer.PREFIX_ENV, None)
+        if self.spill_prefix is not None:
+            env[transfer.PREFIX_ENV] = self.spill_prefix
         log: Any = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "parity.worker"],
@@ -215,10 +228,19 @@ class ProcessExecutor:
         except TimeoutError:
             self._kill()
             return {"status": "timeout", "detail": f"no answer within {timeout:g} s; worker killed"}
+        except transfer.SpillError as exc:  # the answer came, its tensor file did not: a harness fault, the row's alone
+            self._kill()
+            return {"status": "crash", "detail": f"the worker's answer could not be read: {exc}"}
         except (EOFError, OSError, pickle.UnpicklingError, struct.error):
             code = self.proc.wait(timeout=30)
             self.proc = None
+            self._remove_files()  # what the worker wrote of an answer it never sent
             return {"status": "crash", "detail": f"worker {_signal_name(code)}{self._log_tail()}"}
+
+    def _remove_files(self) -> None:
+        """The worker's tensor files not yet read (it died, or was killed, between writing and sending them)."""
+        if self.spill_prefix is not None:
+            transfer.remove_prefix(self.spill_prefix, self.spill_dirs)
 
     def _log_tail(self) -> str:
         if not self.log_path or not self.log_path.exists():
@@ -238,9 +260,10 @@ class ProcessExecutor:
         except subprocess.TimeoutExpired:
             pass
         self.proc = None
+        self._remove_files()
 
-    def run(self, case: Case) -> dict[str, Any]:
-        failed = self.submit(case)
+    def run(self, case: Case, inputs: InputFiles | None = None) -> dict[str, Any]:
+        failed = self.submit(case, inputs)
         return failed if failed is not None else self.collect()
 
     def halt(self) -> None:
@@ -255,8 +278,9 @@ class ProcessExecutor:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    def submit(self, case: Case) -> dict[str, Any] | None:
-        """Send ``case`` to the worker without waiting; a result dict if it could not be sent."""
+    def submit(self, case: Case, inputs: InputFiles | None = None) -> dict[str, Any] | None:
+        """Send ``case`` to the worker without waiting; a result dict if it could not be sent. ``inputs``: the case's
+        shared draw (:mod:`parity.shared_inputs`: its files' names cross, the worker maps them), else it draws them."""
         if self.halted:
             return {"status": "crash", "detail": "the run was interrupted: its workers were stopped"}
         if self.proc is None or self.proc.poll() is not None:
@@ -270,6 +294,7 @@ class ProcessExecutor:
         try:
             req = {"op": "run", "case": case.to_json(), "probes": self.probes, "max_passes": passes, "repeats": self.repeats}
             req = {**req, "grad": True} if self.grad else req
+            req = {**req, "inputs": inputs} if inputs is not None else req
             send(self.proc.stdin, {**req, "checks": list(self.checks)} if self.checks else req)
         except (BrokenPipeError, OSError):
             code = self.proc.wait(timeout=30)
@@ -299,3 +324,4 @@ class ProcessExecutor:
         except Exception:  # noqa: BLE001
             self._kill()
         self.proc = None
+        self._remove_files()

@@ -1,6 +1,7 @@
 """Worker process: ``python -m parity.worker``, driven by :class:`parity.execute.ProcessExecutor`.
 
-Reads length-prefixed pickled requests on stdin and answers on the original stdout;
+Reads length-prefixed pickled requests on stdin and answers on the original stdout (an
+answer's large tensors as shared-memory files of its executor's prefix: :mod:`parity.transfer`);
 the backend's own prints are sent to stderr (the run's log) so they cannot corrupt
 the channel.
 
@@ -38,7 +39,9 @@ def serve(spec_seen: list[str] | None = None) -> int:
 
     from .case import Case
     from .execute import backend_info, context_lost, execute, recv, send
+    from .transfer import PREFIX_ENV
 
+    spill = os.environ.get(PREFIX_ENV) or None  # an answer's large tensors go as files of this prefix (parity.transfer)
     backend = None
     while True:
         try:
@@ -76,12 +79,13 @@ def serve(spec_seen: list[str] | None = None) -> int:
                 continue
             case = Case.from_json(req["case"])
             checks = tuple(req.get("checks", ()))
-            result = execute(backend, case, req["probes"], req["max_passes"], req.get("repeats", 1), req.get("grad", False), checks)
+            shared = req.get("inputs")  # the sweep's draw of the case (parity.shared_inputs), else drawn here
+            result = execute(backend, case, req["probes"], req["max_passes"], req.get("repeats", 1), req.get("grad", False), checks, shared)
             if context_lost(result):
                 # the CUDA context is unusable: later rows would fail here for this row's fault
                 result["detail"] = result.get("detail", "") + " (CUDA context lost: the worker was restarted for the next row)"
                 result["restart"] = True
-            send(proto_out, result)
+            send(proto_out, result, spill)
             if result.get("restart"):
                 return 3
             continue

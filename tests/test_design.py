@@ -356,7 +356,7 @@ LAYERS = [
     },
     {"backends"},
     {"coverage", "strategies", "models", "design", "shard", "expect"},
-    {"invariance", "graphs", "execute", "worker", "process", "judge"},
+    {"invariance", "graphs", "transfer", "shared_inputs", "execute", "worker", "process", "judge"},
     {"sweep", "api", "shrink", "consistency", "decode", "selftest", "export_repro"},
     {"report"},
     {"runner"},

@@ -43,9 +43,9 @@ def small_machine(monkeypatch):
     computed: list[str] = []
     real = judging.compute_baseline
 
-    def spy(case, device, stages=None):
+    def spy(case, device, stages=None, **kw):
         computed.append(case.case_id)
-        return real(case, device, stages)
+        return real(case, device, stages, **kw)
 
     monkeypatch.setattr(judging, "compute_baseline", spy)
     return computed

@@ -169,11 +169,11 @@ def test_a_timeout_s_retry_waits_for_its_key_s_build(tmp_path, monkeypatch):
         ex = real(*args, **kwargs)
         submit = ex.submit
 
-        def send(case):
+        def send(case, inputs=None):
             sent.append((case.case_id, time.perf_counter()))
             if case == hang and not pre.in_flight and not ended:
                 _start_build(pre, name)
-            return submit(case)
+            return submit(case, inputs)
 
         ex.submit = send
         return ex

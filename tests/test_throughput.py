@@ -119,6 +119,26 @@ def test_judging_is_not_charged_what_it_waited_for_other_lanes(tmp_path, monkeyp
     assert float(rows[0][head.index("judge wait")]) >= 0.6
 
 
+def test_a_workers_row_is_not_charged_what_its_lane_waited_for_another_lanes_reference(tmp_path, monkeypatch):
+    """The reference computed beside the worker (for the row's time limit) may wait for another lane's: that wait is
+    the row's ``judge_wait``, not its ``wait`` on the worker nor its ``ipc`` (the H100's models run: a worker that
+    answered in a second, its lane seconds behind another lane's 32k reference, all of it counted as ipc)."""
+    real = BaselineCache.ensure_timed
+
+    def slow(self, case, grad=False):
+        spent, _ = real(self, case, grad)
+        time.sleep(1.0)  # as if another lane's reference held the cache this long
+        return spent, 1.0
+
+    monkeypatch.setattr(BaselineCache, "ensure_timed", slow)
+    out = tmp_path / "out"
+    run_sweep(["reference"], FIXTURE_CASES[:2], out, progress=False)  # in a worker: the reference beside it
+    ms = [json.loads(ln)["stage_ms"] for ln in (out / STAGES_FILE).read_text().splitlines()]
+    assert len(ms) == 2 and all(m["worker"] > 0 for m in ms), ms
+    assert all(m["judge_wait"] >= 2000 for m in ms), [m["judge_wait"] for m in ms]  # beside the worker, then judging
+    assert all(m["ipc"] < 500 and m["wait"] < m["worker"] + 500 for m in ms), [(m["wait"], m["worker"], m["ipc"]) for m in ms]
+
+
 def test_a_grad_run_says_where_the_backward_and_its_reference_went(tmp_path):
     """--grad: the backend's backward is its own stage (it was in no stage), and the float64 gradients and their
     same-dtype baseline are charged to the reference (once per case), not to judging."""

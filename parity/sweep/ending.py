@@ -17,6 +17,7 @@ from ..judge import BaselineCache
 from ..results import FAIL_VERDICTS
 from . import precompile
 from .deferred import Deferrals
+from .inputstore import InputStore
 from .lanes import save_costs
 from .options import SweepOptions
 from .timing import SweepTiming, gate_line, split_line, write_timing
@@ -60,13 +61,16 @@ class SweepResult:
         return any(r["verdict"] in FAIL_VERDICTS for r in self.rows)
 
 
-def note_reference_stages(timing: SweepTiming, caches: Iterable[BaselineCache]) -> None:
-    """The baseline caches' stage seconds and recomputations, into ``timing``."""
+def note_reference_stages(timing: SweepTiming, caches: Iterable[BaselineCache], shared: InputStore | None = None) -> None:
+    """The baseline caches' stage seconds and recomputations, into ``timing``; ``shared``: the sweep's draws of the
+    cases' inputs (``shared_inputs``: their seconds; the caches' ``inputs`` then maps them)."""
     stages: dict[str, float] = {}
     caches = list(caches)
     for b in caches:
         for k, v in b.stage_seconds.items():
             stages[k] = stages.get(k, 0.0) + v
+    if shared is not None:
+        stages["shared_inputs"] = shared.seconds
     timing.reference_stages = stages
     timing.reference_recomputed = sum(b.recomputed for b in caches)
 
@@ -79,6 +83,7 @@ class SweepEnd:
     options: SweepOptions
     out_dir: Path | None
     baselines: dict[Any, BaselineCache]
+    shared_inputs: InputStore
     infos: dict[str, dict[str, Any]]
     timing: SweepTiming
     sink: RowSink
@@ -95,11 +100,13 @@ class SweepEnd:
         return self.sink.rows
 
     def _reference_s(self) -> float:
-        return sum(b.seconds for b in self.baselines.values())
+        """The references' seconds: the caches' computations and the shared draws of the cases' inputs (each charged,
+        as the reference's own draw was, to the first row to meet its case)."""
+        return sum(b.seconds for b in self.baselines.values()) + self.shared_inputs.seconds
 
     def _timing_summary(self, partial: bool, wall: float | None = None) -> dict[str, Any]:
         """timing.json's record (``wall``: the run's seconds; None: so far)."""
-        note_reference_stages(self.timing, self.baselines.values())
+        note_reference_stages(self.timing, self.baselines.values(), self.shared_inputs)
         wall = time.perf_counter() - self.t0 if wall is None else wall
         self.timing.held_back = self.deferred.held
         return {"partial": partial, **self.timing.summary(wall, self._reference_s())}

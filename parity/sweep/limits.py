@@ -35,15 +35,16 @@ class RowLimits:
         self.ratios: dict[str, list[float]] = {}  # per backend: seconds waited / the reference's seconds, rows that ran
         self.built: dict[str, set[tuple[Any, ...]]] = {}  # per unit: configurations its worker answered (compiled)
 
-    def reference_now(self, case: Case, unit: str) -> float:
-        """Compute ``case``'s reference while the backend works (its time scales the row's limit); the
-        seconds spent (0.0 when cached, or when it cannot be computed here: the judge will say why)."""
+    def reference_now(self, case: Case, unit: str) -> tuple[float, float]:
+        """Compute ``case``'s reference while the backend works (its time scales the row's limit); the seconds
+        spent computing it (0.0 when cached, or when it cannot be computed here: the judge will say why) and the
+        seconds waited for another lane's computation (the cache computes one at a time)."""
         if self.options.timeout is not None:
-            return 0.0
+            return 0.0, 0.0
         try:
-            return self.baselines_of(unit).ensure(case)
+            return self.baselines_of(unit).ensure_timed(case)
         except Exception:  # noqa: BLE001 - e.g. out of memory: the judge meets it again, on its own row
-            return 0.0
+            return 0.0, 0.0
 
     def reference_s_of(self, case: Case, unit: str) -> float:
         return self.baselines_of(unit).case_seconds.get(case.case_id, 0.0)

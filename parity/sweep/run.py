@@ -25,6 +25,7 @@ from .deferred import Deferrals, Deferred
 from .demand import CaseDemand, demands
 from .ending import SweepEnd, SweepResult
 from .eta import Eta, case_cost
+from .inputstore import InputStore
 from .lanes import LanePlan, make_executor, plan, run_lanes
 from .limits import RowLimits
 from .options import SweepOptions
@@ -33,8 +34,9 @@ from .timing import SweepTiming, earlier_calls, write_timing
 from .writers import Progress, RowSink
 
 #: One backend's answer waiting to be judged: (case, unit, backend info, result, seconds waited on the worker,
-#: seconds spent on the case's reference meanwhile, the row's time limit in seconds).
-Pending = tuple[Case, str, dict[str, Any], dict[str, Any], float, float, float]
+#: seconds spent on the case's reference meanwhile, the row's time limit in seconds, seconds waited meanwhile for
+#: another lane's reference: the row's judge_wait, not its wait).
+Pending = tuple[Case, str, dict[str, Any], dict[str, Any], float, float, float, float]
 #: A row set aside while the pre-pass builds its kernel key: (case, unit, set once that build ended, the held-back row
 #: it is where the rows held back to run alone set it aside, else None).
 Aside = tuple[Case, str, threading.Event, Deferred | None]
@@ -82,6 +84,12 @@ class Sweep(SweepEnd):
         self.on_started = on_started
         self.plan = plan(self.backend_names, cases, options)
         self.baselines = reference_caches(self.plan, options)
+        # each case's inputs drawn once: its rows' workers and its reference map them (the bytes of one draw); in this
+        # process (--no-isolate) each row draws its own, as before 2026-12-07 (budget 0: the store holds nothing)
+        rows = {c.case_id: sum(self.plan.runs(u, c) for u in self.plan.units) for c in cases}
+        self.shared_inputs = InputStore(rows, max_bytes=None if options.isolate else 0)
+        for cache in self.baselines.values():
+            cache.inputs = self.shared_inputs if options.isolate else None
         self._give_demands()  # which references the units still need: what each cache evicts first (its demand)
         self.infos: dict[str, dict[str, Any]] = {}
         self.executors: dict[str, Any] = {}  # per unit
@@ -122,6 +130,7 @@ class Sweep(SweepEnd):
         finally:
             self._end_precompile()
             self._close_executors()
+            self.shared_inputs.close()
             self.sink.close()
         return self._result(time.perf_counter() - self.t0)
 
@@ -397,14 +406,21 @@ class Sweep(SweepEnd):
             return False
         t_ex, est = time.perf_counter(), reserved.est
         why = self.memory.host_refusal(case, unit, reserved)  # the machine cannot hold it: not sent, no reference
-        failed = {"status": Outcome.UNSUPPORTED, "detail": why} if why else ex.submit(case)
+        # the case's shared draw (drawn now by the first row to meet it: the reference's stage, as its own draw was)
+        shared, draw_s = self.shared_inputs.lease(case) if not why and not self.memory.refused(est, unit) else (None, 0.0)
+        failed = {"status": Outcome.UNSUPPORTED, "detail": why} if why else ex.submit(case, shared)
         t_sent = time.perf_counter()
         self._finish(pending)  # the previous row, overlapped with this backend's work
         t_ref = time.perf_counter()
         now = failed is None and self.options.isolate and not self.memory.refused(est, unit)  # a refused row needs no reference
-        baseline_s = self.limits.reference_now(case, unit) if now else 0.0
+        ref_s, ref_wait = self.limits.reference_now(case, unit) if now else (0.0, 0.0)
+        baseline_s = draw_s + ref_s
         limit = self.limits.limit(case, backend, unit)
-        res = failed if failed is not None else ex.collect(timeout=limit)
+        try:
+            res = failed if failed is not None else ex.collect(timeout=limit)
+        finally:
+            if shared is not None:
+                self.shared_inputs.unlease(case)
         self.limits.note_built(case, unit, res)
         if res.get("oom") and self.memory.gate(unit).budget is not None:
             spent = (time.perf_counter() - t_ex - baseline_s, baseline_s)
@@ -413,12 +429,12 @@ class Sweep(SweepEnd):
         if self.stop.is_set():  # interrupted: this answer may be the worker being shut down
             return False
         res["est_mem_mb"] = est.mb
-        wait_s = (t_sent - t_ex) + (time.perf_counter() - t_ref) - baseline_s
-        if res.get("status") == "ok":
-            self.limits.note_ratio(backend, case, unit, wait_s)
+        wait_s = (t_sent - t_ex) + (time.perf_counter() - t_ref) - baseline_s - ref_wait  # ref_wait: judge_wait's
+        if res.get("status") == "ok":  # the limits' ratio as before 2026-12-07: another lane's reference counted in
+            self.limits.note_ratio(backend, case, unit, wait_s + ref_wait)
         if held_back is not None:  # its first attempt's seconds (an out-of-memory row), charged to it now
             wait_s, baseline_s = wait_s + held_back.spent_s, baseline_s + held_back.reference_s
-        pending.append((case, unit, info, res, wait_s, baseline_s, limit))
+        pending.append((case, unit, info, res, wait_s, baseline_s, limit, ref_wait))
         if not self.options.isolate and context_lost(res):
             self._lose_context(backend, case)
         return True
@@ -468,12 +484,13 @@ class Sweep(SweepEnd):
         wait_s: float,
         ref_s: float = 0.0,
         limit: float = 0.0,
+        ref_wait: float = 0.0,
         retried: bool = False,
     ) -> None:
         backend, part = self.plan.units[unit]
         if res.get("status") == Outcome.TIMEOUT and not retried and self.options.isolate:
             with self.lock:  # judged after the lanes, once retried alone (:meth:`_retry_timeouts`)
-                self.retries.append((case, unit, info, res, wait_s, ref_s, limit))
+                self.retries.append((case, unit, info, res, wait_s, ref_s, limit, ref_wait))
             self.memory.release(unit, case)  # its memory hold too: the retry runs after the lanes, alone
             return
         t_judge = time.perf_counter()
@@ -482,7 +499,7 @@ class Sweep(SweepEnd):
         baseline_s, t_lock = ref_s + computed, time.perf_counter()
         judge_s = t_lock - t_judge - computed - waited
         with self.lock:
-            judge_wait = waited + time.perf_counter() - t_lock  # other lanes: their reference, this lock
+            judge_wait = ref_wait + waited + time.perf_counter() - t_lock  # other lanes: their reference, this lock
             gate = self.memory.take_admission(unit, case)
             stages = self.timing.add(
                 backend, case, res, wait_s, judge_s, baseline_s, unit=unit, part=part, gate=gate, judge_wait=judge_wait
@@ -543,6 +560,7 @@ class Sweep(SweepEnd):
         cache = self._baselines(unit)
         if _demand_of(cache).release(unit, case.case_id):
             cache.release(case.case_id)
+        self.shared_inputs.done(case.case_id)
 
     def _at(self, lane_units: list[str], index: int) -> None:
         """The lane of ``lane_units`` is at case ``index`` (``len(self.cases)``: done): the caches keep what is near."""
@@ -555,7 +573,7 @@ class Sweep(SweepEnd):
         took on the case."""
         retries, self.retries = self.retries, []
         for retry in retries:
-            case, unit, info, res, wait_s, ref_s, limit = retry
+            case, unit, info, res, wait_s, ref_s, limit, ref_wait = retry
             if self._should_stop() or not self._await_key(case, unit):  # no build of its key beside a build under way
                 self.retries.append(retry)
                 continue  # not recorded: the run is partial, --resume runs the row again
@@ -577,7 +595,7 @@ class Sweep(SweepEnd):
                     "detail": f"no answer within {limit:.3g} s, nor within {longer:.3g} s when retried alone; "
                     f"worker killed; the reference took {ref} on this case",
                 }
-            self._judge_and_emit(case, unit, info, again, wait_s + time.perf_counter() - t0, ref_s, longer, retried=True)
+            self._judge_and_emit(case, unit, info, again, wait_s + time.perf_counter() - t0, ref_s, longer, ref_wait, retried=True)
 
 
 def _timing(lane_plan: LanePlan, options: SweepOptions, out_dir: Path | None) -> SweepTiming:

@@ -28,7 +28,8 @@ __all__ = [
 #: The stages of one row, in seconds (``*_calls``: a count), as ``stages.jsonl`` and ``timing.json`` give them:
 #: the worker's (inputs .. worker), then the sweep's (gate .. reference).
 STAGES = (
-    "inputs",  # the case's inputs, drawn and moved to the backend's device
+    "inputs",  # the case's inputs, mapped from the sweep's one draw of the case (parity.sweep.inputstore; drawn by
+    # the worker before 2026-12-07, and where the sweep holds none) and moved to the backend's device
     "call",  # the backend's timed call(s), warm-up included: a first call of a configuration compiles here
     "compile",  # of which first-use compilation (the first row of a configuration, on CUDA or a compiling backend)
     "output_copy",  # the output copied to the CPU for the judge
@@ -46,12 +47,14 @@ STAGES = (
     "gate",  # what the lane waited at the memory gate before sending the row: other rows holding the card, or the
     # card draining for a row that runs alone (this one, or another lane's); its line says which (ran_alone, drained)
     "wait",  # what the lane waited on the worker (overlaps judging the previous row)
-    "ipc",  # wait not spent in the worker: sending, pickling the answer, process scheduling
+    "ipc",  # wait not spent in the worker: sending, the answer's pickle (its large tensors as files since 2026-12-07,
+    # parity.transfer), process scheduling
     "judge",  # the comparison with the reference and the known divergences (the probes are decoded in the worker)
     "judge_wait",  # what judging the row waited for other lanes: a reference another lane was computing (the cache
-    # computes one at a time), the sweep's lock to release its memory hold and to record it (before 2026-12-07: in judge)
+    # computes one at a time), the sweep's lock to release its memory hold and to record it (before 2026-12-07: in judge),
+    # and what its lane waited for another lane's reference beside its worker (before 2026-12-07: in wait and ipc)
     "reference",  # inputs + float64 reference + same-dtype baseline (and, with --grad, their gradients): charged
-    # to the first row to meet the case
+    # to the first row to meet the case; inputs: the sweep's shared draw, made by that row's lane before it is sent
 )
 
 _WORKER = {

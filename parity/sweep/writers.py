@@ -98,13 +98,16 @@ class RowSink:
                 self.eta.skip(backend, case_id)
 
     def stages(self, backend: str, case: Case, res: dict[str, Any], stages: dict[str, float], gate: Admission | None = None) -> None:
-        """One line of ``stages.jsonl``: the row's :data:`parity.sweep.timing.STAGES` in milliseconds, and whether it
-        ran alone at its memory gate and drained the card for it (``gate``: its admissions; its wait is the ``gate`` stage)."""
+        """One line of ``stages.jsonl``: the row's :data:`parity.sweep.timing.STAGES` in milliseconds, whether its inputs
+        were the sweep's shared draw (``inputs_shared``), and whether it ran alone at its memory gate and drained the
+        card for it (``gate``: its admissions; its wait is the ``gate`` stage)."""
         if self.stages_fh is None:
             return
         ms = {k: (int(v) if k.endswith("_calls") else round(v * 1e3, 3)) for k, v in stages.items()}
-        first = bool((res.get("timing") or {}).get("first_config"))
+        timing = res.get("timing") or {}
+        first, shared = bool(timing.get("first_config")), bool(timing.get("inputs_shared"))
         line = {"backend": backend, "case_id": case.case_id, "status": res.get("status"), "first_config": first, "stage_ms": ms}
+        line["inputs_shared"] = shared  # its inputs mapped from the sweep's one draw of the case (False: drawn by its worker)
         line.update(ran_alone=bool(gate and gate.alone), drained=bool(gate and gate.drained))
         self.stages_fh.write(json.dumps(line) + "\n")
         self.stages_fh.flush()
