@@ -150,7 +150,7 @@ def test_a_refused_row_gets_no_reference(tmp_path, slow_reference):
     assert {r["verdict"] for r in res.rows} == {"unsupported"} and len(res.rows) == 3
     assert slow_reference == [], f"references computed for refused rows: {slow_reference}"
     ms = [ln["stage_ms"] for ln in _stages(out)]
-    assert all(m["reference"] < 100 and m["judge_wait"] < 50 and m["wait"] < 500 for m in ms), ms
+    assert all(m["reference"] == 0 and m["judge_wait"] < 50 and m["wait"] < 500 for m in ms), ms
     assert time.perf_counter() - t0 < 30  # the worker's start-up, not SLOW_S a row (a loose bound: a loaded CPU)
 
 
@@ -190,7 +190,8 @@ def test_answers_that_come_while_another_lane_computes_its_reference_are_not_kep
 
 def test_rows_with_an_output_are_judged_against_the_reference_beside_refused_ones(tmp_path, slow_reference):
     """A backend that refuses batches and runs the rest, the reference, an error without output: each case's reference
-    computed once, by the first row with an output to judge; the rows without one charge none of it."""
+    computed once, by the first row with an output to judge; the rows without one charge none of it, nor the case's
+    shared draw of inputs (a row refused up front draws none: its worker reads none)."""
     out = tmp_path / "out"
     res = _sweep([REFUSES_BATCHES, "reference", RAISES], CASES, out)
     by = {(r["backend"], r["case_id"]): r for r in res.rows}
@@ -203,7 +204,7 @@ def test_rows_with_an_output_are_judged_against_the_reference_beside_refused_one
     assert sorted(slow_reference) == sorted(c.case_id for c in CASES)  # once a case: the cache keeps it for the next lane
     lines = _stages(out)
     idle = [ln["stage_ms"] for ln in lines if ln["status"] != "ok"]
-    assert len(idle) == 5 and all(m["reference"] < 100 and m["judge_wait"] < 50 for m in idle), idle
+    assert len(idle) == 5 and all(m["reference"] == 0 and m["judge_wait"] < 50 for m in idle), idle
     charged = {ln["case_id"]: ln["backend"] for ln in lines if ln["stage_ms"]["reference"] >= SLOW_S * 1000}
     assert charged == {single: REFUSES_BATCHES, batch: "reference", decode: "reference"}
 
@@ -215,11 +216,13 @@ def _rows(path) -> list[dict[str, str]]:
 
 def test_results_are_those_of_a_lane_that_waits_for_the_reference(tmp_path, monkeypatch):
     """A small mixed sweep (refusals, an error, passes, a failure, two lanes): results.csv the same, apart from
-    ``time_ms``, as where the lane never sees an answer before its reference (the code before this change)."""
+    ``time_ms``, as where the lane never sees an answer before its reference and every row is sent the case's shared
+    draw (the code before this change)."""
     specs = [REFUSES_BATCHES, RAISES, "reference", "sdpa", "parity.selftest.bugs:WindowOneWider", REFUSES]
     _sweep(specs, CASES, tmp_path / "early", jobs=2)
     monkeypatch.setattr(sweep_run, "EARLY_ANSWER_S", 0.0)
     monkeypatch.setattr(ProcessExecutor, "answered", lambda self, timeout=0.0: False)
+    monkeypatch.setattr(sweep_run.Sweep, "_refused_up_front", lambda self, unit, case: False)  # every row draws
     _sweep(specs, CASES, tmp_path / "late", jobs=2)
     early, late = _rows(tmp_path / "early" / "results.csv"), _rows(tmp_path / "late" / "results.csv")
     key = lambda r: (r["backend"], r["case_id"])  # noqa: E731
