@@ -119,7 +119,7 @@ def test_a_wait_for_another_lanes_reference_ends_when_its_unless_says_so(monkeyp
         with pytest.raises(judging.Overtaken) as stopped:
             cache.ensure_timed(other, unless=lambda: time.perf_counter() > answer_at)
         waited = time.perf_counter() - t0
-        assert 0.2 <= stopped.value.waited <= waited < 0.2 + 0.25, (stopped.value.waited, waited)
+        assert 0.2 <= stopped.value.waited <= waited < 0.2 + 2.0, (stopped.value.waited, waited)  # not the 30 s it holds
         assert other.case_id not in cache.computed and not cache.cached(other)
     finally:
         release.set()
