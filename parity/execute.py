@@ -551,6 +551,10 @@ class InlineExecutor:
         self._result = self.run(case, inputs)  # in this process there is nothing to overlap
         return None
 
+    def answered(self, timeout: float = 0.0) -> bool:
+        """In this process the answer is in once :meth:`submit` returned."""
+        return True
+
     def collect(self, timeout: float | None = None) -> dict[str, Any]:
         return self._result  # in this process nothing can be timed out
 

@@ -28,6 +28,19 @@ from .verdict import Baseline, Budget, Comparison, compare, compare_lse, make_ba
 
 _T = TypeVar("_T")
 
+#: How often a wait for another caller's computation asks its ``unless`` (:meth:`BaselineCache.ensure_timed`), seconds.
+UNLESS_POLL_S = 0.01
+
+
+class Overtaken(Exception):
+    """:meth:`BaselineCache.ensure_timed` stopped waiting for another caller's computation because its ``unless`` said
+    so (a sweep's lane: its worker answered meanwhile); nothing was computed. ``waited``: the seconds it waited."""
+
+    def __init__(self, waited: float):
+        super().__init__(f"stopped after waiting {waited:.3f} s for another computation")
+        self.waited = waited
+
+
 #: Bytes of baselines a cache keeps (their float64 references): the memory gates reserve this much
 #: (:mod:`parity.sweep.rowmemory`); which is evicted first, :class:`BaselineCache`'s ``demand`` says.
 CACHE_BYTES = 4 << 30
@@ -143,24 +156,29 @@ class BaselineCache:
         computing them (0.0 on a hit)."""
         return self.ensure_timed(case, grad)[0]
 
-    def ensure_timed(self, case: Case, grad: bool = False) -> tuple[float, float]:
+    def ensure_timed(self, case: Case, grad: bool = False, unless: Callable[[], bool] | None = None) -> tuple[float, float]:
         """:meth:`ensure`'s seconds computing, and the seconds it waited for another caller's computation (another
-        lane's case, or this case computed meanwhile by another lane)."""
-        _, spent, waited = self._fetch(self._cache, case, self._compute)
+        lane's case, or this case computed meanwhile by another lane). ``unless``: asked every :data:`UNLESS_POLL_S`
+        while another computation holds the cache; once it says True, :class:`Overtaken` is raised, nothing computed
+        (the forward's baseline only: with ``grad``, the gradients' wait is not cut short)."""
+        _, spent, waited = self._fetch(self._cache, case, self._compute, unless)
         if grad:
             _, g_spent, g_waited = self._fetch(self._grads, case, self._compute_grad)
             spent, waited = spent + g_spent, waited + g_waited
         return spent, waited
 
-    def _fetch(self, cache: dict[str, _T], case: Case, compute: Callable[[Case], _T]) -> tuple[_T, float, float]:
+    def _fetch(
+        self, cache: dict[str, _T], case: Case, compute: Callable[[Case], _T], unless: Callable[[], bool] | None = None
+    ) -> tuple[_T, float, float]:
         """``case``'s entry of ``cache`` (computed by ``compute`` unless held), the seconds computing it and the
-        seconds waited for another computation."""
+        seconds waited for another computation (:class:`Overtaken` where ``unless`` ended that wait)."""
         with self._lock:
             hit = cache.get(case.case_id)
         if hit is not None:
             return hit, 0.0, 0.0
         t0 = time.perf_counter()
-        with self._computing:
+        self._take_turn(t0, unless)
+        try:
             waited = time.perf_counter() - t0
             with self._lock:
                 hit = cache.get(case.case_id)  # another lane computed it while this one waited
@@ -169,6 +187,18 @@ class BaselineCache:
             t1 = time.perf_counter()
             value = compute(case)
             return value, time.perf_counter() - t1, waited
+        finally:
+            self._computing.release()
+
+    def _take_turn(self, t0: float, unless: Callable[[], bool] | None) -> None:
+        """Hold the one computation's lock (waiting since ``t0``); with ``unless``, asked every :data:`UNLESS_POLL_S`
+        while another caller holds it: :class:`Overtaken` (the lock not held) once it says True."""
+        if unless is None:
+            self._computing.acquire()
+            return
+        while not self._computing.acquire(timeout=UNLESS_POLL_S):
+            if unless():
+                raise Overtaken(time.perf_counter() - t0)
 
     def _compute_grad(self, case: Case) -> GradBaseline:
         t0 = time.perf_counter()

@@ -303,6 +303,18 @@ class ProcessExecutor:
         self._submitted = True
         return None
 
+    def answered(self, timeout: float = 0.0) -> bool:
+        """Whether the answer to the case last :meth:`submit`-ted can be read now (or the worker's end: its crash),
+        waiting up to ``timeout`` seconds for it; False with nothing submitted. :meth:`collect` still reads it."""
+        proc = self.proc
+        if not self._submitted or proc is None or proc.stdout is None:
+            return False
+        try:
+            ready, _, _ = select.select([proc.stdout.fileno()], [], [], max(0.0, timeout))
+        except (OSError, ValueError):  # its pipe closed under it (halted): collect says how it ended
+            return True
+        return bool(ready)
+
     def collect(self, timeout: float | None = None) -> dict[str, Any]:
         """The answer to the case last :meth:`submit`-ted (crash / timeout rows included), waited
         for ``timeout`` seconds (default: the executor's)."""

@@ -103,7 +103,7 @@ def test_judging_is_not_charged_what_it_waited_for_other_lanes(tmp_path, monkeyp
     not in ``judge`` (the H100's models run: 17 s of "judge" on a two-row decode case, waiting for a 32k reference)."""
     real = BaselineCache.ensure_timed
 
-    def slow(self, case, grad=False):
+    def slow(self, case, grad=False, unless=None):
         spent, _ = real(self, case, grad)
         time.sleep(0.3)  # as if another lane's reference held the cache this long
         return spent, 0.3
@@ -125,7 +125,7 @@ def test_a_workers_row_is_not_charged_what_its_lane_waited_for_another_lanes_ref
     answered in a second, its lane seconds behind another lane's 32k reference, all of it counted as ipc)."""
     real = BaselineCache.ensure_timed
 
-    def slow(self, case, grad=False):
+    def slow(self, case, grad=False, unless=None):
         spent, _ = real(self, case, grad)
         time.sleep(1.0)  # as if another lane's reference held the cache this long
         return spent, 1.0

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..case import Case
-from ..judge import BaselineCache
+from ..judge import BaselineCache, Overtaken
 from ..maskcheck import mask_passes_at_most
 from ..results import Outcome
 from .lanes import LanePlan, unit_key
@@ -35,16 +35,23 @@ class RowLimits:
         self.ratios: dict[str, list[float]] = {}  # per backend: seconds waited / the reference's seconds, rows that ran
         self.built: dict[str, set[tuple[Any, ...]]] = {}  # per unit: configurations its worker answered (compiled)
 
-    def reference_now(self, case: Case, unit: str) -> tuple[float, float]:
+    def reference_now(self, case: Case, unit: str, unless: Callable[[], bool] | None = None) -> tuple[float, float]:
         """Compute ``case``'s reference while the backend works (its time scales the row's limit); the seconds
         spent computing it (0.0 when cached, or when it cannot be computed here: the judge will say why) and the
-        seconds waited for another lane's computation (the cache computes one at a time)."""
+        seconds waited for another lane's computation (the cache computes one at a time). ``unless``: ends that
+        wait (:class:`parity.judge.Overtaken`, raised: nothing computed) once it says True (the worker answered)."""
         if self.options.timeout is not None:
             return 0.0, 0.0
         try:
-            return self.baselines_of(unit).ensure_timed(case)
+            return self.baselines_of(unit).ensure_timed(case, unless=unless)
+        except Overtaken:
+            raise
         except Exception:  # noqa: BLE001 - e.g. out of memory: the judge meets it again, on its own row
             return 0.0, 0.0
+
+    def needs_reference_now(self, case: Case, unit: str) -> bool:
+        """Whether :meth:`reference_now` would compute or wait (a limit scaled by the reference, not yet cached)."""
+        return self.options.timeout is None and not self.baselines_of(unit).cached(case)
 
     def reference_s_of(self, case: Case, unit: str) -> float:
         return self.baselines_of(unit).case_seconds.get(case.case_id, 0.0)

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import runfolder, shard
+from ..backends.base import refusal_reason
 from ..case import Case
 from ..execute import context_lost
-from ..judge import BaselineCache, apply_expectations, harness_oom_row, judge, unavailable
+from ..judge import BaselineCache, Overtaken, apply_expectations, harness_oom_row, judge, unavailable
 from ..memory import is_oom
 from ..results import Judged, Outcome
 from ..runfolder import read_timing
@@ -26,7 +27,7 @@ from .demand import CaseDemand, demands
 from .ending import SweepEnd, SweepResult
 from .eta import Eta, case_cost
 from .inputstore import InputStore
-from .lanes import LanePlan, make_executor, plan, run_lanes
+from .lanes import LanePlan, backend_object, make_executor, plan, run_lanes
 from .limits import RowLimits
 from .options import SweepOptions
 from .rowmemory import RowMemory, retried_alone
@@ -37,6 +38,9 @@ from .writers import Progress, RowSink
 #: seconds spent on the case's reference meanwhile, the row's time limit in seconds, seconds waited meanwhile for
 #: another lane's reference: the row's judge_wait, not its wait).
 Pending = tuple[Case, str, dict[str, Any], dict[str, Any], float, float, float, float]
+#: Seconds a lane waits for its worker's answer before it computes the case's reference beside it: a refusal comes in
+#: well under this (0.3-0.5 ms a row on the 2-core CPU dev machine, 2026-12-07), then needs no reference at all.
+EARLY_ANSWER_S = 0.01
 #: A row set aside while the pre-pass builds its kernel key: (case, unit, set once that build ended, the held-back row
 #: it is where the rows held back to run alone set it aside, else None).
 Aside = tuple[Case, str, threading.Event, Deferred | None]
@@ -407,17 +411,18 @@ class Sweep(SweepEnd):
         t_ex, est = time.perf_counter(), reserved.est
         why = self.memory.host_refusal(case, unit, reserved)  # the machine cannot hold it: not sent, no reference
         # the case's shared draw (drawn now by the first row to meet it: the reference's stage, as its own draw was)
-        shared, draw_s = self.shared_inputs.lease(case) if not why and not self.memory.refused(est, unit) else (None, 0.0)
+        draw = not why and not self.memory.refused(est, unit) and not self._refused_up_front(unit, case)
+        shared, draw_s = self.shared_inputs.lease(case) if draw else (None, 0.0)
         failed = {"status": Outcome.UNSUPPORTED, "detail": why} if why else ex.submit(case, shared)
         t_sent = time.perf_counter()
         self._finish(pending)  # the previous row, overlapped with this backend's work
         t_ref = time.perf_counter()
         now = failed is None and self.options.isolate and not self.memory.refused(est, unit)  # a refused row needs no reference
-        ref_s, ref_wait = self.limits.reference_now(case, unit) if now else (0.0, 0.0)
+        ref_s, ref_wait, early = self._reference_beside(case, unit, ex) if now else (0.0, 0.0, None)
         baseline_s = draw_s + ref_s
         limit = self.limits.limit(case, backend, unit)
         try:
-            res = failed if failed is not None else ex.collect(timeout=limit)
+            res = failed if failed is not None else early if early is not None else ex.collect(timeout=limit)
         finally:
             if shared is not None:
                 self.shared_inputs.unlease(case)
@@ -438,6 +443,40 @@ class Sweep(SweepEnd):
         if not self.options.isolate and context_lost(res):
             self._lose_context(backend, case)
         return True
+
+    def _refused_up_front(self, unit: str, case: Case) -> bool:
+        """Whether ``unit``'s backend refuses ``case`` by its own check (:func:`parity.backends.base.refusal_reason`),
+        asked here where this process imports it: its worker says so before it reads any inputs, so the row draws none
+        (nor waits for another lane's draw: the first row to meet a case draws it, as its reference stage). A worker
+        that runs the row after all (its check said otherwise there) draws the same bytes itself."""
+        be = backend_object(self.plan.units[unit][0])
+        if be is None:
+            return False
+        try:
+            return refusal_reason(be, case) is not None
+        except Exception:  # noqa: BLE001 - a check that raises here: the worker's answer says what it makes of it
+            return False
+
+    def _reference_beside(self, case: Case, unit: str, ex: Any) -> tuple[float, float, dict[str, Any] | None]:
+        """The case's reference computed while ``unit``'s worker (``ex``) runs it, its seconds scaling the row's time limit:
+        (seconds computing it, seconds waited for another lane's: the cache computes one at a time, the worker's answer
+        where it came first: within :data:`EARLY_ANSWER_S`, or while another lane's reference held the cache). An early
+        answer with nothing to judge (a refusal, an error or crash: any but ``ok``) gets no reference, computed or
+        waited for (h100-2026-12-07g-models: 1463 refused rows, ~2400 s of lanes waiting for other lanes' 32k
+        references); one with an output gets it now, as before (the judge and the limits' ratio need it)."""
+        if not self.limits.needs_reference_now(case, unit):  # cached, or a fixed --timeout: nothing to wait for
+            return (*self.limits.reference_now(case, unit), None)
+        waited = 0.0
+        if not ex.answered(EARLY_ANSWER_S):
+            try:
+                return (*self.limits.reference_now(case, unit, unless=ex.answered), None)
+            except Overtaken as exc:  # the answer came while another lane's reference held the cache
+                waited = exc.waited
+        res = ex.collect(timeout=self.limits.limit(case, self.plan.units[unit][0], unit))  # in: read, not waited for
+        if res.get("status") != "ok":
+            return 0.0, 0.0, res  # the lane's seconds meanwhile are the row's wait on its worker
+        ref_s, ref_wait = self.limits.reference_now(case, unit)
+        return ref_s, ref_wait + waited, res  # judge_wait: all it waited for other lanes' references, as before
 
     def _out_of_memory(
         self,
