@@ -105,6 +105,16 @@ class OomOnce(Small):
         return super().run(case, inputs, out)
 
 
+class RefusesBig(Sized):
+    """As :class:`Sized` (5 GiB for 9 queries: over the lanes' budget), but it refuses those cases by its own check."""
+
+    name = "test-gate-refuses-big"
+    calls: list[str] = []
+
+    def unsupported_reason(self, case):
+        return "9 queries: not taken by this kernel" if case.q_lens[0] == 9 else None
+
+
 #: Six cases, the alone ones (9 queries) spread through them: 5, 9, 5, 9, 5, 9.
 CASES = [
     Case(q_lens=(q,), k_lens=(q,), hq=2, hkv=1, head_dim=8, dtype="float32", window=Window(3, 0), seed=i)
@@ -215,3 +225,17 @@ def test_an_out_of_memory_row_runs_again_alone_after_every_other_row(gate, tmp_p
     assert gate.drains == 0 and gate.alone_rows == 1
     timing = json.loads((tmp_path / "out" / "timing.json").read_text())
     assert timing["gate"]["held_back"] == 1 and timing["stages"][f"{__name__}:OomOnce"]["gate_alone_rows"] == 1
+
+
+def test_a_row_its_backend_refuses_holds_nothing_on_the_gate(gate, tmp_path):
+    """A row its backend refuses by its own check is answered before the card is touched: it asks nothing of the gate,
+    so it is neither held back to run alone nor drains the card (before: each of the three over-budget rows was held
+    back, then ran alone, only for its worker to refuse it), and it is `unsupported` in the backend's words."""
+    res = _sweep([RefusesBig, Small], tmp_path / "out")
+    verdicts = sorted((r["backend"], r["verdict"]) for r in res.rows)
+    assert verdicts.count((f"{__name__}:RefusesBig", "unsupported")) == 3, verdicts
+    assert all("not taken by this kernel" in r["detail"] for r in res.rows if r["verdict"] == "unsupported")
+    assert sum(v == "pass" for _, v in verdicts) == 9, verdicts
+    assert gate.alone_rows == 0 and gate.drains == 0
+    timing = json.loads((tmp_path / "out" / "timing.json").read_text())
+    assert timing["gate"]["held_back"] == 0 and timing["gate"]["alone_rows"] == 0, timing["gate"]

@@ -714,7 +714,7 @@ def test_a_case_holds_the_harness_memory_once_per_gpu_not_once_per_backend():
     est = estimate(SMALL, workspace=1024, harness_on_device=True)
     cache = judging.BaselineCache("cpu")
     infos = {"u": {"device": "cuda"}}
-    lane_plan = types.SimpleNamespace(gpu_of={})
+    lane_plan = types.SimpleNamespace(gpu_of={}, units={"u": ("u", None)})
     memory = RowMemory(lane_plan, SweepOptions(), {None: cache}, infos, threading.RLock(), threading.Event())
     memory.cards = {None: 10 * GIB}
     assert memory.need(SMALL, "u", memory.row_need(SMALL, "u", est)) == est.worker_bytes + est.harness_bytes

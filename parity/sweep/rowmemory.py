@@ -119,18 +119,35 @@ class RowMemory:
 
     def need(self, case: Case, unit: str, row: RowNeed) -> int:
         """The bytes ``case`` holds on its gate (:mod:`.memgate`'s table): none for a row its worker refuses for
-        its card (:func:`parity.memory.card_refusal`: nothing runs, so nothing drains); the worker's estimate on
+        its card (:func:`parity.memory.card_refusal`: nothing runs, so nothing drains) or by its backend's own check
+        (:meth:`refuses_itself`: answered before the card is touched, never held back); the worker's estimate on
         a CUDA backend; the harness's where the reference runs on the device and the case's is not cached yet
         (once per case and GPU, not once per backend). A plugin only its worker can import has no hints here:
         its row asks the estimate without them, and its worker (which has them) may still refuse it."""
         cuda, est = self.unit_infos[unit].get("device") == "cuda", row.est
-        if self.refused(est, unit):
+        if self.refused(est, unit) or self.refuses_itself(case, unit):
             return 0
         if self.hosted(unit):  # its worker's and the harness's host bytes; none where the machine cannot hold it at all
             need = row.host_need.bytes
             return 0 if row.host is not None and need > row.host.usable else need
         harness = est.harness_bytes if est.harness_on_device and not self.cache(self.plan.gpu_of.get(unit)).cached(case) else 0
         return (est.worker_bytes if cuda else 0) + harness
+
+    def refuses_itself(self, case: Case, unit: str) -> bool:
+        """Whether ``unit``'s backend refuses ``case`` by its own check (:func:`parity.backends.base.refusal_reason`),
+        asked in this process: its worker answers so before it reads inputs or touches the card. Such a row holds
+        nothing on its gate, so it neither waits there nor is held back to run alone (h100-2026-12-07g-models: 586
+        of the refused rows' 604 lane-s after the early answers were gate waits, lab/runs/cpu-models-cost-2026-12-07b).
+        False where the backend is not importable here or its check raises: its worker's answer says."""
+        from ..backends.base import refusal_reason
+
+        backend = self.backend_objs.get(self.plan.units[unit][0])
+        if backend is None:
+            return False
+        try:
+            return refusal_reason(backend, case) is not None
+        except Exception:  # noqa: BLE001 - a check that raises here: the worker's answer says what it makes of it
+            return False
 
     def refused(self, est: MemoryEstimate, unit: str) -> bool:
         """Whether ``unit``'s worker will refuse the row for its card (:func:`parity.memory.card_refusal`)."""

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import runfolder, shard
-from ..backends.base import refusal_reason
 from ..case import Case
 from ..execute import context_lost
 from ..judge import BaselineCache, Overtaken, apply_expectations, harness_oom_row, judge, unavailable
@@ -27,7 +26,7 @@ from .demand import CaseDemand, demands
 from .ending import SweepEnd, SweepResult
 from .eta import Eta, case_cost
 from .inputstore import InputStore
-from .lanes import LanePlan, backend_object, make_executor, plan, run_lanes
+from .lanes import LanePlan, make_executor, plan, run_lanes
 from .limits import RowLimits
 from .options import SweepOptions
 from .rowmemory import RowMemory, retried_alone
@@ -445,17 +444,11 @@ class Sweep(SweepEnd):
         return True
 
     def _refused_up_front(self, unit: str, case: Case) -> bool:
-        """Whether ``unit``'s backend refuses ``case`` by its own check (:func:`parity.backends.base.refusal_reason`),
-        asked here where this process imports it: its worker says so before it reads any inputs, so the row draws none
-        (nor waits for another lane's draw: the first row to meet a case draws it, as its reference stage). A worker
-        that runs the row after all (its check said otherwise there) draws the same bytes itself."""
-        be = backend_object(self.plan.units[unit][0])
-        if be is None:
-            return False
-        try:
-            return refusal_reason(be, case) is not None
-        except Exception:  # noqa: BLE001 - a check that raises here: the worker's answer says what it makes of it
-            return False
+        """Whether ``unit``'s backend refuses ``case`` by its own check (:meth:`.RowMemory.refuses_itself`): its worker
+        says so before it reads any inputs, so the row draws none (nor waits for another lane's draw: the first row to
+        meet a case draws it, as its reference stage), and it held nothing on its gate. A worker that runs the row after
+        all (its check said otherwise there) draws the same bytes itself."""
+        return self.memory.refuses_itself(case, unit)
 
     def _reference_beside(self, case: Case, unit: str, ex: Any) -> tuple[float, float, dict[str, Any] | None]:
         """The case's reference computed while ``unit``'s worker (``ex``) runs it, its seconds scaling the row's time limit:
