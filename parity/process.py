@@ -80,7 +80,7 @@ def worker_paths(items: Iterable[str] | None) -> dict[str, list[str]]:
 
 def send(fp, obj: Any, spill: str | None = None) -> None:
     """``obj`` as one message; ``spill``: a file prefix, its large tensors then go as files (:mod:`parity.transfer`)."""
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) if spill is None else transfer.dumps(obj, spill)
+    data = transfer.dumps(obj, spill)  # spill None: no files; small tensors as their bytes either way
     fp.write(struct.pack("<Q", len(data)))
     fp.write(data)
     fp.flush()

@@ -40,6 +40,10 @@ PREFIX_ENV = "PARITY_SPILL_PREFIX"
 #: Every spill file's name starts so, then the owner's process id and ``-``.
 STEM = "parity-io-"
 _TAG = "parity-file-tensor"
+#: A small tensor's persistent id: its bytes, dtype and shape. torch 2.13's own pickling of a CPU tensor fails on the
+#: load side for float8 and uint16/32/64 dtypes ("UntypedStorage has no attribute 'dtype'"): a small case's fp8 K/V in
+#: the shared inputs crossed so and crashed its worker (found by the README's CPU sweep, 2026-12-07).
+_RAW = "parity-raw-tensor"
 _CHUNK = 1 << 30  # bytes per write(2): Linux writes at most 2 GiB - 4 KiB at once
 _counter = itertools.count()
 _counter_lock = threading.Lock()
@@ -159,24 +163,45 @@ class Pickler(pickle.Pickler):
         self.files: list[str] = []  # written for this message
 
     def persistent_id(self, obj: Any) -> Any:
-        if self.prefix is None or "torch" not in sys.modules:
+        if "torch" not in sys.modules:
             return None
         torch = sys.modules["torch"]
-        if type(obj) is not torch.Tensor or obj.nbytes < MIN_BYTES:
+        if type(obj) is not torch.Tensor:
             return None
-        ft = write_tensor(obj, self.prefix, self.dirs)
+        ft = None if self.prefix is None or obj.nbytes < MIN_BYTES else write_tensor(obj, self.prefix, self.dirs)
         if ft is None:
-            return None
+            return _raw_id(obj)
         self.files.append(ft.path)
         return (_TAG, ft.path, ft.dtype, ft.shape)
 
 
+def _raw_id(t: Any) -> Any:
+    """``t``'s :data:`_RAW` id where it is a plain dense CPU tensor (its bytes, dtype, shape), else None (pickled
+    by torch). Every such tensor goes so, not only the dtypes torch fails on: one rule, a few bytes more."""
+    import torch
+
+    if t.device.type != "cpu" or t.layout != torch.strided or t.requires_grad or t.is_quantized or t.is_conj() or t.is_neg():
+        return None
+    raw = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()  # (nbytes,)
+    return (_RAW, raw, str(t.dtype).removeprefix("torch."), tuple(t.shape))
+
+
+def _raw_load(raw: bytes, dtype: str, shape: tuple[int, ...]) -> Any:
+    import torch
+
+    flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)  # (nbytes,)
+    return flat.view(getattr(torch, dtype)).reshape(shape)
+
+
 class Unpickler(pickle.Unpickler):
-    """A message's unpickler: a tensor sent as a file is mapped and its file unlinked (:meth:`FileTensor.load`)."""
+    """A message's unpickler: a tensor sent as a file is mapped and its file unlinked (:meth:`FileTensor.load`), a
+    small one rebuilt from its bytes."""
 
     def persistent_load(self, pid: Any) -> Any:
         if isinstance(pid, tuple) and len(pid) == 4 and pid[0] == _TAG:
             return FileTensor(pid[1], pid[2], tuple(pid[3])).load(unlink=True)
+        if isinstance(pid, tuple) and len(pid) == 4 and pid[0] == _RAW:
+            return _raw_load(pid[1], pid[2], tuple(pid[3]))
         raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
 
 

@@ -141,3 +141,22 @@ def test_a_sweeps_rows_are_the_same_from_the_shared_draw(tmp_path, monkeypatch, 
     timing = json.loads((tmp_path / "shared" / "timing.json").read_text())
     assert timing["reference_stages_s"]["shared_inputs"] > 0
     assert list(spill.iterdir()) == [], "the sweep left files behind"
+
+
+def test_a_small_fp8_cases_inputs_cross_to_its_worker(tmp_path, monkeypatch):
+    """A small case's fp8 K/V stay in the message (under MIN_BYTES), where torch's own pickling fails to load them
+    ("UntypedStorage has no attribute 'dtype'"): the README's CPU sweep crashed the reference's worker on every fp8
+    row so. They cross as bytes: the rows pass, none a crash."""
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setenv(transfer.DIRS_ENV, str(spill))
+    res = run_sweep(["reference"], CASES[3:], out_dir=tmp_path / "out", progress=False)
+    assert [r["verdict"] for r in res.rows] == ["pass", "pass"], [r["detail"] for r in res.rows]
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64", "bfloat16"])
+def test_small_tensors_of_every_dtype_round_trip(dtype):
+    """Under MIN_BYTES a tensor is pickled in the message: its bytes, dtype and shape come back (a strided view too)."""
+    t = (torch.arange(24).reshape(4, 6) % 5).to(getattr(torch, dtype))  # (4, 6)
+    got = transfer.loads(transfer.dumps({"t": t, "col": t[:, 2]}, "parity-test-"))
+    assert got["t"].dtype == t.dtype and _same(got["t"], t) == 0 and _same(got["col"], t[:, 2].contiguous()) == 0
