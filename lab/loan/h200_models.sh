@@ -7,6 +7,8 @@
 #     columns: a run of older code is refused, "lacks the columns ..."; the newest is lab/runs/h100-2026-12-07g-models)
 #   PRECOMPILE=off ...                                 # --precompile off|on|auto (default auto): off when a call's
 #     time limit is shorter than its compiles (12-07d: FlashInfer's prefill JIT took the whole 370 s)
+#   SPLIT="flashinfer-paged-cuda=5" ...               # --split items (space-separated): the 12-07b projection's
+#     critical lane is FlashInfer paged's prefill JIT (11 keys x ~132 s in one worker); split, it is a fifth
 #   bash lab/loan/h200_models.sh mem [LIMIT_S]         # benchmarks/memory_estimate.py at scale 1, a few backends
 # Each call leaves $OUT/models.tgz: the run folder (masks.jsonl only while small: a call returns 16 MiB) and its log.
 set -u
@@ -19,6 +21,7 @@ case "${1:-}" in
     # SEED=reports/RUN/run: on a fresh machine, go on from a committed partial run (its .gz files unpacked)
     if [ ! -d "$d" ] && [ -n "${SEED:-}" ]; then cp -r "$here/../$SEED" "$d" && gunzip -f "$d"/*.gz; fi
     resume=(); [ -f "$d/results.csv" ] && resume=(--resume)
+    for s in ${SPLIT:-}; do resume+=(--split "$s"); done
     # rows in flight finish after --time-limit (a 32k prefill with its mask probe takes a while): the call's timeout
     # leaves them 140 s; the compile cache stays on the machine for the next call
     timeout $(( lim + 140 )) python3 -m parity run --backend all-gpu --profile models --jobs "${3:-8}" --shrink 0 \
