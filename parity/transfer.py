@@ -28,6 +28,7 @@ import pickle
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -230,16 +231,21 @@ def loads(data: bytes) -> Any:
 def remove_prefix(prefix: str, dirs: list[str] | None = None) -> int:
     """Remove every file ``<dir>/<prefix>*`` of ``dirs`` (:func:`spill_dirs`); how many there were."""
     n = 0
+    for d, name in _spill_files(dirs):
+        if name.startswith(prefix):
+            _unlink(os.path.join(d, name))
+            n += 1
+    return n
+
+
+def _spill_files(dirs: list[str] | None) -> Iterator[tuple[str, str]]:
+    """(folder, file name) of every file in ``dirs`` (:func:`spill_dirs`), an unreadable folder skipped."""
     for d in spill_dirs() if dirs is None else dirs:
         try:
             names = os.listdir(d)
         except OSError:
             continue
-        for name in names:
-            if name.startswith(prefix):
-                _unlink(os.path.join(d, name))
-                n += 1
-    return n
+        yield from ((d, name) for name in names)
 
 
 def _alive(pid: int) -> bool:
@@ -255,16 +261,11 @@ def _alive(pid: int) -> bool:
 def remove_stale(dirs: list[str] | None = None) -> int:
     """Remove the spill files of processes that no longer run (a harness killed before it cleaned up); how many."""
     n = 0
-    for d in spill_dirs() if dirs is None else dirs:
-        try:
-            names = os.listdir(d)
-        except OSError:
-            continue
-        for name in names:
-            pid = name[len(STEM) :].split("-", 1)[0] if name.startswith(STEM) else ""
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-                _unlink(os.path.join(d, name))
-                n += 1
+    for d, name in _spill_files(dirs):
+        pid = name[len(STEM) :].split("-", 1)[0] if name.startswith(STEM) else ""
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            _unlink(os.path.join(d, name))
+            n += 1
     return n
 
 
