@@ -7,6 +7,7 @@ import csv
 import dataclasses
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -464,3 +465,30 @@ def test_the_pre_pass_says_which_keys_it_builds_now_per_build_group(cache):
     assert built is not None and not built.is_set() and built is pre.being_built(f"{ME}:Grouped", same[0])
     assert pre.being_built(f"{ME}:Grouped", next(c for c in CASES if c.head_dim != case.head_dim)) is None
     assert pre.being_built(f"{ME}:DiskBuild", case) is None  # another backend's key
+
+
+def test_a_lane_of_a_build_group_waits_for_the_backend_that_builds_the_group_s_keys(cache):
+    # the 21st session's note: a lane of a group's other backend (no keys of its own, they were claimed) started at once,
+    # and its rows of keys still queued built them beside the pre-pass (FlashInfer: blocked on the library's lock)
+    plan = plan_precompile({f"{ME}:Grouped": CASES, f"{ME}:Grouped2": CASES, f"{ME}:DiskBuild": CASES}, SweepOptions(), cpus=4)
+    assert f"{ME}:Grouped2" not in plan.tasks
+    pre = PrePass(PrePassOptions(plan, SweepOptions()))
+    stop, returned = threading.Event(), []
+
+    def lane(backends):
+        pre.wait(backends, stop)
+        returned.append(backends)
+
+    waiting = [threading.Thread(target=lane, args=({f"{ME}:Grouped2"},)), threading.Thread(target=lane, args=({f"{ME}:DiskBuild"},))]
+    for t in waiting:
+        t.start()
+    time.sleep(0.3)
+    assert returned == [], f"lanes went before their (group's) pre-pass ended: {returned}"
+    pre.done[f"{ME}:DiskBuild"].set()  # not Grouped2's group: its lane still waits
+    waiting[1].join(2.0)
+    time.sleep(0.2)
+    assert returned == [{f"{ME}:DiskBuild"}], f"after DiskBuild's pre-pass ended, these lanes went: {returned}"
+    pre.done[f"{ME}:Grouped"].set()
+    waiting[0].join(2.0)
+    assert returned[-1] == {f"{ME}:Grouped2"}, f"Grouped2's lane still waits after its group's builds: {returned}"
+    assert pre.wait({"sdpa-math"}, stop) is None  # no pre-pass of its own, no group: at once

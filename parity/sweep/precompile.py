@@ -24,18 +24,18 @@ said is kept with both ends (:func:`parity.results.clip`: the reason is often th
 ``on``                 workers isolated (a usage error without)         every key of >= 2 rows
 =====================  ===============================================  =========================
 
-Time. Each lane starts as soon as every backend of it is done with its pre-pass (a lane without a compiling
-backend at once), so no lane waits on the slowest backend's builds. With ``--time-limit`` the pre-pass has
-:data:`SHARE` of it (a third): at that deadline every lane starts, no key starts any more, and the keys not
-built are left to the lanes (``left_to_lanes``, not failures); a build under way then goes on, beside the
-lanes, into the cache until the run's own limit; the run's end stops it. A lane does not send a row whose key is
-being built then (:meth:`PrePass.being_built`): it sets the row aside, runs its other rows, and sends it once that
-build ended (built or not), or after its last case, waiting for the build (at most the key limit, within the run's
-deadline); so do the rows held back to run alone after every other row (their gate's other rows go first), and a
-timeout's retry waits for it (at most the key limit). Sent at once, a row of it would build the key a second time
-beside the pre-pass where nothing shares a build under way (vLLM's FA2, the CUDA driver's JIT: 14 of 19 keys late in
-h100-2026-12-07g-versions, each of their rows ~120 s; inductor and JAX, whose caches take either build), or block
-its lane on the library's lock (FlashInfer, FA4). A set-aside row not sent by the run's end is not written
+Time. Each lane starts as soon as every backend of it is done with its pre-pass, and so is the backend that builds its
+``build_group``'s keys (a lane without a compiling backend at once), so no lane waits on the slowest backend's builds.
+With ``--time-limit`` the pre-pass has :data:`SHARE` of it (a third): at that deadline every lane starts, no key
+starts any more, and the keys not built are left to the lanes (``left_to_lanes``, not failures); a build under way
+then goes on, beside the lanes, into the cache until the run's own limit; the run's end stops it. A lane does not send
+a row whose key is being built then (:meth:`PrePass.being_built`): it sets the row aside, runs its other rows, and
+sends it once that build ended (built or not), or after its last case, waiting for the build (at most the key limit,
+within the run's deadline); so do the rows held back to run alone after every other row (their gate's other rows go
+first), and a timeout's retry waits for it (at most the key limit). Sent at once, a row of it would build the key a
+second time beside the pre-pass where nothing shares a build under way (vLLM's FA2, the CUDA driver's JIT: 14 of 19
+keys late in h100-2026-12-07g-versions, each of their rows ~120 s; inductor and JAX, whose caches take either build),
+or block its lane on the library's lock (FlashInfer, FA4). A set-aside row not sent by the run's end is not written
 (``--resume`` runs it, as any row not started). No key waits longer than :data:`KEY_BOUND_S`, with or without
 ``--time-limit``.
 
@@ -269,15 +269,19 @@ def plan_precompile(
 def build_id(backend: str, case: Case) -> tuple[str, str]:
     """What the pre-pass builds for ``case`` on ``backend``: its ``build_group`` (else the backend) and kernel key
     (:func:`key_text`), the same for every backend of a group (:func:`_unclaimed`)."""
-    group = str(getattr(backend_object(backend), "build_group", "") or "")
-    return group or backend, key_text(unit_key(backend)(case))
+    return _group(backend) or backend, key_text(unit_key(backend)(case))
+
+
+def _group(backend: str) -> str:
+    """``backend``'s ``build_group`` ("" without one)."""
+    return str(getattr(backend_object(backend), "build_group", "") or "")
 
 
 def _unclaimed(backend: str, reps: list[Case], claimed: set[tuple[str, str]]) -> list[Case]:
     """``reps`` less the keys another backend of ``backend``'s ``build_group`` builds already (FlashInfer's three
     split-KV decode variants build the same modules into one JIT cache: one worker builds each, the other lanes load it
     or wait on the library's own file lock); the keys kept are claimed for the group. No group: ``reps``."""
-    if not getattr(backend_object(backend), "build_group", ""):
+    if not _group(backend):
         return reps
     kept = [c for c in reps if build_id(backend, c) not in claimed]
     claimed.update(build_id(backend, c) for c in kept)
@@ -380,8 +384,12 @@ class PrePass:
             self.on_over(self.record())
 
     def wait(self, backends: AbstractSet[str], stop: threading.Event) -> None:
-        """Until each of ``backends`` is done with its pre-pass (none of them in it: at once), or it is over, or ``stop``."""
-        events = [self.done[b] for b in backends if b in self.done]
+        """Until each of ``backends`` is done with its pre-pass, and so is every backend of their ``build_group``s (none
+        of them in it: at once), or it is over, or ``stop``. A group's keys are built by the backend that claimed them
+        first (:func:`_unclaimed`): its other backends have none queued of their own, and a lane of theirs sent at once
+        would build a queued key itself beside the pre-pass's worker, or block on the library's lock behind it."""
+        groups = {g for b in backends if (g := _group(b))}
+        events = [e for b, e in self.done.items() if b in backends or (groups and _group(b) in groups)]
         while not all(e.is_set() for e in events) and not self.over.is_set() and not stop.is_set():
             self.over.wait(0.05)
 
