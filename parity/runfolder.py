@@ -193,14 +193,17 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def read_environment(folder: Path) -> dict[str, Any] | None:
-    """``environment.json`` (or its .gz; None when there is none); a UserError when it is not JSON."""
+    """``environment.json`` (or its .gz; None when there is none); a UserError when it is not a JSON object."""
     path = stored_path(folder, ENVIRONMENT)
     if not path.exists():
         return None
     try:
-        return json.loads(read_text(path))
+        env = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(env, dict):
+        raise UserError(f"{path}: expected a JSON object, got {type(env).__name__}")
+    return env
 
 
 def write_environment(folder: Path, environment: dict[str, Any], keep_earlier: bool = False) -> Path:

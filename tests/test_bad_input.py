@@ -255,3 +255,37 @@ def test_a_closed_pipe_is_not_a_traceback():
     p.stdout.close()  # like `head -1`
     err = p.stderr.read().decode() if p.stderr else ""
     assert p.wait(timeout=120) == 0 and "Traceback" not in err, err
+
+
+# -- broken run folders ------------------------------------------------------------------------------------
+
+KNOWN_RUN = ROOT / "tests" / "fixtures" / "known-runs" / "cpu-grad-2026-12-05__seed0"
+
+
+def _broken_environment(tmp_path, text: str) -> Path:
+    import shutil
+
+    run = shutil.copytree(KNOWN_RUN, tmp_path / "run")
+    (run / "environment.json").write_text(text)
+    return run
+
+
+@pytest.mark.parametrize("command", ["report", "diff", "evidence"])
+@pytest.mark.parametrize("text,kind", [("[1, 2]", "list"), ('"hello"', "str")])
+def test_environment_json_that_is_not_an_object(command, text, kind, tmp_path, capsys):
+    """Valid JSON but not an object (was AttributeError: 'list' object has no attribute 'get')."""
+    run, out = _broken_environment(tmp_path, text), str(tmp_path / "o")
+    argv = {
+        "report": ["report", str(run), "--out", out],
+        "diff": ["diff", str(KNOWN_RUN), str(run), "--out", out],
+        "evidence": ["evidence", str(run), "--out", out],
+    }[command]
+    _assert_usage(main(argv), capsys.readouterr().err, f"environment.json: expected a JSON object, got {kind}")
+
+
+def test_merge_skips_an_environment_json_that_is_not_an_object(tmp_path, capsys):
+    """As it skips one that is not JSON: the first good folder's environment is the merged one."""
+    run = _broken_environment(tmp_path, "[1, 2]")
+    assert main(["merge", str(tmp_path / "o"), str(run), str(KNOWN_RUN), "--no-report"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert isinstance(json.loads((tmp_path / "o" / "environment.json").read_text()), dict)
