@@ -174,6 +174,11 @@ ARG_ERRORS = [
     (["run", "--max-mask-passes", "0"], "--max-mask-passes must be >= 1, got 0"),
     (["run", "--jobs", "0"], "--jobs must be >= 1, got 0"),
     (["run", "--time-limit", "0"], "--time-limit must be > 0 seconds, got 0"),
+    (["run", "--time-limit", "nan"], "--time-limit must be > 0 seconds, got nan"),
+    (["run", "--timeout", "nan"], "--timeout must be > 0 seconds, got nan"),
+    (["run", "--compile-grace", "nan"], "--compile-grace must be >= 0 seconds, got nan"),
+    (["diff", "A", "B", "--ratio-threshold", "nan"], "--ratio-threshold must be >= 1 and --min-ratio-delta >= 0, got nan and 0"),
+    (["vdiff", "A", "B", "--factor", "nan"], "--factor must be > 1, --ratio-threshold >= 1 and --min-ratio-delta >= 0, got nan"),
     (["run", "--dtype", "int8"], "invalid choice: 'int8'"),
     (["run", "--profile", "huge"], "invalid choice: 'huge'"),
     (["run", "--budget", "bfloat16.k_max"], "DTYPE.FIELD=VALUE"),
@@ -289,3 +294,74 @@ def test_merge_skips_an_environment_json_that_is_not_an_object(tmp_path, capsys)
     assert main(["merge", str(tmp_path / "o"), str(run), str(KNOWN_RUN), "--no-report"]) == 0
     assert "Traceback" not in capsys.readouterr().err
     assert isinstance(json.loads((tmp_path / "o" / "environment.json").read_text()), dict)
+
+
+@pytest.mark.parametrize("field,value,kind", [("backends", 5, "an object"), ("gpu", "x", "an object"), ("earlier_runs", "x", "an array")])
+def test_environment_json_field_of_the_wrong_type(field, value, kind, tmp_path, capsys):
+    """A field the report takes apart, of the wrong JSON type (was AttributeError: 'int' object has no attribute 'items')."""
+    env = json.loads((KNOWN_RUN / "environment.json").read_text())
+    run = _broken_environment(tmp_path, json.dumps({**env, field: value}))
+    rc = main(["report", str(run), "--out", str(tmp_path / "o")])
+    _assert_usage(rc, capsys.readouterr().err, f"environment.json: field {field!r} must be {kind} or null")
+
+
+@pytest.mark.parametrize("timing", [{"lanes": 5}, {"all_calls": 3, "stages": [1]}, {"wall_s": "long"}, [1, 2]])
+def test_timing_json_of_the_wrong_shape_is_read_as_none(timing, tmp_path, capsys):
+    """timing.json is the reports' extra (absent or torn: none); one of the wrong shape is the same, not a
+    TypeError in the report (was: object of type 'int' has no len())."""
+    from parity.runfolder import read_timing
+
+    run = _broken_environment(tmp_path, (KNOWN_RUN / "environment.json").read_text())
+    (run / "timing.json").write_text(json.dumps(timing))
+    assert read_timing(run) == {}
+    assert main(["report", str(run), "--out", str(tmp_path / "o")]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("a,b\n1,2\n", "a .csv case file is a results.csv (a case_json column); this has none"),
+        ('backend,case_json\nsdpa,"{not json"\n', "cases.csv, row 1: case is not valid JSON"),
+    ],
+)
+def test_bad_results_csv_as_case_file(text, needle, tmp_path, capsys):
+    """A .csv --case-file names itself and the row (was: a bare "no case selected", or a case error without the file)."""
+    f = tmp_path / "cases.csv"
+    f.write_text(text)
+    _assert_usage(*run_main(["run", "--backend", "reference", "--case-file", str(f)], tmp_path, capsys), needle)
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--time-limit", "-1"], "--time-limit must be > 0 seconds, got -1"),
+        (["--time-limit", "nan"], "--time-limit must be > 0 seconds, got nan"),
+        (["--tie-factor", "0"], "--tie-factor must be > 0, got 0"),
+        (["--steps", "0"], "--steps must be >= 1, got 0"),
+        (["--window", "1"], "--window must be >= 2, got 1"),
+        (["--page-size", "0"], "--page-size must be >= 1, got 0"),
+    ],
+)
+def test_bad_decode_argument_names_its_value(args, needle, tmp_path, capsys):
+    """Each bad decode number is named with its value (was one sentence for four flags; a negative --time-limit ran)."""
+    rc = main(["decode", "--backend", "sdpa", "--device", "cpu", "--out", str(tmp_path / "o"), *args])
+    _assert_usage(rc, capsys.readouterr().err, needle)
+
+
+def test_consistency_out_that_is_a_file(tmp_path, capsys):
+    """Refused before the checks run (was FileExistsError after them)."""
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    rc = main(["consistency", "--backend", "sdpa", "--seq", "8", "--out", str(f)])
+    _assert_usage(rc, capsys.readouterr().err, "--out " + str(f) + ": not a folder")
+    assert f.read_text() == "x"
+
+
+def test_append_consistency_names_a_folder_it_cannot_write(tmp_path):
+    from parity.errors import UserError
+    from parity.runfolder import append_consistency
+
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(UserError, match="cannot write .*consistency.csv"):
+        append_consistency(tmp_path / "f" / "sub", ["a"], [{"a": 1}])
