@@ -261,6 +261,8 @@ def _check_run_args(req: RunRequest, backend_names: list[str]) -> tuple[dict, di
     for flag, value in (("--repeats", req.repeats), ("--max-mask-passes", req.max_mask_passes), ("--jobs", req.jobs)):
         if value < 1:
             raise UserError(f"{flag} must be >= 1, got {value}")
+    if req.shrink < 0:
+        raise UserError(f"--shrink must be >= 0 calls (0: off), got {req.shrink}")
     if req.timeout is not None and not req.timeout > 0:  # not > 0: NaN too
         raise UserError(f"--timeout must be > 0 seconds, got {req.timeout:g}")
     if not req.compile_grace >= 0:

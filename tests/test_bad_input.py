@@ -174,6 +174,7 @@ ARG_ERRORS = [
     (["run", "--max-mask-passes", "0"], "--max-mask-passes must be >= 1, got 0"),
     (["run", "--jobs", "0"], "--jobs must be >= 1, got 0"),
     (["run", "--time-limit", "0"], "--time-limit must be > 0 seconds, got 0"),
+    (["run", "--shrink", "-1"], "--shrink must be >= 0 calls (0: off), got -1"),
     (["run", "--time-limit", "nan"], "--time-limit must be > 0 seconds, got nan"),
     (["run", "--timeout", "nan"], "--timeout must be > 0 seconds, got nan"),
     (["run", "--compile-grace", "nan"], "--compile-grace must be >= 0 seconds, got nan"),
@@ -365,3 +366,20 @@ def test_append_consistency_names_a_folder_it_cannot_write(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(UserError, match="cannot write .*consistency.csv"):
         append_consistency(tmp_path / "f" / "sub", ["a"], [{"a": 1}])
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["decode", "--backend", "sdpa", "--device", "cpu", "--out", "{file}"], "not a folder (give the folder for the decode results)"),
+        (["decode-train", "--steps", "1", "--out", "{file}"], "not a folder (give the folder for the model)"),
+        (["decode-train", "--steps", "1", "--device", "nope", "--out", "{dir}"], "--device 'nope': not a device"),
+    ],
+)
+def test_decode_out_and_device(argv, needle, tmp_path, capsys):
+    """An --out that is a file, a --device torch does not know (were FileExistsError / RuntimeError tracebacks)."""
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    rc = main([a.format(file=f, dir=tmp_path / "model") for a in argv])
+    _assert_usage(rc, capsys.readouterr().err, needle)
+    assert f.read_text() == "x" and not (tmp_path / "model").exists()

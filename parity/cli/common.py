@@ -46,6 +46,13 @@ def write_pages(out: Path, pages: dict[str, str]) -> None:
         raise UserError(f"cannot write {' / '.join(sorted(pages))}: {exc}") from None
 
 
+def check_out_folder(out: Path | None, holds: str) -> None:
+    """A :class:`~parity.errors.UserError` when ``--out`` names something that is not a folder (checked
+    before the work, not when its files are written); ``holds``: what the folder gets, for the message."""
+    if out is not None and out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: not a folder (give the folder for {holds})")
+
+
 def add_expect_argument(p: argparse.ArgumentParser) -> None:
     """``--expect FILE`` (repeatable), shared by run, report and diff."""
     p.add_argument(

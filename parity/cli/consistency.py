@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import runfolder
-from ..errors import UserError
 from ..results import Outcome
+from .common import check_out_folder
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from ..consistency import FIELDS, check
     from ..window import Window
 
-    if args.out is not None and args.out.exists() and not args.out.is_dir():  # before the checks run, not after
-        raise UserError(f"--out {args.out}: not a folder (consistency.csv is written into it)")
+    check_out_folder(args.out, "consistency.csv")
     case = Case((args.seq,), (args.seq,), args.hq, args.hkv, args.head_dim, args.dtype, Window.tokens(args.window), seed=7)
     rows: list[dict[str, Any]] = []
     for backend in args.backend:  # each backend's rows are printed and written as soon as they are in

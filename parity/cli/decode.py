@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import runfolder, runfolder_decode
 from ..errors import UserError
 from ..results import DTYPES, Outcome
-from .common import latest_run
+from .common import check_out_folder, latest_run
 from .common import split_list as _split
 
 NAME = "decode"
@@ -118,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.tie_factor > 0:
         raise UserError(f"--tie-factor must be > 0, got {args.tie_factor:g}")
     args.out = args.out or latest_run()
+    check_out_folder(args.out, "the decode results")
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
