@@ -383,3 +383,17 @@ def test_decode_out_and_device(argv, needle, tmp_path, capsys):
     rc = main([a.format(file=f, dir=tmp_path / "model") for a in argv])
     _assert_usage(rc, capsys.readouterr().err, needle)
     assert f.read_text() == "x" and not (tmp_path / "model").exists()
+
+
+def test_resume_with_another_profile_says_the_rows_mix(tmp_path, capsys):
+    """``--resume --profile quick`` on a folder started with ``--profile first``: flags given win (the README), but
+    the folder's rows of the first profile stay beside the new ones; a note says so (it was silent)."""
+    from parity.cli import build_parser, common
+    from parity.cli import run as run_command
+
+    (tmp_path / "environment.json").write_text(json.dumps({"argv": ["parity", "run", "--profile", "first", "--quiet"]}))
+    args = build_parser().parse_args(["run", "--resume", "--out", str(tmp_path), "--profile", "quick", "--no-report"])
+    assert common.resumed(args, run_command.add_parser).profile == "quick"
+    err = capsys.readouterr().err
+    assert "parity: --resume: --profile given now differ from `parity run --profile first --quiet`" in err, err
+    assert "--no-report" not in err.split("differ")[0]  # how the run reports is not its case set
