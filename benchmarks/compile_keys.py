@@ -93,4 +93,6 @@ def _keys(folder: Path) -> tuple[dict[str, set], dict[str, set]]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from parity.errors import script_main
+
+    sys.exit(script_main(main, "compile_keys"))

@@ -81,3 +81,33 @@ def test_sweep_io_refuses_an_unknown_shape(capsys):
     with pytest.raises(SystemExit) as exc:
         sweep_io.main(["--shapes", "prefill-32k,nope"])
     assert exc.value.code == 2 and "--shapes: unknown 'nope'" in capsys.readouterr().err
+
+
+def test_script_main_reports_a_user_error_in_one_line(capsys):
+    from parity.errors import UserError, script_main
+
+    def main():
+        raise UserError("--thing 3: expected 4")
+
+    assert script_main(main, "bench") == 2
+    assert capsys.readouterr().err == "bench: error: --thing 3: expected 4\n"
+    assert script_main(lambda: None, "bench") == 0 and script_main(lambda: 1, "bench") == 1
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "needle"),
+    [
+        ("judge_cost", ["--model", "nope"], "judge_cost: error: --model 'nope': not a known model"),
+        ("judge_cost", ["--device", "nope"], "--device 'nope': not a device"),
+        ("reference_memory", ["--dtype", "nope"], "reference_memory: error: Case.dtype must be one of"),
+        ("refused_rows", ["--out", __file__], "not a folder"),
+    ],
+)
+def test_benchmark_scripts_end_bad_input_in_one_line(script, argv, needle):
+    """From the shell, as they are run (were UserError / RuntimeError / NotADirectoryError tracebacks)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-m", f"benchmarks.{script}", *argv], cwd=root, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and needle in p.stderr, p.stderr
