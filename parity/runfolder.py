@@ -129,14 +129,18 @@ def holds_run(folder: Path) -> bool:
 
 
 def parse_results(path: Path, text: str) -> Results:
-    """The rows of a results CSV's ``text`` (the file ``path``)."""
-    reader = csv.DictReader(io.StringIO(text, newline=""), restval="")
+    """The rows of a results CSV's ``text`` (the file ``path``): those with a verdict, less a last one cut short by
+    a kill mid-write (no newline, cells missing: torn after its verdict column, it has one)."""
+    reader = csv.DictReader(io.StringIO(text, newline=""))  # restval None: the cells a short row lacks
     try:
-        rows = tuple(ResultRow.of(r) for r in reader if r.get("verdict"))
+        records = list(reader)
     except csv.Error as exc:
         raise UserError(f"{path}: not a readable CSV ({exc})") from None
     if reader.fieldnames is None:
         raise UserError(f"{path}: not a readable CSV (No columns to parse from file)")
+    if records and not text.endswith(("\n", "\r")) and None in records[-1].values():
+        records.pop()
+    rows = tuple(ResultRow.of(r) for r in records if r.get("verdict"))
     return Results(path, tuple(reader.fieldnames), rows)
 
 
