@@ -64,9 +64,16 @@ def test_shard_balance_checks_its_folders_before_the_model(tmp_path, capsys):
     _usage(capsys, shard_balance.main, [str(tmp_path / "nope"), "--seeds", "0"], "no such folder")
 
 
-def test_shard_balance_names_the_row_of_a_torn_results_csv(run_dir, capsys):
-    text = (run_dir / "results.csv").read_text()
-    (run_dir / "results.csv").write_text(text[: text.index("\n") + 400])  # the first row cut before its case_json
+def test_shard_balance_names_the_row_of_a_bad_case_json(run_dir, capsys):
+    import csv
+
+    with (run_dir / "results.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    rows[0]["case_json"] = "{not json"
+    with (run_dir / "results.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
     _usage(capsys, shard_balance.main, [str(run_dir), "--seeds", "0"], "results.csv, row 1: case is not valid JSON")
 
 
