@@ -29,6 +29,8 @@ from parity.report.runs import load_run  # noqa: E402
 def load(folder: Path) -> dict:
     run = load_run(folder)  # results.csv (torn last rows dropped) and environment.json
     timing = json.loads((folder / "timing.json").read_text())
+    if not isinstance(timing, dict):
+        raise UserError(f"{folder / 'timing.json'}: expected a JSON object, got {type(timing).__name__}")
     verdicts = dict(zip(zip(run.df["backend"], run.df["case_id"]), run.df["verdict"]))
     return {"timing": timing, "env": run.env, "verdicts": verdicts}
 
@@ -105,4 +107,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from parity.errors import script_main
+
+    sys.exit(script_main(main, "compile_cache"))

@@ -15,21 +15,29 @@ built > keys means a declared key is too coarse (a kernel built inside a row it 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from parity import backends
 from parity.case import Case
-from parity.runfolder import read_rows
+from parity.errors import UserError
+from parity.files import read_text
+from parity.runfolder import TIMING, read_results, stored_path
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], usage="python benchmarks/compile_keys.py [-h] RUN_DIR")
+    ap.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a finished run folder (results.csv, timing.json)")
+    folder = ap.parse_args(argv).run_dir
+    try:
+        timing = _timing(folder)
+        keys, kernels = _keys(folder)
+    except UserError as exc:
+        print(f"compile_keys: {exc}", file=sys.stderr)
         return 2
-    folder = Path(argv[0])
-    timing = json.loads((folder / "timing.json").read_text())
     calls = [*(timing.get("earlier_calls") or []), timing]
     stages = (timing.get("all_calls") or {}).get("stages") or timing.get("stages") or {}
     pre: dict[str, int] = {}
@@ -37,7 +45,6 @@ def main(argv: list[str]) -> int:
         for spec, p in ((c.get("precompile") or {}).get("per_backend") or {}).items():
             if p.get("kernels_built") is not None:
                 pre[spec] = pre.get(spec, 0) + int(p["kernels_built"])
-    keys, kernels = _keys(folder)
     print(f"{'backend':<26}{'rows':>7}{'keys':>7}{'kernels':>9}{'built (lanes)':>15}{'built (pre-pass)':>18}{'built, all':>12}")
     for spec in sorted(keys):
         lanes = (stages.get(spec) or {}).get("kernels_built")
@@ -48,11 +55,30 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _timing(folder: Path) -> dict[str, Any]:
+    """The run's ``timing.json`` (or its .gz); a UserError naming the folder or the file when it is not a run's."""
+    if not folder.is_dir():
+        raise UserError(f"{folder}: {'not a folder' if folder.exists() else 'no such folder'} (give a run folder)")
+    path = stored_path(folder, TIMING)
+    if not path.exists():
+        raise UserError(f"{path}: no such file (is {folder} a finished parity run folder?)")
+    try:
+        timing = json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(timing, dict):
+        raise UserError(f"{path}: expected a JSON object, got {type(timing).__name__}")
+    return timing
+
+
 def _keys(folder: Path) -> tuple[dict[str, set], dict[str, set]]:
     """Per backend, the distinct compile keys and kernels of its rows that ran."""
     keys: dict[str, set] = {}
     kernels: dict[str, set] = {}
-    for row in read_rows(folder):
+    results = read_results(folder)
+    if results is None:
+        raise UserError(f"{folder}: no results.csv (is this a parity run folder?)")
+    for row in results.rows:
         if row["verdict"] in ("unsupported", "unavailable"):
             continue
         try:
@@ -67,4 +93,6 @@ def _keys(folder: Path) -> tuple[dict[str, set], dict[str, set]]:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from parity.errors import script_main
+
+    sys.exit(script_main(main, "compile_keys"))

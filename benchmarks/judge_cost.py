@@ -32,6 +32,7 @@ import datetime
 import os
 import platform
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -172,6 +173,11 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--device", default="cpu", help="where the reference, the baseline and the comparison run (cpu, cuda)")
     a = p.parse_args()
+    try:
+        if torch.device(a.device).type == "cuda" and not torch.cuda.is_available():
+            p.error(f"--device {a.device}: no CUDA device here")
+    except RuntimeError:
+        p.error(f"--device {a.device!r}: not a device; expected cpu, cuda or cuda:N")
     cases = _cases(a.model, a.calls.split(","), a.prefill_window or None)
     print(f"judge_cost: {datetime.datetime.now().isoformat(timespec='minutes')}, {platform.node()} {platform.machine()}, ", end="")
     where = torch.cuda.get_device_name() if a.device.startswith("cuda") else "CPU"
@@ -199,4 +205,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from parity.errors import script_main
+
+    sys.exit(script_main(main, "judge_cost"))

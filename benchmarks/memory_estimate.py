@@ -251,4 +251,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from parity.errors import script_main
+
+    sys.exit(script_main(main, "memory_estimate"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import platform
 import resource
+import sys
 import time
 
 import torch
@@ -51,4 +52,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from parity.errors import script_main
+
+    sys.exit(script_main(main, "reference_memory"))

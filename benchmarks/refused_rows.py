@@ -93,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slow", type=float, default=1.0, help="seconds added to each case's reference")
     ap.add_argument("--out", type=Path, default=Path("/tmp/refused_rows"))
     a = ap.parse_args(argv)
+    if a.out.exists() and not a.out.is_dir():
+        ap.error(f"--out {a.out}: not a folder (the sweeps' folders go under it)")
+    if a.cases < 1:
+        ap.error(f"--cases must be >= 1, got {a.cases}")
     import torch
 
     slow_reference(a.slow)
@@ -113,4 +117,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from parity.errors import script_main
+
+    sys.exit(script_main(main, "refused_rows"))

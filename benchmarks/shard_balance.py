@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import csv
-import gzip
 import sys
 from pathlib import Path
 
@@ -48,32 +46,51 @@ def model(name: str, seeds: list[int], ns: list[int]) -> None:
             print(f"model {name} {label:7} seed {seed}: {len(cases)} cases, {groups} configurations; max/min over mean: " + ", ".join(figs))
 
 
-def measured(run: Path, ns: list[int]) -> None:
-    from parity import shard
+def read_run(run: Path) -> tuple[Path, dict[str, float], dict]:
+    """A run folder's measured seconds and case per case id; a UserError naming the folder or the row
+    when it is not a run folder."""
     from parity.case import Case
+    from parity.errors import UserError
+    from parity.runfolder import read_results
 
-    path = run / "results.csv"
-    fh = path.open(newline="") if path.exists() else gzip.open(run / "results.csv.gz", "rt", newline="")
-    with fh:
-        rows = list(csv.DictReader(fh))
+    if not run.is_dir():
+        raise UserError(f"{run}: {'not a folder' if run.exists() else 'no such folder'} (give a run folder)")
+    results = read_results(run)
+    if results is None:
+        raise UserError(f"{run}: no results.csv or results.csv.gz (is this a parity run folder?)")
     seconds: dict[str, float] = collections.defaultdict(float)
     cases: dict[str, Case] = {}
-    for r in rows:
+    for i, r in enumerate(results.rows, start=1):
         try:
             seconds[r["case_id"]] += float(r.get("time_ms") or 0) / 1000
         except ValueError:
             pass
-        cases.setdefault(r["case_id"], Case.from_json(r["case_json"]))
-    specs = sorted({r["backend"] for r in rows})
+        try:
+            cases.setdefault(r["case_id"], Case.from_json(r["case_json"]))
+        except UserError as exc:
+            raise UserError(f"{results.path}, row {i}: {exc}") from None
+    return run, seconds, {"cases": cases, "specs": sorted({r["backend"] for r in results.rows})}
+
+
+def measured(read: tuple[Path, dict[str, float], dict], ns: list[int]) -> None:
+    from parity import shard
+
+    run, seconds, found = read
+    cases, specs = found["cases"], found["specs"]
     costs = shard.cost_hints(specs)
     total = sum(seconds.values())
     print(f"measured {run}: {len(cases)} cases, {len(specs)} backends, {total:.0f} s of backend calls")
     for n in ns:
-        where = shard.assign(list(cases.values()), specs, n, costs)
+        try:
+            where = shard.assign(list(cases.values()), specs, n, costs)
+        except ValueError as exc:  # more shards than the run's configurations
+            print(f"  N={n}: {exc}")
+            continue
         per = [0.0] * n
         for cid, i in where.items():
             per[i] += seconds[cid]
-        print(f"  N={n}: max/mean {max(per) / (total / n):.3f}, shards (s): " + " ".join(f"{t:.0f}" for t in per))
+        share = f"{max(per) / (total / n):.3f}" if total else "- (no time_ms)"
+        print(f"  N={n}: max/mean {share}, shards (s): " + " ".join(f"{t:.0f}" for t in per))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,11 +100,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 7])
     p.add_argument("--n", type=int, nargs="+", default=[2, 3, 4, 5, 8])
     args = p.parse_args(argv)
+    from parity.errors import UserError
+    from parity.strategies import PROFILES
+
+    if args.profile not in PROFILES:
+        p.error(f"--profile: expected one of {', '.join(sorted(PROFILES))}, got {args.profile!r}")
+    if min(args.n) < 1:
+        p.error(f"--n: expected shard counts >= 1, got {min(args.n)}")
+    try:
+        runs = [read_run(run) for run in args.runs]  # before the model's minutes: a bad folder fails at once
+    except UserError as exc:  # a folder that is not a run folder
+        print(f"shard_balance: {exc}", file=sys.stderr)
+        return 2
     model(args.profile, args.seeds, args.n)
-    for run in args.runs:
-        measured(run, args.n)
+    for read in runs:
+        measured(read, args.n)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from parity.errors import script_main
+
+    sys.exit(script_main(main, "shard_balance"))

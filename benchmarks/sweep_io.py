@@ -134,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
     ap.add_argument("--json", type=Path, help="append the figures to this JSON-lines file")
     a = ap.parse_args(argv)
+    unknown = [name for name in a.shapes.split(",") if name not in SHAPES]
+    if unknown:
+        ap.error(f"--shapes: unknown {', '.join(map(repr, unknown))}; expected a comma-separated list of {', '.join(SHAPES)}")
     import torch
 
     started = datetime.datetime.now()
@@ -162,4 +165,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from parity.errors import script_main
+
+    sys.exit(script_main(main, "sweep_io"))

@@ -420,4 +420,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from parity.errors import script_main
+
+    sys.exit(script_main(main, "throughput"))

@@ -8,6 +8,9 @@ keeps its traceback. It is a :class:`ValueError`, so library callers that catch 
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 
 class UserError(ValueError):
     """Bad input from the user: reported in one line, exit code 2."""
@@ -39,3 +42,13 @@ EXIT_CODES: dict[int, str] = {
 def exit_codes_text() -> str:
     """:data:`EXIT_CODES` as the lines of a help epilog."""
     return "exit codes:\n" + "\n".join(f"  {code:<4} {words}" for code, words in EXIT_CODES.items())
+
+
+def script_main(main: Callable[[], int | None], prog: str) -> int:
+    """A script's ``main()`` run as ``python -m parity`` runs a command (the benchmarks' ``__main__``): a
+    :class:`UserError` is one line on stderr, ``prog: error: ...``, and :data:`EXIT_USAGE`; else main's code."""
+    try:
+        return int(main() or 0)
+    except UserError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE

@@ -129,14 +129,18 @@ def holds_run(folder: Path) -> bool:
 
 
 def parse_results(path: Path, text: str) -> Results:
-    """The rows of a results CSV's ``text`` (the file ``path``)."""
-    reader = csv.DictReader(io.StringIO(text, newline=""), restval="")
+    """The rows of a results CSV's ``text`` (the file ``path``): those with a verdict, less a last one cut short by
+    a kill mid-write (no newline, cells missing: torn after its verdict column, it has one)."""
+    reader = csv.DictReader(io.StringIO(text, newline=""))  # restval None: the cells a short row lacks
     try:
-        rows = tuple(ResultRow.of(r) for r in reader if r.get("verdict"))
+        records = list(reader)
     except csv.Error as exc:
         raise UserError(f"{path}: not a readable CSV ({exc})") from None
     if reader.fieldnames is None:
         raise UserError(f"{path}: not a readable CSV (No columns to parse from file)")
+    if records and not text.endswith(("\n", "\r")) and None in records[-1].values():
+        records.pop()
+    rows = tuple(ResultRow.of(r) for r in records if r.get("verdict"))
     return Results(path, tuple(reader.fieldnames), rows)
 
 
@@ -192,15 +196,46 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+#: The JSON type of the fields of environment.json / timing.json that readers take apart (a field may be null).
+_NUMBER = (int, float)
+ENVIRONMENT_FIELDS: dict[str, type | tuple[type, ...]] = {
+    **dict.fromkeys(("gpu", "backends", "splits", "budgets", "design", "expectations", "compile_cache", "shard"), dict),
+    **dict.fromkeys(("shims", "argv", "gpus", "earlier_runs"), list),
+}
+TIMING_FIELDS: dict[str, type | tuple[type, ...]] = {
+    **dict.fromkeys(("lane_overhead_share", "per_gpu", "shard", "precompile", "per_backend", "stages", "gate"), dict),
+    **dict.fromkeys(("reference_stages_s", "all_calls", "auto_split"), dict),
+    **dict.fromkeys(("lanes", "gpus", "earlier_calls", "runs"), list),
+    **dict.fromkeys(("wall_s", "startup_s", "reference_s", "backend_calls_s", "rows_run", "jobs"), _NUMBER),
+}
+
+
+def misshapen(doc: object, fields: Mapping[str, type | tuple[type, ...]]) -> str | None:
+    """What is wrong with the shape of a JSON document that should be an object with ``fields`` of these
+    types (None or absent is fine); None when nothing is."""
+    if not isinstance(doc, dict):
+        return f"expected a JSON object, got {type(doc).__name__}"
+    for key, want in fields.items():
+        value = doc.get(key)
+        if value is not None and (not isinstance(value, want) or isinstance(value, bool) and want is _NUMBER):
+            kind = {dict: "an object", list: "an array", _NUMBER: "a number"}[want]  # type: ignore[index]
+            return f"field {key!r} must be {kind} or null, got {type(value).__name__} {json.dumps(value)[:40]}"
+    return None
+
+
 def read_environment(folder: Path) -> dict[str, Any] | None:
-    """``environment.json`` (or its .gz; None when there is none); a UserError when it is not JSON."""
+    """``environment.json`` (or its .gz; None when there is none); a UserError when it is not a JSON object."""
     path = stored_path(folder, ENVIRONMENT)
     if not path.exists():
         return None
     try:
-        return json.loads(read_text(path))
+        env = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON ({exc})") from None
+    wrong = misshapen(env, ENVIRONMENT_FIELDS)
+    if wrong:
+        raise UserError(f"{path}: {wrong}")
+    return env
 
 
 def write_environment(folder: Path, environment: dict[str, Any], keep_earlier: bool = False) -> Path:
@@ -226,12 +261,13 @@ def write_environment(folder: Path, environment: dict[str, Any], keep_earlier: b
 
 
 def read_timing(folder: Path) -> dict[str, Any]:
-    """``timing.json`` (or its .gz in a committed run; {} when absent or torn: it is rewritten after every case)."""
+    """``timing.json`` (or its .gz in a committed run; {} when absent, torn (it is rewritten after every case) or
+    of the wrong shape (:data:`TIMING_FIELDS`): the reports then go without the run's timing)."""
     try:
         timing = json.loads(read_text(stored_path(folder, TIMING)))
     except (OSError, ValueError, UserError):
         return {}
-    return timing if isinstance(timing, dict) else {}
+    return {} if misshapen(timing, TIMING_FIELDS) else timing
 
 
 def write_timing(folder: Path, timing: Mapping[str, Any]) -> None:
@@ -308,15 +344,19 @@ def read_consistency(folder: Path) -> list[dict[str, str]]:
 
 
 def append_consistency(folder: Path, fields: list[str], rows: Iterable[Mapping[str, Any]]) -> Path:
-    """Rows appended to ``consistency.csv`` (its header first when the file is new)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Rows appended to ``consistency.csv`` (its header first when the file is new); a UserError naming it
+    when the folder or the file cannot be written."""
     path = folder / CONSISTENCY
-    new = not path.exists()
-    with path.open("a", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
-        if new:
-            w.writeheader()
-        w.writerows(rows)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        new = not path.exists()
+        with path.open("a", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+            if new:
+                w.writeheader()
+            w.writerows(rows)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path
 
 

@@ -89,10 +89,16 @@ def load_cases(req: RunRequest, backend_names: Sequence[str] = ()) -> tuple[list
                 import csv
 
                 seen = set()
-                for row in csv.DictReader(text.splitlines()):
+                reader = csv.DictReader(text.splitlines())
+                if "case_json" not in (reader.fieldnames or ()):
+                    raise UserError(f"--case-file {req.case_file}: a .csv case file is a results.csv (a case_json column); this has none")
+                for n, row in enumerate(reader, 1):
                     if row.get("case_json") and row["case_json"] not in seen:
                         seen.add(row["case_json"])
-                        cases.append(Case.from_json(row["case_json"]))
+                        try:
+                            cases.append(Case.from_json(row["case_json"]))
+                        except ValueError as exc:
+                            raise UserError(f"{req.case_file}, row {n}: {exc}") from None
             else:
                 for n, line in enumerate(text.splitlines(), 1):
                     if line.strip():
@@ -255,11 +261,13 @@ def _check_run_args(req: RunRequest, backend_names: list[str]) -> tuple[dict, di
     for flag, value in (("--repeats", req.repeats), ("--max-mask-passes", req.max_mask_passes), ("--jobs", req.jobs)):
         if value < 1:
             raise UserError(f"{flag} must be >= 1, got {value}")
-    if req.timeout is not None and req.timeout <= 0:
+    if req.shrink < 0:
+        raise UserError(f"--shrink must be >= 0 calls (0: off), got {req.shrink}")
+    if req.timeout is not None and not req.timeout > 0:  # not > 0: NaN too
         raise UserError(f"--timeout must be > 0 seconds, got {req.timeout:g}")
-    if req.compile_grace < 0:
+    if not req.compile_grace >= 0:
         raise UserError(f"--compile-grace must be >= 0 seconds, got {req.compile_grace:g}")
-    if req.time_limit is not None and req.time_limit <= 0:
+    if req.time_limit is not None and not req.time_limit > 0:
         raise UserError(f"--time-limit must be > 0 seconds, got {req.time_limit:g}")
     if req.precompile == "on" and req.no_isolate:
         raise UserError("--precompile on builds kernels in worker processes: it cannot go with --no-isolate")

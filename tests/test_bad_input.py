@@ -174,6 +174,12 @@ ARG_ERRORS = [
     (["run", "--max-mask-passes", "0"], "--max-mask-passes must be >= 1, got 0"),
     (["run", "--jobs", "0"], "--jobs must be >= 1, got 0"),
     (["run", "--time-limit", "0"], "--time-limit must be > 0 seconds, got 0"),
+    (["run", "--shrink", "-1"], "--shrink must be >= 0 calls (0: off), got -1"),
+    (["run", "--time-limit", "nan"], "--time-limit must be > 0 seconds, got nan"),
+    (["run", "--timeout", "nan"], "--timeout must be > 0 seconds, got nan"),
+    (["run", "--compile-grace", "nan"], "--compile-grace must be >= 0 seconds, got nan"),
+    (["diff", "A", "B", "--ratio-threshold", "nan"], "--ratio-threshold must be >= 1 and --min-ratio-delta >= 0, got nan and 0"),
+    (["vdiff", "A", "B", "--factor", "nan"], "--factor must be > 1, --ratio-threshold >= 1 and --min-ratio-delta >= 0, got nan"),
     (["run", "--dtype", "int8"], "invalid choice: 'int8'"),
     (["run", "--profile", "huge"], "invalid choice: 'huge'"),
     (["run", "--budget", "bfloat16.k_max"], "DTYPE.FIELD=VALUE"),
@@ -255,3 +261,139 @@ def test_a_closed_pipe_is_not_a_traceback():
     p.stdout.close()  # like `head -1`
     err = p.stderr.read().decode() if p.stderr else ""
     assert p.wait(timeout=120) == 0 and "Traceback" not in err, err
+
+
+# -- broken run folders ------------------------------------------------------------------------------------
+
+KNOWN_RUN = ROOT / "tests" / "fixtures" / "known-runs" / "cpu-grad-2026-12-05__seed0"
+
+
+def _broken_environment(tmp_path, text: str) -> Path:
+    import shutil
+
+    run = shutil.copytree(KNOWN_RUN, tmp_path / "run")
+    (run / "environment.json").write_text(text)
+    return run
+
+
+@pytest.mark.parametrize("command", ["report", "diff", "evidence"])
+@pytest.mark.parametrize("text,kind", [("[1, 2]", "list"), ('"hello"', "str")])
+def test_environment_json_that_is_not_an_object(command, text, kind, tmp_path, capsys):
+    """Valid JSON but not an object (was AttributeError: 'list' object has no attribute 'get')."""
+    run, out = _broken_environment(tmp_path, text), str(tmp_path / "o")
+    argv = {
+        "report": ["report", str(run), "--out", out],
+        "diff": ["diff", str(KNOWN_RUN), str(run), "--out", out],
+        "evidence": ["evidence", str(run), "--out", out],
+    }[command]
+    _assert_usage(main(argv), capsys.readouterr().err, f"environment.json: expected a JSON object, got {kind}")
+
+
+def test_merge_skips_an_environment_json_that_is_not_an_object(tmp_path, capsys):
+    """As it skips one that is not JSON: the first good folder's environment is the merged one."""
+    run = _broken_environment(tmp_path, "[1, 2]")
+    assert main(["merge", str(tmp_path / "o"), str(run), str(KNOWN_RUN), "--no-report"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert isinstance(json.loads((tmp_path / "o" / "environment.json").read_text()), dict)
+
+
+@pytest.mark.parametrize("field,value,kind", [("backends", 5, "an object"), ("gpu", "x", "an object"), ("earlier_runs", "x", "an array")])
+def test_environment_json_field_of_the_wrong_type(field, value, kind, tmp_path, capsys):
+    """A field the report takes apart, of the wrong JSON type (was AttributeError: 'int' object has no attribute 'items')."""
+    env = json.loads((KNOWN_RUN / "environment.json").read_text())
+    run = _broken_environment(tmp_path, json.dumps({**env, field: value}))
+    rc = main(["report", str(run), "--out", str(tmp_path / "o")])
+    _assert_usage(rc, capsys.readouterr().err, f"environment.json: field {field!r} must be {kind} or null")
+
+
+@pytest.mark.parametrize("timing", [{"lanes": 5}, {"all_calls": 3, "stages": [1]}, {"wall_s": "long"}, [1, 2]])
+def test_timing_json_of_the_wrong_shape_is_read_as_none(timing, tmp_path, capsys):
+    """timing.json is the reports' extra (absent or torn: none); one of the wrong shape is the same, not a
+    TypeError in the report (was: object of type 'int' has no len())."""
+    from parity.runfolder import read_timing
+
+    run = _broken_environment(tmp_path, (KNOWN_RUN / "environment.json").read_text())
+    (run / "timing.json").write_text(json.dumps(timing))
+    assert read_timing(run) == {}
+    assert main(["report", str(run), "--out", str(tmp_path / "o")]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("a,b\n1,2\n", "a .csv case file is a results.csv (a case_json column); this has none"),
+        ('backend,case_json\nsdpa,"{not json"\n', "cases.csv, row 1: case is not valid JSON"),
+    ],
+)
+def test_bad_results_csv_as_case_file(text, needle, tmp_path, capsys):
+    """A .csv --case-file names itself and the row (was: a bare "no case selected", or a case error without the file)."""
+    f = tmp_path / "cases.csv"
+    f.write_text(text)
+    _assert_usage(*run_main(["run", "--backend", "reference", "--case-file", str(f)], tmp_path, capsys), needle)
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--time-limit", "-1"], "--time-limit must be > 0 seconds, got -1"),
+        (["--time-limit", "nan"], "--time-limit must be > 0 seconds, got nan"),
+        (["--tie-factor", "0"], "--tie-factor must be > 0, got 0"),
+        (["--steps", "0"], "--steps must be >= 1, got 0"),
+        (["--window", "1"], "--window must be >= 2, got 1"),
+        (["--page-size", "0"], "--page-size must be >= 1, got 0"),
+    ],
+)
+def test_bad_decode_argument_names_its_value(args, needle, tmp_path, capsys):
+    """Each bad decode number is named with its value (was one sentence for four flags; a negative --time-limit ran)."""
+    rc = main(["decode", "--backend", "sdpa", "--device", "cpu", "--out", str(tmp_path / "o"), *args])
+    _assert_usage(rc, capsys.readouterr().err, needle)
+
+
+def test_consistency_out_that_is_a_file(tmp_path, capsys):
+    """Refused before the checks run (was FileExistsError after them)."""
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    rc = main(["consistency", "--backend", "sdpa", "--seq", "8", "--out", str(f)])
+    _assert_usage(rc, capsys.readouterr().err, "--out " + str(f) + ": not a folder")
+    assert f.read_text() == "x"
+
+
+def test_append_consistency_names_a_folder_it_cannot_write(tmp_path):
+    from parity.errors import UserError
+    from parity.runfolder import append_consistency
+
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(UserError, match="cannot write .*consistency.csv"):
+        append_consistency(tmp_path / "f" / "sub", ["a"], [{"a": 1}])
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["decode", "--backend", "sdpa", "--device", "cpu", "--out", "{file}"], "not a folder (give the folder for the decode results)"),
+        (["decode-train", "--steps", "1", "--out", "{file}"], "not a folder (give the folder for the model)"),
+        (["decode-train", "--steps", "1", "--device", "nope", "--out", "{dir}"], "--device 'nope': not a device"),
+    ],
+)
+def test_decode_out_and_device(argv, needle, tmp_path, capsys):
+    """An --out that is a file, a --device torch does not know (were FileExistsError / RuntimeError tracebacks)."""
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    rc = main([a.format(file=f, dir=tmp_path / "model") for a in argv])
+    _assert_usage(rc, capsys.readouterr().err, needle)
+    assert f.read_text() == "x" and not (tmp_path / "model").exists()
+
+
+def test_resume_with_another_profile_says_the_rows_mix(tmp_path, capsys):
+    """``--resume --profile quick`` on a folder started with ``--profile first``: flags given win (the README), but
+    the folder's rows of the first profile stay beside the new ones; a note says so (it was silent)."""
+    from parity.cli import build_parser, common
+    from parity.cli import run as run_command
+
+    (tmp_path / "environment.json").write_text(json.dumps({"argv": ["parity", "run", "--profile", "first", "--quiet"]}))
+    args = build_parser().parse_args(["run", "--resume", "--out", str(tmp_path), "--profile", "quick", "--no-report"])
+    assert common.resumed(args, run_command.add_parser).profile == "quick"
+    err = capsys.readouterr().err
+    assert "parity: --resume: --profile given now differ from `parity run --profile first --quiet`" in err, err
+    assert "--no-report" not in err.split("differ")[0]  # how the run reports is not its case set

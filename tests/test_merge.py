@@ -79,6 +79,12 @@ def test_bad_merge_input_is_a_usage_error(tmp_path, capsys):
     assert "no results.csv" in capsys.readouterr().err
     assert main(["merge", str(a), str(a)]) == 2
     assert "one of the input folders" in capsys.readouterr().err
+    (tmp_path / "a-file").write_text("x")
+    assert main(["merge", str(tmp_path / "a-file"), str(a)]) == 2  # was: merge: [Errno 17] File exists
+    assert "a-file: not a folder" in capsys.readouterr().err
+    assert main(["merge", str(tmp_path / "m2"), str(a), "--extra", str(tmp_path / "nope")]) == 2  # was: merged, nothing folded in
+    assert "--extra " + str(tmp_path / "nope") + ": no such folder" in capsys.readouterr().err
+    assert not (tmp_path / "m2").exists()
 
 
 def test_partial_parts_merged_into_a_complete_folder_are_not_partial(tmp_path):

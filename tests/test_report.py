@@ -3,7 +3,9 @@ command, and the HTML as a person sees it in headless Chromium."""
 
 from __future__ import annotations
 
+import csv
 import html
+import io
 import json
 import os
 import re
@@ -22,6 +24,7 @@ from parity.report import html as html_report
 from parity.report import svg
 from parity.report.text import MAX_MARKDOWN
 from parity.report.write import write_all
+from parity.runfolder import read_rows
 from parity.sweep import COLUMNS
 from tests.report_fixtures import CASES, NEEDS_GPU, OFF_BY_ONE, RAISES, shared_run
 
@@ -279,6 +282,20 @@ def test_a_torn_last_row_is_not_reported(run_dir):
     write_all(run_dir)
     root = ET.parse(run_dir / "junit.xml").getroot()
     assert root.get("tests") == str(len(CASES) * 4) and root.get("errors") == str(len(CASES) - 1)
+
+
+def test_a_last_row_torn_after_its_verdict_is_not_reported(run_dir):
+    """Cut past its verdict column, a torn row has a verdict: the missing cells and newline mark it (it was a row)."""
+    text = (run_dir / "results.csv").read_text()
+    last = text.rstrip("\n").rsplit("\n", 1)[1]
+    header, cells = next(csv.reader([text.split("\n", 1)[0]])), next(csv.reader([last]))
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="").writerow(cells[: header.index("verdict") + 2])  # the verdict and one cell more
+    assert last.startswith(buf.getvalue()) and cells[header.index("verdict")]
+    (run_dir / "results.csv").write_text(text + buf.getvalue())
+    assert len(read_rows(run_dir)) == len(CASES) * 4
+    (run_dir / "results.csv").write_text(text + last)  # the same row whole, without its newline: a row
+    assert len(read_rows(run_dir)) == len(CASES) * 4 + 1
 
 
 def test_report_command_and_its_exit_codes(run_dir, tmp_path, capsys):

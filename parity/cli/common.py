@@ -46,6 +46,13 @@ def write_pages(out: Path, pages: dict[str, str]) -> None:
         raise UserError(f"cannot write {' / '.join(sorted(pages))}: {exc}") from None
 
 
+def check_out_folder(out: Path | None, holds: str) -> None:
+    """A :class:`~parity.errors.UserError` when ``--out`` names something that is not a folder (checked
+    before the work, not when its files are written); ``holds``: what the folder gets, for the message."""
+    if out is not None and out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: not a folder (give the folder for {holds})")
+
+
 def add_expect_argument(p: argparse.ArgumentParser) -> None:
     """``--expect FILE`` (repeatable), shared by run, report and diff."""
     p.add_argument(
@@ -63,6 +70,9 @@ def load_expectations(values: Sequence[str] | None):
 
     return load_checked(values)
 
+
+#: Flags that choose a run's cases: given on --resume with another value than recorded, a note says so.
+CASE_SET = ("profile", "model", "length_scale", "seed", "case", "case_file", "dtype", "shard", "no_siblings", "last_failed")
 
 #: Flags a resumed run never takes from the recorded command: where it writes, and how it was asked to resume.
 NOT_RESTORED = ("out", "resume", "force", "list_cases", "command", "_module")
@@ -106,13 +116,19 @@ def resumed(args: argparse.Namespace, add_parser: Callable[[Any], argparse.Argum
     recorded, command = found
     defaults = _run_parser(add_parser).parse_args(["run"])
     out = argparse.Namespace(**vars(args))
-    restored = []
+    restored, changed = [], []
     for key, value in vars(recorded).items():
         if key in NOT_RESTORED or not hasattr(args, key):
             continue
-        if getattr(args, key) == getattr(defaults, key) and value != getattr(defaults, key):
+        given, default = getattr(args, key), getattr(defaults, key)
+        if given == default and value != default:
             setattr(out, key, value)
             restored.append("--" + key.replace("_", "-"))
+        elif key in CASE_SET and given != default and given != value:
+            changed.append("--" + key.replace("_", "-"))
     if restored:
         print(f"parity: --resume: continuing `{command}` ({', '.join(restored)} as recorded)", file=sys.stderr)
+    if changed:  # flags given win, but the folder then holds the rows of two case sets
+        flags = ", ".join(changed)
+        print(f"parity: --resume: {flags} given now differ from `{command}`: its rows stay beside the new ones", file=sys.stderr)
     return out

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import runfolder
 from ..results import Outcome
+from .common import check_out_folder
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from ..consistency import FIELDS, check
     from ..window import Window
 
+    check_out_folder(args.out, "consistency.csv")
     case = Case((args.seq,), (args.seq,), args.hq, args.hkv, args.head_dim, args.dtype, Window.tokens(args.window), seed=7)
     rows: list[dict[str, Any]] = []
     for backend in args.backend:  # each backend's rows are printed and written as soon as they are in

@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import runfolder, runfolder_decode
 from ..errors import UserError
 from ..results import DTYPES, Outcome
-from .common import latest_run
+from .common import check_out_folder, latest_run
 from .common import split_list as _split
 
 NAME = "decode"
@@ -113,7 +113,12 @@ def run(args: argparse.Namespace) -> int:
 
     from ..decode.run import DEFAULT_PROMPT_LENS, DecodeConfig, run_decode, summary_table
 
+    if args.time_limit is not None and not args.time_limit > 0:  # not > 0: NaN too
+        raise UserError(f"--time-limit must be > 0 seconds, got {args.time_limit:g}")
+    if not args.tie_factor > 0:
+        raise UserError(f"--tie-factor must be > 0, got {args.tie_factor:g}")
     args.out = args.out or latest_run()
+    check_out_folder(args.out, "the decode results")
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -127,8 +132,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--dtype once, unless --lm")
     args.dtype = args.dtype[0] if args.dtype else None
     steps = args.steps if args.steps is not None else (32 if on_gpu else 24)
-    if steps < 1 or args.window < 2 or args.tie_factor <= 0 or (args.page_size is not None and args.page_size < 1):
-        raise UserError("--steps >= 1, --window >= 2, --tie-factor > 0 and --page-size >= 1 are required")
+    for name, value, least in (("--steps", steps, 1), ("--window", args.window, 2), ("--page-size", args.page_size, 1)):
+        if value is not None and value < least:
+            raise UserError(f"{name} must be >= {least}, got {value}")
     models = _models(args)
     cfg = DecodeConfig(
         models=tuple(models),
@@ -216,8 +222,6 @@ def _run_lm(args: argparse.Namespace, backend_names: list[str], explicit: list[s
     for name, val in (("--prompts", args.prompts), ("--prompt-bytes", args.prompt_bytes), ("--steps", args.steps)):
         if val is not None and val < 1:
             raise UserError(f"{name} must be >= 1")
-    if args.tie_factor <= 0:
-        raise UserError("--tie-factor must be > 0")
     if args.swap_from and args.swap_from not in backend_names:
         raise UserError(f"--swap-from {args.swap_from}: not one of the backends of this run ({', '.join(backend_names)})")
     cfg = StudyConfig(

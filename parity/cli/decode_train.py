@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
+from .common import check_out_folder
 
 NAME = "decode-train"
 PRESETS = ("cpu-tiny", "gpu")  # parity.decode.train.PRESETS (not imported here: that imports torch)
@@ -41,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--time-budget-s must be > 0")
     if args.max_passes is not None and args.max_passes < 0:
         raise UserError("--max-passes must be >= 0 (0: no cap)")
+    check_out_folder(args.out, "the model")
+    _check_device(args.device)
     log = None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     m = train_and_save(args.preset, args.device, args.out, args.time_budget_s, args.steps, log, args.max_passes)
     q, below = m["margin_quantiles"], m["margin_share_below"]
@@ -51,3 +54,13 @@ def run(args: argparse.Namespace) -> int:
         f"{below['0.1']} of positions below 0.1; wrote {args.out}"
     )
     return 0
+
+
+def _check_device(device: str) -> None:
+    """``--device`` names a torch device (torch's own RuntimeError was a traceback)."""
+    import torch
+
+    try:
+        torch.device(device)
+    except (RuntimeError, ValueError):
+        raise UserError(f"--device {device!r}: not a device; expected cpu, cuda or cuda:N") from None

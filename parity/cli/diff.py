@@ -54,8 +54,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.ratio_threshold < 1 or args.min_ratio_delta < 0:
-        raise UserError("--ratio-threshold must be >= 1 and --min-ratio-delta >= 0")
+    if not (args.ratio_threshold >= 1 and args.min_ratio_delta >= 0):  # not >=: NaN too
+        raise UserError(
+            f"--ratio-threshold must be >= 1 and --min-ratio-delta >= 0, got {args.ratio_threshold:g} and {args.min_ratio_delta:g}"
+        )
     from ..report.diff import SECTIONS, compare_runs, headline, render_html, render_markdown
     from ..report.runs import load_run
 

@@ -65,8 +65,9 @@ def _pairs(items: list[str]) -> list[tuple[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.factor <= 1 or args.ratio_threshold < 1 or args.min_ratio_delta < 0:
-        raise UserError("--factor must be > 1, --ratio-threshold >= 1 and --min-ratio-delta >= 0")
+    if not (args.factor > 1 and args.ratio_threshold >= 1 and args.min_ratio_delta >= 0):  # not >: NaN too
+        got = f"{args.factor:g}, {args.ratio_threshold:g} and {args.min_ratio_delta:g}"
+        raise UserError(f"--factor must be > 1, --ratio-threshold >= 1 and --min-ratio-delta >= 0, got {got}")
     from ..report.runs import load_run
     from ..report.vdiff import compare_versions, find_pairs
     from ..report.vdiff_page import headline, render_html, render_markdown

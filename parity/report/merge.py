@@ -68,6 +68,11 @@ def merge(
     out = Path(out)
     if any(out.resolve() == d.resolve() for d in dirs + extra):
         raise ValueError(f"OUT {out} is one of the input folders; merge into a new folder")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"OUT {out}: not a folder (the merged folder is created there)")
+    for d in extra:  # one that is not there would fold in nothing, silently
+        if not d.is_dir():
+            raise ValueError(f"--extra {d}: {'not a folder' if d.exists() else 'no such folder'}")
     shard_set = check_shard_folders(dirs) if check_shards else None
     rows: dict[tuple[str, str], dict[str, str]] = {}
     origin: dict[tuple[str, str], Path] = {}
