@@ -140,7 +140,8 @@ def parse_results(path: Path, text: str) -> Results:
         raise UserError(f"{path}: not a readable CSV (No columns to parse from file)")
     if records and not text.endswith(("\n", "\r")) and None in records[-1].values():
         records.pop()
-    rows = tuple(ResultRow.of(r) for r in records if r.get("verdict"))
+    fill = ({k: "" if v is None else v for k, v in r.items()} for r in records)  # another short row: empty cells, as before
+    rows = tuple(ResultRow.of(r) for r in fill if r.get("verdict"))
     return Results(path, tuple(reader.fieldnames), rows)
 
 
