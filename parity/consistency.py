@@ -30,6 +30,7 @@ import torch
 from .backends.base import Unsupported, refusal_reason
 from .case import Case, Inputs, make_inputs
 from .reference import attention_reference
+from .results import Outcome
 from .verdict import BUDGETS, POISON, compare, make_baseline
 
 
@@ -89,7 +90,7 @@ def check(backend, case: Case, decode_positions: list[int] | None = None, chunk:
                 "max_diff_vs_prefill": f"{diff:.6g}",
                 "max_err_vs_reference": f"{err_ref:.6g}",
                 "tolerance": f"{2 * thr:.6g}",
-                "verdict": "pass" if diff <= 2 * thr and err_ref <= thr else "fail",
+                "verdict": Outcome.PASS if diff <= 2 * thr and err_ref <= thr else Outcome.FAIL,
             }
         )
 

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         be = backends.get(backend)
         why = be.unavailable_reason()
         if why:
-            got = [{"backend": backend, "check": "all", "verdict": "unavailable", "detail": why, "case": case.summary()}]
+            got = [{"backend": backend, "check": "all", "verdict": Outcome.UNAVAILABLE, "detail": why, "case": case.summary()}]
         else:
             got = check(be, case)
         rows.extend(got)
