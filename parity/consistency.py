@@ -115,11 +115,11 @@ def check(backend, case: Case, decode_positions: list[int] | None = None, chunk:
     return rows
 
 
-def _failed(exc: Exception) -> dict[str, str]:
+def _failed(exc: Exception) -> dict[str, Any]:
     """A declined sub-call is ``unsupported`` (not a failure), anything else ``error``."""
     if isinstance(exc, Unsupported):
-        return {"verdict": "unsupported", "detail": str(exc)[:200]}
-    return {"verdict": "error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        return {"verdict": Outcome.UNSUPPORTED, "detail": str(exc)[:200]}
+    return {"verdict": Outcome.ERROR, "detail": f"{type(exc).__name__}: {str(exc)[:200]}"}
 
 
 FIELDS = ["backend", "check", "where", "case", "max_diff_vs_prefill", "max_err_vs_reference", "tolerance", "verdict", "detail"]
