@@ -341,7 +341,8 @@ class PagedKV:
             shape = (len(pages), self.page_size, *self.k_cache.shape[2:])
             k = torch.zeros(shape, dtype=self.k_cache.dtype, device=self.k_cache.device)  # (pages_b, ps, hkv, d)
             v = torch.zeros_like(k)  # (pages_b, ps, hkv, d)
-            k[keep], v[keep] = self.k_cache[pages[keep]], self.v_cache[pages[keep]]
+            idx = keep.nonzero()[:, 0]  # (kept,) integer rows: a bool mask over one element is masked_fill, which fp8 lacks on the CPU
+            k[idx], v[idx] = self.k_cache[pages[idx]], self.v_cache[pages[idx]]
             ks.append(k.flatten(0, 1)[:sk])
             vs.append(v.flatten(0, 1)[:sk])
         return torch.cat(ks), torch.cat(vs)
