@@ -30,7 +30,7 @@ import torch
 from . import regimes
 from .regimes import apply as apply_regime
 from .results import DTYPES as DTYPE_NAMES
-from .window import SpecError, Window, chunk_band
+from .window import INT_MAX, SpecError, Window, chunk_band
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 _DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "half": "float16"}
@@ -53,6 +53,8 @@ def _int_field(name: str, value: object, minimum: int) -> int:
         raise SpecError(f"Case.{name} must be an int, got {value!r}")
     if value < minimum:
         raise SpecError(f"Case.{name} must be >= {minimum}, got {value}")
+    if value > INT_MAX:
+        raise SpecError(f"Case.{name} must be at most 2**63 - 1 (an int64), got {value}")
     return value
 
 
@@ -90,8 +92,8 @@ class Case:
             raise SpecError(f"Case.q_lens and Case.k_lens must have one entry per sequence; got {len(self.q_lens)} and {len(self.k_lens)}")
         for name, lens in (("q_lens", self.q_lens), ("k_lens", self.k_lens)):
             for n in lens:
-                if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                    raise SpecError(f"Case.{name} entries must be ints >= 1, got {n!r} in {lens}")
+                if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= INT_MAX:
+                    raise SpecError(f"Case.{name} entries must be ints >= 1 and at most 2**63 - 1 (an int64), got {n!r} in {lens}")
         _int_field("hq", self.hq, 1)
         _int_field("hkv", self.hkv, 1)
         _int_field("head_dim", self.head_dim, 1)
@@ -100,8 +102,8 @@ class Case:
             raise SpecError(
                 f"Case.hq ({self.hq}) must be divisible by Case.hkv ({self.hkv}) for GQA/MQA (query head h uses kv head h // (hq // hkv))"
             )
-        dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype)
-        if dtype not in DTYPES:
+        dtype = _DTYPE_ALIASES.get(self.dtype, self.dtype) if isinstance(self.dtype, str) else self.dtype
+        if not isinstance(dtype, str) or dtype not in DTYPES:
             raise SpecError(f"Case.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         object.__setattr__(self, "dtype", dtype)
         if isinstance(self.window, dict):
@@ -134,7 +136,7 @@ class Case:
 
     def _check_fp8(self) -> None:
         if self.kv_dtype is not None:
-            if self.kv_dtype not in FP8_DTYPES:
+            if not isinstance(self.kv_dtype, str) or self.kv_dtype not in FP8_DTYPES:
                 raise SpecError(f"Case.kv_dtype must be None or one of {', '.join(FP8_DTYPES)} (an fp8 KV cache), got {self.kv_dtype!r}")
             if self.dtype not in ("float16", "bfloat16"):
                 raise SpecError(f"Case.kv_dtype {self.kv_dtype} needs Case.dtype float16 or bfloat16 (the compute dtype), got {self.dtype}")
@@ -341,7 +343,8 @@ class PagedKV:
             shape = (len(pages), self.page_size, *self.k_cache.shape[2:])
             k = torch.zeros(shape, dtype=self.k_cache.dtype, device=self.k_cache.device)  # (pages_b, ps, hkv, d)
             v = torch.zeros_like(k)  # (pages_b, ps, hkv, d)
-            k[keep], v[keep] = self.k_cache[pages[keep]], self.v_cache[pages[keep]]
+            idx = keep.nonzero()[:, 0]  # (kept,) integer rows: a bool mask over one element is masked_fill, which fp8 lacks on the CPU
+            k[idx], v[idx] = self.k_cache[pages[idx]], self.v_cache[pages[idx]]
             ks.append(k.flatten(0, 1)[:sk])
             vs.append(v.flatten(0, 1)[:sk])
         return torch.cat(ks), torch.cat(vs)

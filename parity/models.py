@@ -38,7 +38,7 @@ from typing import Any
 from .case import Case
 from .errors import UserError
 from .files import read_text
-from .window import Window
+from .window import INT_MAX, Window
 
 #: ``model_type`` -> the period of its local/global pattern when a config names none
 #: (transformers' own default: layer ``i`` is global when ``(i + 1) % period == 0``).
@@ -88,12 +88,19 @@ def _get(cfg: dict[str, Any], key: str, where: str, required: bool = False) -> A
     return cfg.get(key)
 
 
-def _int(cfg: dict[str, Any], key: str, where: str, required: bool = False, minimum: int = 1) -> int | None:
+#: The most layers a config may name: the parser keeps one window per layer (a config naming 10**9 layers took
+#: 8 GiB, then a MemoryError traceback, or the machine's memory).
+MAX_LAYERS = 1_000_000
+
+
+def _int(cfg: dict[str, Any], key: str, where: str, required: bool = False, minimum: int = 1, maximum: int = INT_MAX) -> int | None:
     v = _get(cfg, key, where, required)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
         raise UserError(f"{where}: config key {key!r} must be an integer >= {minimum}, got {v!r}")
+    if v > maximum:
+        raise UserError(f"{where}: config key {key!r} must be at most {maximum}, got {v!r}")
     return v
 
 
@@ -132,9 +139,9 @@ def _layer_windows(cfg: dict[str, Any], n: int, where: str) -> list[int | None]:
     if types is not None:
         if not isinstance(types, list) or len(types) != n:
             raise UserError(f"{where}: config key 'layer_types' must be a list of {n} layer types, got {types!r}")
-        bad = sorted({t for t in types if t not in ("sliding_attention", "full_attention")}, key=str)
+        bad = sorted({repr(t) for t in types if not isinstance(t, str) or t not in ("sliding_attention", "full_attention")})
         if bad:
-            raise UserError(f"{where}: config key 'layer_types' holds {bad}: only sliding_attention / full_attention are known")
+            raise UserError(f"{where}: config key 'layer_types' holds {', '.join(bad)}: only sliding_attention / full_attention are known")
         if window is None and "sliding_attention" in types:
             raise UserError(f"{where}: config key 'sliding_window' is missing or null but 'layer_types' names sliding_attention layers")
         return [window if t == "sliding_attention" else None for t in types]
@@ -174,7 +181,7 @@ def parse_config(cfg: Any, name: str, where: str | None = None, source: str = ""
     if hq % hkv:
         raise UserError(f"{where}: config key 'num_key_value_heads' ({hkv}) does not divide num_attention_heads ({hq})")
     d = _head_dim(cfg, hq, where)
-    n = _int(cfg, "num_hidden_layers", where, required=True)
+    n = _int(cfg, "num_hidden_layers", where, required=True, maximum=MAX_LAYERS)
     assert n is not None
     qpas = _positive(cfg, "query_pre_attn_scalar", where)
     scale = None if qpas is None or math.isclose(qpas, d) else qpas**-0.5

@@ -91,11 +91,17 @@ class SpecError(UserError):
     """An invalid window or case specification. The message names the field and value."""
 
 
+#: The largest int a case's field may hold: band arithmetic and the harness's tensors are int64.
+INT_MAX = 2**63 - 1
+
+
 def _check_side(name: str, value: object) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecError(f"Window.{name} must be a non-negative int or None (unbounded), got {value!r}")
+    if value > INT_MAX:
+        raise SpecError(f"Window.{name} must be at most 2**63 - 1 (an int64; None is unbounded), got {value}")
     if value < 0:
         hint = " (-1 is flash-attn 2's sentinel for 'unbounded'; the canonical spelling is None)" if value == -1 else ""
         raise SpecError(
@@ -156,6 +162,16 @@ class Window:
         """The alignment offset ``d``."""
         return sk - sq if self.align == "bottom_right" else 0
 
+    def sides(self, sq: int, sk: int) -> tuple[int | None, int | None]:
+        """``(left, right)`` for an ``(Sq, Sk)`` sequence, a side wider than ``Sq + Sk`` capped there: it reaches
+        past every key from every row either way, and ``i + d +- side`` stays in int64 (int32 below 2**30 keys)."""
+        return self.cap(self.left, sq, sk), self.cap(self.right, sq, sk)
+
+    @staticmethod
+    def cap(side: int | None, sq: int, sk: int) -> int | None:
+        """A side (or a chunk: a chunk of ``Sq + Sk`` keys or more holds every key and every query) capped at ``Sq + Sk``."""
+        return None if side is None else min(side, sq + sk)
+
     def band(self, sq: int, sk: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         """Per query row, the first and last visible key, inclusive, clipped to ``[0, Sk-1]``.
 
@@ -164,8 +180,9 @@ class Window:
         """
         i = torch.arange(sq, device=device, dtype=torch.int64)  # (Sq,)
         d = self.offset(sq, sk)
-        lo = torch.zeros_like(i) if self.left is None else (i + d - self.left).clamp(min=0)
-        hi = torch.full_like(i, sk - 1) if self.right is None else (i + d + self.right).clamp(max=sk - 1)
+        left, right = self.sides(sq, sk)
+        lo = torch.zeros_like(i) if left is None else (i + d - left).clamp(min=0)
+        hi = torch.full_like(i, sk - 1) if right is None else (i + d + right).clamp(max=sk - 1)
         return lo, hi
 
     def mask(self, sq: int, sk: int, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -35,6 +35,15 @@ def test_repro_command_rebuilds_the_case():
         ({"softcap": -1.0}, "Case.softcap"),
         ({"scale": float("nan")}, "Case.scale"),
         ({"page_size": 0}, "Case.page_size"),
+        # what JSON can name but a tensor cannot hold: refused naming the field, not a TypeError / OverflowError traceback
+        ({"dtype": ["x"]}, "Case.dtype"),
+        ({"dtype": "float16", "kv_dtype": []}, "Case.kv_dtype"),
+        ({"q_lens": (2**63,), "k_lens": (1,)}, r"Case.q_lens entries .* at most 2\*\*63 - 1"),
+        ({"seed": 10**23}, r"Case.seed must be at most 2\*\*63 - 1"),
+        ({"chunk": 2**63}, r"Case.chunk must be at most"),
+        ({"hq": 2**64, "hkv": 1}, r"Case.hq must be at most"),
+        ({"window": {"left": 2**63}}, r"Window.left must be at most 2\*\*63 - 1"),
+        ({"window": Window(2**63 - 1, 2**63 - 1), "chunk": 2**63 - 1, "seed": 2**63 - 1}, None),  # the largest int64s are valid
         ({"q_lens": (5,), "k_lens": (2,), "window": Window(0, 0, "top_left"), "hq": 2, "hkv": 2}, None),
     ],
 )

@@ -88,6 +88,16 @@ def test_inputs_move_and_page_with_their_descales():
     assert torch.equal(k.float(), inputs.k.float()) and torch.equal(v.float(), inputs.v.float())
 
 
+@pytest.mark.parametrize("kv_dtype", ["float8_e4m3fn", "float8_e5m2"])
+def test_paged_gather_of_one_element_pages(kv_dtype):
+    """Pages of one element (page 1, one kv head, d 1): a bool mask over them was masked_fill, which fp8
+    lacks on the CPU, so the reference backend's row of such a case was an error."""
+    case = Case(q_lens=(1,), k_lens=(1,), hq=1, hkv=1, head_dim=1, dtype="float16", page_size=1, kv_dtype=kv_dtype)
+    inputs = make_inputs(case)
+    k, v = inputs.paged().gather([torch.ones(1, dtype=torch.bool)])  # (1, 1, 1) each
+    assert torch.equal(k.float(), inputs.k.float()) and torch.equal(v.float(), inputs.v.float())
+
+
 # -- reference and baseline -------------------------------------------------------------------------
 
 

@@ -87,6 +87,10 @@ def test_layer_types_pattern_per_layer_windows_and_text_config():
         ({"layer_types": ["sliding_attention", "linear_attention"]}, "layer_types"),
         ({"attn_logit_softcapping": -1}, "attn_logit_softcapping"),
         ({"num_hidden_layers": 0}, "num_hidden_layers"),
+        # a TypeError (unhashable list) / MemoryError traceback, or the machine's memory, before these were refused
+        ({"layer_types": [["sliding_attention"], "full_attention"]}, "layer_types"),
+        ({"num_hidden_layers": 10**12}, "num_hidden_layers' must be at most"),
+        ({"num_attention_heads": 2**64, "num_key_value_heads": 2**64}, "num_attention_heads' must be at most"),
     ],
 )
 def test_bad_configs_name_the_key(bad, key):

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from parity import SpecError, Window
+from parity import Case, SpecError, Window
 
 
 def grid(rows):
@@ -71,3 +71,33 @@ def test_dict_roundtrip_and_unknown_field():
     assert Window.from_dict(w.to_dict()) == w
     with pytest.raises(SpecError, match="unknown field"):
         Window.from_dict({"left": 1, "size": 2})
+
+
+@pytest.mark.parametrize("align", ["bottom_right", "top_left"])
+@pytest.mark.parametrize("sq,sk", [(4, 6), (6, 4)])
+def test_sides_as_wide_as_int64_reach_every_key(sq, sk, align):
+    """A side up to 2**63 - 1 is valid and means what None means on that side: ``i + d + right`` wrapped in
+    int64, so every row of Window(0, 2**63 - 1) saw no key in the reference (and in SDPA's and flex's masks)."""
+    big = 2**63 - 1
+    for wide, plain in ((Window(0, big, align), Window(0, None, align)), (Window(big, 0, align), Window(None, 0, align))):
+        assert torch.equal(wide.mask(sq, sk), plain.mask(sq, sk)), wide
+        m = wide.mask(sq, sk)
+        assert all(bool(m[i, j]) == wide.visible(i, j, sq, sk) for i in range(sq) for j in range(sk))
+
+
+WIDE = [(Window(0, 2**63 - 1), None), (Window(2**63 - 1, 0, "top_left"), None)]
+
+
+@pytest.mark.parametrize(
+    "backend,window,chunk",
+    [(b, w, c) for b in ("reference", "sdpa", "flex") for w, c in WIDE] + [(b, Window(1, 0), 2**63 - 1) for b in ("reference", "flex")],
+)
+def test_cpu_backends_take_int64_wide_windows_and_chunks(backend, window, chunk):
+    """The CPU backends' own translations (SDPA's boolean mask, flex's mask_mod numbers) overflowed on a side
+    or chunk near 2**63 (a wrapped band: every row saw no key, a mask-mismatch ``fail``; flex's int32 tensor of
+    a chunk: an ``error``): they see the spec's keys and pass."""
+    from parity.api import evaluate
+
+    case = Case(q_lens=(5,), k_lens=(7,), hq=2, hkv=1, head_dim=8, dtype="float32", window=window, chunk=chunk)
+    row = evaluate(backend, case)
+    assert (row["verdict"], row["mask_check"]) == ("pass", "ok"), (row["verdict"], row["reasons"], row["detail"], row["mask_detail"])

@@ -171,11 +171,11 @@ def seq_bands(
             d, left, right, _ = bucket_band(window, sq, sk)
             n = sk + int(sink)
             bq, bk = (bucket_len(sq, minimum), bucket_len(n, minimum)) if bucketed else (sq, n)
-            out.append((bq, bk, (d, left, right, sk, sk - sq, chunk or 0, int(sink))))
+            out.append((bq, bk, (d, left, right, sk, sk - sq, Window.cap(chunk, sq, sk) or 0, int(sink))))
         return out
     if bucketed:
         return [(bucket_len(sq, minimum), bucket_len(sk, minimum), tuple(bucket_band(window, sq, sk))) for sq, sk in zip(q_lens, k_lens)]
-    return [(sq, sk, (window.offset(sq, sk), window.left, window.right)) for sq, sk in zip(q_lens, k_lens)]
+    return [(sq, sk, (window.offset(sq, sk), *window.sides(sq, sk))) for sq, sk in zip(q_lens, k_lens)]
 
 
 @functools.lru_cache(maxsize=256)
@@ -465,7 +465,8 @@ def bucket_band(window: Window, sq: int, sk: int) -> list[int]:
     """``[d, left, right, Sk]`` of one (Sq, Sk) pair for :func:`tensor_band_mask_mod`; an unbounded side
     becomes a bound past every key."""
     big = 4 * (sq + sk) + 8
-    return [window.offset(sq, sk), big if window.left is None else window.left, big if window.right is None else window.right, sk]
+    left, right = window.sides(sq, sk)
+    return [window.offset(sq, sk), big if left is None else left, big if right is None else right, sk]
 
 
 def tensor_band_mask_mod(t):

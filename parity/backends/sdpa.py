@@ -131,7 +131,7 @@ class SdpaBackend(Backend):
             raise Unsupported("SDPA has no softcap")
         w = self.mask_window(case)
         pairs = zip(case.q_lens, case.k_lens)
-        bands = None if self.causal_path else [(w.offset(sq, sk), w.left, w.right) for sq, sk in pairs]
+        bands = None if self.causal_path else [(w.offset(sq, sk), *w.sides(sq, sk)) for sq, sk in pairs]
         return dict(bands=bands, kernel=self.kernel, repeat_kv=not self.gqa_native)
 
     def run(self, case: Case, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
