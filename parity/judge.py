@@ -129,6 +129,8 @@ class BaselineCache:
         self.seconds = 0.0
         self.case_seconds: dict[str, float] = {}  # case id -> seconds its reference and baseline took (kept)
         self.cpu_fallbacks = 0
+        #: asked before each block of a reference's rows (a sweep's stop signal; None: never stopped)
+        self.stop: Callable[[], bool] | None = None
         #: seconds per stage, summed over the cases computed: inputs, reference (float64), baseline (same dtype)
         self.stage_seconds: dict[str, float] = {"inputs": 0.0, "reference": 0.0, "baseline": 0.0}
         self.computed: dict[str, int] = {}  # case id -> times computed (> 1: evicted, then met again)
@@ -213,7 +215,9 @@ class BaselineCache:
 
     def _compute(self, case: Case) -> Baseline:
         t0 = time.perf_counter()
-        base = self._on_device_or_cpu(lambda device: compute_baseline(case, device, stages=self.stage_seconds, inputs_of=self._inputs))
+        base = self._on_device_or_cpu(
+            lambda device: compute_baseline(case, device, stages=self.stage_seconds, inputs_of=self._inputs, stop=self.stop)
+        )
         if estimate(case, probes=False).harness_bytes >= LARGE_ROW_BYTES:
             # as a worker does after a large row: the caching allocator's freed blocks go back to the card, which
             # the lanes' workers share (h100-2026-12-06-models: a process of 17 GiB beside a worker's OOM)
@@ -271,21 +275,26 @@ class BaselineCache:
 
 
 def compute_baseline(
-    case: Case, device: str, stages: dict[str, float] | None = None, inputs_of: Callable[[Case, str], Inputs] = make_inputs
+    case: Case,
+    device: str,
+    stages: dict[str, float] | None = None,
+    inputs_of: Callable[[Case, str], Inputs] = make_inputs,
+    stop: Callable[[], bool] | None = None,
 ) -> Baseline:
     """``case``'s float64 reference and same-dtype baseline on ``device`` (both banded); ``stages``:
     seconds of each step (``inputs``, ``reference``, ``baseline``) are added to it; ``inputs_of``: its inputs
-    (:func:`parity.case.make_inputs`, or the sweep's shared draw of the same bytes)."""
+    (:func:`parity.case.make_inputs`, or the sweep's shared draw of the same bytes); ``stop``: asked before each
+    block of rows (:class:`parity.reference.ReferenceStopped` once it says True)."""
     t0 = time.perf_counter()
     inputs = inputs_of(case, device)
     t1 = time.perf_counter()
     ref_lse = torch.empty(inputs.q.shape[:2], dtype=torch.float64, device=inputs.q.device)  # (total_q, hq)
     same_lse = torch.empty(inputs.q.shape[:2], dtype=torch.float32, device=inputs.q.device)  # (total_q, hq)
-    ref = attention_reference(inputs, torch.float64, lse=ref_lse)  # (total_q, hq, d)
+    ref = attention_reference(inputs, torch.float64, lse=ref_lse, stop=stop)  # (total_q, hq, d)
     if stages is not None and device.startswith("cuda"):
         torch.cuda.synchronize()  # the reference's own seconds, not the baseline's
     t2 = time.perf_counter()
-    same = attention_reference(inputs, case.torch_dtype, lse=same_lse)  # (total_q, hq, d)
+    same = attention_reference(inputs, case.torch_dtype, lse=same_lse, stop=stop)  # (total_q, hq, d)
     base = make_baseline(case, ref, same, ref_lse, same_lse)
     if stages is not None:
         for k, v in (("inputs", t1 - t0), ("reference", t2 - t1), ("baseline", time.perf_counter() - t2)):

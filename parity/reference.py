@@ -34,6 +34,8 @@ one block's score matrix stays under ``block_bytes``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .case import Case, Inputs
@@ -105,6 +107,11 @@ def block_kv_bytes(case: Case, elem: int) -> int:
     return most
 
 
+class ReferenceStopped(Exception):
+    """A reference computation ended early because its ``stop`` said so (a sweep's stop signal): nothing to keep; the
+    row it was for is dropped, as any row in flight at a stop (``--resume`` runs it)."""
+
+
 def attention_sequence(
     case: Case,
     q: torch.Tensor,
@@ -115,12 +122,14 @@ def attention_sequence(
     p_fp8: str | None = None,
     sinks: torch.Tensor | None = None,
     lse: torch.Tensor | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> torch.Tensor:
     """One sequence: ``q`` ``(Sq, hq, d)``, ``k``/``v`` ``(Sk, hkv, d)`` -> ``(Sq, hq, d)``.
 
     ``p_fp8``: an fp8 dtype name: the probabilities are rounded to it before ``P @ V`` (:func:`round_p_fp8`);
     ``sinks`` ``(hq,)``: the learned sink logits, if any (see the module docstring); ``lse`` ``(Sq, hq)``,
-    if given, gets each row's log-sum-exp."""
+    if given, gets each row's log-sum-exp; ``stop``: asked before each block of rows, :class:`ReferenceStopped` once it
+    says True (a sweep's stop signal: a reference of minutes ends within a block, not at its end)."""
     sq, hq, dh = q.shape
     sk, hkv, _ = k.shape
     g = hq // hkv
@@ -134,6 +143,8 @@ def attention_sequence(
     scale = case.softmax_scale
     sink = None if sinks is None else sinks.to(q.device, compute_dtype).view(hkv, g, 1, 1)  # (hkv, g, 1, 1)
     for r0, r1, k0, k1 in _row_blocks(lo, hi, hq, elem, block_bytes):
+        if stop is not None and stop():
+            raise ReferenceStopped(f"stopped at query row {r0} of {sq}")
         if k1 <= k0:
             if lse is not None and sink is not None:  # the sink's term alone: LSE = the sink
                 lse[r0:r1] = sink.reshape(1, hq).expand(r1 - r0, hq).to(lse.dtype)  # (C, hq)
@@ -194,9 +205,11 @@ def attention_reference(
     compute_dtype: torch.dtype = torch.float64,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     lse: torch.Tensor | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> torch.Tensor:
     """All sequences of ``inputs``; returns ``(total_q, hq, d)`` in ``compute_dtype``. ``lse``
-    ``(total_q, hq)``, if given, gets each row's log-sum-exp (see the module docstring).
+    ``(total_q, hq)``, if given, gets each row's log-sum-exp (see the module docstring); ``stop``: asked before each
+    block of rows (:func:`attention_sequence`).
 
     fp8 inputs are dequantized first; in a dtype other than float64 (the baseline) the
     probabilities of an fp8 case are rounded to its KV dtype (see the module docstring)."""
@@ -209,7 +222,7 @@ def attention_reference(
     out = torch.empty(inputs.q.shape, dtype=compute_dtype, device=inputs.q.device)  # (total_q, hq, d)
     for _, qb, kb, vb, qs in inputs.sequences():
         seq_lse = None if lse is None else lse[qs]  # (Sq, hq) view
-        out[qs] = attention_sequence(case, qb, kb, vb, compute_dtype, block_bytes, p_fp8, inputs.sinks, seq_lse)
+        out[qs] = attention_sequence(case, qb, kb, vb, compute_dtype, block_bytes, p_fp8, inputs.sinks, seq_lse, stop)
     return out
 
 

@@ -375,3 +375,41 @@ def test_resume_keeps_the_earlier_calls_timing(tmp_path):
     stages = total["stages"]["reference"]  # the stage table of the whole run: each call's rows, summed
     assert stages["rows"] == 3 and stages["stages_s"]["call"] > 0, stages
     assert stage_table(timing)[1][0][:2] == ["reference", "3"]
+
+
+def test_a_stop_signal_ends_a_long_reference_within_a_block_and_drops_its_row(tmp_path, monkeypatch):
+    """The sweep's own reference of a case (in this process, beside the worker) asks the stop signal before each block
+    of rows: the 22nd session's probe (Sq = Sk = 1e8, d 1 on the CPU) went on computing for 5.5 minutes after the first
+    SIGTERM. Here each block of one query row takes 0.1 s (64 rows: 6.4 s a pass, two passes), and the stop comes
+    during the second case's reference: the run ends within a second or so, the first case's row kept, the second's
+    dropped (``--resume`` runs it)."""
+    import threading
+
+    import parity.reference as reference
+    from parity.sweep import Sweep, SweepOptions
+
+    real = reference._row_blocks
+    started = threading.Event()
+
+    def slow_blocks(lo, hi, hq, elem, block_bytes):
+        for block in real(lo, hi, hq, elem, 1):  # one query row a block
+            if lo.numel() == 64:  # the second case only
+                started.set()
+                time.sleep(0.1)
+            yield block
+
+    monkeypatch.setattr(reference, "_row_blocks", slow_blocks)
+    cases = [dataclasses.replace(SLOW_CASES[0], seed=0), Case(q_lens=(64,), k_lens=(64,), hq=1, hkv=1, head_dim=8, dtype="float32", seed=1)]
+    sweep = Sweep(["reference"], cases, SweepOptions(progress=False, probes=False), tmp_path / "out")
+
+    def stop_once_computing() -> None:  # as the SIGTERM handler does
+        started.wait(120)
+        time.sleep(0.3)
+        sweep.interrupt("SIGTERM")
+
+    threading.Thread(target=stop_once_computing, daemon=True).start()
+    res = sweep.run()
+    took = time.perf_counter() - sweep.t_rows
+    assert started.is_set() and res.partial and res.interrupted == "SIGTERM", (res.partial, res.interrupted)
+    assert took < 4.0, f"the run went on {took:.1f} s after the second case's reference started (two passes take 12.8 s)"
+    assert [int(r["seed"]) for r in _rows(tmp_path)] == [0], _rows(tmp_path)  # the row in flight is not recorded

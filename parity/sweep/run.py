@@ -18,6 +18,7 @@ from ..case import Case
 from ..execute import context_lost
 from ..judge import BaselineCache, Overtaken, apply_expectations, harness_oom_row, judge, unavailable
 from ..memory import is_oom
+from ..reference import ReferenceStopped
 from ..results import Judged, Outcome
 from ..runfolder import read_timing
 from . import precompile
@@ -91,15 +92,16 @@ class Sweep(SweepEnd):
         # process (--no-isolate) each row draws its own, as before 2026-12-07 (budget 0: the store holds nothing)
         rows = {c.case_id: sum(self.plan.runs(u, c) for u in self.plan.units) for c in cases}
         self.shared_inputs = InputStore(rows, max_bytes=None if options.isolate else 0)
+        self.stop, self.timed_out = threading.Event(), threading.Event()
         for cache in self.baselines.values():
             cache.inputs = self.shared_inputs if options.isolate else None
+            cache.stop = self.stop.is_set  # a stop signal ends a reference within a block of rows (its row dropped)
         self._give_demands()  # which references the units still need: what each cache evicts first (its demand)
         self.infos: dict[str, dict[str, Any]] = {}
         self.executors: dict[str, Any] = {}  # per unit
         self.unit_infos: dict[str, dict[str, Any]] = {}
         self.timing = _timing(self.plan, options, out_dir)
         self.lock = threading.RLock()  # rows, writer, progress bar, timing
-        self.stop, self.timed_out = threading.Event(), threading.Event()
         bar = Progress(len(self.backend_names) * len(cases), enabled=options.progress)
         eta = Eta(_planned(self.backend_names, cases)) if options.progress else None
         # with --resume, this run's rows: an unavailable one in the folder is tried again
@@ -526,7 +528,10 @@ class Sweep(SweepEnd):
             self.memory.release(unit, case)  # its memory hold too: the retry runs after the lanes, alone
             return
         t_judge = time.perf_counter()
-        judged, computed, waited = self._judge_row(case, unit, info, res)
+        try:
+            judged, computed, waited = self._judge_row(case, unit, info, res)
+        except ReferenceStopped:  # a stop signal during its reference: dropped as a row in flight (--resume runs it)
+            return
         judged = apply_expectations(judged, self.options.expectations, str(info.get("version") or ""), case)
         baseline_s, t_lock = ref_s + computed, time.perf_counter()
         judge_s = t_lock - t_judge - computed - waited
