@@ -390,6 +390,16 @@ def test_bad_decode_argument_names_its_value(args, needle, tmp_path, capsys):
     _assert_usage(rc, capsys.readouterr().err, needle)
 
 
+@pytest.mark.parametrize("flag,value", [("--prompt-bytes", "64"), ("--swap-from", "sdpa"), ("--prompts", "4")])
+def test_a_language_model_flag_without_lm_is_a_usage_error(flag, value, tmp_path, capsys):
+    """--prompt-bytes, --swap-from and --prompts act on the --lm study only; without --lm they were ignored in silence
+    (the run went on with the toy models' defaults)."""
+    small = ["--prompt-lens", "8", "--steps", "1", "--time-limit", "1"]  # a short study where the flag is not refused
+    rc = main(["decode", "--backend", "sdpa", "--device", "cpu", "--out", str(tmp_path / "o"), *small, flag, value])
+    _assert_usage(rc, capsys.readouterr().err, f"{flag} applies to the language-model study only: add --lm")
+    assert not (tmp_path / "o").exists()  # refused before any work
+
+
 def test_consistency_out_that_is_a_file(tmp_path, capsys):
     """Refused before the checks run (was FileExistsError after them)."""
     f = tmp_path / "a-file"
