@@ -140,9 +140,20 @@ def parse_results(path: Path, text: str) -> Results:
         raise UserError(f"{path}: not a readable CSV (No columns to parse from file)")
     if records and not text.endswith(("\n", "\r")) and None in records[-1].values():
         records.pop()
-    fill = ({k: "" if v is None else v for k, v in r.items()} for r in records)  # another short row: empty cells, as before
+    fill = [{k: "" if v is None else v for k, v in r.items()} for r in records]  # another short row: empty cells, as before
+    _check_verdicts(path, fill)
     rows = tuple(ResultRow.of(r) for r in fill if r.get("verdict"))
     return Results(path, tuple(reader.fieldnames), rows)
+
+
+def _check_verdicts(path: Path, records: list[dict[str, str]]) -> None:
+    """A UserError naming the file, the row (1: the first under the header) and the word of the first verdict cell
+    that is not a verdict (:class:`parity.results.Outcome`): the reports would count its row as none of them."""
+    for number, record in enumerate(records, 1):
+        word = record.get("verdict")
+        if word and Outcome.of(word) is None:
+            valid = ", ".join(o.value for o in Outcome)
+            raise UserError(f"{path}, row {number}: verdict {word!r} is not a verdict (valid: {valid})")
 
 
 def read_results(folder: Path) -> Results | None:

@@ -337,7 +337,7 @@ def run(req: RunRequest) -> int:
     from .compile_cache import COSTS
     from .expect import load_checked
     from .sweep import Sweep
-    from .sweep.options import read_gpus
+    from .sweep.options import read_gpus, read_worker_paths
 
     req = dataclasses.replace(req, dtype=_dtypes(req.dtype))
     if req.last_failed:
@@ -345,6 +345,7 @@ def run(req: RunRequest) -> int:
     backend_names, explicit = _run_specs(req)
     budgets, splits, auto_split = _check_run_args(req, backend_names)
     gpus = read_gpus(req.gpus, not req.no_isolate)  # before any case is generated: a bad --gpus costs nothing
+    paths = read_worker_paths(list(req.worker_path), backend_names)  # as early: an unknown BACKEND or missing PATH
     expectations = load_checked(req.expect)
     cases, design, req = load_cases(req, backend_names)
     cases, shard_rec = _shard(req, cases, backend_names)
@@ -369,6 +370,7 @@ def run(req: RunRequest) -> int:
         shard=shard_rec,
         gpus=tuple(gpus),
         cost_file=costs,
+        worker_paths=paths,
     )
     facts = {
         "cases": len(cases),

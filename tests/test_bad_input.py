@@ -188,7 +188,7 @@ ARG_ERRORS = [
     (["run", "--budget", "float32.k_max=inf"], "finite number >= 0"),
     (["run", "--budget", "int8.k_max=1"], "unknown dtype 'int8'"),
     (["run", "--budget", "float32.bogus=1"], "unknown field 'bogus'"),
-    (["run", "--worker-path", "nopath"], "--worker-path wants BACKEND=PATH"),
+    (["run", "--worker-path", "nopath"], "--worker-path 'nopath': wants BACKEND=PATH"),
     (["run", "--case-file", "/no/such/file.jsonl"], "no such file"),
     (["run", "--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
@@ -204,6 +204,46 @@ ARG_ERRORS = [
 @pytest.mark.parametrize("args,needle", ARG_ERRORS, ids=[" ".join(a) for a, _ in ARG_ERRORS])
 def test_bad_argument_is_a_usage_error(args, needle, tmp_path, capsys):
     _assert_usage(*run_main(args, tmp_path, capsys), needle)
+
+
+def test_a_malformed_worker_path_says_what_it_wants_once(tmp_path, capsys, monkeypatch):
+    """One statement of the form, naming where the item came from (was "--worker-path wants BACKEND=PATH[:PATH] (also
+    in $PARITY_WORKER_PATH): worker path wants BACKEND=PATH[:PATH], got 'nopath'")."""
+    monkeypatch.delenv("PARITY_WORKER_PATH", raising=False)
+    rc, err = run_main(["run", "--backend", "reference", "--worker-path", "nopath"], tmp_path, capsys)
+    _assert_usage(rc, err, "--worker-path 'nopath': wants BACKEND=PATH")
+    assert err.count("BACKEND=PATH") == 1, err
+    monkeypatch.setenv("PARITY_WORKER_PATH", "reference=/a nopath")
+    rc, err = run_main(["run", "--backend", "reference"], tmp_path, capsys)
+    _assert_usage(rc, err, "$PARITY_WORKER_PATH item 'nopath': wants BACKEND=PATH")
+    assert err.count("BACKEND=PATH") == 1, err
+
+
+def test_a_worker_path_flag_for_another_backend_or_a_missing_folder_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    """Both were taken silently: the run went on without the folder the user meant to give its worker."""
+    monkeypatch.delenv("PARITY_WORKER_PATH", raising=False)
+    base = ["run", "--backend", "reference,sdpa", "--list-cases"]
+    rc, err = run_main([*base, "--worker-path", f"fa4-cuda={tmp_path}"], tmp_path, capsys)
+    _assert_usage(rc, err, "--worker-path fa4-cuda=...: 'fa4-cuda' is not among the backends of this run")
+    assert "(reference, sdpa)" in err, err
+    rc, err = run_main([*base, "--worker-path", f"sdpa={tmp_path}:{tmp_path / 'nowhere'}"], tmp_path, capsys)
+    _assert_usage(rc, err, f"--worker-path sdpa=...: '{tmp_path / 'nowhere'}' does not exist")
+    # the control: a backend of the run, and a variant's base (vllm-fa3-cuda for vllm-fa3-split2-cuda), with a folder
+    rc, err = run_main([*base, "--worker-path", f"sdpa={tmp_path}"], tmp_path, capsys)
+    assert rc == 0, err
+    variant = ["run", "--backend", "vllm-fa3-split2-cuda", "--list-cases", "--worker-path", f"vllm-fa3-cuda={tmp_path}"]
+    rc, err = run_main(variant, tmp_path, capsys)
+    assert rc == 0, err
+
+
+def test_the_worker_path_variable_stays_lenient(tmp_path, capsys, monkeypatch):
+    """$PARITY_WORKER_PATH is one list for many runs and machines (lab/loan/h200_env.sh): an entry for a backend not in
+    the run is passed over in silence, a missing folder of the run's backend gets a note, and the run goes on."""
+    monkeypatch.setenv("PARITY_WORKER_PATH", f"fa4-cuda=/no/fa4 sdpa={tmp_path / 'gone'}")
+    rc, err = run_main(["run", "--backend", "sdpa", "--list-cases"], tmp_path, capsys)
+    assert rc == 0, err
+    assert f"parity: note: $PARITY_WORKER_PATH sdpa=...: {tmp_path / 'gone'} does not exist here" in err, err
+    assert "/no/fa4" not in err and "error" not in err, err
 
 
 def test_no_command_prints_help_and_exits_2(capsys):
@@ -348,6 +388,16 @@ def test_bad_decode_argument_names_its_value(args, needle, tmp_path, capsys):
     """Each bad decode number is named with its value (was one sentence for four flags; a negative --time-limit ran)."""
     rc = main(["decode", "--backend", "sdpa", "--device", "cpu", "--out", str(tmp_path / "o"), *args])
     _assert_usage(rc, capsys.readouterr().err, needle)
+
+
+@pytest.mark.parametrize("flag,value", [("--prompt-bytes", "64"), ("--swap-from", "sdpa"), ("--prompts", "4")])
+def test_a_language_model_flag_without_lm_is_a_usage_error(flag, value, tmp_path, capsys):
+    """--prompt-bytes, --swap-from and --prompts act on the --lm study only; without --lm they were ignored in silence
+    (the run went on with the toy models' defaults)."""
+    small = ["--prompt-lens", "8", "--steps", "1", "--time-limit", "1"]  # a short study where the flag is not refused
+    rc = main(["decode", "--backend", "sdpa", "--device", "cpu", "--out", str(tmp_path / "o"), *small, flag, value])
+    _assert_usage(rc, capsys.readouterr().err, f"{flag} applies to the language-model study only: add --lm")
+    assert not (tmp_path / "o").exists()  # refused before any work
 
 
 def test_consistency_out_that_is_a_file(tmp_path, capsys):

@@ -323,6 +323,28 @@ def test_report_command_and_its_exit_codes(run_dir, tmp_path, capsys):
     assert "results.csv: no such file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["report", "diff", "evidence"])
+def test_a_verdict_cell_that_is_not_a_verdict_is_refused(command, run_dir, tmp_path, capsys):
+    """A hand-edited or foreign results.csv whose verdict column holds another word (here "passed" in row 3) was
+    read as a row of no verdict: each reader passed it through with exit 0."""
+    from parity.results import Outcome
+
+    good = shutil.copytree(run_dir, tmp_path / "good")
+    df = pd.read_csv(run_dir / "results.csv", dtype=str, keep_default_na=False)
+    df.loc[2, "verdict"] = "passed"
+    df.to_csv(run_dir / "results.csv", index=False)
+    out = str(tmp_path / "o")
+    argv = {
+        "report": ["report", str(run_dir), "--out", out],
+        "diff": ["diff", str(good), str(run_dir), "--out", out],
+        "evidence": ["evidence", str(run_dir), "--out", out],
+    }[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    valid = ", ".join(o.value for o in Outcome)
+    assert err == [f"parity: error: {run_dir / 'results.csv'}, row 3: verdict 'passed' is not a verdict (valid: {valid})"], err
+
+
 def test_run_command_writes_the_reports(tmp_path):
     code = main(["run", "--backend", "sdpa", "--case", CASES[0].to_json(), "--out", str(tmp_path), "-q", "--no-isolate"])
     assert code == 0

@@ -117,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--time-limit must be > 0 seconds, got {args.time_limit:g}")
     if not args.tie_factor > 0:
         raise UserError(f"--tie-factor must be > 0, got {args.tie_factor:g}")
+    lm_only = (("--prompts", args.prompts), ("--prompt-bytes", args.prompt_bytes), ("--swap-from", args.swap_from))
+    if not args.lm and (given := [flag for flag, value in lm_only if value is not None]):
+        raise UserError(f"{given[0]} applies to the language-model study only: add --lm DIR|cpu-tiny, or drop {given[0]}")
     args.out = args.out or latest_run()
     check_out_folder(args.out, "the decode results")
     device = args.device

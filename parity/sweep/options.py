@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import shard
 from ..errors import UserError
-from ..execute import worker_paths
 from ..expect import Expectations
 from ..maskcheck import DEFAULT_MAX_PASSES
+from ..process import env_worker_paths, read_worker_path_items
 from ..results import ENGINE_CHECKS
 from ..verdict import BUDGETS, Budget
 
@@ -72,12 +73,55 @@ class SweepOptions:
             raise ValueError("several GPUs need one worker process per lane: drop --no-isolate or give one GPU")
 
 
-def read_worker_paths(items: list[str] | None) -> dict[str, list[str]]:
-    """``--worker-path`` items, after those of ``PARITY_WORKER_PATH``."""
-    try:
-        return worker_paths(items)
-    except ValueError as exc:
-        raise UserError(f"--worker-path wants BACKEND=PATH[{os.pathsep}PATH] (also in $PARITY_WORKER_PATH): {exc}") from None
+def read_worker_paths(items: list[str] | None, backend_names: Sequence[str] | None = None) -> dict[str, list[str]]:
+    """``--worker-path`` items, after those of ``PARITY_WORKER_PATH``; a malformed item of either is a UserError.
+
+    With ``backend_names`` (the run's), a ``--worker-path`` BACKEND that is neither one of them nor the base of one
+    (a variant's, :func:`parity.backends.worker_path_owner`) and a PATH that does not exist are UserErrors too. The
+    environment variable stays lenient there: one list serves many runs and machines (lab/loan/h200_env.sh), so its
+    entries for other backends are passed over, and a missing folder of one of the run's backends gets a note."""
+    form = f"BACKEND=PATH[{os.pathsep}PATH]"
+    env, bad = read_worker_path_items(env_worker_paths())
+    if bad:
+        raise UserError(f"$PARITY_WORKER_PATH item {bad[0]!r}: wants {form} (items separated by spaces or ';')")
+    given, bad = read_worker_path_items(items or [])
+    if bad:
+        raise UserError(f"--worker-path {bad[0]!r}: wants {form}")
+    if backend_names is not None:
+        _check_given_paths(given, backend_names)
+        _note_missing_env_paths(env, backend_names)
+    out = {name: list(paths) for name, paths in env.items()}
+    for name, paths in given.items():  # as one list, the environment's first: the command line's items extend them
+        out.setdefault(name, []).extend(paths)
+    return out
+
+
+def _owners(name: str, backend_names: Sequence[str]) -> bool:
+    """Whether a worker path entry for ``name`` is taken by one of ``backend_names`` (its own or a variant's base)."""
+    from ..backends import worker_path_owner
+
+    return any(worker_path_owner({name: []}, b) == name for b in backend_names)
+
+
+def _check_given_paths(given: Mapping[str, list[str]], backend_names: Sequence[str]) -> None:
+    """A UserError for the first ``--worker-path`` BACKEND no backend of the run takes, then the first missing PATH."""
+    for name in given:
+        if not _owners(name, backend_names):
+            raise UserError(
+                f"--worker-path {name}=...: {name!r} is not among the backends of this run nor the base of a variant "
+                f"among them ({', '.join(backend_names)})"
+            )
+    for name, paths in given.items():
+        if missing := [p for p in paths if not os.path.exists(p)]:
+            raise UserError(f"--worker-path {name}=...: {missing[0]!r} does not exist")
+
+
+def _note_missing_env_paths(env: Mapping[str, list[str]], backend_names: Sequence[str]) -> None:
+    """One stderr line per missing ``$PARITY_WORKER_PATH`` folder of a backend of this run (others: passed over)."""
+    for name, paths in env.items():
+        missing = [p for p in paths if not os.path.exists(p)]
+        if missing and _owners(name, backend_names):
+            print(f"parity: note: $PARITY_WORKER_PATH {name}=...: {', '.join(missing)} does not exist here", file=sys.stderr)
 
 
 def read_gpus(text: str | None, isolate: bool) -> list[str]:
