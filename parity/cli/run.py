@@ -149,10 +149,10 @@ def _how_it_runs(r: argparse.ArgumentParser) -> None:
         metavar="BACKEND=PATH[:PATH]",
         help="prepend PATH to sys.path of BACKEND's worker (packages that cannot share one sys.path); a variant of "
         "BACKEND (vllm-fa3-split2-cuda of vllm-fa3-cuda: the same library) takes BACKEND's unless it has its own entry; "
-        "python -m parity backends shows each one's. BACKEND must be one of the run's backends (or a variant's base) "
-        "and each PATH must exist, else a usage error; $PARITY_WORKER_PATH (same items, separated by spaces or ';') "
-        "comes first and is lenient: one list serves runs of other backends, so its other entries are passed over and "
-        "a missing folder of this run's backend gets a note",
+        "python -m parity backends shows each one's. BACKEND must name a backend (one not in the run is passed over, "
+        "with a note) and each PATH of the run's backends must exist, else a usage error; $PARITY_WORKER_PATH (same "
+        "items, separated by spaces or ';') comes first and is lenient: one list serves runs of other backends, so its "
+        "other entries are passed over and a missing folder of this run's backend gets a note",
     )
 
 

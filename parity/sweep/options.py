@@ -76,10 +76,11 @@ class SweepOptions:
 def read_worker_paths(items: list[str] | None, backend_names: Sequence[str] | None = None) -> dict[str, list[str]]:
     """``--worker-path`` items, after those of ``PARITY_WORKER_PATH``; a malformed item of either is a UserError.
 
-    With ``backend_names`` (the run's), a ``--worker-path`` BACKEND that is neither one of them nor the base of one
-    (a variant's, :func:`parity.backends.worker_path_owner`) and a PATH that does not exist are UserErrors too. The
-    environment variable stays lenient there: one list serves many runs and machines (lab/loan/h200_env.sh), so its
-    entries for other backends are passed over, and a missing folder of one of the run's backends gets a note."""
+    With ``backend_names`` (the run's), a ``--worker-path`` BACKEND that names no backend, and a missing PATH of one
+    of the run's backends (its own or a variant's base, :func:`parity.backends.worker_path_owner`), are UserErrors
+    too; an item of another backend is passed over with a note (:func:`_check_given_paths`). The environment variable
+    stays lenient: one list serves many runs and machines (lab/loan/h200_env.sh), so its entries for other backends
+    are passed over silently, and a missing folder of one of the run's backends gets a note."""
     form = f"BACKEND=PATH[{os.pathsep}PATH]"
     env, bad = read_worker_path_items(env_worker_paths())
     if bad:
@@ -104,15 +105,22 @@ def _owners(name: str, backend_names: Sequence[str]) -> bool:
 
 
 def _check_given_paths(given: Mapping[str, list[str]], backend_names: Sequence[str]) -> None:
-    """A UserError for the first ``--worker-path`` BACKEND no backend of the run takes, then the first missing PATH."""
+    """A ``--worker-path`` BACKEND that names no backend at all (nor a ``module:Class`` plugin) is a UserError (a typo
+    would run the backend without its folder); one of another backend than the run's is passed over with a note (a
+    script's one list for several runs: lab/device/h200_seed_systems.sh). A missing PATH of a backend of the run is a
+    UserError."""
+    from ..backends import names
+
+    known = set(names())
     for name in given:
-        if not _owners(name, backend_names):
-            raise UserError(
-                f"--worker-path {name}=...: {name!r} is not among the backends of this run nor the base of a variant "
-                f"among them ({', '.join(backend_names)})"
-            )
+        if name not in known and ":" not in name:
+            raise UserError(f"--worker-path {name}=...: {name!r} is not a backend (`python -m parity backends` lists them)")
     for name, paths in given.items():
-        if missing := [p for p in paths if not os.path.exists(p)]:
+        if not _owners(name, backend_names):
+            print(
+                f"parity: note: --worker-path {name}=...: no backend of this run is {name} or a variant of it: passed over", file=sys.stderr
+            )
+        elif missing := [p for p in paths if not os.path.exists(p)]:
             raise UserError(f"--worker-path {name}=...: {missing[0]!r} does not exist")
 
 
