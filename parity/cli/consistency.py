@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from ..consistency import FIELDS, check
     from ..window import Window
 
-    check_out_folder(args.out, "consistency.csv")
+    check_out_folder(args.out, runfolder.CONSISTENCY)
     case = Case((args.seq,), (args.seq,), args.hq, args.hkv, args.head_dim, args.dtype, Window.tokens(args.window), seed=7)
     rows: list[dict[str, Any]] = []
     for backend in args.backend:  # each backend's rows are printed and written as soon as they are in
