@@ -149,10 +149,8 @@ def _how_it_runs(r: argparse.ArgumentParser) -> None:
         metavar="BACKEND=PATH[:PATH]",
         help="prepend PATH to sys.path of BACKEND's worker (packages that cannot share one sys.path); a variant of "
         "BACKEND (vllm-fa3-split2-cuda of vllm-fa3-cuda: the same library) takes BACKEND's unless it has its own entry; "
-        "python -m parity backends shows each one's. BACKEND must name a backend (one not in the run is passed over, "
-        "with a note) and each PATH of the run's backends must exist, else a usage error; $PARITY_WORKER_PATH (same "
-        "items, separated by spaces or ';') comes first and is lenient: one list serves runs of other backends, so its "
-        "other entries are passed over and a missing folder of this run's backend gets a note",
+        "python -m parity backends shows each one's. BACKEND must name a backend (one not in the run: a note), PATH "
+        "exist; $PARITY_WORKER_PATH (same items, spaces or ';' between) comes first, lenient (docs/gpu.md)",
     )
 
 
