@@ -489,6 +489,7 @@ class ResultsWriter:
                 f"--resume: {self.path} has columns this attn-parity does not write ({', '.join(extra)}): "
                 "a newer version's run; finish it with that version, or start a new --out"
             )
+        _check_verdicts(self.path, rows)  # --resume would keep a row the reports count as no verdict
         if "repro" in missing:
             _derive_repro(rows)
             missing.remove("repro")

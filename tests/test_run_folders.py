@@ -444,3 +444,24 @@ def test_resume_tries_an_unavailable_row_again_and_keeps_the_others(tmp_path, ca
     mine = sorted((r["case_id"], r["verdict"]) for r in got if r["backend"] == "reference")
     assert mine == sorted((r["case_id"], "pass") for r in rows)
     assert [r["verdict"] for r in got if r["backend"] == "not-asked-for"] == ["unavailable"]
+
+
+def test_resume_refuses_a_results_csv_with_a_word_that_is_not_a_verdict(tmp_path):
+    """--resume kept such a row (a hand edit, a foreign file) as a finished one the reports then count as no verdict;
+    report, diff and evidence refuse it already (tests/test_report.py)."""
+    from parity.errors import UserError
+    from parity.results import Outcome
+    from parity.runfolder import ResultsWriter
+    from parity.sweep import COLUMNS
+
+    row = dict.fromkeys(COLUMNS, "")
+    with (tmp_path / "results.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerow({**row, "backend": "sdpa", "case_id": "a", "verdict": "pass"})
+        w.writerow({**row, "backend": "sdpa", "case_id": "b", "verdict": "passed"})
+    with pytest.raises(UserError, match=r"results.csv, row 2: verdict 'passed' is not a verdict"):
+        ResultsWriter(tmp_path, resume=True)
+    text = (tmp_path / "results.csv").read_text()
+    (tmp_path / "results.csv").write_text(text.replace(",passed,", f",{Outcome.FAIL},"))  # the control: a verdict word
+    ResultsWriter(tmp_path, resume=True).close()
