@@ -423,7 +423,8 @@ def sweep_options(req: RunRequest, **checked):
     from .sweep import SweepOptions
     from .sweep.options import read_worker_paths
 
-    checked.setdefault("worker_paths", read_worker_paths(list(req.worker_path)))
+    if "worker_paths" not in checked:  # run() reads them first, with its backends (setdefault would read them again)
+        checked["worker_paths"] = read_worker_paths(list(req.worker_path))
     return SweepOptions(
         isolate=not req.no_isolate,
         probes=not req.no_probes,
