@@ -82,7 +82,8 @@ def read_worker_paths(items: list[str] | None, backend_names: Sequence[str] | No
     stays lenient: one list serves many runs and machines (lab/loan/h200_env.sh), so its entries for other backends
     are passed over silently, and a missing folder of one of the run's backends gets a note."""
     form = f"BACKEND=PATH[{os.pathsep}PATH]"
-    env, bad = read_worker_path_items(env_worker_paths())
+    env_items = env_worker_paths()
+    env, bad = read_worker_path_items(env_items)
     if bad:
         raise UserError(f"$PARITY_WORKER_PATH item {bad[0]!r}: wants {form} (items separated by spaces or ';')")
     given, bad = read_worker_path_items(items or [])
@@ -91,10 +92,7 @@ def read_worker_paths(items: list[str] | None, backend_names: Sequence[str] | No
     if backend_names is not None:
         _check_given_paths(given, backend_names)
         _note_missing_env_paths(env, backend_names)
-    out = {name: list(paths) for name, paths in env.items()}
-    for name, paths in given.items():  # as one list, the environment's first: the command line's items extend them
-        out.setdefault(name, []).extend(paths)
-    return out
+    return read_worker_path_items([*env_items, *(items or [])])[0]  # one list, the environment's items first
 
 
 def _owners(name: str, backend_names: Sequence[str]) -> bool:
