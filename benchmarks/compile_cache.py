@@ -24,13 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from parity.errors import UserError  # noqa: E402
 from parity.report.runs import load_run  # noqa: E402
+from parity.runfolder import TIMING, TIMING_FIELDS, read_object  # noqa: E402
 
 
 def load(folder: Path) -> dict:
     run = load_run(folder)  # results.csv (torn last rows dropped) and environment.json
-    timing = json.loads((folder / "timing.json").read_text())
-    if not isinstance(timing, dict):
-        raise UserError(f"{folder / 'timing.json'}: expected a JSON object, got {type(timing).__name__}")
+    timing = read_object(folder / TIMING, TIMING_FIELDS)
     verdicts = dict(zip(zip(run.df["backend"], run.df["case_id"]), run.df["verdict"]))
     return {"timing": timing, "env": run.env, "verdicts": verdicts}
 

@@ -16,7 +16,6 @@ built > keys means a declared key is too coarse (a kernel built inside a row it 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,7 @@ from typing import Any
 from parity import backends
 from parity.case import Case
 from parity.errors import UserError
-from parity.files import read_text
-from parity.runfolder import TIMING, read_results, stored_path
+from parity.runfolder import TIMING, TIMING_FIELDS, read_object, read_results, stored_path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,13 +60,7 @@ def _timing(folder: Path) -> dict[str, Any]:
     path = stored_path(folder, TIMING)
     if not path.exists():
         raise UserError(f"{path}: no such file (is {folder} a finished parity run folder?)")
-    try:
-        timing = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(timing, dict):
-        raise UserError(f"{path}: expected a JSON object, got {type(timing).__name__}")
-    return timing
+    return read_object(path, TIMING_FIELDS)
 
 
 def _keys(folder: Path) -> tuple[dict[str, set], dict[str, set]]:

@@ -235,19 +235,24 @@ def misshapen(doc: object, fields: Mapping[str, type | tuple[type, ...]]) -> str
     return None
 
 
-def read_environment(folder: Path) -> dict[str, Any] | None:
-    """``environment.json`` (or its .gz; None when there is none); a UserError when it is not a JSON object."""
-    path = stored_path(folder, ENVIRONMENT)
-    if not path.exists():
-        return None
+def read_object(path: Path, fields: Mapping[str, type | tuple[type, ...]]) -> dict[str, Any]:
+    """A JSON file of a run folder (plain or gzipped) that must be an object with ``fields`` of their types
+    (:func:`misshapen`); a UserError naming ``path`` when it is not valid JSON or not of that shape."""
     try:
-        env = json.loads(read_text(path))
+        doc = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON ({exc})") from None
-    wrong = misshapen(env, ENVIRONMENT_FIELDS)
+    wrong = misshapen(doc, fields)
     if wrong:
         raise UserError(f"{path}: {wrong}")
-    return env
+    return doc
+
+
+def read_environment(folder: Path) -> dict[str, Any] | None:
+    """``environment.json`` (or its .gz; None when there is none); a UserError when it is not a JSON object of
+    :data:`ENVIRONMENT_FIELDS`' shape."""
+    path = stored_path(folder, ENVIRONMENT)
+    return read_object(path, ENVIRONMENT_FIELDS) if path.exists() else None
 
 
 def write_environment(folder: Path, environment: dict[str, Any], keep_earlier: bool = False) -> Path:
