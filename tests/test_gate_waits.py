@@ -122,9 +122,9 @@ CASES = [
 ]
 
 
-@pytest.fixture
-def gate(monkeypatch) -> MemoryGate:
-    """The sweep's one gate: 2 GiB for the lanes on a card of 10 GiB (a row's inputs made on the CPU)."""
+def one_gate(monkeypatch) -> MemoryGate:
+    """The sweep's one gate: 2 GiB for the lanes on a card of 10 GiB (a row's inputs made on the CPU); tests/
+    test_precompile_aside.py's too."""
     from parity import execute as ex
     from parity.case import make_inputs
 
@@ -134,8 +134,13 @@ def gate(monkeypatch) -> MemoryGate:
     monkeypatch.setattr(rowmemory, "card_bytes", lambda device=None: 10 * GIB)
     monkeypatch.setattr(ex, "make_inputs", lambda case, device: make_inputs(case, "cpu"))
     monkeypatch.setattr(RowMemory, "make_gates", lambda self: (self.gates.update({None: gate}), self.cards.update({None: 10 * GIB})))
-    ORDER.clear()
     return gate
+
+
+@pytest.fixture
+def gate(monkeypatch) -> MemoryGate:
+    ORDER.clear()
+    return one_gate(monkeypatch)
 
 
 def _sweep(backends, out, **options):

@@ -16,13 +16,13 @@ import pytest
 
 from parity import Case, Window
 from parity.backends.reference import ReferenceBackend
-from parity.sweep import Sweep, SweepOptions, rowmemory, run_sweep
+from parity.sweep import Sweep, SweepOptions, run_sweep
 from parity.sweep import run as sweep_run
 from parity.sweep.memgate import MemoryGate
 from parity.sweep.precompile import PrecompilePlan, PrePass, PrePassOptions, build_id
-from parity.sweep.rowmemory import RowMemory
 
 from .helpers import RecordingOnCuda
+from .test_gate_waits import one_gate
 
 ME = "tests.test_precompile_aside"
 GIB = 2**30
@@ -97,19 +97,9 @@ STARTS, ENDS, END_AFTER_S = HELD[2], HELD[3], 0.5
 
 @pytest.fixture
 def gate(monkeypatch) -> MemoryGate:
-    """The sweep's one gate: 2 GiB for the lanes on a card of 10 GiB, a row's inputs made on the CPU (as
-    tests/test_gate_waits.py's)."""
-    from parity import execute as ex
-    from parity.case import make_inputs
-
-    gate = MemoryGate(2 * GIB)
-    monkeypatch.setattr(ex, "card_bytes", lambda device=None: 10 * GIB)
-    monkeypatch.setattr(ex, "total_bytes", lambda device=None: 12 * GIB)
-    monkeypatch.setattr(rowmemory, "card_bytes", lambda device=None: 10 * GIB)
-    monkeypatch.setattr(ex, "make_inputs", lambda case, device: make_inputs(case, "cpu"))
-    monkeypatch.setattr(RowMemory, "make_gates", lambda self: (self.gates.update({None: gate}), self.cards.update({None: 10 * GIB})))
+    """The sweep's one gate (tests/test_gate_waits.py's :func:`one_gate`)."""
     CALLS.clear()
-    return gate
+    return one_gate(monkeypatch)
 
 
 def test_a_held_back_row_whose_key_is_being_built_waits_for_the_build_while_the_other_held_back_rows_run(gate, tmp_path, monkeypatch):
