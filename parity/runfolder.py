@@ -108,7 +108,7 @@ class ResultRow(Mapping[str, str]):
 @dataclasses.dataclass(frozen=True)
 class Results:
     """A folder's rows as read once: the file, its header, the finished rows (a torn last row of a
-    killed run, without a verdict, is not one)."""
+    killed run is not one: :func:`finished_part`)."""
 
     path: Path
     fields: tuple[str, ...]
@@ -128,19 +128,37 @@ def holds_run(folder: Path) -> bool:
     return results_path(folder) is not None
 
 
+def finished_part(text: str) -> str:
+    """The whole rows of a results CSV's ``text``, the one rule of the readers and ``--resume``: all of it when it
+    ends in a newline (the writer ends every row with one); else all but its last record, a row (or header) torn
+    by a kill mid-write, cut at the newline that ended the record before it (a quoted cell may hold newlines)."""
+    if not text or text.endswith("\n"):
+        return text
+    lines = io.StringIO(text, newline="").readlines()  # split as the csv reader splits them
+    reader = csv.reader(lines)
+    begin = last = 0  # the line the next record begins on; the line the last one began on
+    try:
+        for _ in reader:
+            last, begin = begin, reader.line_num
+    except csv.Error:  # not a CSV: its last line goes, and the reader names the fault
+        return text[: text.rfind("\n") + 1]
+    return "".join(lines[:last])
+
+
 def parse_results(path: Path, text: str) -> Results:
     """The rows of a results CSV's ``text`` (the file ``path``): those with a verdict, less a last one cut short by
-    a kill mid-write (no newline, cells missing: torn after its verdict column, it has one)."""
-    reader = csv.DictReader(io.StringIO(text, newline=""))  # restval None: the cells a short row lacks
+    a kill mid-write (:func:`finished_part`; stderr says so, naming the file)."""
+    whole = finished_part(text)
+    if whole != text:
+        print(f"parity: note: {path}: its last row has no newline (cut short by a kill mid-write): left out", file=sys.stderr)
+    reader = csv.DictReader(io.StringIO(whole, newline=""))
     try:
         records = list(reader)
     except csv.Error as exc:
         raise UserError(f"{path}: not a readable CSV ({exc})") from None
     if reader.fieldnames is None:
         raise UserError(f"{path}: not a readable CSV (No columns to parse from file)")
-    if records and not text.endswith(("\n", "\r")) and None in records[-1].values():
-        records.pop()
-    fill = [{k: "" if v is None else v for k, v in r.items()} for r in records]  # another short row: empty cells, as before
+    fill = [{k: "" if v is None else v for k, v in r.items()} for r in records]  # a short row: empty cells, as before
     _check_verdicts(path, fill)
     rows = tuple(ResultRow.of(r) for r in fill if r.get("verdict"))
     return Results(path, tuple(reader.fieldnames), rows)
@@ -525,13 +543,15 @@ class ResultsWriter:
         tmp.replace(self.path)
 
     def _drop_torn_row(self) -> int:
-        """A run killed mid-write can leave a last line without its newline: cut it off; the size left."""
+        """A run killed mid-write can leave a last row without its newline: cut it off (:func:`finished_part`, the
+        readers' rule); the size left."""
         data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            data = data[: data.rfind(b"\n") + 1]
+        text = data.decode("utf-8", "surrogateescape")  # a row may be cut inside a character
+        size = len(finished_part(text).encode("utf-8", "surrogateescape"))
+        if size < len(data):
             with self.path.open("r+b") as fh:
-                fh.truncate(len(data))
-        return len(data)
+                fh.truncate(size)
+        return size
 
     def write(self, judged: Judged) -> None:
         row = ResultRow.of(judged.row)

@@ -24,7 +24,7 @@ from parity.report import html as html_report
 from parity.report import svg
 from parity.report.text import MAX_MARKDOWN
 from parity.report.write import write_all
-from parity.runfolder import read_rows
+from parity.runfolder import ResultsWriter, parse_results, read_rows
 from parity.sweep import COLUMNS
 from tests.report_fixtures import CASES, NEEDS_GPU, OFF_BY_ONE, RAISES, shared_run
 
@@ -275,27 +275,68 @@ def test_decode_section_reads_parity_decode_output(rendered):
     assert "(fail: 1, pass: 1)" in (rendered / "summary.md").read_text()
 
 
-def test_a_torn_last_row_is_not_reported(run_dir):
+def test_a_torn_last_row_is_not_reported(run_dir, capsys):
     text = (run_dir / "results.csv").read_text()
     last = text.rstrip("\n").rsplit("\n", 1)[1]
     (run_dir / "results.csv").write_text(text + last[:40])  # killed while writing a row
     write_all(run_dir)
     root = ET.parse(run_dir / "junit.xml").getroot()
     assert root.get("tests") == str(len(CASES) * 4) and root.get("errors") == str(len(CASES) - 1)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"parity: note: {run_dir / 'results.csv'}: its last row has no newline (cut short by a kill mid-write): left out"]
 
 
-def test_a_last_row_torn_after_its_verdict_is_not_reported(run_dir):
-    """Cut past its verdict column, a torn row has a verdict: the missing cells and newline mark it (it was a row)."""
+def _torn(run_dir: Path, cut) -> tuple[str, list[str], list[str]]:
+    """results.csv's text, header and last row's cells; the file gets that row once more, ``cut(row)`` of it."""
     text = (run_dir / "results.csv").read_text()
     last = text.rstrip("\n").rsplit("\n", 1)[1]
     header, cells = next(csv.reader([text.split("\n", 1)[0]])), next(csv.reader([last]))
+    (run_dir / "results.csv").write_text(text + cut(header, cells))
+    return text, header, cells
+
+
+def _row(cells: list[str]) -> str:
+    """A CSV row without its newline (a cell holding one quoted: a lineterminator of ``""`` would leave it bare)."""
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="").writerow(cells[: header.index("verdict") + 2])  # the verdict and one cell more
-    assert last.startswith(buf.getvalue()) and cells[header.index("verdict")]
-    (run_dir / "results.csv").write_text(text + buf.getvalue())
-    assert len(read_rows(run_dir)) == len(CASES) * 4
-    (run_dir / "results.csv").write_text(text + last)  # the same row whole, without its newline: a row
-    assert len(read_rows(run_dir)) == len(CASES) * 4 + 1
+    csv.writer(buf, lineterminator="\n").writerow(cells)
+    return buf.getvalue()[:-1]
+
+
+def test_a_last_row_without_its_newline_is_not_reported(run_dir, capsys):
+    """The writer ends every row with a newline: a last row without one is torn, cut past its verdict column
+    (cells missing) or whole but for the newline alike; rows that end in one all read."""
+    text = (run_dir / "results.csv").read_text()
+    whole = [r for r in csv.DictReader(io.StringIO(text, newline="")) if r["verdict"]]
+    assert [r.cells for r in read_rows(run_dir)] == whole and capsys.readouterr().err == ""  # every row finished
+    _torn(run_dir, lambda header, cells: _row(cells[: header.index("verdict") + 2]))  # the verdict and one cell more
+    assert [r.cells for r in read_rows(run_dir)] == whole
+    (run_dir / "results.csv").write_text(text)
+    _torn(run_dir, lambda header, cells: _row(cells))  # the same row whole, without its newline
+    assert [r.cells for r in read_rows(run_dir)] == whole
+    assert capsys.readouterr().err.count("its last row has no newline") == 2
+
+
+def test_a_last_row_torn_inside_its_last_cell_is_not_reported(run_dir, capsys):
+    """Torn inside its last cell, a row has every column: only the missing newline marks it (the reports took it
+    as a row, its last cell cut short)."""
+    detail = "a graph note the kill cut short"
+    text, header, cells = _torn(run_dir, lambda header, cells: _row([*cells[:-1], detail])[:-6])
+    assert cells[header.index("verdict")] and header[-1] == "graph_detail"
+    rows = read_rows(run_dir)
+    assert len(rows) == len(CASES) * 4 and not any(r["graph_detail"] == detail[:-6] for r in rows)
+    assert f"{run_dir / 'results.csv'}: its last row has no newline" in capsys.readouterr().err
+    (run_dir / "results.csv").write_text(text + _row([*cells[:-1], detail]) + "\n")  # whole, it is a row
+    assert read_rows(run_dir)[-1]["graph_detail"] == detail and capsys.readouterr().err == ""
+
+
+def test_resume_and_the_readers_cut_a_torn_row_alike(run_dir, capsys):
+    """A torn last row whose quoted cell holds a newline goes whole (not only its last line), for the reports
+    and for --resume, which cuts the file there."""
+    text, _, _ = _torn(run_dir, lambda header, cells: _row([*cells[:-1], "line one\nline two"])[:-3])
+    assert read_rows(run_dir) == list(parse_results(run_dir / "results.csv", text).rows)
+    assert capsys.readouterr().err.count("its last row has no newline") == 1
+    ResultsWriter(run_dir, resume=True).close()
+    assert (run_dir / "results.csv").read_text() == text
 
 
 def test_report_command_and_its_exit_codes(run_dir, tmp_path, capsys):
