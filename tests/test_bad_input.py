@@ -403,6 +403,22 @@ def test_a_language_model_flag_without_lm_is_a_usage_error(flag, value, tmp_path
     assert not (tmp_path / "o").exists()  # refused before any work
 
 
+@pytest.mark.parametrize(
+    "flag,value",
+    [("--model", "mistral"), ("--hf-checkpoint", "."), ("--prompt-lens", "8"), ("--window", "16"), ("--page-size", "4")],
+)
+def test_a_toy_model_flag_with_lm_is_a_usage_error(flag, value, tmp_path, capsys):
+    """--model, --hf-checkpoint, --prompt-lens, --window and --page-size act on the toy models only; with --lm they
+    were ignored in silence. Given, --window 16 is refused too; left at its default, nothing is."""
+    lm = ["decode", "--lm", str(tmp_path / "no-model"), "--backend", "sdpa", "--device", "cpu", "--out", str(tmp_path / "o")]
+    rc = main([*lm, flag, value])
+    _assert_usage(rc, capsys.readouterr().err, f"{flag} applies to the toy-model study only, not to --lm: drop {flag}")
+    assert not (tmp_path / "o").exists()  # refused before any work
+    rc = main(lm)  # the control: no toy flag given, the study goes on to its model (here none)
+    err = capsys.readouterr().err
+    assert rc == 2 and "toy-model study" not in err and "no-model" in err, err
+
+
 def test_consistency_out_that_is_a_file(tmp_path, capsys):
     """Refused before the checks run (was FileExistsError after them)."""
     f = tmp_path / "a-file"

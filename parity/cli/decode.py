@@ -69,7 +69,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="prompt lengths (default 8,15,16,17,24,40,72 around the window of 16)",
     )
     p.add_argument("--steps", type=int, default=None, help="greedy decode steps per prompt (default 32 on a GPU, 24 on the CPU)")
-    p.add_argument("--window", type=int, default=16, help="the model's sliding window in tokens (default 16)")
+    p.add_argument("--window", type=int, default=None, help="the model's sliding window in tokens (default 16)")
     p.add_argument(
         "--page-size",
         type=int,
@@ -117,9 +117,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--time-limit must be > 0 seconds, got {args.time_limit:g}")
     if not args.tie_factor > 0:
         raise UserError(f"--tie-factor must be > 0, got {args.tie_factor:g}")
-    lm_only = (("--prompts", args.prompts), ("--prompt-bytes", args.prompt_bytes), ("--swap-from", args.swap_from))
-    if not args.lm and (given := [flag for flag, value in lm_only if value is not None]):
-        raise UserError(f"{given[0]} applies to the language-model study only: add --lm DIR|cpu-tiny, or drop {given[0]}")
+    _check_study_flags(args)
     args.out = args.out or latest_run()
     check_out_folder(args.out, "the decode results")
     device = args.device
@@ -145,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype or ("bfloat16" if on_gpu else "float32"),
         prompt_lens=tuple(args.prompt_lens or DEFAULT_PROMPT_LENS),
         steps=steps,
-        window=args.window,
+        window=args.window if args.window is not None else DecodeConfig.window,
         page_size=args.page_size,
         device=device,
         tie_factor=args.tie_factor,
@@ -178,6 +176,23 @@ def run(args: argparse.Namespace) -> int:
     for s in unavailable:
         print(f"parity decode: requested backend {s} is unavailable", file=sys.stderr)
     return 1 if (result.failed or unavailable) else 0
+
+
+def _check_study_flags(args: argparse.Namespace) -> None:
+    """A flag of the other study is a usage error, never ignored in silence: the --lm study's without --lm, the toy
+    models' with it (the language model brings its own window and prompts). Only flags given count (defaults None)."""
+    lm_only = (("--prompts", args.prompts), ("--prompt-bytes", args.prompt_bytes), ("--swap-from", args.swap_from))
+    if not args.lm and (given := [flag for flag, value in lm_only if value is not None]):
+        raise UserError(f"{given[0]} applies to the language-model study only: add --lm DIR|cpu-tiny, or drop {given[0]}")
+    toy_only = (
+        ("--model", args.model),
+        ("--hf-checkpoint", args.hf_checkpoint),
+        ("--prompt-lens", args.prompt_lens),
+        ("--window", args.window),
+        ("--page-size", args.page_size),
+    )
+    if args.lm and (given := [flag for flag, value in toy_only if value is not None]):
+        raise UserError(f"{given[0]} applies to the toy-model study only, not to --lm: drop {given[0]}, or drop --lm")
 
 
 def _specs(args: argparse.Namespace, on_gpu: bool) -> tuple[list[str], list[str]]:
