@@ -157,6 +157,10 @@ class Backend:
     returns_lse: bool = False
     #: The LSE values the library documents for a row that sees no key (any of them passes).
     lse_empty: tuple[str, ...] = ("-inf",)
+    #: A stop signal for a long computation ``run`` does on the host: asked between its steps, ``run`` ends by raising
+    #: once it says True. Set where the backend runs in the harness's own process (``--no-isolate``:
+    #: :class:`parity.execute.InlineExecutor`, to its ``halt``); a worker process is stopped by its end instead. None: no stop.
+    stop: Callable[[], bool] | None = None
 
     def unavailable_reason(self) -> str | None:
         return None
