@@ -167,6 +167,11 @@ class Window:
         past every key from every row either way, and ``i + d +- side`` stays in int64 (int32 below 2**30 keys)."""
         return self.cap(self.left, sq, sk), self.cap(self.right, sq, sk)
 
+    def batch_sides(self, q_lens, k_lens) -> tuple[int | None, int | None]:
+        """:meth:`sides` for one call over a batch (one window argument for every sequence): capped at the longest
+        ``Sq`` plus the longest ``Sk``, at least every sequence's ``Sq + Sk``. The backends' translations pass these."""
+        return self.sides(max(q_lens, default=0), max(k_lens, default=0))
+
     @staticmethod
     def cap(side: int | None, sq: int, sk: int) -> int | None:
         """A side (or a chunk: a chunk of ``Sq + Sk`` keys or more holds every key and every query) capped at ``Sq + Sk``."""
