@@ -294,9 +294,7 @@ def test_xformers_bias_expr_is_the_mask_the_harness_builds():
 
     varlen = ("from_seqlens", (), (("kv_seqlen", [9, 7]), ("q_seqlen", [4, 2])))
     for w, ql, kl, want in [
-        (Window(7, 0), (4, 4), (9, 9), [("LowerTriangularFromBottomRightLocalAttentionMask", (8,), ())]),
-        # a side past every key: capped at Sq + Sk = 13 (Window.sides; the same mask), window_size 14
-        (Window(15, 0), (4, 4), (9, 9), [("LowerTriangularFromBottomRightLocalAttentionMask", (14,), ())]),
+        (Window(15, 0), (4, 4), (9, 9), [("LowerTriangularFromBottomRightLocalAttentionMask", (16,), ())]),
         (Window(3, 2), (4, 4), (9, 9), [("LocalAttentionFromBottomRightMask", (), (("window_left", 3), ("window_right", 2)))]),
         (Window(None, 0, "top_left"), (4, 2), (9, 7), [("BlockDiagonalMask",), varlen, ("make_causal", (), ())]),
         (Window(None, 0), (4, 2), (9, 7), [("BlockDiagonalMask",), varlen, ("make_causal_from_bottomright", (), ())]),

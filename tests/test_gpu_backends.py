@@ -274,6 +274,20 @@ def test_every_window_translation_caps_a_side_past_every_key():
     assert checked > 400, checked
 
 
+def test_a_window_wider_than_the_sequence_reaches_the_kernel_as_named_when_a_c_int_holds_it():
+    """Only a side past a C ``int`` is replaced (:meth:`Window.native_sides`): a window wider than its sequence, a case
+    users write (``window_size=(4096, 0)`` on 100 tokens), reaches each kernel as named, so a kernel that mishandles
+    it is still caught."""
+    ql, kl = [4], [9]
+    assert fa2_window(Window(15, 0), ql, kl) == (15, 0)
+    assert fa2_window(Window(INT32_MAX, 0), ql, kl) == (INT32_MAX, 0)
+    assert fa2_window(Window(INT32_MAX + 1, 0), ql, kl) == (13, 0)
+    assert vllm_fa_window(Window(15, 20), ql, kl) == (False, (15, 20))
+    assert fa4_window(Window(15, 20), ql, kl) == (15, 20)
+    assert flashinfer_window(Window(15, 0), 4, 9) == (True, 15)
+    assert 15 in _ints(jax_window(Window(15, 0), 9, 9))
+
+
 @pytest.mark.parametrize("name", ["flashinfer-paged-cuda", "flashinfer-decode-cuda", "flashinfer-decode-split2-cuda"])
 def test_flashinfer_paged_batch_window_is_capped_for_its_longest_sequence(name):
     """The paged backends pass one ``window_left`` for the batch: capped at the longest sequence's lengths, not the

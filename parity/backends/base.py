@@ -73,9 +73,9 @@ bug, a test's fault) is then measured through its own ``run``, without LSE. Back
 it (the default) are recorded ``lse_check = none``; nothing else changes for them.
 
 The canonical :class:`parity.Window` reaches ``run`` inside ``case.window``; each
-backend translates it into its own native arguments in its own file, from its capped sides
-(:meth:`parity.Window.sides`, :meth:`parity.Window.batch_sides` for one argument over a batch: a side past every
-key is passed as ``Sq + Sk``, so a C ``int`` argument never overflows).
+backend translates it into its own native arguments in its own file, from :meth:`parity.Window.native_sides`: a
+side as named where it fits a C ``int`` (a window wider than the sequence is tested as named); a side past that is
+passed as the longest ``Sq`` plus the longest ``Sk`` (the same keys), so the argument never overflows.
 """
 
 from __future__ import annotations

@@ -145,8 +145,8 @@ def flashinfer_decode_window(window: Window, sq: int, sk: int) -> int:
 
 
 def _window_left(window: Window, sq: int, sk: int) -> int:
-    """``window_left``: the left side capped at ``Sq + Sk`` (:meth:`Window.sides`: a C int, not 2**62), ``-1`` = unbounded."""
-    left = window.sides(sq, sk)[0]
+    """``window_left``: the left side as :meth:`Window.native_sides` passes it (past a C int: ``Sq + Sk``), ``-1`` = unbounded."""
+    left = window.native_sides([sq], [sk])[0]
     return -1 if left is None else left
 
 
@@ -499,8 +499,8 @@ class FlashInferPagedBackend(PreparedCall, FlashInferBackend):
         return caches + INT_WORKSPACE_BYTES + output_bytes(case) + 2 * lse_bytes(case)
 
     def native(self, case: Case) -> dict:
-        """:func:`flashinfer_paged_attention`'s window and softcap for ``case``: one ``(causal, left)`` for the batch (its
-        side capped at the longest Sq plus the longest Sk, as :meth:`Window.batch_sides`; every sequence's own
+        """:func:`flashinfer_paged_attention`'s window and softcap for ``case``: one ``(causal, left)`` for the batch (a side
+        past a C int passed as the longest Sq plus the longest Sk, :meth:`Window.native_sides`; every sequence's own
         translation is checked in :meth:`unsupported_reason`)."""
         causal, left = flashinfer_window(case.window, max(case.q_lens), max(case.k_lens))
         return dict(window_left=left, softcap=case.softcap or 0.0, causal=causal)
@@ -604,8 +604,8 @@ class FlashInferDecodeBackend(FlashInferPagedBackend):
         return None
 
     def native(self, case: Case) -> dict:
-        """:func:`flashinfer_paged_attention`'s window and softcap for ``case``; ``causal`` None: batch decode (the side
-        capped at the longest Sk plus 1, as :meth:`Window.batch_sides`)."""
+        """:func:`flashinfer_paged_attention`'s window and softcap for ``case``; ``causal`` None: batch decode (a side
+        past a C int passed as the longest Sk plus 1, :meth:`Window.native_sides`)."""
         left = flashinfer_decode_window(case.window, max(case.q_lens), max(case.k_lens))
         return dict(window_left=left, softcap=case.softcap or 0.0, causal=None)
 

@@ -60,7 +60,7 @@ def fa2_window(window: Window, q_lens, k_lens) -> tuple[int, int]:
     """``(window_size_left, window_size_right)`` for FA2; raises :class:`Unsupported`."""
     if window.align == "top_left" and any(q != k for q, k in zip(q_lens, k_lens)):
         raise Unsupported("FlashAttention-2 windows are bottom-right aligned; top_left with Sq != Sk has no translation")
-    left, right = window.batch_sides(q_lens, k_lens)  # a side past every key capped: a C int, not 2**62
+    left, right = window.native_sides(q_lens, k_lens)  # a side past a C int (2**62) passed as Sq + Sk
     return UNBOUNDED if left is None else left, UNBOUNDED if right is None else right
 
 

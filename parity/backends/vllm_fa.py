@@ -130,7 +130,7 @@ def vllm_fa_window(window: Window, q_lens, k_lens) -> tuple[bool, tuple[int, int
     """``(causal, window_size)`` as vLLM passes them to ``flash_attn_varlen_func``; raises :class:`Unsupported`."""
     if window.align == "top_left" and any(q != k for q, k in zip(q_lens, k_lens)):
         raise Unsupported("vLLM's FlashAttention windows are bottom-right aligned; top_left with Sq != Sk has no translation")
-    left, right = window.batch_sides(q_lens, k_lens)  # a side past every key capped: a C int, not 2**62
+    left, right = window.native_sides(q_lens, k_lens)  # a side past a C int (2**62) passed as Sq + Sk
     if right == 0:
         return True, ((UNBOUNDED, UNBOUNDED) if left is None else (left, 0))
     return False, (UNBOUNDED if left is None else left, UNBOUNDED if right is None else right)
