@@ -15,6 +15,7 @@ per-case timeout a ``timeout`` row; the worker is restarted for the next case.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 import weakref
@@ -542,7 +543,13 @@ class InlineExecutor:
         self.halted = False  # :meth:`halt`
 
     def run(self, case: Case, inputs: InputFiles | None = None) -> dict[str, Any]:
+        with contextlib.suppress(AttributeError, TypeError):  # a plugin object that takes no new attribute: no stop
+            self.backend.stop = self.stopped  # its own long host work (the reference's blocks) asks it (:meth:`halt`)
         return execute(self.backend, case, self.probes, self.max_passes, self.repeats, self.grad, self.checks, inputs)
+
+    def stopped(self) -> bool:
+        """Whether :meth:`halt` was called: a backend's ``stop`` (:attr:`parity.backends.base.Backend.stop`)."""
+        return self.halted
 
     def submit(self, case: Case, inputs: InputFiles | None = None) -> dict[str, Any] | None:
         """Run ``case`` now (``inputs``: its shared draw, mapped afresh: the backend's writes stay in its copy)."""
@@ -559,7 +566,9 @@ class InlineExecutor:
         return self._result  # in this process nothing can be timed out
 
     def halt(self) -> None:
-        """A run interrupted by a signal: no new case (the one running in this process finishes)."""
+        """A run interrupted by a signal: no new case; the one running in this process finishes, unless its backend
+        asks its ``stop`` (the ``reference`` backend does, before each block of rows: its row then ends in an error
+        the sweep drops, as any row in flight at a stop)."""
         self.halted = True
 
     def close(self) -> None:

@@ -72,6 +72,9 @@ import torch
 
 from .errors import UserError
 
+#: The largest window side a library's C ``int`` argument holds (:meth:`Window.native_sides`).
+C_INT_MAX = 2**31 - 1
+
 Align = Literal["bottom_right", "top_left"]
 ALIGNMENTS: tuple[str, ...] = ("bottom_right", "top_left")
 
@@ -166,6 +169,28 @@ class Window:
         """``(left, right)`` for an ``(Sq, Sk)`` sequence, a side wider than ``Sq + Sk`` capped there: it reaches
         past every key from every row either way, and ``i + d +- side`` stays in int64 (int32 below 2**30 keys)."""
         return self.cap(self.left, sq, sk), self.cap(self.right, sq, sk)
+
+    def native_sides(self, q_lens, k_lens) -> tuple[int | None, int | None]:
+        """``(left, right)`` as a library's window argument takes them (every backend's translation passes these): a
+        side as given where it fits a C ``int``, so a window wider than the sequence is still tested as named; a side
+        past :data:`C_INT_MAX` (2**62 says "every key") passed as the longest ``Sq`` plus the longest ``Sk``, which
+        reaches past every key from every row of the batch just the same.
+
+        ====================  ======================  ==================
+        side                  Sq, Sk (longest)        passed
+        ====================  ======================  ==================
+        None                  any                     None (unbounded)
+        15                    4, 9                    15
+        2**31 - 1             4, 9                    2**31 - 1
+        2**31                 4, 9                    13
+        ====================  ======================  ==================
+        """
+        reach = max(q_lens, default=0) + max(k_lens, default=0)
+        return self._native(self.left, reach), self._native(self.right, reach)
+
+    @staticmethod
+    def _native(side: int | None, reach: int) -> int | None:
+        return side if side is None or side <= C_INT_MAX else min(side, reach)
 
     @staticmethod
     def cap(side: int | None, sq: int, sk: int) -> int | None:

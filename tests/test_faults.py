@@ -413,3 +413,46 @@ def test_a_stop_signal_ends_a_long_reference_within_a_block_and_drops_its_row(tm
     assert started.is_set() and res.partial and res.interrupted == "SIGTERM", (res.partial, res.interrupted)
     assert took < 4.0, f"the run went on {took:.1f} s after the second case's reference started (two passes take 12.8 s)"
     assert [int(r["seed"]) for r in _rows(tmp_path)] == [0], _rows(tmp_path)  # the row in flight is not recorded
+
+
+def test_a_stop_signal_ends_the_reference_backend_in_this_process_within_a_block_and_drops_its_row(tmp_path, monkeypatch):
+    """The same with ``--no-isolate``: the ``reference`` backend computes in the sweep's own process, and only a second
+    SIGTERM ended its reference (the first set the sweep's stop, which the backend did not ask). The in-process
+    executor's ``halt`` is the backend's ``stop``, asked before each block of rows: the run ends within a second or so
+    of the signal, during the backend's own call (before the sweep's reference of the case), the first case's row kept,
+    the second's dropped; ``--resume`` runs it."""
+    import threading
+
+    import parity.reference as reference
+    from parity.sweep import Sweep, SweepOptions
+
+    real = reference._row_blocks
+    started, slow = threading.Event(), [True]
+
+    def slow_blocks(lo, hi, hq, elem, block_bytes):
+        for block in real(lo, hi, hq, elem, 1):  # one query row a block
+            if lo.numel() == 64 and slow[0]:  # the second case only
+                started.set()
+                time.sleep(0.1)
+            yield block
+
+    monkeypatch.setattr(reference, "_row_blocks", slow_blocks)
+    cases = [dataclasses.replace(SLOW_CASES[0], seed=0), Case(q_lens=(64,), k_lens=(64,), hq=1, hkv=1, head_dim=8, dtype="float32", seed=1)]
+    sweep = Sweep(["reference"], cases, SweepOptions(progress=False, probes=False, isolate=False), tmp_path / "out")
+
+    def stop_once_computing() -> None:  # as the SIGTERM handler does
+        started.wait(120)
+        time.sleep(0.3)
+        sweep.interrupt("SIGTERM")
+
+    threading.Thread(target=stop_once_computing, daemon=True).start()
+    res = sweep.run()
+    took = time.perf_counter() - sweep.t_rows
+    assert started.is_set() and res.partial and res.interrupted == "SIGTERM", (res.partial, res.interrupted)
+    assert took < 4.0, f"the run went on {took:.1f} s after the second case's reference started (its call alone takes 6.4 s)"
+    assert [int(r["seed"]) for r in _rows(tmp_path)] == [0], _rows(tmp_path)  # the row in flight is not recorded
+    slow[0] = False
+    again = Sweep(["reference"], cases, SweepOptions(progress=False, probes=False, isolate=False, resume=True), tmp_path / "out")
+    assert not again.run().partial
+    rows = _rows(tmp_path)
+    assert sorted(int(r["seed"]) for r in rows) == [0, 1] and rows[-1]["verdict"] == "pass", rows

@@ -8,6 +8,7 @@ translation that is off by one, drops a side or mixes up the alignment fails her
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -21,7 +22,8 @@ from parity import backends
 from parity.backends.base import Unsupported
 from parity.backends.flash_attn import flash_window
 from parity.backends.flash_attn4 import fa4_window
-from parity.backends.flashinfer import flashinfer_window
+from parity.backends.flashinfer import flashinfer_decode_window, flashinfer_window
+from parity.backends.flex import seq_bands
 from parity.backends.jax_attn import jax_window
 from parity.backends.torch_fa2 import fa2_window
 from parity.backends.vllm_fa import vllm_fa_window
@@ -185,6 +187,118 @@ def test_flashinfer_translation():
             except Unsupported:
                 continue
             assert torch.equal(fa2_rule(sq, sk, left, 0 if causal else -1), w.mask(sq, sk)), (w, sq, sk)
+
+
+#: A side past every key of any case here: a C int window argument must never see it (flash-attn takes ``int``).
+HUGE = 2**62
+INT32_MAX = 2**31 - 1
+
+
+def _per_sequence(fn):
+    return lambda w, ql, kl: [fn(w, sq, sk) for sq, sk in zip(ql, kl)]
+
+
+#: Every backend's window translation, as ``fn(window, q_lens, k_lens) -> native``: those that give one argument for
+#: the whole batch (``batch``: capped at the longest Sq plus the longest Sk) and those that give one per sequence.
+BATCH_TRANSLATIONS = {
+    "fa2_window": fa2_window,
+    "flash_window": flash_window,
+    "fa4_window": fa4_window,
+    "vllm_fa_window": vllm_fa_window,
+    "xformers_bias_spec": xformers_bias_spec,
+}
+SEQUENCE_TRANSLATIONS = {
+    "jax_window": _per_sequence(jax_window),
+    "jax_window causal_with_window": _per_sequence(lambda w, sq, sk: jax_window(w, sq, sk, True)),
+    "flashinfer_window": _per_sequence(flashinfer_window),
+    "flashinfer_decode_window": _per_sequence(flashinfer_decode_window),
+    "flex seq_bands": lambda w, ql, kl: seq_bands(w, ql, kl, bucketed=False),
+    "flex seq_bands bucketed": lambda w, ql, kl: seq_bands(w, ql, kl, bucketed=True),
+    "flex seq_bands chunk": lambda w, ql, kl: seq_bands(w, ql, kl, bucketed=True, chunk=HUGE),
+    "sdpa native": lambda w, ql, kl: backends.get("sdpa").native(Case(ql, kl, 2, 1, 8, "float32", w)),
+}
+
+
+def _native_or_refusal(fn, w: Window, ql, kl):
+    try:
+        return fn(w, ql, kl)
+    except Unsupported:
+        return "Unsupported"  # its words name the window as given (its side), so only that it refused is compared
+
+
+def _ints(x) -> list[int]:
+    if isinstance(x, bool) or x is None or isinstance(x, str):
+        return []
+    if isinstance(x, int):
+        return [x]
+    if isinstance(x, dict):
+        return [i for v in x.values() for i in _ints(v)]
+    return [i for v in x for i in _ints(v)] if isinstance(x, (tuple, list)) else []
+
+
+def _huge_windows():
+    for left, right in itertools.product([None, 0, 3, HUGE], repeat=2):
+        if HUGE in (left, right):
+            for align in ("bottom_right", "top_left"):
+                yield Window(left, right, align)
+
+
+def _capped(w: Window, cap: int) -> Window:
+    return Window(*(cap if side == HUGE else side for side in (w.left, w.right)), w.align)
+
+
+def _check_capped(name: str, fn, ql, kl, cap: int) -> int:
+    """``fn``'s native argument for each window with a side of :data:`HUGE` against the same window with that side
+    ``cap``; every int of it fits a C int. Returns the windows compared."""
+    checked = 0
+    for w in _huge_windows():
+        got, want = _native_or_refusal(fn, w, ql, kl), _native_or_refusal(fn, _capped(w, cap), ql, kl)
+        assert got == want, f"{name}{(ql, kl)}: window {w.describe()} gives {got}, the side capped at {cap} gives {want}"
+        over = [i for i in _ints(got) if abs(i) > INT32_MAX]
+        assert not over, f"{name}{(ql, kl)}: window {w.describe()} passes {over}, {max(over) / INT32_MAX:.3g}x a C int's most"
+        checked += got != "Unsupported"
+    return checked
+
+
+def test_every_window_translation_caps_a_side_past_every_key():
+    """A side of 2**62 (a valid ``Window``: sides go to 2**63 - 1) reaches past every key, as a side of ``Sq + Sk``
+    does (:meth:`Window.sides`); every backend's translation passes the capped side, so a C ``int`` window argument
+    (flash-attn's ``window_size``, xformers' and FlashInfer's, a static XLA window) never wraps or overflows. A side
+    the translation passes as its own "unbounded" sentinel (``None``: flash-attn's -1) stays one."""
+    checked = 0
+    for (sq, sk), (name, fn) in itertools.product(SIZES, {**BATCH_TRANSLATIONS, **SEQUENCE_TRANSLATIONS}.items()):
+        checked += _check_capped(name, fn, [sq], [sk], sq + sk)
+    ql, kl = [4, 9, 13], [9, 9, 30]  # one argument for the batch: capped at the longest Sq plus the longest Sk
+    for name, fn in BATCH_TRANSLATIONS.items():
+        checked += _check_capped(name, fn, ql, kl, max(ql) + max(kl))
+    assert checked > 400, checked
+
+
+def test_a_window_wider_than_the_sequence_reaches_the_kernel_as_named_when_a_c_int_holds_it():
+    """Only a side past a C ``int`` is replaced (:meth:`Window.native_sides`): a window wider than its sequence, a case
+    users write (``window_size=(4096, 0)`` on 100 tokens), reaches each kernel as named, so a kernel that mishandles
+    it is still caught."""
+    ql, kl = [4], [9]
+    assert fa2_window(Window(15, 0), ql, kl) == (15, 0)
+    assert fa2_window(Window(INT32_MAX, 0), ql, kl) == (INT32_MAX, 0)
+    assert fa2_window(Window(INT32_MAX + 1, 0), ql, kl) == (13, 0)
+    assert vllm_fa_window(Window(15, 20), ql, kl) == (False, (15, 20))
+    assert fa4_window(Window(15, 20), ql, kl) == (15, 20)
+    assert flashinfer_window(Window(15, 0), 4, 9) == (True, 15)
+    assert 15 in _ints(jax_window(Window(15, 0), 9, 9))
+
+
+@pytest.mark.parametrize("name", ["flashinfer-paged-cuda", "flashinfer-decode-cuda", "flashinfer-decode-split2-cuda"])
+def test_flashinfer_paged_batch_window_is_capped_for_its_longest_sequence(name):
+    """The paged backends pass one ``window_left`` for the batch: capped at the longest sequence's lengths, not the
+    first's (which would cut the window of a longer sequence after it), and a side of 2**62 gives the capped one."""
+    backend = backends.get(name)
+    ql = [1, 1] if "decode" in name else [4, 9]
+    case = Case(ql, [9, 300], 2, 1, 64, "float16", Window(200, 0), page_size=16)
+    assert backend.native(case)["window_left"] == 200  # a side below the cap: as given
+    huge = backend.native(dataclasses.replace(case, window=Window(HUGE, 0)))
+    assert huge == backend.native(dataclasses.replace(case, window=Window(max(ql) + 300, 0))), huge
+    assert huge["window_left"] == max(ql) + 300, huge
 
 
 def test_gpu_backends_are_registered_and_constructible_without_imports():

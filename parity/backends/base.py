@@ -73,7 +73,9 @@ bug, a test's fault) is then measured through its own ``run``, without LSE. Back
 it (the default) are recorded ``lse_check = none``; nothing else changes for them.
 
 The canonical :class:`parity.Window` reaches ``run`` inside ``case.window``; each
-backend translates it into its own native arguments in its own file.
+backend translates it into its own native arguments in its own file, from :meth:`parity.Window.native_sides`: a
+side as named where it fits a C ``int`` (a window wider than the sequence is tested as named); a side past that is
+passed as the longest ``Sq`` plus the longest ``Sk`` (the same keys), so the argument never overflows.
 """
 
 from __future__ import annotations
@@ -157,6 +159,10 @@ class Backend:
     returns_lse: bool = False
     #: The LSE values the library documents for a row that sees no key (any of them passes).
     lse_empty: tuple[str, ...] = ("-inf",)
+    #: A stop signal for a long computation ``run`` does on the host: asked between its steps, ``run`` ends by raising
+    #: once it says True. Set where the backend runs in the harness's own process (``--no-isolate``:
+    #: :class:`parity.execute.InlineExecutor`, to its ``halt``); a worker process is stopped by its end instead. None: no stop.
+    stop: Callable[[], bool] | None = None
 
     def unavailable_reason(self) -> str | None:
         return None

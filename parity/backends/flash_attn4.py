@@ -76,7 +76,7 @@ def fa4_window(window: Window, q_lens, k_lens) -> tuple[int | None, int | None]:
     """``window_size`` for FA4: None = unbounded. Raises :class:`Unsupported`."""
     if window.align == "top_left" and any(q != k for q, k in zip(q_lens, k_lens)):
         raise Unsupported("FA4 windows are bottom-right aligned; top_left with Sq != Sk has no translation")
-    return window.left, window.right
+    return window.native_sides(q_lens, k_lens)  # a side past a C int (2**62) passed as Sq + Sk
 
 
 def fa4_attention(

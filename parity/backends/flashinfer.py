@@ -129,9 +129,9 @@ def flashinfer_window(window: Window, sq: int, sk: int) -> tuple[bool, int]:
     if window.right == 0:
         if sq > sk:  # FlashInfer raises "When mask_mode is set to MaskMode::kCausal, kv_len must be >= qo_len"
             raise Unsupported(f"FlashInfer's causal mask needs Sk >= Sq (kv_len >= qo_len); Sq={sq} > Sk={sk}")
-        return True, -1 if window.left is None else window.left
+        return True, _window_left(window, sq, sk)
     if window.right is None or window.right >= sq - 1:  # every row reaches the last key: no right bound
-        return False, -1 if window.left is None else window.left
+        return False, _window_left(window, sq, sk)
     raise Unsupported(f"FlashInfer has a left window only (with causal); window {window.describe()} has no translation")
 
 
@@ -141,7 +141,13 @@ def flashinfer_decode_window(window: Window, sq: int, sk: int) -> int:
         raise Unsupported(f"FlashInfer's batch decode takes one query per sequence, not Sq = {sq}")
     if window.align == "top_left" and sk != 1:
         raise Unsupported("FlashInfer's decode aligns bottom-right; top_left with Sq != Sk has no translation")
-    return -1 if window.left is None else window.left
+    return _window_left(window, sq, sk)
+
+
+def _window_left(window: Window, sq: int, sk: int) -> int:
+    """``window_left``: the left side as :meth:`Window.native_sides` passes it (past a C int: ``Sq + Sk``), ``-1`` = unbounded."""
+    left = window.native_sides([sq], [sk])[0]
+    return -1 if left is None else left
 
 
 def flashinfer_csr(block_table, seqlens_k, page_size):
@@ -493,8 +499,10 @@ class FlashInferPagedBackend(PreparedCall, FlashInferBackend):
         return caches + INT_WORKSPACE_BYTES + output_bytes(case) + 2 * lse_bytes(case)
 
     def native(self, case: Case) -> dict:
-        """:func:`flashinfer_paged_attention`'s window and softcap for ``case``: one ``(causal, left)`` for the batch."""
-        causal, left = flashinfer_window(case.window, case.q_lens[0], case.k_lens[0])
+        """:func:`flashinfer_paged_attention`'s window and softcap for ``case``: one ``(causal, left)`` for the batch (a side
+        past a C int passed as the longest Sq plus the longest Sk, :meth:`Window.native_sides`; every sequence's own
+        translation is checked in :meth:`unsupported_reason`)."""
+        causal, left = flashinfer_window(case.window, max(case.q_lens), max(case.k_lens))
         return dict(window_left=left, softcap=case.softcap or 0.0, causal=causal)
 
     def unsupported_reason(self, case: Case) -> str | None:
@@ -596,8 +604,9 @@ class FlashInferDecodeBackend(FlashInferPagedBackend):
         return None
 
     def native(self, case: Case) -> dict:
-        """:func:`flashinfer_paged_attention`'s window and softcap for ``case``; ``causal`` None: batch decode."""
-        left = flashinfer_decode_window(case.window, case.q_lens[0], case.k_lens[0])
+        """:func:`flashinfer_paged_attention`'s window and softcap for ``case``; ``causal`` None: batch decode (a side
+        past a C int passed as the longest Sk plus 1, :meth:`Window.native_sides`)."""
+        left = flashinfer_decode_window(case.window, max(case.q_lens), max(case.k_lens))
         return dict(window_left=left, softcap=case.softcap or 0.0, causal=None)
 
 

@@ -87,7 +87,7 @@ def jax_window(window: Window, sq: int, sk: int, causal_with_window: bool = Fals
         if sq > sk:
             raise Unsupported("JAX windows are top-left aligned; bottom-right with Sq > Sk has no translation")
         pad = sk - sq
-    left, right = window.left, window.right
+    left, right = window.native_sides([sq], [sk])  # a side past a C int (2**62) passed as Sq + Sk
     if left is None and right is None:
         return pad, False, None
     if left is None and right == 0:

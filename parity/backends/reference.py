@@ -50,7 +50,8 @@ class ReferenceBackend(Backend):
             k, v = inputs.paged().gather([pages_seen(case, case.page_size, b) for b in range(case.batch)])
             inputs = inputs.with_tensors(inputs.q, k, v)
         lse = torch.empty(inputs.q.shape[:2], dtype=torch.float64, device=inputs.q.device)  # (total_q, hq)
-        out.copy_(attention_reference(inputs, torch.float64, lse=lse))
+        # a stop signal in this process (--no-isolate) ends it within a block of rows (ReferenceStopped: the row is dropped)
+        out.copy_(attention_reference(inputs, torch.float64, lse=lse, stop=self.stop))
         return out, lse.float()
 
     def workspace_bytes(self, case: Case) -> int:

@@ -60,9 +60,8 @@ def fa2_window(window: Window, q_lens, k_lens) -> tuple[int, int]:
     """``(window_size_left, window_size_right)`` for FA2; raises :class:`Unsupported`."""
     if window.align == "top_left" and any(q != k for q, k in zip(q_lens, k_lens)):
         raise Unsupported("FlashAttention-2 windows are bottom-right aligned; top_left with Sq != Sk has no translation")
-    left = UNBOUNDED if window.left is None else window.left
-    right = UNBOUNDED if window.right is None else window.right
-    return left, right
+    left, right = window.native_sides(q_lens, k_lens)  # a side past a C int (2**62) passed as Sq + Sk
+    return UNBOUNDED if left is None else left, UNBOUNDED if right is None else right
 
 
 def fa2_case_reason(case: Case, softcap_ok: bool = False, max_head_dim: int = 256) -> str | None:

@@ -130,11 +130,10 @@ def vllm_fa_window(window: Window, q_lens, k_lens) -> tuple[bool, tuple[int, int
     """``(causal, window_size)`` as vLLM passes them to ``flash_attn_varlen_func``; raises :class:`Unsupported`."""
     if window.align == "top_left" and any(q != k for q, k in zip(q_lens, k_lens)):
         raise Unsupported("vLLM's FlashAttention windows are bottom-right aligned; top_left with Sq != Sk has no translation")
-    if window.right == 0:
-        return True, ((UNBOUNDED, UNBOUNDED) if window.left is None else (window.left, 0))
-    left = UNBOUNDED if window.left is None else window.left
-    right = UNBOUNDED if window.right is None else window.right
-    return False, (left, right)
+    left, right = window.native_sides(q_lens, k_lens)  # a side past a C int (2**62) passed as Sq + Sk
+    if right == 0:
+        return True, ((UNBOUNDED, UNBOUNDED) if left is None else (left, 0))
+    return False, (UNBOUNDED if left is None else left, UNBOUNDED if right is None else right)
 
 
 #: FA2's head-dim buckets: ``HEADDIM_SWITCH`` of csrc/flash_attn/src/static_switch.h (flash-attention and vLLM's

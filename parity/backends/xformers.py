@@ -86,7 +86,8 @@ def xformers_bias_spec(window: Window, q_lens, k_lens) -> tuple[str, dict]:
     Raises :class:`Unsupported` where xformers has no mask for the window.
     """
     uniform = len(set(q_lens)) == 1 and len(set(k_lens)) == 1
-    left, right, tl = window.left, window.right, window.align == "top_left"
+    left, right = window.native_sides(q_lens, k_lens)  # a side past a C int (2**62) passed as Sq + Sk
+    tl = window.align == "top_left"
     square = all(q == k for q, k in zip(q_lens, k_lens))
     if tl and square:
         tl = False  # both offsets are 0: the bottom-right masks are the same function
