@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from .case import Case, Inputs
-from .reference import DEFAULT_BLOCK_BYTES, _row_blocks, _softmax
+from .reference import DEFAULT_BLOCK_BYTES, ReferenceStopped, _row_blocks, _softmax
 from .verdict import Budget, baseline_overflow, empty_rows, row_chunks
 
 #: The gradients, in the order backends return them.
@@ -81,11 +82,13 @@ def grad_sequence(
     compute_dtype: torch.dtype = torch.float64,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     sinks: torch.Tensor | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One sequence's ``(dq (Sq, hq, d), dk (Sk, hkv, d), dv (Sk, hkv, d), dsinks)`` in ``compute_dtype``; ``dsinks``
     ``(2, hq)`` (the gradient, and the sum of its terms' magnitudes) or None. ``sinks`` ``(hq,)``: learned sinks in
     the forward's softmax (the reference's rule). A sink has no value: its score's gradient is
-    ``-p_sink x rowsum(P dP)`` (``p_sink = exp(sink - lse)``), summed over the rows of its head."""
+    ``-p_sink x rowsum(P dP)`` (``p_sink = exp(sink - lse)``), summed over the rows of its head. ``stop``: asked
+    before each block of rows, :class:`parity.reference.ReferenceStopped` once it says True (as the forward's)."""
     sq, hq, dh = q.shape
     sk, hkv, _ = k.shape
     g = hq // hkv
@@ -100,6 +103,8 @@ def grad_sequence(
     scale = case.softmax_scale
     sink = None if sinks is None else sinks.to(q.device, compute_dtype).view(hkv, g, 1, 1)  # (hkv, g, 1, 1)
     for r0, r1, k0, k1 in _row_blocks(lo, hi, hq, 3 * elem, block_bytes):
+        if stop is not None and stop():
+            raise ReferenceStopped(f"stopped at query row {r0} of {sq} (backward)")
         if k1 <= k0:
             continue  # no row of the block sees a key: its dq stays 0, it adds nothing to dk / dv
         c = r1 - r0
@@ -130,11 +135,16 @@ def grad_sequence(
 
 
 def grad_reference(
-    inputs: Inputs, dout: torch.Tensor, compute_dtype: torch.dtype = torch.float64, block_bytes: int = DEFAULT_BLOCK_BYTES
+    inputs: Inputs,
+    dout: torch.Tensor,
+    compute_dtype: torch.dtype = torch.float64,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    stop: Callable[[], bool] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Packed ``{"dq": (total_q, hq, d), "dk": (total_k, hkv, d), "dv": (total_k, hkv, d)}`` in ``compute_dtype``;
     with learned sinks also ``"dsinks"`` ``(hq,)`` and ``"dsinks_terms"`` ``(hq,)``, the sum of the magnitudes of
-    the rows' terms of each head's ``dsinks`` (:func:`make_grad_baseline`'s rounding floor for that sum)."""
+    the rows' terms of each head's ``dsinks`` (:func:`make_grad_baseline`'s rounding floor for that sum). ``stop``:
+    asked before each block of rows (:func:`grad_sequence`: a sweep's stop signal ends a backward of minutes)."""
     case = inputs.case
     out = {
         "dq": torch.zeros(inputs.q.shape, dtype=compute_dtype, device=inputs.q.device),  # (total_q, hq, d)
@@ -145,7 +155,7 @@ def grad_reference(
     _, ck = case.cu_seqlens()
     for b, qb, kb, vb, qs in inputs.sequences():
         ks = slice(ck[b], ck[b + 1])
-        dq, dk, dv, dsink = grad_sequence(case, qb, kb, vb, dout[qs].to(qb.device), compute_dtype, block_bytes, inputs.sinks)
+        dq, dk, dv, dsink = grad_sequence(case, qb, kb, vb, dout[qs].to(qb.device), compute_dtype, block_bytes, inputs.sinks, stop)
         out["dq"][qs], out["dk"][ks], out["dv"][ks] = dq, dk, dv
         if sink is not None and dsink is not None:
             sink += dsink
@@ -189,11 +199,12 @@ class GradBaseline:
         return sum(t.numel() * t.element_size() for t in self.ref.values())
 
 
-def make_grad_baseline(case: Case, inputs: Inputs) -> GradBaseline:
-    """The reference gradients and the same-dtype baseline's figures, per tensor."""
+def make_grad_baseline(case: Case, inputs: Inputs, stop: Callable[[], bool] | None = None) -> GradBaseline:
+    """The reference gradients and the same-dtype baseline's figures, per tensor; ``stop``: asked before each block of
+    rows of both (:class:`parity.reference.ReferenceStopped` once it says True)."""
     dout = make_dout(case, inputs.q.device)  # (total_q, hq, d)
-    ref = grad_reference(inputs, dout, torch.float64)
-    same = grad_reference(inputs, dout, case.torch_dtype)
+    ref = grad_reference(inputs, dout, torch.float64, stop=stop)
+    same = grad_reference(inputs, dout, case.torch_dtype, stop=stop)
     terms, _ = ref.pop("dsinks_terms", None), same.pop("dsinks_terms", None)
     bmax, bmean, rnd, bad = {}, {}, {}, {}
     for name in ref:  # TENSORS, and dsinks with learned sinks

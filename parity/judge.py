@@ -129,7 +129,7 @@ class BaselineCache:
         self.seconds = 0.0
         self.case_seconds: dict[str, float] = {}  # case id -> seconds its reference and baseline took (kept)
         self.cpu_fallbacks = 0
-        #: asked before each block of a reference's rows (a sweep's stop signal; None: never stopped)
+        #: asked before each block of a reference's rows, forward and backward (a sweep's stop signal; None: never stopped)
         self.stop: Callable[[], bool] | None = None
         #: seconds per stage, summed over the cases computed: inputs, reference (float64), baseline (same dtype)
         self.stage_seconds: dict[str, float] = {"inputs": 0.0, "reference": 0.0, "baseline": 0.0}
@@ -204,7 +204,7 @@ class BaselineCache:
 
     def _compute_grad(self, case: Case) -> GradBaseline:
         t0 = time.perf_counter()
-        base = self._on_device_or_cpu(lambda device: make_grad_baseline(case, self._inputs(case, device)))
+        base = self._on_device_or_cpu(lambda device: make_grad_baseline(case, self._inputs(case, device), stop=self.stop))
         with self._lock:
             self._make_room(self._grads, lambda b: b.bytes, base.bytes)
             self._grads[case.case_id] = base

@@ -456,3 +456,52 @@ def test_a_stop_signal_ends_the_reference_backend_in_this_process_within_a_block
     assert not again.run().partial
     rows = _rows(tmp_path)
     assert sorted(int(r["seed"]) for r in rows) == [0, 1] and rows[-1]["verdict"] == "pass", rows
+
+
+@pytest.mark.parametrize("isolate", [True, False], ids=["judge", "no-isolate"])
+def test_a_stop_signal_ends_a_long_gradient_reference_within_a_block_and_drops_its_row(tmp_path, monkeypatch, isolate):
+    """The same with ``--grad``: the float64 backward (:func:`parity.grad.grad_reference`) asks the stop signal before
+    each block of rows, as the forward does. Isolated, it is the sweep's own gradient reference of the case, computed
+    when the row is judged (the worker, another process, is not slowed); with ``--no-isolate`` it is first the
+    ``reference`` backend's backward in the sweep's process. Each block of one query row takes 0.1 s on the second
+    case (64 rows: 6.4 s a pass; the judge's baseline takes two passes, the backend's backward one): the run ends
+    within a second or so of the signal, the first case's row kept, the second's dropped; ``--resume`` runs it."""
+    import threading
+
+    import parity.grad as grad
+    from parity.sweep import Sweep, SweepOptions
+
+    real = grad._row_blocks
+    started, slow = threading.Event(), [True]
+
+    def slow_blocks(lo, hi, hq, elem, block_bytes):
+        for block in real(lo, hi, hq, elem, 1):  # one query row a block
+            if lo.numel() == 64 and slow[0]:  # the second case only
+                started.set()
+                time.sleep(0.1)
+            yield block
+
+    monkeypatch.setattr(grad, "_row_blocks", slow_blocks)
+    cases = [dataclasses.replace(SLOW_CASES[0], seed=0), Case(q_lens=(64,), k_lens=(64,), hq=1, hkv=1, head_dim=8, dtype="float32", seed=1)]
+    options = {"progress": False, "probes": False, "grad": True, "isolate": isolate}
+    sweep = Sweep(["reference"], cases, SweepOptions(**options), tmp_path / "out")
+    signalled = [0.0]
+
+    def stop_once_computing() -> None:  # as the SIGTERM handler does
+        started.wait(120)
+        time.sleep(0.3)
+        signalled[0] = time.perf_counter()
+        sweep.interrupt("SIGTERM")
+
+    threading.Thread(target=stop_once_computing, daemon=True).start()
+    res = sweep.run()
+    took = time.perf_counter() - signalled[0]
+    assert started.is_set() and res.partial and res.interrupted == "SIGTERM", (res.partial, res.interrupted)
+    assert took < 2.5, f"the run went on {took:.1f} s after the signal (the rest of the slowed backward: 6.1 s or more)"
+    assert [int(r["seed"]) for r in _rows(tmp_path)] == [0], _rows(tmp_path)  # the row in flight is not recorded
+    slow[0] = False
+    again = Sweep(["reference"], cases, SweepOptions(**options, resume=True), tmp_path / "out")
+    assert not again.run().partial
+    rows = _rows(tmp_path)
+    assert sorted(int(r["seed"]) for r in rows) == [0, 1] and rows[-1]["verdict"] == "pass", rows
+    assert rows[-1]["grad_check"] == "ok", rows[-1]  # the resumed row's backward judged, not an error

@@ -28,7 +28,7 @@ class ReferenceBackend(Backend):
     def backward(self, case: Case, inputs: Inputs, dout: torch.Tensor) -> tuple[torch.Tensor, ...]:
         from ..grad import grad_reference
 
-        g = grad_reference(inputs, dout, torch.float64)
+        g = grad_reference(inputs, dout, torch.float64, stop=self.stop)  # --no-isolate: a stop signal ends it (as run_lse)
         dq, dk, dv = g["dq"].to(inputs.q.dtype), g["dk"].to(inputs.k.dtype), g["dv"].to(inputs.v.dtype)
         if inputs.sinks is None:
             return dq, dk, dv
