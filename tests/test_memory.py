@@ -158,7 +158,7 @@ def test_oom_computing_the_gradient_baseline_on_the_device_falls_back_to_the_cpu
     real_inputs, real = judging.make_inputs, judging.make_grad_baseline
     asked: list[str] = []
     monkeypatch.setattr(judging, "make_inputs", lambda case, device: asked.append(device) or real_inputs(case, "cpu"))
-    monkeypatch.setattr(judging, "make_grad_baseline", lambda case, inputs, **kw: _oom() if asked[-1] != "cpu" else real(case, inputs, **kw))
+    monkeypatch.setattr(judging, "make_grad_baseline", lambda case, inputs, **k: _oom() if asked[-1] != "cpu" else real(case, inputs, **k))
     cache = judging.BaselineCache("elsewhere")  # a device that runs out of memory
     base = cache.grad(SWEEP_CASES[0])
     assert cache.cpu_fallbacks == 1 and base.ref["dq"].device.type == "cpu"
