@@ -295,6 +295,34 @@ def write_environment(folder: Path, environment: dict[str, Any], keep_earlier: b
     return path
 
 
+#: How :func:`backend_versions` names a backend whose calls into one folder recorded different versions.
+MIXED = "mixed: "
+
+
+def backend_versions(environment: Mapping[str, Any]) -> dict[str, str]:
+    """Each backend's version over every call into a run folder (``environment.json``'s ``backends``, then its
+    ``earlier_runs``' newest first), the one place the reports read it: a resumed call where a backend was unavailable
+    records no version, and its rows came from the calls that had one.
+
+    ====================================  =========================
+    versions the calls recorded           the backend's version
+    ====================================  =========================
+    ``0.26.0`` (and ``""`` in another)     ``0.26.0``
+    none (unavailable in every call)      ``""``
+    ``0.33.0`` now, ``0.26.0`` before      ``mixed: 0.33.0; 0.26.0`` (never read as one version)
+    ====================================  =========================
+    """
+    found: dict[str, list[str]] = {}
+    for call in [environment, *reversed(environment.get("earlier_runs") or [])]:
+        infos = call.get("backends") if isinstance(call, dict) else None
+        for name, info in (infos or {}).items():
+            version = str(info.get("version") or "") if isinstance(info, dict) else ""
+            seen = found.setdefault(name, [])
+            if version and version not in seen:
+                seen.append(version)
+    return {name: "; ".join(vs) if len(vs) < 2 else MIXED + "; ".join(vs) for name, vs in found.items()}
+
+
 def read_timing(folder: Path) -> dict[str, Any]:
     """``timing.json`` (or its .gz in a committed run; {} when absent, torn (it is rewritten after every case) or
     of the wrong shape (:data:`TIMING_FIELDS`): the reports then go without the run's timing)."""

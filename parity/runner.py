@@ -516,6 +516,20 @@ def _write_environment(req: RunRequest, out: Path, result, run: dict, in_progres
         }
     )
     runfolder.write_environment(out, environment, keep_earlier=req.resume)
+    if req.resume and not in_progress:
+        _warn_mixed_versions(out, environment)
+
+
+def _warn_mixed_versions(out: Path, environment: dict) -> None:
+    """Loud where a resumed call ran a backend at another version than the earlier calls into ``out`` did: its rows
+    now mix versions (the reports read it as ``mixed: ...``, never as one version; a version diff needs a folder each)."""
+    for name, version in runfolder.backend_versions(environment).items():
+        if version.startswith(runfolder.MIXED):
+            print(
+                f"parity: warning: {name} ran at {version[len(runfolder.MIXED) :]} (this call's first) in the calls into "
+                f"{out}: its rows mix versions; run each version into its own --out (parity vdiff compares two folders)",
+                file=sys.stderr,
+            )
 
 
 def _finish_run(req: RunRequest, out: Path, result, explicit: list[str], options, stop=None) -> int:

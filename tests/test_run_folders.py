@@ -465,3 +465,36 @@ def test_resume_refuses_a_results_csv_with_a_word_that_is_not_a_verdict(tmp_path
     text = (tmp_path / "results.csv").read_text()
     (tmp_path / "results.csv").write_text(text.replace(",passed,", f",{Outcome.FAIL},"))  # the control: a verdict word
     ResultsWriter(tmp_path, resume=True).close()
+
+
+def test_backend_versions_read_every_call_into_the_folder():
+    """A resumed call where a backend was unavailable records no version: the folder's version is the earlier calls'
+    (the reports once read it as unknown, "vllm ?"); calls of different versions read as mixed, never as one."""
+    from parity.runfolder import MIXED, backend_versions
+
+    def call(**versions):
+        return {"backends": {k.replace("_", "-"): {"version": v} for k, v in versions.items()}}
+
+    now = {**call(a="", b="2.0", c=""), "earlier_runs": [call(a="1.0", b="1.0"), call(a="1.0", c="")]}
+    assert backend_versions(now) == {"a": "1.0", "b": f"{MIXED}2.0; 1.0", "c": ""}
+    assert backend_versions(call(a="1.0")) == {"a": "1.0"}
+    assert backend_versions({}) == {} and backend_versions({"backends": {"a": "not an object"}}) == {"a": ""}
+
+
+def test_resume_at_another_backend_version_warns_that_the_rows_mix_versions(tmp_path, capsys):
+    """The earlier call's version is kept in ``earlier_runs``; a resumed call of another version says so, loud, and
+    the report and a version diff read the folder as mixed (one folder per version is what ``parity vdiff`` wants)."""
+    from parity.report.runs import load_run
+    from parity.report.vdiff import version_of
+    from parity.runfolder import MIXED
+
+    out = tmp_path / "run"
+    assert _run("--out", str(out), "--time-limit", "1e-9") == 3
+    env = json.loads((out / "environment.json").read_text())
+    env["backends"]["reference"]["version"] = "torch 1.0 (an earlier build)"
+    (out / "environment.json").write_text(json.dumps(env))
+    capsys.readouterr()
+    assert _run("--out", str(out), "--resume") == 0
+    err = capsys.readouterr().err
+    assert "parity: warning: reference ran at " in err and "its rows mix versions" in err, err
+    assert version_of(load_run(out), "reference").startswith(MIXED)

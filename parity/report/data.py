@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-from .. import coverage
+from .. import coverage, runfolder
 from ..backends import marker_for
 from ..expect import CHECK_COLUMN, CHECK_RAN, GRAD_CHECKED, entry_ids
 from ..results import Outcome
@@ -143,7 +143,7 @@ def unmatched_entries(run: Run) -> tuple[int, list[dict[str, Any]]]:
     graded = set(ran.loc[ran["grad_check"].isin(GRAD_CHECKED), "backend"])
     checked = {r: set(ran.loc[ran[f"{col}_check"].isin(CHECK_RAN), "backend"]) for r, col in CHECK_COLUMN.items()}
     named = {i for col in ("expected_id", "unconfirmed_id") for text in set(df[col]) for i in entry_ids(text)}
-    versions = {k: str(v.get("version") or "") for k, v in (run.env.get("backends") or {}).items() if isinstance(v, dict)}
+    versions = runfolder.backend_versions(run.env)
     torch_version = str(run.env.get("torch") or "")
     out, n = [], 0
     for e in run.expectations.entries:

@@ -37,6 +37,7 @@ import fnmatch
 from pathlib import Path
 from typing import Any
 
+from .. import runfolder
 from ..case import Case
 from ..expect import Expectation, Expectations, joint_explanation, version_key
 from ..results import RAW_FAIL_VERDICTS, SKIP_VERDICTS, Outcome, raw_verdict_of
@@ -139,7 +140,7 @@ def collect(runs: list[Run], expectations: Expectations, globs: list[str] | None
     blind = Expectations(tuple(dataclasses.replace(e, versions=None) for e in expectations.entries))  # joint explanations
     cases: dict[str, Case] = {}
     for run in runs:
-        versions = {k: str(v.get("version") or "") for k, v in (run.env.get("backends") or {}).items() if isinstance(v, dict)}
+        versions = runfolder.backend_versions(run.env)
         torch_version = str(run.env.get("torch") or "")
         for r in run.rows():
             kernel = str(r["backend"]).split("@", 1)[0]

@@ -196,8 +196,7 @@ def judge_run(run: Run, expectations: Expectations, rejudge: bool = False) -> Ru
     judge (:func:`parity.judge.expect_verdict`), using the backend versions and torch version its
     ``environment.json`` recorded. Each row judged is parsed once into a :class:`parity.results.Verdict`."""
     pd = _pandas()
-    backends = run.env.get("backends") or {}
-    versions = {k: str(v.get("version") or "") for k, v in backends.items() if isinstance(v, dict)}
+    versions = runfolder.backend_versions(run.env)
     torch_version = str(run.env.get("torch") or "")
     cases: dict[str, Case] = {}
     recs = run.df.to_dict("records")

@@ -44,6 +44,7 @@ import math
 import statistics
 from typing import Any
 
+from .. import runfolder
 from ..case import Case
 from ..errors import UserError
 from ..expect import Expectations, entry_ids
@@ -208,8 +209,7 @@ class VersionDiff:
 
 
 def version_of(run: Run, backend: str) -> str:
-    info = (run.env.get("backends") or {}).get(backend)
-    return str(info.get("version") or "") if isinstance(info, dict) else ""
+    return runfolder.backend_versions(run.env).get(backend, "")
 
 
 def find_pairs(base: Run, head: Run, named: list[tuple[str, str]], globs: list[str], one_folder: bool) -> list[Pair]:
