@@ -70,6 +70,7 @@ EARLIER_KEEP = (
     "rows_planned",
     "jobs",
     "backends",
+    "torch",
 )
 
 
@@ -321,6 +322,17 @@ def backend_versions(environment: Mapping[str, Any]) -> dict[str, str]:
             if version and version not in seen:
                 seen.append(version)
     return {name: "; ".join(vs) if len(vs) < 2 else MIXED + "; ".join(vs) for name, vs in found.items()}
+
+
+def torch_version(environment: Mapping[str, Any]) -> str:
+    """The torch of every call into a run folder (``environment.json``'s ``torch``, then its ``earlier_runs``'), as
+    :func:`backend_versions` reads a backend's: one, or ``mixed: A; B`` (an entry's torch range then matches none)."""
+    found: list[str] = []
+    for call in [environment, *reversed(environment.get("earlier_runs") or [])]:
+        torch = str(call.get("torch") or "") if isinstance(call, dict) else ""
+        if torch and torch not in found:
+            found.append(torch)
+    return "; ".join(found) if len(found) < 2 else MIXED + "; ".join(found)
 
 
 def read_timing(folder: Path) -> dict[str, Any]:

@@ -523,7 +523,7 @@ def _write_environment(req: RunRequest, out: Path, result, run: dict, in_progres
 def _warn_mixed_versions(out: Path, environment: dict) -> None:
     """Loud where a resumed call ran a backend at another version than the earlier calls into ``out`` did: its rows
     now mix versions (the reports read it as ``mixed: ...``, never as one version; a version diff needs a folder each)."""
-    for name, version in runfolder.backend_versions(environment).items():
+    for name, version in {**runfolder.backend_versions(environment), "torch": runfolder.torch_version(environment)}.items():
         if version.startswith(runfolder.MIXED):
             print(
                 f"parity: warning: {name} ran at {version[len(runfolder.MIXED) :]} (this call's first) in the calls into "

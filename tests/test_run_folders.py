@@ -470,7 +470,7 @@ def test_resume_refuses_a_results_csv_with_a_word_that_is_not_a_verdict(tmp_path
 def test_backend_versions_read_every_call_into_the_folder():
     """A resumed call where a backend was unavailable records no version: the folder's version is the earlier calls'
     (the reports once read it as unknown, "vllm ?"); calls of different versions read as mixed, never as one."""
-    from parity.runfolder import MIXED, backend_versions
+    from parity.runfolder import MIXED, backend_versions, torch_version
 
     def call(**versions):
         return {"backends": {k.replace("_", "-"): {"version": v} for k, v in versions.items()}}
@@ -479,6 +479,8 @@ def test_backend_versions_read_every_call_into_the_folder():
     assert backend_versions(now) == {"a": "1.0", "b": f"{MIXED}2.0; 1.0", "c": ""}
     assert backend_versions(call(a="1.0")) == {"a": "1.0"}
     assert backend_versions({}) == {} and backend_versions({"backends": {"a": "not an object"}}) == {"a": ""}
+    assert torch_version({"torch": "2.11", "earlier_runs": [{"torch": "2.11"}, {}]}) == "2.11"
+    assert torch_version({"torch": "2.13", "earlier_runs": [{"torch": "2.11"}]}) == f"{MIXED}2.13; 2.11"
 
 
 def test_resume_at_another_backend_version_warns_that_the_rows_mix_versions(tmp_path, capsys):
@@ -486,15 +488,18 @@ def test_resume_at_another_backend_version_warns_that_the_rows_mix_versions(tmp_
     the report and a version diff read the folder as mixed (one folder per version is what ``parity vdiff`` wants)."""
     from parity.report.runs import load_run
     from parity.report.vdiff import version_of
-    from parity.runfolder import MIXED
+    from parity.runfolder import MIXED, torch_version
 
     out = tmp_path / "run"
     assert _run("--out", str(out), "--time-limit", "1e-9") == 3
     env = json.loads((out / "environment.json").read_text())
     env["backends"]["reference"]["version"] = "torch 1.0 (an earlier build)"
+    env["torch"] = "1.0"
     (out / "environment.json").write_text(json.dumps(env))
     capsys.readouterr()
     assert _run("--out", str(out), "--resume") == 0
     err = capsys.readouterr().err
     assert "parity: warning: reference ran at " in err and "its rows mix versions" in err, err
+    assert "parity: warning: torch ran at " in err, err
     assert version_of(load_run(out), "reference").startswith(MIXED)
+    assert torch_version(json.loads((out / "environment.json").read_text())).startswith(MIXED)

@@ -144,7 +144,7 @@ def unmatched_entries(run: Run) -> tuple[int, list[dict[str, Any]]]:
     checked = {r: set(ran.loc[ran[f"{col}_check"].isin(CHECK_RAN), "backend"]) for r, col in CHECK_COLUMN.items()}
     named = {i for col in ("expected_id", "unconfirmed_id") for text in set(df[col]) for i in entry_ids(text)}
     versions = runfolder.backend_versions(run.env)
-    torch_version = str(run.env.get("torch") or "")
+    torch_version = runfolder.torch_version(run.env)
     out, n = [], 0
     for e in run.expectations.entries:
         pool = set.intersection(graded if e.backward else backends, *(checked[r] for r in e.checks))

@@ -141,7 +141,7 @@ def collect(runs: list[Run], expectations: Expectations, globs: list[str] | None
     cases: dict[str, Case] = {}
     for run in runs:
         versions = runfolder.backend_versions(run.env)
-        torch_version = str(run.env.get("torch") or "")
+        torch_version = runfolder.torch_version(run.env)
         for r in run.rows():
             kernel = str(r["backend"]).split("@", 1)[0]
             mine = [e for e in entries if fnmatch.fnmatchcase(kernel, e.backend)]

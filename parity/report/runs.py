@@ -197,7 +197,7 @@ def judge_run(run: Run, expectations: Expectations, rejudge: bool = False) -> Ru
     ``environment.json`` recorded. Each row judged is parsed once into a :class:`parity.results.Verdict`."""
     pd = _pandas()
     versions = runfolder.backend_versions(run.env)
-    torch_version = str(run.env.get("torch") or "")
+    torch_version = runfolder.torch_version(run.env)
     cases: dict[str, Case] = {}
     recs = run.df.to_dict("records")
     for r in recs:  # only the verdict columns change: the rest stays the text the run wrote

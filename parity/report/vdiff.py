@@ -297,7 +297,7 @@ def compare_versions(
 ) -> VersionDiff:
     d = VersionDiff(base, head, pairs, factor, ratio_threshold, min_ratio_delta, allow_coverage_loss)
     judge = Judge(expectations)
-    torch_b, torch_h = str(base.env.get("torch") or ""), str(head.env.get("torch") or "")
+    torch_b, torch_h = runfolder.torch_version(base.env), runfolder.torch_version(head.env)
     b_recs, h_recs = base.df.to_dict("records"), head.df.to_dict("records")
     for p in pairs:
         b_rows = {r["case_id"]: r for r in b_recs if r["backend"] == p.base}
