@@ -377,40 +377,50 @@ def test_resume_keeps_the_earlier_calls_timing(tmp_path):
     assert stage_table(timing)[1][0][:2] == ["reference", "3"]
 
 
+def _stopped_during_second_case(monkeypatch, module, out, **options):
+    """Two cases on the ``reference`` backend, ``module._row_blocks`` slowed to 0.1 s a block of one query row on the
+    second (64 rows: 6.4 s a pass) while ``slow[0]``; a SIGTERM 0.3 s into that case, as the handler sends it. Returns
+    ``(sweep, result, signalled_at, cases, slow)``."""
+    import threading
+
+    from parity.sweep import Sweep, SweepOptions
+
+    real = module._row_blocks
+    started, slow, signalled = threading.Event(), [True], [0.0]
+
+    def slow_blocks(lo, hi, hq, elem, block_bytes):
+        for block in real(lo, hi, hq, elem, 1):  # one query row a block
+            if lo.numel() == 64 and slow[0]:  # the second case only
+                started.set()
+                time.sleep(0.1)
+            yield block
+
+    monkeypatch.setattr(module, "_row_blocks", slow_blocks)
+    cases = [dataclasses.replace(SLOW_CASES[0], seed=0), Case(q_lens=(64,), k_lens=(64,), hq=1, hkv=1, head_dim=8, dtype="float32", seed=1)]
+    sweep = Sweep(["reference"], cases, SweepOptions(progress=False, probes=False, **options), out)
+
+    def stop_once_computing() -> None:  # as the SIGTERM handler does
+        started.wait(120)
+        time.sleep(0.3)
+        signalled[0] = time.perf_counter()
+        sweep.interrupt("SIGTERM")
+
+    threading.Thread(target=stop_once_computing, daemon=True).start()
+    res = sweep.run()
+    assert started.is_set() and res.partial and res.interrupted == "SIGTERM", (res.partial, res.interrupted)
+    return sweep, res, signalled[0], cases, slow
+
+
 def test_a_stop_signal_ends_a_long_reference_within_a_block_and_drops_its_row(tmp_path, monkeypatch):
     """The sweep's own reference of a case (in this process, beside the worker) asks the stop signal before each block
     of rows: the 22nd session's probe (Sq = Sk = 1e8, d 1 on the CPU) went on computing for 5.5 minutes after the first
     SIGTERM. Here each block of one query row takes 0.1 s (64 rows: 6.4 s a pass, two passes), and the stop comes
     during the second case's reference: the run ends within a second or so, the first case's row kept, the second's
     dropped (``--resume`` runs it)."""
-    import threading
-
     import parity.reference as reference
-    from parity.sweep import Sweep, SweepOptions
 
-    real = reference._row_blocks
-    started = threading.Event()
-
-    def slow_blocks(lo, hi, hq, elem, block_bytes):
-        for block in real(lo, hi, hq, elem, 1):  # one query row a block
-            if lo.numel() == 64:  # the second case only
-                started.set()
-                time.sleep(0.1)
-            yield block
-
-    monkeypatch.setattr(reference, "_row_blocks", slow_blocks)
-    cases = [dataclasses.replace(SLOW_CASES[0], seed=0), Case(q_lens=(64,), k_lens=(64,), hq=1, hkv=1, head_dim=8, dtype="float32", seed=1)]
-    sweep = Sweep(["reference"], cases, SweepOptions(progress=False, probes=False), tmp_path / "out")
-
-    def stop_once_computing() -> None:  # as the SIGTERM handler does
-        started.wait(120)
-        time.sleep(0.3)
-        sweep.interrupt("SIGTERM")
-
-    threading.Thread(target=stop_once_computing, daemon=True).start()
-    res = sweep.run()
+    sweep, _, _, _, _ = _stopped_during_second_case(monkeypatch, reference, tmp_path / "out")
     took = time.perf_counter() - sweep.t_rows
-    assert started.is_set() and res.partial and res.interrupted == "SIGTERM", (res.partial, res.interrupted)
     assert took < 4.0, f"the run went on {took:.1f} s after the second case's reference started (two passes take 12.8 s)"
     assert [int(r["seed"]) for r in _rows(tmp_path)] == [0], _rows(tmp_path)  # the row in flight is not recorded
 
@@ -421,34 +431,11 @@ def test_a_stop_signal_ends_the_reference_backend_in_this_process_within_a_block
     executor's ``halt`` is the backend's ``stop``, asked before each block of rows: the run ends within a second or so
     of the signal, during the backend's own call (before the sweep's reference of the case), the first case's row kept,
     the second's dropped; ``--resume`` runs it."""
-    import threading
-
     import parity.reference as reference
     from parity.sweep import Sweep, SweepOptions
 
-    real = reference._row_blocks
-    started, slow = threading.Event(), [True]
-
-    def slow_blocks(lo, hi, hq, elem, block_bytes):
-        for block in real(lo, hi, hq, elem, 1):  # one query row a block
-            if lo.numel() == 64 and slow[0]:  # the second case only
-                started.set()
-                time.sleep(0.1)
-            yield block
-
-    monkeypatch.setattr(reference, "_row_blocks", slow_blocks)
-    cases = [dataclasses.replace(SLOW_CASES[0], seed=0), Case(q_lens=(64,), k_lens=(64,), hq=1, hkv=1, head_dim=8, dtype="float32", seed=1)]
-    sweep = Sweep(["reference"], cases, SweepOptions(progress=False, probes=False, isolate=False), tmp_path / "out")
-
-    def stop_once_computing() -> None:  # as the SIGTERM handler does
-        started.wait(120)
-        time.sleep(0.3)
-        sweep.interrupt("SIGTERM")
-
-    threading.Thread(target=stop_once_computing, daemon=True).start()
-    res = sweep.run()
+    sweep, _, _, cases, slow = _stopped_during_second_case(monkeypatch, reference, tmp_path / "out", isolate=False)
     took = time.perf_counter() - sweep.t_rows
-    assert started.is_set() and res.partial and res.interrupted == "SIGTERM", (res.partial, res.interrupted)
     assert took < 4.0, f"the run went on {took:.1f} s after the second case's reference started (its call alone takes 6.4 s)"
     assert [int(r["seed"]) for r in _rows(tmp_path)] == [0], _rows(tmp_path)  # the row in flight is not recorded
     slow[0] = False
@@ -466,37 +453,12 @@ def test_a_stop_signal_ends_a_long_gradient_reference_within_a_block_and_drops_i
     ``reference`` backend's backward in the sweep's process. Each block of one query row takes 0.1 s on the second
     case (64 rows: 6.4 s a pass; the judge's baseline takes two passes, the backend's backward one): the run ends
     within a second or so of the signal, the first case's row kept, the second's dropped; ``--resume`` runs it."""
-    import threading
-
     import parity.grad as grad
     from parity.sweep import Sweep, SweepOptions
 
-    real = grad._row_blocks
-    started, slow = threading.Event(), [True]
-
-    def slow_blocks(lo, hi, hq, elem, block_bytes):
-        for block in real(lo, hi, hq, elem, 1):  # one query row a block
-            if lo.numel() == 64 and slow[0]:  # the second case only
-                started.set()
-                time.sleep(0.1)
-            yield block
-
-    monkeypatch.setattr(grad, "_row_blocks", slow_blocks)
-    cases = [dataclasses.replace(SLOW_CASES[0], seed=0), Case(q_lens=(64,), k_lens=(64,), hq=1, hkv=1, head_dim=8, dtype="float32", seed=1)]
     options = {"progress": False, "probes": False, "grad": True, "isolate": isolate}
-    sweep = Sweep(["reference"], cases, SweepOptions(**options), tmp_path / "out")
-    signalled = [0.0]
-
-    def stop_once_computing() -> None:  # as the SIGTERM handler does
-        started.wait(120)
-        time.sleep(0.3)
-        signalled[0] = time.perf_counter()
-        sweep.interrupt("SIGTERM")
-
-    threading.Thread(target=stop_once_computing, daemon=True).start()
-    res = sweep.run()
-    took = time.perf_counter() - signalled[0]
-    assert started.is_set() and res.partial and res.interrupted == "SIGTERM", (res.partial, res.interrupted)
+    _, _, signalled, cases, slow = _stopped_during_second_case(monkeypatch, grad, tmp_path / "out", grad=True, isolate=isolate)
+    took = time.perf_counter() - signalled
     assert took < 2.5, f"the run went on {took:.1f} s after the signal (the rest of the slowed backward: 6.1 s or more)"
     assert [int(r["seed"]) for r in _rows(tmp_path)] == [0], _rows(tmp_path)  # the row in flight is not recorded
     slow[0] = False
