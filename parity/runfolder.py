@@ -314,25 +314,35 @@ def backend_versions(environment: Mapping[str, Any]) -> dict[str, str]:
     ====================================  =========================
     """
     found: dict[str, list[str]] = {}
-    for call in [environment, *reversed(environment.get("earlier_runs") or [])]:
-        infos = call.get("backends") if isinstance(call, dict) else None
+    for call in _calls(environment):
+        infos = call.get("backends")
         for name, info in (infos or {}).items():
             version = str(info.get("version") or "") if isinstance(info, dict) else ""
             seen = found.setdefault(name, [])
             if version and version not in seen:
                 seen.append(version)
-    return {name: "; ".join(vs) if len(vs) < 2 else MIXED + "; ".join(vs) for name, vs in found.items()}
+    return {name: _one_or_mixed(vs) for name, vs in found.items()}
 
 
 def torch_version(environment: Mapping[str, Any]) -> str:
     """The torch of every call into a run folder (``environment.json``'s ``torch``, then its ``earlier_runs``'), as
     :func:`backend_versions` reads a backend's: one, or ``mixed: A; B`` (an entry's torch range then matches none)."""
     found: list[str] = []
-    for call in [environment, *reversed(environment.get("earlier_runs") or [])]:
-        torch = str(call.get("torch") or "") if isinstance(call, dict) else ""
+    for call in _calls(environment):
+        torch = str(call.get("torch") or "")
         if torch and torch not in found:
             found.append(torch)
-    return "; ".join(found) if len(found) < 2 else MIXED + "; ".join(found)
+    return _one_or_mixed(found)
+
+
+def _calls(environment: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """``environment.json`` and its ``earlier_runs``, newest first (an entry that is not an object left out)."""
+    return [c for c in [environment, *reversed(environment.get("earlier_runs") or [])] if isinstance(c, Mapping)]
+
+
+def _one_or_mixed(versions: list[str]) -> str:
+    """The distinct non-empty versions the calls recorded, newest first: one (or ``""``), else :data:`MIXED` all."""
+    return "; ".join(versions) if len(versions) < 2 else MIXED + "; ".join(versions)
 
 
 def read_timing(folder: Path) -> dict[str, Any]:
